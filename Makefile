@@ -1,0 +1,41 @@
+# foxhunt-observability: render stacks offline, test, lint, benchmark.
+# A .venv is created on first use from the exact pins in requirements.txt.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STACK ?= dev
+STACKS := dev staging prod
+PYTEST_ARGS ?=
+
+.PHONY: render render-all test lint bench docs clean
+
+$(VENV)/.installed: requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -r requirements.txt
+	touch $@
+
+venv: $(VENV)/.installed
+
+## render the stack offline (Pulumi mock engine) into rendered/$(STACK)/ and check it
+render: $(VENV)/.installed
+	$(PY) -m infra.render --stack $(STACK)
+
+render-all: $(VENV)/.installed
+	for s in $(STACKS); do $(PY) -m infra.render --stack $$s || exit 1; done
+
+## the whole test suite (what CI runs)
+test: $(VENV)/.installed
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+## benchmarks; figures go to BENCHMARKS.md
+bench: $(VENV)/.installed
+	$(PY) -m bench
+
+clean:
+	rm -rf rendered .pytest_cache .mypy_cache .ruff_cache

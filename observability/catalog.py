@@ -1,0 +1,401 @@
+"""The metric catalog: the single source of truth for every metric the platform emits or queries.
+
+Every other part of the project (poller, instrumentation, alert and recording rules, dashboards,
+policies, tests) takes metric names, types and labels from here and never spells a name again.
+This module imports nothing else from the project.
+
+Names are the ones of the monitoring report (seed 001, `ml_*`) because the users' binaries
+already emit them. Where a seed name breaks the Prometheus naming conventions (base units,
+`_total` on counters) the name is kept and its help text says so (`SEED_NAME_NOTE`).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class MetricType(enum.Enum):
+    COUNTER = "counter"
+    GAUGE = "gauge"
+    HISTOGRAM = "histogram"
+    INFO = "info"
+
+
+class Producer(enum.Enum):
+    GPU_POLLER = "gpu_poller"
+    TRAINING_JOB = "training_job"
+    ML_SERVICE = "ml_service"
+    TEMPO_METRICS_GENERATOR = "tempo_metrics_generator"
+    PROMETHEUS = "prometheus"
+
+
+SEED_NAME_NOTE = "(Seed name kept: users' binaries already emit it; {why}.)"
+
+# Latency-style buckets in seconds, from 5 ms to 10 min: training iterations, checkpoints, loads.
+DURATION_BUCKETS: tuple[float, ...] = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+)
+# Request latency buckets in seconds for online inference (p99 alert threshold at 100 ms).
+INFERENCE_BUCKETS: tuple[float, ...] = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5,
+)
+# Whole training jobs: minutes to a day.
+JOB_DURATION_BUCKETS: tuple[float, ...] = (
+    60.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0, 86400.0,
+)
+# Prediction confidence is a ratio in [0, 1].
+CONFIDENCE_BUCKETS: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric family as it appears on a `/metrics` page."""
+
+    name: str
+    type: MetricType
+    unit: str
+    help: str
+    labels: tuple[str, ...]
+    producer: Producer
+    buckets: tuple[float, ...] = ()
+
+    @property
+    def series_names(self) -> tuple[str, ...]:
+        """The sample names Prometheus stores for this family."""
+        if self.type is MetricType.HISTOGRAM:
+            return (f"{self.name}_bucket", f"{self.name}_sum", f"{self.name}_count")
+        return (self.name,)
+
+    @property
+    def bucket(self) -> str:
+        """The `_bucket` series of a histogram (for `histogram_quantile`)."""
+        if self.type is not MetricType.HISTOGRAM:
+            raise TypeError(f"{self.name} is a {self.type.value}, not a histogram")
+        return f"{self.name}_bucket"
+
+    @property
+    def count(self) -> str:
+        if self.type is not MetricType.HISTOGRAM:
+            raise TypeError(f"{self.name} is a {self.type.value}, not a histogram")
+        return f"{self.name}_count"
+
+    @property
+    def sum(self) -> str:
+        if self.type is not MetricType.HISTOGRAM:
+            raise TypeError(f"{self.name} is a {self.type.value}, not a histogram")
+        return f"{self.name}_sum"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+# Label sets shared by many families.
+JOB = ("model_type", "job_id")
+FOLD = ("model_type", "job_id", "fold")
+GPU = ("node", "gpu_id", "uuid", "gpu_name")
+
+_T = Producer.TRAINING_JOB
+_G = Producer.GPU_POLLER
+_S = Producer.ML_SERVICE
+_M = Producer.TEMPO_METRICS_GENERATOR
+
+# --- A. Training progress (seed 001) -------------------------------------------------------
+TRAINING_LOSS = Metric("ml_training_loss", MetricType.GAUGE, "", "Training loss of the latest epoch.", JOB, _T)
+TRAINING_VALIDATION_LOSS = Metric(
+    "ml_training_validation_loss", MetricType.GAUGE, "", "Validation loss of the latest epoch.", JOB, _T
+)
+TRAINING_CURRENT_EPOCH = Metric(
+    "ml_training_current_epoch", MetricType.GAUGE, "", "Current training epoch number.", JOB, _T
+)
+TRAINING_PROGRESS_PERCENT = Metric(
+    "ml_training_progress_percent", MetricType.GAUGE, "percent",
+    "Training progress from 0 to 100. "
+    + SEED_NAME_NOTE.format(why="a percentage, not the base-unit ratio 0-1"),
+    JOB, _T,
+)
+TRAINING_EPOCHS_PER_SECOND = Metric(
+    "ml_training_epochs_per_second", MetricType.GAUGE, "epochs/s", "Training speed in epochs per second.", JOB, _T
+)
+TRAINING_ITERATION_SECONDS = Metric(
+    "ml_training_iteration_seconds", MetricType.HISTOGRAM, "seconds",
+    "Duration of one training iteration.", JOB, _T, DURATION_BUCKETS,
+)
+TRAINING_CONVERGENCE_RATE = Metric(
+    "ml_training_convergence_rate", MetricType.GAUGE, "",
+    "Change of the training loss per epoch (negative means improving).", JOB, _T,
+)
+
+# --- B. NaN detection and training errors ---------------------------------------------------
+TRAINING_NAN_COUNT = Metric(
+    "ml_training_nan_count", MetricType.COUNTER, "",
+    "NaN values detected, by tensor type (loss, gradient, activation). "
+    + SEED_NAME_NOTE.format(why="a counter without the `_total` suffix"),
+    (*JOB, "tensor_type"), _T,
+)
+TRAINING_GRADIENT_EXPLOSION_TOTAL = Metric(
+    "ml_training_gradient_explosion_total", MetricType.COUNTER, "", "Gradient explosion events.", JOB, _T
+)
+TRAINING_FAILURES_TOTAL = Metric(
+    "ml_training_failures_total", MetricType.COUNTER, "",
+    "Training failures by error type (nan, oom, timeout, config).", ("model_type", "error_type"), _T,
+)
+
+# --- C. GPU monitoring (seed 001 names; emitted by the NVML poller) -------------------------
+GPU_UTILIZATION_PERCENT = Metric(
+    "ml_gpu_utilization_percent", MetricType.GAUGE, "percent",
+    "Percent of time over the last sample period during which a kernel ran on the GPU (0-100). "
+    + SEED_NAME_NOTE.format(why="a percentage, not a ratio"),
+    GPU, _G,
+)
+GPU_MEMORY_UTILIZATION_PERCENT = Metric(
+    "ml_gpu_memory_utilization_percent", MetricType.GAUGE, "percent",
+    "Percent of time over the last sample period during which device memory was read or written "
+    "(0-100), as NVML reports it; named like its seed sibling ml_gpu_utilization_percent.",
+    GPU, _G,
+)
+GPU_MEMORY_USED_BYTES = Metric("ml_gpu_memory_used_bytes", MetricType.GAUGE, "bytes", "GPU memory used.", GPU, _G)
+GPU_MEMORY_TOTAL_BYTES = Metric(
+    "ml_gpu_memory_total_bytes", MetricType.GAUGE, "bytes", "Total GPU memory.", GPU, _G
+)
+GPU_TEMPERATURE_CELSIUS = Metric(
+    "ml_gpu_temperature_celsius", MetricType.GAUGE, "celsius", "GPU core temperature.", GPU, _G
+)
+GPU_POWER_WATTS = Metric("ml_gpu_power_watts", MetricType.GAUGE, "watts", "GPU power draw.", GPU, _G)
+GPU_POWER_LIMIT_WATTS = Metric(
+    "ml_gpu_power_limit_watts", MetricType.GAUGE, "watts", "Enforced GPU power limit.", GPU, _G
+)
+GPU_SM_CLOCK_HERTZ = Metric("ml_gpu_sm_clock_hertz", MetricType.GAUGE, "hertz", "Current SM clock.", GPU, _G)
+GPU_MEMORY_CLOCK_HERTZ = Metric(
+    "ml_gpu_memory_clock_hertz", MetricType.GAUGE, "hertz", "Current memory clock.", GPU, _G
+)
+GPU_CLOCK_THROTTLE_ACTIVE = Metric(
+    "ml_gpu_clock_throttle_active", MetricType.GAUGE, "",
+    "1 while the named clock-throttle (event) reason is active, else 0.", (*GPU, "reason"), _G,
+)
+GPU_ECC_ERRORS_TOTAL = Metric(
+    "ml_gpu_ecc_errors_total", MetricType.COUNTER, "",
+    "ECC errors since the driver loaded (volatile), by ecc_type corrected or uncorrected.",
+    (*GPU, "ecc_type"), _G,
+)
+GPU_XID_ERRORS_TOTAL = Metric(
+    "ml_gpu_xid_errors_total", MetricType.COUNTER, "",
+    "XID error events seen by the poller since it started, by XID code.", (*GPU, "xid"), _G,
+)
+GPU_ERRORS_TOTAL = Metric(
+    "ml_gpu_errors_total", MetricType.COUNTER, "",
+    "GPU hardware errors by error type (xid, ecc_uncorrected, gpu_lost).", (*GPU, "error_type"), _G,
+)
+GPU_DRIVER_INFO = Metric(
+    "ml_gpu_driver_info", MetricType.INFO, "",
+    "NVML and driver versions on the node (value always 1).",
+    ("node", "driver_version", "nvml_version", "cuda_driver_version"), _G,
+)
+GPU_POLLER_NVML_UP = Metric(
+    "ml_gpu_poller_nvml_up", MetricType.GAUGE, "",
+    "1 when the last collection reached NVML, 0 when NVML is missing or failing.", ("node",), _G,
+)
+GPU_POLLER_COLLECTION_DURATION_SECONDS = Metric(
+    "ml_gpu_poller_collection_duration_seconds", MetricType.GAUGE, "seconds",
+    "Wall time of the last NVML collection pass.", ("node",), _G,
+)
+GPU_POLLER_COLLECTION_FAILURES_TOTAL = Metric(
+    "ml_gpu_poller_collection_failures_total", MetricType.COUNTER, "",
+    "Failed NVML calls or passes by reason (init, gpu_lost, query, event).", ("node", "reason"), _G,
+)
+GPU_POLLER_DEVICES = Metric(
+    "ml_gpu_poller_devices", MetricType.GAUGE, "", "GPUs reported by the last collection.", ("node",), _G
+)
+
+# --- D. Checkpoints ---------------------------------------------------------------------------
+CHECKPOINT_SAVES_TOTAL = Metric(
+    "ml_checkpoint_saves_total", MetricType.COUNTER, "", "Successful checkpoint saves.", JOB, _T
+)
+CHECKPOINT_SAVE_FAILURES_TOTAL = Metric(
+    "ml_checkpoint_save_failures_total", MetricType.COUNTER, "", "Checkpoint save failures by error type.",
+    (*JOB, "error_type"), _T,
+)
+CHECKPOINT_SAVE_DURATION_SECONDS = Metric(
+    "ml_checkpoint_save_duration_seconds", MetricType.HISTOGRAM, "seconds", "Checkpoint save duration.",
+    ("model_type",), _T, DURATION_BUCKETS,
+)
+CHECKPOINT_SIZE_BYTES = Metric(
+    "ml_checkpoint_size_bytes", MetricType.GAUGE, "bytes", "Size of the latest checkpoint.", JOB, _T
+)
+
+# --- E. Model performance ---------------------------------------------------------------------
+MODEL_ACCURACY = Metric(
+    "ml_model_accuracy", MetricType.GAUGE, "ratio", "Model accuracy (0-1) on the validation set.", JOB, _T
+)
+MODEL_F1_SCORE = Metric("ml_model_f1_score", MetricType.GAUGE, "ratio", "F1 score (0-1).", JOB, _T)
+MODEL_PRECISION = Metric("ml_model_precision", MetricType.GAUGE, "ratio", "Precision (0-1).", JOB, _T)
+MODEL_RECALL = Metric("ml_model_recall", MetricType.GAUGE, "ratio", "Recall (0-1).", JOB, _T)
+
+# --- F. Resource usage ------------------------------------------------------------------------
+TRAINING_MEMORY_USED_BYTES = Metric(
+    "ml_training_memory_used_bytes", MetricType.GAUGE, "bytes", "System memory used by the training job.", JOB, _T
+)
+TRAINING_CPU_USAGE_PERCENT = Metric(
+    "ml_training_cpu_usage_percent", MetricType.GAUGE, "percent",
+    "CPU usage of the training job (100 = one core). "
+    + SEED_NAME_NOTE.format(why="a percentage, not CPU seconds"),
+    JOB, _T,
+)
+TRAINING_ACTIVE_WORKERS = Metric(
+    "ml_training_active_workers", MetricType.GAUGE, "", "Active training workers.", ("model_type",), _T
+)
+
+# --- G. Data pipeline -------------------------------------------------------------------------
+TRAINING_DATA_BATCHES_TOTAL = Metric(
+    "ml_training_data_batches_total", MetricType.COUNTER, "", "Data batches processed.", JOB, _T
+)
+TRAINING_DATA_LOADING_SECONDS = Metric(
+    "ml_training_data_loading_seconds", MetricType.HISTOGRAM, "seconds", "Data loading duration.",
+    ("model_type",), _T, DURATION_BUCKETS,
+)
+FEATURE_ENGINEERING_ERRORS_TOTAL = Metric(
+    "ml_feature_engineering_errors_total", MetricType.COUNTER, "", "Feature engineering errors.",
+    ("model_type", "error_type"), _T,
+)
+
+# --- H. Job lifecycle -------------------------------------------------------------------------
+TRAINING_JOBS_BY_STATUS = Metric(
+    "ml_training_jobs_by_status", MetricType.GAUGE, "",
+    "Training jobs by status (pending, running, completed, failed, stopped, paused).", ("status",), _T,
+)
+TRAINING_JOB_DURATION_SECONDS = Metric(
+    "ml_training_job_duration_seconds", MetricType.HISTOGRAM, "seconds", "Total training job duration.",
+    ("model_type", "status"), _T, JOB_DURATION_BUCKETS,
+)
+
+# --- Per-fold view (seed 000, component 2): one series per fold, label `fold` -----------------
+TRAINING_FOLD_LOSS = Metric(
+    "ml_training_fold_loss", MetricType.GAUGE, "", "Best training loss reached in a fold.", FOLD, _T
+)
+TRAINING_FOLD_VALIDATION_LOSS = Metric(
+    "ml_training_fold_validation_loss", MetricType.GAUGE, "", "Best validation loss reached in a fold.", FOLD, _T
+)
+TRAINING_FOLD_EPOCH = Metric(
+    "ml_training_fold_epoch", MetricType.GAUGE, "", "Epochs completed within a fold.", FOLD, _T
+)
+TRAINING_FOLD_DURATION_SECONDS = Metric(
+    "ml_training_fold_duration_seconds", MetricType.GAUGE, "seconds", "Wall time a fold took.", FOLD, _T
+)
+TRAINING_FOLDS_PLANNED = Metric(
+    "ml_training_folds_planned", MetricType.GAUGE, "", "Folds the job will run in total.", JOB, _T
+)
+TRAINING_FOLDS_COMPLETED_TOTAL = Metric(
+    "ml_training_folds_completed_total", MetricType.COUNTER, "", "Folds completed by the job.", JOB, _T
+)
+
+# --- ML services (the metrics the seed-001 alerts query) --------------------------------------
+INFERENCE_LATENCY_SECONDS = Metric(
+    "ml_inference_latency_seconds", MetricType.HISTOGRAM, "seconds", "Online inference request latency.",
+    ("service", "model_type"), _S, INFERENCE_BUCKETS,
+)
+MODEL_LOADING_FAILURES_TOTAL = Metric(
+    "ml_model_loading_failures_total", MetricType.COUNTER, "", "Model loading failures by error type.",
+    ("service", "model_type", "error_type"), _S,
+)
+MODEL_CACHE_HITS_TOTAL = Metric(
+    "ml_model_cache_hits_total", MetricType.COUNTER, "", "Model cache hits.", ("service", "model_type"), _S
+)
+MODEL_CACHE_MISSES_TOTAL = Metric(
+    "ml_model_cache_misses_total", MetricType.COUNTER, "", "Model cache misses.", ("service", "model_type"), _S
+)
+MODEL_DRIFT_SCORE = Metric(
+    "ml_model_drift_score", MetricType.GAUGE, "", "Model drift score (0 = no drift).", ("service", "model_type"), _S
+)
+FEATURE_DISTRIBUTION_DISTANCE = Metric(
+    "ml_feature_distribution_distance", MetricType.GAUGE, "",
+    "Distance between the live and the training distribution of a feature.",
+    ("service", "model_type", "feature"), _S,
+)
+PREDICTION_CONFIDENCE = Metric(
+    "ml_prediction_confidence", MetricType.HISTOGRAM, "ratio", "Confidence (0-1) of served predictions.",
+    ("service", "model_type"), _S, CONFIDENCE_BUCKETS,
+)
+TRAINING_DATA_LAST_UPDATE_TIMESTAMP_SECONDS = Metric(
+    "ml_training_data_last_update_timestamp_seconds", MetricType.GAUGE, "seconds",
+    "Unix time of the latest update of a training data set.", ("dataset",), _S,
+)
+FEATURE_EXTRACTION_DURATION_SECONDS = Metric(
+    "ml_feature_extraction_duration_seconds", MetricType.HISTOGRAM, "seconds", "Feature extraction latency.",
+    ("service", "model_type"), _S, DURATION_BUCKETS,
+)
+S3_ERRORS_TOTAL = Metric(
+    "ml_s3_errors_total", MetricType.COUNTER, "", "S3 request errors by operation and error type.",
+    ("service", "operation", "error_type"), _S,
+)
+MODEL_STORAGE_USED_BYTES = Metric(
+    "ml_model_storage_used_bytes", MetricType.GAUGE, "bytes", "Bytes used on model storage.",
+    ("service", "volume"), _S,
+)
+MODEL_STORAGE_CAPACITY_BYTES = Metric(
+    "ml_model_storage_capacity_bytes", MetricType.GAUGE, "bytes", "Capacity of model storage.",
+    ("service", "volume"), _S,
+)
+
+# --- Scrape health (produced by Prometheus itself for every target) ---------------------------
+UP = Metric(
+    "up", MetricType.GAUGE, "", "1 if the last scrape of the target succeeded, else 0.",
+    ("job", "instance", "namespace", "pod", "service"), Producer.PROMETHEUS,
+)
+
+# --- Tempo metrics generator (span metrics and service graphs) --------------------------------
+SPANMETRICS_CALLS_TOTAL = Metric(
+    "traces_spanmetrics_calls_total", MetricType.COUNTER, "", "Spans received, by service and status.",
+    ("service", "span_name", "span_kind", "status_code"), _M,
+)
+SPANMETRICS_LATENCY = Metric(
+    "traces_spanmetrics_latency", MetricType.HISTOGRAM, "seconds", "Span duration.",
+    ("service", "span_name", "span_kind", "status_code"), _M, DURATION_BUCKETS,
+)
+SERVICE_GRAPH_REQUEST_TOTAL = Metric(
+    "traces_service_graph_request_total", MetricType.COUNTER, "", "Requests between two services.",
+    ("client", "server", "connection_type"), _M,
+)
+SERVICE_GRAPH_REQUEST_FAILED_TOTAL = Metric(
+    "traces_service_graph_request_failed_total", MetricType.COUNTER, "", "Failed requests between two services.",
+    ("client", "server", "connection_type"), _M,
+)
+SERVICE_GRAPH_REQUEST_SERVER_SECONDS = Metric(
+    "traces_service_graph_request_server_seconds", MetricType.HISTOGRAM, "seconds",
+    "Server-side duration of requests between two services.", ("client", "server", "connection_type"), _M,
+    DURATION_BUCKETS,
+)
+
+ALL_METRICS: tuple[Metric, ...] = tuple(v for v in dict(globals()).values() if isinstance(v, Metric))
+
+# The 32 distinct metric names listed in seed 001 (its "35+" counts three error metrics twice).
+SEED_001_METRIC_NAMES: frozenset[str] = frozenset(
+    m.name
+    for m in (
+        TRAINING_LOSS, TRAINING_VALIDATION_LOSS, TRAINING_CURRENT_EPOCH, TRAINING_PROGRESS_PERCENT,
+        TRAINING_EPOCHS_PER_SECOND, TRAINING_ITERATION_SECONDS, TRAINING_CONVERGENCE_RATE,
+        TRAINING_NAN_COUNT, TRAINING_GRADIENT_EXPLOSION_TOTAL, TRAINING_FAILURES_TOTAL,
+        GPU_UTILIZATION_PERCENT, GPU_MEMORY_USED_BYTES, GPU_MEMORY_TOTAL_BYTES, GPU_TEMPERATURE_CELSIUS,
+        GPU_POWER_WATTS, GPU_ERRORS_TOTAL,
+        CHECKPOINT_SAVES_TOTAL, CHECKPOINT_SAVE_FAILURES_TOTAL, CHECKPOINT_SAVE_DURATION_SECONDS,
+        CHECKPOINT_SIZE_BYTES,
+        MODEL_ACCURACY, MODEL_F1_SCORE, MODEL_PRECISION, MODEL_RECALL,
+        TRAINING_MEMORY_USED_BYTES, TRAINING_CPU_USAGE_PERCENT, TRAINING_ACTIVE_WORKERS,
+        TRAINING_DATA_BATCHES_TOTAL, TRAINING_DATA_LOADING_SECONDS, FEATURE_ENGINEERING_ERRORS_TOTAL,
+        TRAINING_JOBS_BY_STATUS, TRAINING_JOB_DURATION_SECONDS,
+    )
+)
+
+_BY_NAME: dict[str, Metric] = {m.name: m for m in ALL_METRICS}
+_BY_SERIES: dict[str, Metric] = {s: m for m in ALL_METRICS for s in m.series_names}
+
+
+def by_name(name: str) -> Metric:
+    """The family named `name`; also accepts a histogram's `_bucket`/`_sum`/`_count` series."""
+    try:
+        return _BY_NAME.get(name) or _BY_SERIES[name]
+    except KeyError:
+        raise KeyError(f"metric {name!r} is not in the catalog (observability/catalog.py)") from None
+
+
+def by_producer(producer: Producer) -> tuple[Metric, ...]:
+    return tuple(m for m in ALL_METRICS if m.producer is producer)

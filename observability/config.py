@@ -1,0 +1,41 @@
+"""All settings that rules, dashboards, datasources and scrape configuration share, in one object.
+
+Like the `_config` of the kubernetes-mixin: the Pulumi program maps the typed stack settings
+(`infra/settings.py`) into one `ObservabilityConfig`; every generator takes it and nothing else,
+so a generator never reads stack config itself and tests can build any variant in one line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class DatasourceUids:
+    """Fixed Grafana datasource UIDs: dashboards and cross-links refer to these."""
+
+    prometheus: str = "prometheus"
+    loki: str = "loki"
+    tempo: str = "tempo"
+
+
+@dataclass(frozen=True)
+class ObservabilityConfig:
+    environment: str = "dev"
+    # How often Prometheus scrapes targets and evaluates rules; alert `for` durations are
+    # derived from these so critical failures are detected within `critical_detection_seconds`.
+    scrape_interval_seconds: int = 15
+    evaluation_interval_seconds: int = 15
+    critical_detection_seconds: int = 30
+    # Where each alert's `runbook_url` points (a section anchor is appended).
+    runbook_base_url: str = "https://github.com/foxhunt/foxhunt-observability/blob/main/docs/runbooks.md"
+    # Value of the `service` target label (set by scrape discovery from the pod label
+    # `app.kubernetes.io/name`) for the things alerts and dashboards single out.
+    training_service: str = "ml-training-service"
+    training_job_service: str = "training-job"
+    gpu_poller_service: str = "gpu-poller"
+    # The platform services whose scrape targets the infra cockpit shows.
+    platform_services: tuple[str, ...] = ()
+    datasource_uids: DatasourceUids = DatasourceUids()
+    # Grafana folder the dashboards are provisioned into.
+    grafana_folder: str = "ML Platform"
