@@ -1,0 +1,1 @@
+"""The Pulumi program: typed settings, components, and the offline renderer."""

@@ -1,0 +1,11 @@
+"""Offline checks run after every render (schema validation, policies, promtool)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from infra.render import RenderResult
+
+ALL_CHECKS: list[tuple[str, Callable[[RenderResult], list[str]]]] = []
