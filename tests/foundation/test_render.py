@@ -1,0 +1,104 @@
+"""The offline render: every stack renders under the mock engine, deterministically; bad input
+exits non-zero, says what is wrong, and writes nothing."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from infra import render
+
+STACKS = ["dev", "staging", "prod"]
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()
+    }
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "infra.render", *args], cwd=render.REPO_ROOT, capture_output=True, text=True, timeout=300
+    )
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_stack_renders_every_kind_of_output(stack: str, tmp_path: Path) -> None:
+    result = render.render_stack(stack)
+    assert result.run.resources, "the program registered nothing"
+    assert result.manifests
+    for name, manifest in result.manifests.items():
+        assert name.startswith("kubernetes/") and name.endswith(".yaml")
+        kind_part, namespace, _ = Path(name).stem.split("_", 2)
+        assert manifest["kind"].lower() in kind_part
+        assert manifest["metadata"]["namespace"] == namespace
+    target = render.write_rendered(result, tmp_path)
+    written = {str(p.relative_to(target)) for p in target.rglob("*") if p.is_file()}
+    assert written == set(result.files)
+
+
+def test_render_is_byte_identical_across_processes(tmp_path: Path) -> None:
+    digests = []
+    for attempt in ("a", "b"):
+        out = tmp_path / attempt
+        for stack in STACKS:
+            proc = run_cli("--stack", stack, "--out", str(out), "--no-check")
+            assert proc.returncode == 0, proc.stderr
+        digests.append(tree_digest(out))
+    assert digests[0] == digests[1]
+    assert len(digests[0]) > 3
+
+
+def test_cli_prints_a_summary(tmp_path: Path) -> None:
+    proc = run_cli("--stack", "dev", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert "stack dev:" in proc.stdout and "Kubernetes objects" in proc.stdout
+    assert "files written to" in proc.stdout and "rendered in" in proc.stdout
+
+
+def test_unknown_stack_fails_and_writes_nothing(tmp_path: Path) -> None:
+    proc = run_cli("--stack", "qa", "--out", str(tmp_path / "out"))
+    assert proc.returncode == 2
+    assert "unknown stack 'qa'" in proc.stderr and "dev, prod, staging" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_bad_config_fails_before_any_resource_and_writes_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    root.mkdir()
+    text = (render.REPO_ROOT / "Pulumi.dev.yaml").read_text().replace("mode: annotations", "mode: telepathy")
+    (root / "Pulumi.broken.yaml").write_text(text)
+    with pytest.raises(render.SettingsError, match=r"scrape.mode = 'telepathy'"):
+        render.render_stack("broken", root=root)
+    # and through the CLI: a stack file with bad config exits non-zero and leaves no output
+    broken = render.REPO_ROOT / "Pulumi.broken-test.yaml"
+    broken.write_text(text)
+    try:
+        proc = run_cli("--stack", "broken-test", "--out", str(tmp_path / "out"))
+    finally:
+        broken.unlink()
+    assert proc.returncode == 2
+    assert "scrape.mode = 'telepathy': expected one of 'annotations', 'operator'" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_rerender_replaces_stale_files(tmp_path: Path) -> None:
+    result = render.render_stack("dev")
+    target = render.write_rendered(result, tmp_path)
+    (target / "stale.yaml").write_text("old")
+    render.write_rendered(result, tmp_path)
+    assert not (target / "stale.yaml").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "staging dir left behind"
+
+
+def test_mock_engine_restores_integers() -> None:
+    assert render.kubernetes_manifest is not None
+    from infra.mock_engine import normalize
+
+    assert normalize({"a": [1.0, 2.5, {"b": 3.0}]}) == {"a": [1, 2.5, {"b": 3}]}
+    assert isinstance(normalize(9400.0), int)

@@ -1,0 +1,137 @@
+"""Typed settings: every stack loads; every bad config fails early with a message naming the key,
+the value and what is expected; credentials only as Pulumi secrets."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+import yaml
+
+from infra import render
+from infra.settings import ImageBuild, PinnedImage, SettingsError
+
+
+def stack_entries(stack: str) -> dict[str, Any]:
+    document = yaml.safe_load((render.REPO_ROOT / f"Pulumi.{stack}.yaml").read_text())
+    return {k.split(":", 1)[1]: v for k, v in document["config"].items()}
+
+
+def load(stack: str = "dev", **overrides: Any) -> Any:
+    return render.validate_stack(render.read_stack_config(stack, overrides=overrides))
+
+
+def mutated(key: str, path: list[Any], value: Any, stack: str = "dev") -> dict[str, Any]:
+    """The stack's value for `key` with the element at `path` replaced by `value`."""
+    entry = copy.deepcopy(stack_entries(stack)[key])
+    node = entry
+    for step in path[:-1]:
+        node = node[step]
+    node[path[-1]] = value
+    return {key: entry}
+
+
+@pytest.mark.parametrize("stack", ["dev", "staging", "prod"])
+def test_every_stack_loads(stack: str) -> None:
+    settings = load(stack)
+    assert settings.stack == stack and settings.environment == stack
+    assert len(settings.services) == 8
+    assert len({s.name for s in settings.services}) == 8
+    cfg = settings.observability_config()
+    assert cfg.platform_services == tuple(s.name for s in settings.services)
+    assert cfg.scrape_interval_seconds == settings.scrape.interval_seconds
+
+
+def test_stacks_really_differ() -> None:
+    dev, staging, prod = (load(s) for s in ("dev", "staging", "prod"))
+    assert len({dev.namespaces.monitoring, staging.namespaces.monitoring, prod.namespaces.monitoring}) == 3
+    assert dev.scrape.mode == "annotations" and prod.scrape.mode == "operator"
+    assert isinstance(dev.poller.image, ImageBuild) and isinstance(prod.poller.image, PinnedImage)
+    assert prod.training_job.gpu_count > dev.training_job.gpu_count
+    assert len({dev.kubernetes_version, staging.kubernetes_version, prod.kubernetes_version}) == 3
+    assert dev.endpoints.tempo_otlp_grpc == "http://tempo.monitoring-dev.svc.cluster.local:4317"
+
+
+def test_settings_are_immutable() -> None:
+    settings = load()
+    with pytest.raises(AttributeError):
+        settings.environment = "prod"
+
+
+BAD_CONFIGS = [
+    # (case id, overrides, fragment of the expected message)
+    ("otlp-not-a-url", mutated("endpoints", ["tempoOtlpGrpc"], "tempo:4317"), "endpoints.tempoOtlpGrpc = 'tempo:4317': expected a URL"),
+    ("loki-bad-scheme", mutated("endpoints", ["loki"], "ftp://loki:3100"), "endpoints.loki = 'ftp://loki:3100': expected a URL with scheme http or https"),
+    ("port-zero", mutated("services", [0, "port"], 0), "services[0].port = 0: expected a whole number from 1 to 65535"),
+    ("port-too-big", mutated("poller", ["port"], 70000), "poller.port = 70000: expected a whole number from 1 to 65535"),
+    ("port-not-a-number", mutated("services", [2, "port"], "http"), "services[2].port = 'http': expected a whole number"),
+    ("poll-interval-zero", mutated("poller", ["minIntervalSeconds"], 0), "poller.minIntervalSeconds = 0: expected a number above 0"),
+    ("unknown-scrape-mode", mutated("scrape", ["mode"], "servicemonitor"), "scrape.mode = 'servicemonitor': expected one of 'annotations', 'operator'"),
+    ("duplicate-service", mutated("services", [1, "name"], "api-gateway"), "services[1].name = 'api-gateway': expected a unique service name"),
+    ("path-without-slash", mutated("services", [0, "path"], "metrics"), "services[0].path = 'metrics': expected an HTTP path starting with '/'"),
+    ("bad-namespace", mutated("namespaces", ["training"], "Training_NS"), "namespaces.training = 'Training_NS': expected a DNS-1123 label"),
+    ("unknown-environment", {"environment": "qa"}, "environment = 'qa': expected one of 'dev', 'staging', 'prod'"),
+    ("unsupported-kubernetes", {"kubernetesVersion": "1.19.0"}, "kubernetesVersion = '1.19.0': expected a version 1.27.x to 1.37.x"),
+    ("image-not-by-digest", mutated("trainingJob", ["image"], "registry.foxhunt.internal/ml/train:latest"), "trainingJob.image = 'registry.foxhunt.internal/ml/train:latest': expected an image reference pinned by digest"),
+    ("scrape-too-slow-for-30s", mutated("scrape", ["intervalSeconds"], 60), "scrape.intervalSeconds = 60: expected at most 15"),
+    ("unknown-key", {"grafanaUrl": "http://grafana"}, "grafanaUrl is not a known setting"),
+    ("typo-in-nested-key", mutated("poller", ["minIntervalSecs"], 5), "poller.minIntervalSecs is not a known setting"),
+    ("services-empty", {"services": []}, "services = []: expected a non-empty list"),
+    ("gpu-count-zero", mutated("trainingJob", ["gpuCount"], 0), "trainingJob.gpuCount = 0: expected a whole number from 1 to 16"),
+    ("bad-quantity", mutated("poller", ["resources", "memoryLimit"], "lots"), "poller.resources.memoryLimit = 'lots': expected a Kubernetes quantity"),
+    ("plaintext-webhook", {"alertPageWebhookUrl": "https://hooks.example.invalid/T0/B0/x"}, "alertPageWebhookUrl is a credential given in plaintext"),
+    ("password-in-url", mutated("endpoints", ["loki"], "http://admin:foxhunt123@loki:3100"), "no credentials in a URL"),
+    ("credential-in-nested-key", mutated("poller", ["image", "password"], "hunter2"), "poller.image.password looks like a credential given in plaintext"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("overrides", "message"), [c[1:] for c in BAD_CONFIGS], ids=[c[0] for c in BAD_CONFIGS])
+def test_bad_config_is_rejected_with_a_clear_message(overrides: dict[str, Any], message: str) -> None:
+    with pytest.raises(SettingsError) as caught:
+        load(**overrides)
+    assert any(message in p for p in caught.value.problems), caught.value.problems
+    assert "Pulumi.dev.yaml" in str(caught.value)
+    assert "foxhunt123" not in str(caught.value), "an error message must not echo a credential"
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    overrides = {
+        **mutated("endpoints", ["tempoOtlpGrpc"], "nope"),
+        **mutated("scrape", ["mode"], "magic"),
+        "environment": "qa",
+    }
+    with pytest.raises(SettingsError) as caught:
+        load(**overrides)
+    assert len(caught.value.problems) == 3, caught.value.problems
+
+
+def test_missing_required_secret_names_the_command_to_set_it() -> None:
+    config = render.read_stack_config("dev")
+    values = {k: v for k, v in config.values.items() if k != "alertChatWebhookUrl"}
+    source = render.DictConfigSource("dev", values, config.secret_keys)
+    with pytest.raises(SettingsError, match=r"pulumi config set --secret alertChatWebhookUrl"):
+        render.load_settings(source, values.get)
+
+
+def test_secure_values_are_secrets_and_never_plaintext() -> None:
+    config = render.read_stack_config("dev", overrides={"alertPageWebhookUrl": {"secure": "v1:abc"}})
+    assert "alertPageWebhookUrl" in config.secret_keys
+    assert config.values["alertPageWebhookUrl"].startswith("https://alerts.invalid/")
+    load(alertPageWebhookUrl={"secure": "v1:abc"})
+
+
+def test_pinned_poller_image_needs_no_registry_password() -> None:
+    prod = load("prod")
+    assert isinstance(prod.poller.image, PinnedImage)
+    assert prod.poller.image.ref.startswith("registry.foxhunt.internal/observability/gpu-poller@sha256:")
+    bad = mutated("poller", ["image"], {"digest": "registry.foxhunt.internal/x:1.0"}, stack="prod")
+    with pytest.raises(SettingsError, match=r"poller.image.digest .*pinned by digest"):
+        load("prod", **bad)
+
+
+def test_objects_reach_the_program_as_json_like_the_cli_passes_them() -> None:
+    config = render.read_stack_config("dev")
+    assert json.loads(config.values["services"])[0]["name"] == "api-gateway"
+    assert config.pulumi_config()["foxhunt-observability:environment"] == "dev"
