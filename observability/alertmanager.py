@@ -1,0 +1,236 @@
+"""Alertmanager routing for the stack: who hears about which alert, and what silences what.
+
+- critical pages; high and warning go to chat; info goes to a low-priority receiver; anything
+  without a known severity falls back to chat, so no alert is ever dropped.
+- Inhibition: a critical alert silences the warnings it explains on the same GPU, and
+  MLTrainingServiceDown silences the alerts its outage causes.
+
+Receiver URLs are credentials: they arrive as `ReceiverUrls` (plain strings the infra side unwraps
+from Pulumi secrets inside `Output.apply`) and never appear in the repository.
+
+Two shapes of the same tree:
+- `alertmanager_config(cfg, receivers)`: classic `alertmanager.yml` (the config Secret).
+- `alertmanager_config_crd_spec(cfg, receivers)`: `spec` of a `monitoring.coreos.com/v1alpha1`
+  AlertmanagerConfig (operator mode). Give `url_secret` to reference the URLs from a Secret
+  (`receiver_secret_data`) instead of writing them into the custom resource. The operator adds a
+  `namespace="<the CR's namespace>"` matcher to a namespaced AlertmanagerConfig; alerts here come
+  from several namespaces (and `absent()` has none), so select it as the Alertmanager's global
+  configuration (`spec.alertmanagerConfiguration.name`), where that matcher is not added.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+
+from observability.config import ObservabilityConfig
+from observability.rules import alert_rules
+from observability.rules.model import Severity
+from observability.rules.promql import duration
+
+PAGE = "page"
+CHAT = "chat"
+LOW_PRIORITY = "low-priority"
+RECEIVERS: tuple[str, ...] = (PAGE, CHAT, LOW_PRIORITY)
+
+# One notification per alert name and the place it happened (GPU alerts of one node together).
+GROUP_BY: tuple[str, ...] = ("alertname", "namespace", "service", "node", "model_type")
+
+
+@dataclass(frozen=True)
+class ReceiverUrls:
+    """Webhook URLs of the three receivers (secret values: never logged, never committed)."""
+
+    page: str
+    chat: str
+    low_priority: str
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            parts = urlsplit(value) if isinstance(value, str) else None
+            valid = parts is not None and parts.scheme in ("http", "https") and bool(parts.netloc)
+            if not valid or any(c.isspace() for c in value):
+                # Never echo the value: it is a credential.
+                raise ValueError(f"ReceiverUrls.{f.name} must be an http(s) URL with a host")
+
+    def url_for(self, receiver: str) -> str:
+        return {PAGE: self.page, CHAT: self.chat, LOW_PRIORITY: self.low_priority}[receiver]
+
+
+@dataclass(frozen=True)
+class SeverityRoute:
+    """A child route: alerts of these severities go to `receiver` with these timings."""
+
+    receiver: str
+    severities: tuple[Severity, ...]
+    group_wait_seconds: int
+    group_interval_seconds: int
+    repeat_interval_seconds: int
+
+
+# Pages must not wait: critical alerts already fire within the detection budget, and group_wait
+# adds to it. Info waits long and repeats daily: it is for business hours.
+ROUTES: tuple[SeverityRoute, ...] = (
+    SeverityRoute(PAGE, (Severity.CRITICAL,), 10, 60, 3600),
+    SeverityRoute(CHAT, (Severity.HIGH, Severity.WARNING), 30, 300, 4 * 3600),
+    SeverityRoute(LOW_PRIORITY, (Severity.INFO,), 300, 1800, 24 * 3600),
+)
+DEFAULT_ROUTE = SeverityRoute(CHAT, (), 30, 300, 4 * 3600)
+
+
+@dataclass(frozen=True)
+class Inhibition:
+    """While a `sources` alert fires, matching `targets` alerts with equal `equal` labels are muted."""
+
+    sources: tuple[str, ...]
+    targets: tuple[str, ...]
+    equal: tuple[str, ...]
+    reason: str
+
+
+INHIBITIONS: tuple[Inhibition, ...] = (
+    Inhibition(
+        sources=("GPUMemoryExhausted",),
+        targets=("GPUMemoryUsageHigh",),
+        equal=("node", "gpu_id"),
+        reason="Memory above 95% is also above 90%: the critical alert says it all for that GPU.",
+    ),
+    Inhibition(
+        sources=("GPUErrorsDetected",),
+        targets=("GPUUtilizationLow", "GPUUtilizationCritical", "GPUMemoryUsageHigh"),
+        equal=("node", "gpu_id"),
+        reason="A GPU with hardware errors reports meaningless utilization and memory.",
+    ),
+    Inhibition(
+        sources=("MLTrainingServiceDown",),
+        targets=("TrainingSlowdown", "MLInferenceLatencyHigh", "ModelLoadingFailures", "ModelCacheMissesHigh"),
+        equal=(),
+        reason=(
+            "Without the training service, jobs stall and model loads fail or go cold; these follow from the "
+            "outage (one service per stack, so no label has to be equal)."
+        ),
+    ),
+)
+
+
+def _check_inhibitions(cfg: ObservabilityConfig) -> None:
+    known = {alert.name for alert in alert_rules(cfg)}
+    for inhibition in INHIBITIONS:
+        unknown = sorted(set(inhibition.sources + inhibition.targets) - known)
+        if unknown:
+            raise ValueError(f"inhibition refers to alerts that do not exist: {unknown}")
+
+
+def _alternation(values: Sequence[str]) -> str:
+    return values[0] if len(values) == 1 else "|".join(values)
+
+
+def _matcher_text(name: str, values: Sequence[str]) -> str:
+    op = "=" if len(values) == 1 else "=~"
+    return f'{name}{op}"{_alternation(values)}"'
+
+
+def _matcher_crd(name: str, values: Sequence[str]) -> dict[str, str]:
+    return {"name": name, "value": _alternation(values), "matchType": "=" if len(values) == 1 else "=~"}
+
+
+def _severities(route: SeverityRoute) -> list[str]:
+    return [s.value for s in route.severities]
+
+
+def alertmanager_config(cfg: ObservabilityConfig, receivers: ReceiverUrls) -> dict[str, Any]:
+    """Classic `alertmanager.yml` as a dict."""
+    _check_inhibitions(cfg)
+    return {
+        "route": {
+            "receiver": DEFAULT_ROUTE.receiver,
+            "group_by": list(GROUP_BY),
+            "group_wait": duration(DEFAULT_ROUTE.group_wait_seconds),
+            "group_interval": duration(DEFAULT_ROUTE.group_interval_seconds),
+            "repeat_interval": duration(DEFAULT_ROUTE.repeat_interval_seconds),
+            "routes": [
+                {
+                    "receiver": route.receiver,
+                    "matchers": [_matcher_text("severity", _severities(route))],
+                    "group_wait": duration(route.group_wait_seconds),
+                    "group_interval": duration(route.group_interval_seconds),
+                    "repeat_interval": duration(route.repeat_interval_seconds),
+                }
+                for route in ROUTES
+            ],
+        },
+        "inhibit_rules": [
+            {
+                "source_matchers": [_matcher_text("alertname", i.sources)],
+                "target_matchers": [_matcher_text("alertname", i.targets)],
+                **({"equal": list(i.equal)} if i.equal else {}),
+            }
+            for i in INHIBITIONS
+        ],
+        "receivers": [
+            {"name": name, "webhook_configs": [{"url": receivers.url_for(name), "send_resolved": True}]}
+            for name in RECEIVERS
+        ],
+    }
+
+
+def alertmanager_config_yaml(cfg: ObservabilityConfig, receivers: ReceiverUrls) -> str:
+    """The classic config as YAML: the `alertmanager.yaml` key of the config Secret."""
+    text: str = yaml.safe_dump(alertmanager_config(cfg, receivers), sort_keys=False, width=10_000)
+    return text
+
+
+def receiver_secret_data(receivers: ReceiverUrls) -> dict[str, str]:
+    """Secret data (key per receiver) that `alertmanager_config_crd_spec(url_secret=...)` refers to."""
+    return {name: receivers.url_for(name) for name in RECEIVERS}
+
+
+def _crd_webhook(name: str, receivers: ReceiverUrls, url_secret: str | None) -> dict[str, Any]:
+    if url_secret is None:
+        return {"url": receivers.url_for(name), "sendResolved": True}
+    return {"urlSecret": {"name": url_secret, "key": name}, "sendResolved": True}
+
+
+def alertmanager_config_crd_spec(
+    cfg: ObservabilityConfig, receivers: ReceiverUrls, *, url_secret: str | None = None
+) -> dict[str, Any]:
+    """`spec` of an AlertmanagerConfig (monitoring.coreos.com/v1alpha1) with the same tree.
+
+    With `url_secret`, receivers read their URL from that Secret (keys: `receiver_secret_data`).
+    """
+    _check_inhibitions(cfg)
+    return {
+        "route": {
+            "receiver": DEFAULT_ROUTE.receiver,
+            "groupBy": list(GROUP_BY),
+            "groupWait": duration(DEFAULT_ROUTE.group_wait_seconds),
+            "groupInterval": duration(DEFAULT_ROUTE.group_interval_seconds),
+            "repeatInterval": duration(DEFAULT_ROUTE.repeat_interval_seconds),
+            "routes": [
+                {
+                    "receiver": route.receiver,
+                    "matchers": [_matcher_crd("severity", _severities(route))],
+                    "groupWait": duration(route.group_wait_seconds),
+                    "groupInterval": duration(route.group_interval_seconds),
+                    "repeatInterval": duration(route.repeat_interval_seconds),
+                }
+                for route in ROUTES
+            ],
+        },
+        "inhibitRules": [
+            {
+                "sourceMatch": [_matcher_crd("alertname", i.sources)],
+                "targetMatch": [_matcher_crd("alertname", i.targets)],
+                **({"equal": list(i.equal)} if i.equal else {}),
+            }
+            for i in INHIBITIONS
+        ],
+        "receivers": [
+            {"name": name, "webhookConfigs": [_crd_webhook(name, receivers, url_secret)]} for name in RECEIVERS
+        ],
+    }

@@ -1,0 +1,91 @@
+"""Alert and recording rules of the ML training platform (seed 001: 22 alerts in 6 groups).
+
+Public interface:
+- `rule_groups(cfg)`: every rule group (recording groups, the dashboards' recording groups, the six
+  alert groups) as plain dicts in Prometheus rule-file shape, in a fixed order.
+- `rules_file_yaml(cfg)`: the whole rules file as YAML (what `rendered/<stack>/prometheus/rules.yaml`
+  holds and `promtool check rules` loads).
+- `alert_groups(cfg)` / `alert_rules(cfg)`: the typed alerts, for runbooks, policies and tests.
+- `ALERT_NAMES`, `ALERT_GROUP_NAMES`, `ALERTS_BY_GROUP`: names to enumerate without a config.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from observability.config import ObservabilityConfig
+from observability.rules import gpu, pipeline, quality, storage, training
+from observability.rules.detection import CRITICAL_DETECTION_ALERTS, detection_budget
+from observability.rules.model import AlertRule, RecordingRule, RunbookQuery, Severity
+from observability.rules.promql import duration
+from observability.rules.recording import RECORDING_RULES, recording_groups
+from observability.rules.render import dump_groups
+
+__all__ = [
+    "ALERTS_BY_GROUP",
+    "ALERT_GROUP_NAMES",
+    "ALERT_NAMES",
+    "CRITICAL_DETECTION_ALERTS",
+    "RECORDING_RULES",
+    "AlertRule",
+    "RecordingRule",
+    "RunbookQuery",
+    "Severity",
+    "alert_groups",
+    "alert_rules",
+    "rule_groups",
+    "rules_file_yaml",
+]
+
+_ALERT_GROUP_BUILDERS: tuple[tuple[str, Callable[[ObservabilityConfig], tuple[AlertRule, ...]]], ...] = (
+    (training.PERFORMANCE_GROUP, training.performance_alerts),
+    (training.AVAILABILITY_GROUP, training.availability_alerts),
+    (gpu.GROUP, gpu.gpu_alerts),
+    (quality.GROUP, quality.quality_alerts),
+    (pipeline.GROUP, pipeline.pipeline_alerts),
+    (storage.GROUP, storage.storage_alerts),
+)
+
+
+def alert_groups(cfg: ObservabilityConfig) -> list[tuple[str, tuple[AlertRule, ...]]]:
+    """The six alert groups of seed 001, in the seed's order, each with its alerts.
+
+    Raises ValueError when the config's intervals make the 30-second detection promise impossible.
+    """
+    detection_budget(cfg)
+    return [(name, build(cfg)) for name, build in _ALERT_GROUP_BUILDERS]
+
+
+def alert_rules(cfg: ObservabilityConfig) -> list[AlertRule]:
+    return [alert for _, alerts in alert_groups(cfg) for alert in alerts]
+
+
+def _dashboard_groups(cfg: ObservabilityConfig) -> list[dict[str, Any]]:
+    # Owned by the dashboards work (issue 5); imported late so neither module depends on the
+    # other at import time.
+    from observability.rules.dashboard_recording import dashboard_recording_groups
+
+    return list(dashboard_recording_groups(cfg))
+
+
+def rule_groups(cfg: ObservabilityConfig) -> list[dict[str, Any]]:
+    """Every rule group, recording groups first, as Prometheus rule-file dicts (fixed order)."""
+    interval = duration(cfg.evaluation_interval_seconds)
+    alerting = [
+        {"name": name, "interval": interval, "rules": [alert.to_rule(cfg) for alert in alerts]}
+        for name, alerts in alert_groups(cfg)
+    ]
+    return [*recording_groups(cfg), *_dashboard_groups(cfg), *alerting]
+
+
+def rules_file_yaml(cfg: ObservabilityConfig) -> str:
+    """The whole rules file (`groups:` ...) as YAML, byte-identical for equal configs."""
+    return dump_groups(rule_groups(cfg))
+
+
+ALERT_GROUP_NAMES: tuple[str, ...] = tuple(name for name, _ in _ALERT_GROUP_BUILDERS)
+ALERTS_BY_GROUP: dict[str, tuple[str, ...]] = {
+    name: tuple(alert.name for alert in alerts) for name, alerts in alert_groups(ObservabilityConfig())
+}
+ALERT_NAMES: tuple[str, ...] = tuple(name for names in ALERTS_BY_GROUP.values() for name in names)

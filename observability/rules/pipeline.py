@@ -1,0 +1,110 @@
+"""Group `ml_data_pipeline`: stale training data, feature engineering errors and latency."""
+
+from __future__ import annotations
+
+from observability import catalog
+from observability.config import ObservabilityConfig
+from observability.rules import recording
+from observability.rules.model import AlertRule, RunbookQuery, Severity
+from observability.rules.promql import counter_rate
+
+GROUP = "ml_data_pipeline"
+SERVICE_MODEL_LABELS = recording.SERVICE_MODEL_LABELS
+STALE_AFTER_SECONDS = 24 * 3600
+FEATURE_ERRORS_PER_SECOND = 1
+FEATURE_ERRORS_WINDOW_SECONDS = 300
+FEATURE_EXTRACTION_P95_SECONDS = 5
+
+
+def pipeline_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
+    age = recording.TRAINING_DATA_AGE_SECONDS.record
+    errors_labels = ("namespace", "model_type")
+    return (
+        AlertRule(
+            name="TrainingDataStale",
+            group=GROUP,
+            severity=Severity.WARNING,
+            expr=f"{age} > {STALE_AFTER_SECONDS}",
+            for_seconds=0,
+            summary="A training data set has not been updated in 24 hours.",
+            description=(
+                "Training data set {{ $labels.dataset }} was last updated {{ $value | humanizeDuration }} ago, "
+                "more than 24h."
+            ),
+            impact="Models retrain on old data and miss recent behaviour",
+            action=(
+                "Check the ingestion job that writes the data set",
+                "Check its upstream source for an outage",
+                "Pause scheduled retraining on the data set until it is fresh",
+            ),
+            locating_labels=("dataset",),
+            queries=(
+                RunbookQuery("Age of every data set", age),
+                RunbookQuery(
+                    "Last update time of the data set",
+                    f'{catalog.TRAINING_DATA_LAST_UPDATE_TIMESTAMP_SECONDS.name}{{dataset="<dataset>"}}',
+                ),
+            ),
+            rationale="The age only grows until the next update, so it cannot flap and needs no `for`.",
+        ),
+        AlertRule(
+            name="FeatureEngineeringErrors",
+            group=GROUP,
+            severity=Severity.WARNING,
+            expr=(
+                counter_rate(catalog.FEATURE_ENGINEERING_ERRORS_TOTAL, FEATURE_ERRORS_WINDOW_SECONDS, errors_labels)
+                + f" > {FEATURE_ERRORS_PER_SECOND}"
+            ),
+            for_seconds=300,
+            summary="Feature engineering has failed more than once per second for 5 minutes.",
+            description=(
+                "Feature engineering for {{ $labels.model_type }} (namespace {{ $labels.namespace }}) fails "
+                '{{ printf "%.2f" $value }} times per second, above 1/s for 5m.'
+            ),
+            impact="Training batches lose features or are dropped: the model learns from incomplete data",
+            action=(
+                "Read the errors by error type",
+                "Check the logs of the training job for the failing transformation",
+                "Check the raw input data for new values or a schema change",
+            ),
+            locating_labels=errors_labels,
+            queries=(
+                RunbookQuery(
+                    "Errors per second by type",
+                    f"sum by (model_type, error_type) "
+                    f"(rate({catalog.FEATURE_ENGINEERING_ERRORS_TOTAL.name}[5m]))",
+                ),
+                RunbookQuery(
+                    "Batches processed per second",
+                    f"sum by (model_type) (rate({catalog.TRAINING_DATA_BATCHES_TOTAL.name}[5m]))",
+                ),
+            ),
+        ),
+        AlertRule(
+            name="FeatureExtractionLatencyHigh",
+            group=GROUP,
+            severity=Severity.WARNING,
+            expr=f"{recording.FEATURE_EXTRACTION_P95.record} > {FEATURE_EXTRACTION_P95_SECONDS}",
+            for_seconds=300,
+            summary="Feature extraction p95 latency has been above 5 seconds for 5 minutes.",
+            description=(
+                "p95 feature extraction latency of {{ $labels.model_type }} on {{ $labels.service }} (namespace "
+                "{{ $labels.namespace }}) is {{ $value | humanizeDuration }}, above 5s for 5m."
+            ),
+            impact="Training and inference wait on features: throughput drops and requests time out",
+            action=(
+                "Check the feature store's latency and error rate",
+                "Check the request rate against capacity",
+                "Look for a slow new feature in the latest deployment",
+            ),
+            locating_labels=SERVICE_MODEL_LABELS,
+            queries=(
+                RunbookQuery("p95 per service and model", recording.FEATURE_EXTRACTION_P95.record),
+                RunbookQuery(
+                    "Extractions per second",
+                    f"sum by (service, model_type) "
+                    f"(rate({catalog.FEATURE_EXTRACTION_DURATION_SECONDS.count}[5m]))",
+                ),
+            ),
+        ),
+    )

@@ -1,0 +1,236 @@
+"""Groups `ml_training_performance` and `ml_training_availability` of seed 001."""
+
+from __future__ import annotations
+
+from observability import catalog
+from observability.config import ObservabilityConfig
+from observability.rules import recording
+from observability.rules.detection import critical_for_seconds, event_window_seconds
+from observability.rules.model import AlertRule, RunbookQuery, Severity
+from observability.rules.promql import by, counter_increased, counter_rate, duration, gauge
+
+PERFORMANCE_GROUP = "ml_training_performance"
+AVAILABILITY_GROUP = "ml_training_availability"
+
+JOB_LABELS: tuple[str, ...] = ("namespace", "model_type", "job_id")
+SERVICE_MODEL_LABELS = recording.SERVICE_MODEL_LABELS
+_JOB = "{{ $labels.model_type }} training job {{ $labels.job_id }} (namespace {{ $labels.namespace }})"
+_ON_SERVICE = "{{ $labels.service }} (namespace {{ $labels.namespace }})"
+_ONE_JOB = '{job_id="<job_id>"}'
+
+SLOWDOWN_EPOCHS_PER_SECOND = 0.1
+INFERENCE_P99_SECONDS = 0.1
+SERVICE_DOWN_FOR_SECONDS = 30
+LOADING_FAILURES_PER_SECOND = 0.1
+LOADING_FAILURES_WINDOW_SECONDS = 120
+CACHE_MISS_RATIO = 0.2
+
+
+def performance_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
+    window = event_window_seconds(cfg)
+    nan_labels = (*JOB_LABELS, "tensor_type")
+    return (
+        AlertRule(
+            name="TrainingNaNDetected",
+            group=PERFORMANCE_GROUP,
+            severity=Severity.CRITICAL,
+            expr=counter_increased(catalog.TRAINING_NAN_COUNT, window, nan_labels),
+            for_seconds=critical_for_seconds(cfg, 0),
+            summary="A training job produced NaN values.",
+            description=(
+                f"NaN values appeared in {{{{ $labels.tensor_type }}}} tensors of {_JOB} within the last "
+                f"{duration(window)}."
+            ),
+            impact="Training unstable - model will produce invalid results",
+            action=(
+                "Stop training immediately",
+                "Check learning rate",
+                "Review data normalization",
+                "Inspect gradient clipping",
+            ),
+            locating_labels=nan_labels,
+            queries=(
+                RunbookQuery(
+                    "NaN values by tensor type in the last hour",
+                    f"increase({catalog.TRAINING_NAN_COUNT.name}{_ONE_JOB}[1h])",
+                ),
+                RunbookQuery("Loss just before the NaN", f"{catalog.TRAINING_LOSS.name}{_ONE_JOB}[30m]"),
+                RunbookQuery(
+                    "Gradient explosions in the same job",
+                    f"increase({catalog.TRAINING_GRADIENT_EXPLOSION_TOTAL.name}{_ONE_JOB}[1h])",
+                ),
+            ),
+            rationale=(
+                "The seed's `ml_training_nan_count > 0` on a counter fires forever after one NaN. This fires "
+                "when the count grew within the window (or the job's series first appeared above zero, which "
+                f"`increase()` cannot see) and resolves {duration(window)} after the last NaN. The seed's "
+                "`for: 30s` is dropped: an increment is an event, not noise, and 30s of `for` plus one "
+                "evaluation interval would break the seed's own 30-second detection promise."
+            ),
+        ),
+        AlertRule(
+            name="TrainingSlowdown",
+            group=PERFORMANCE_GROUP,
+            severity=Severity.WARNING,
+            expr=f"{gauge(catalog.TRAINING_EPOCHS_PER_SECOND, JOB_LABELS)} < {SLOWDOWN_EPOCHS_PER_SECOND}",
+            for_seconds=300,
+            summary="A training job has been running slower than 0.1 epochs per second for 5 minutes.",
+            description=(
+                f'{_JOB} runs at {{{{ printf "%.3f" $value }}}} epochs per second, below '
+                f"{SLOWDOWN_EPOCHS_PER_SECOND} for 5m."
+            ),
+            impact="Training will take much longer than expected",
+            action=("Check GPU utilization", "Profile data loading", "Review batch size"),
+            locating_labels=JOB_LABELS,
+            queries=(
+                RunbookQuery(
+                    "Speed of the job over the last hour", f"{catalog.TRAINING_EPOCHS_PER_SECOND.name}{_ONE_JOB}[1h]"
+                ),
+                RunbookQuery(
+                    "Iteration time p95 of the job",
+                    f"histogram_quantile(0.95, sum by (le) "
+                    f"(rate({catalog.TRAINING_ITERATION_SECONDS.bucket}{_ONE_JOB}[5m])))",
+                ),
+                RunbookQuery("GPU utilization on every GPU", recording.GPU_UTILIZATION_PERCENT_MAX.record),
+            ),
+            rationale="Inhibited while MLTrainingServiceDown fires (Alertmanager).",
+        ),
+        AlertRule(
+            name="MLInferenceLatencyHigh",
+            group=PERFORMANCE_GROUP,
+            severity=Severity.WARNING,
+            expr=f"{recording.INFERENCE_LATENCY_P99.record} > {INFERENCE_P99_SECONDS}",
+            for_seconds=120,
+            summary="Online inference p99 latency has been above 100 ms for 2 minutes.",
+            description=(
+                f"p99 latency of {{{{ $labels.model_type }}}} inference on {_ON_SERVICE} is "
+                f"{{{{ $value | humanizeDuration }}}}, above 100ms for 2m."
+            ),
+            impact="Predictions arrive late: callers time out or act on stale decisions",
+            action=(
+                "Check the request rate against the service's capacity",
+                "Check GPU utilization and memory of the serving nodes",
+                "Check model cache misses (cold loads are slow)",
+                "Scale the service out or roll back a recent model",
+            ),
+            locating_labels=SERVICE_MODEL_LABELS,
+            queries=(
+                RunbookQuery(
+                    "p99 latency per service and model", recording.INFERENCE_LATENCY_P99.record
+                ),
+                RunbookQuery(
+                    "Request rate per service and model",
+                    f"sum {by(SERVICE_MODEL_LABELS)} (rate({catalog.INFERENCE_LATENCY_SECONDS.count}[5m]))",
+                ),
+                RunbookQuery("Cache miss ratio", recording.MODEL_CACHE_MISS_RATIO.record),
+            ),
+            rationale=(
+                "Reads the p99 recording rule (5m rate window); a service with no requests has no p99 and "
+                "stays silent."
+            ),
+        ),
+    )
+
+
+def availability_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
+    up = f'{catalog.UP.name}{{service="{cfg.training_service}"}}'
+    return (
+        AlertRule(
+            name="MLTrainingServiceDown",
+            group=AVAILABILITY_GROUP,
+            severity=Severity.HIGH,
+            expr=f"max by (namespace, service) ({up}) == 0\nor\nabsent({up})",
+            for_seconds=SERVICE_DOWN_FOR_SECONDS,
+            summary="The ML training service has been unreachable for 30 seconds.",
+            description=(
+                "No scrape target of {{ $labels.service }} has answered for 30s"
+                "{{ if $labels.namespace }} in namespace {{ $labels.namespace }}"
+                "{{ else }}: no target is discovered at all{{ end }}."
+            ),
+            impact="No training job can be started, monitored or stopped; model loading through the service fails",
+            action=(
+                "Check the service's pods and their recent events",
+                "Read the logs of the last crashed container",
+                "Check the scrape target's error in Prometheus (Status > Targets)",
+                "Roll back the latest deployment if it started the outage",
+            ),
+            locating_labels=("namespace", "service"),
+            queries=(
+                RunbookQuery("Scrape health of every target of the service", up),
+                RunbookQuery("How often the targets went up or down in the last hour", f"changes({up}[1h])"),
+            ),
+            rationale=(
+                "Down means every target of the service in a namespace fails its scrape (one bad replica "
+                "is not an outage), or no target is discovered at all (`absent`, which carries only the "
+                "`service` label). Inhibits the warnings the outage causes (Alertmanager)."
+            ),
+        ),
+        AlertRule(
+            name="ModelLoadingFailures",
+            group=AVAILABILITY_GROUP,
+            severity=Severity.HIGH,
+            expr=(
+                counter_rate(
+                    catalog.MODEL_LOADING_FAILURES_TOTAL, LOADING_FAILURES_WINDOW_SECONDS, SERVICE_MODEL_LABELS
+                )
+                + f" > {LOADING_FAILURES_PER_SECOND}"
+            ),
+            for_seconds=60,
+            summary="Models fail to load more than 0.1 times per second.",
+            description=(
+                f"{_ON_SERVICE} fails to load {{{{ $labels.model_type }}}} models "
+                f'{{{{ printf "%.2f" $value }}}} times per second, above {LOADING_FAILURES_PER_SECOND}/s.'
+            ),
+            impact="Requests for the model fail or fall back to an old model version",
+            action=(
+                "Read the failures by error type",
+                "Check that the model artifact exists in storage and is readable",
+                "Check S3 errors and storage usage",
+                "Pin the last model version that loaded",
+            ),
+            locating_labels=SERVICE_MODEL_LABELS,
+            queries=(
+                RunbookQuery(
+                    "Failures per second by error type",
+                    f"sum by (service, model_type, error_type) "
+                    f"(rate({catalog.MODEL_LOADING_FAILURES_TOTAL.name}[5m]))",
+                ),
+                RunbookQuery(
+                    "S3 errors by operation",
+                    f"sum by (service, operation, error_type) (rate({catalog.S3_ERRORS_TOTAL.name}[5m]))",
+                ),
+            ),
+            rationale=(
+                "A 2m rate window and 1m `for` make a steady 0.2 failures/s fire in about two minutes, "
+                "within the seed's 30s-2m for high alerts."
+            ),
+        ),
+        AlertRule(
+            name="ModelCacheMissesHigh",
+            group=AVAILABILITY_GROUP,
+            severity=Severity.WARNING,
+            expr=f"{recording.MODEL_CACHE_MISS_RATIO.record} > {CACHE_MISS_RATIO}",
+            for_seconds=300,
+            summary="More than 20% of model cache lookups have been missing for 5 minutes.",
+            description=(
+                f"{{{{ $value | humanizePercentage }}}} of {{{{ $labels.model_type }}}} model cache lookups on "
+                f"{_ON_SERVICE} missed over the last 5m, above 20%."
+            ),
+            impact="Cache misses load models from storage: inference latency and storage traffic rise",
+            action=(
+                "Check whether the cache was restarted or resized recently",
+                "Check the number of distinct models requested",
+                "Increase the cache size if the working set outgrew it",
+            ),
+            locating_labels=SERVICE_MODEL_LABELS,
+            queries=(
+                RunbookQuery("Miss ratio per service and model", recording.MODEL_CACHE_MISS_RATIO.record),
+                RunbookQuery(
+                    "Lookups per second",
+                    f"sum {by(SERVICE_MODEL_LABELS)} (rate({catalog.MODEL_CACHE_HITS_TOTAL.name}[5m]) "
+                    f"+ rate({catalog.MODEL_CACHE_MISSES_TOTAL.name}[5m]))",
+                ),
+            ),
+            rationale="Inhibited while MLTrainingServiceDown fires (Alertmanager).",
+        ),
+    )
