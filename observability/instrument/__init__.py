@@ -1,0 +1,46 @@
+"""Instrumentation for Python trainers: catalog metrics over prometheus-client, tracing over OpenTelemetry.
+
+    from observability.instrument import TrainingMetrics, init_observability
+
+    init_observability("train_baseline_rl")          # OTLP if $OTEL_EXPORTER_OTLP_ENDPOINT, else console
+    metrics = TrainingMetrics()                      # a dedicated registry
+    server = metrics.serve(9094)                     # /metrics and /healthz
+    job = metrics.start_job("dqn", job_id, folds_planned=5)
+    job.record_training_iteration(epoch, train_loss, val_loss, seconds)
+    job.record_nan_detection("loss")
+    job.record_checkpoint_save(True, seconds, size_bytes)
+    job.finish("completed")
+"""
+
+from observability.instrument.exposition import (
+    CONTENT_TYPE,
+    METRICS_PORT,
+    MetricsServer,
+    render_text,
+    start_metrics_server,
+)
+from observability.instrument.tracing import build_tracer_provider, init_observability
+from observability.instrument.training import (
+    CHECKPOINT_ERROR_TYPES,
+    FAILURE_ERROR_TYPES,
+    JOB_STATUSES,
+    NAN_TENSOR_TYPES,
+    JobMetrics,
+    TrainingMetrics,
+)
+
+__all__ = [
+    "CHECKPOINT_ERROR_TYPES",
+    "CONTENT_TYPE",
+    "FAILURE_ERROR_TYPES",
+    "JOB_STATUSES",
+    "METRICS_PORT",
+    "NAN_TENSOR_TYPES",
+    "JobMetrics",
+    "MetricsServer",
+    "TrainingMetrics",
+    "build_tracer_provider",
+    "init_observability",
+    "render_text",
+    "start_metrics_server",
+]

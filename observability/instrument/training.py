@@ -1,0 +1,297 @@
+"""Training-job metrics: the helpers of seed 001 plus the per-fold view of seed 000, component 2.
+
+One `TrainingMetrics` owns every training-job family of the catalog on its own registry (never
+prometheus-client's global one, so two trainers, or two tests, cannot see each other's values).
+`start_job` creates the job's label children at once: the counters are exposed at 0 from the first
+scrape, so `increase()` in the alert rules sees the step from 0 to 1 when the first NaN or the first
+failed checkpoint happens (a series that appears at 1 has no increase). GPU metrics are the
+poller's job and are not here.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from observability import catalog
+from observability.catalog import Metric
+from observability.instrument import families
+from observability.instrument.exposition import METRICS_PORT, MetricsServer
+
+# Label values created (at 0) when a job starts; others still work but appear at their first event.
+NAN_TENSOR_TYPES: tuple[str, ...] = ("loss", "gradient", "activation")
+FAILURE_ERROR_TYPES: tuple[str, ...] = ("nan", "oom", "timeout", "config")
+CHECKPOINT_ERROR_TYPES: tuple[str, ...] = ("io_error", "timeout", "serialization")
+JOB_STATUSES: tuple[str, ...] = ("pending", "running", "completed", "failed", "stopped", "paused")
+FINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "stopped"})
+
+
+def _check_status(status: str) -> str:
+    if status not in JOB_STATUSES:
+        raise ValueError(f"unknown job status {status!r}; expected one of {JOB_STATUSES}")
+    return status
+
+
+class TrainingMetrics:
+    """Every catalog metric a training job produces, on one dedicated registry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        self._pairs: list[tuple[Metric, families.ClientMetric]] = []
+        c, g, h = self._counter, self._gauge, self._histogram
+        # A. progress
+        self.loss = g(catalog.TRAINING_LOSS)
+        self.validation_loss = g(catalog.TRAINING_VALIDATION_LOSS)
+        self.current_epoch = g(catalog.TRAINING_CURRENT_EPOCH)
+        self.progress_percent = g(catalog.TRAINING_PROGRESS_PERCENT)
+        self.epochs_per_second = g(catalog.TRAINING_EPOCHS_PER_SECOND)
+        self.iteration_seconds = h(catalog.TRAINING_ITERATION_SECONDS)
+        self.convergence_rate = g(catalog.TRAINING_CONVERGENCE_RATE)
+        # B. NaN and errors
+        self.nan_count = c(catalog.TRAINING_NAN_COUNT)
+        self.gradient_explosions = c(catalog.TRAINING_GRADIENT_EXPLOSION_TOTAL)
+        self.failures = c(catalog.TRAINING_FAILURES_TOTAL)
+        # D. checkpoints
+        self.checkpoint_saves = c(catalog.CHECKPOINT_SAVES_TOTAL)
+        self.checkpoint_failures = c(catalog.CHECKPOINT_SAVE_FAILURES_TOTAL)
+        self.checkpoint_duration = h(catalog.CHECKPOINT_SAVE_DURATION_SECONDS)
+        self.checkpoint_size = g(catalog.CHECKPOINT_SIZE_BYTES)
+        # E. model quality
+        self.accuracy = g(catalog.MODEL_ACCURACY)
+        self.f1_score = g(catalog.MODEL_F1_SCORE)
+        self.precision = g(catalog.MODEL_PRECISION)
+        self.recall = g(catalog.MODEL_RECALL)
+        # F. resources
+        self.memory_used = g(catalog.TRAINING_MEMORY_USED_BYTES)
+        self.cpu_usage = g(catalog.TRAINING_CPU_USAGE_PERCENT)
+        self.active_workers = g(catalog.TRAINING_ACTIVE_WORKERS)
+        # G. data pipeline
+        self.data_batches = c(catalog.TRAINING_DATA_BATCHES_TOTAL)
+        self.data_loading = h(catalog.TRAINING_DATA_LOADING_SECONDS)
+        self.feature_errors = c(catalog.FEATURE_ENGINEERING_ERRORS_TOTAL)
+        # H. lifecycle
+        self.jobs_by_status = g(catalog.TRAINING_JOBS_BY_STATUS)
+        self.job_duration = h(catalog.TRAINING_JOB_DURATION_SECONDS)
+        # Per-fold view
+        self.fold_loss = g(catalog.TRAINING_FOLD_LOSS)
+        self.fold_validation_loss = g(catalog.TRAINING_FOLD_VALIDATION_LOSS)
+        self.fold_epoch = g(catalog.TRAINING_FOLD_EPOCH)
+        self.fold_duration = g(catalog.TRAINING_FOLD_DURATION_SECONDS)
+        self.folds_planned = g(catalog.TRAINING_FOLDS_PLANNED)
+        self.folds_completed = c(catalog.TRAINING_FOLDS_COMPLETED_TOTAL)
+
+        self.collector = families.CatalogCollector(self._pairs)
+        self.registry.register(self.collector)
+        self._lock = threading.Lock()
+        self._jobs: dict[tuple[str, str], JobMetrics] = {}
+        for status in JOB_STATUSES:
+            self.jobs_by_status.labels(status=status).set(0)
+
+    def _counter(self, metric: Metric) -> Counter:
+        client = families.counter(metric)
+        self._pairs.append((metric, client))
+        return client
+
+    def _gauge(self, metric: Metric) -> Gauge:
+        client = families.gauge(metric)
+        self._pairs.append((metric, client))
+        return client
+
+    def _histogram(self, metric: Metric) -> Histogram:
+        client = families.histogram(metric)
+        self._pairs.append((metric, client))
+        return client
+
+    # --- jobs -------------------------------------------------------------------------------
+    def start_job(
+        self, model_type: str, job_id: str, *, folds_planned: int = 1, workers: int = 1, status: str = "running"
+    ) -> JobMetrics:
+        """Register a job and create its label children; returns the handle to record with."""
+        with self._lock:
+            key = (model_type, job_id)
+            if key in self._jobs:
+                raise ValueError(f"job {job_id!r} of model type {model_type!r} already started")
+            job = JobMetrics(self, model_type, job_id)
+            self._jobs[key] = job
+        job.create_children(folds_planned=folds_planned, workers=workers)
+        job.set_status(status)
+        return job
+
+    def job(self, model_type: str, job_id: str) -> JobMetrics:
+        """The handle of a started job; a job first seen here is started with the defaults."""
+        with self._lock:
+            existing = self._jobs.get((model_type, job_id))
+        return existing if existing is not None else self.start_job(model_type, job_id)
+
+    def _refresh_status_counts(self) -> None:
+        with self._lock:
+            statuses = [j.status for j in self._jobs.values()]
+        for status in JOB_STATUSES:
+            self.jobs_by_status.labels(status=status).set(statuses.count(status))
+
+    # --- the seed-001 helpers, keyed by (model_type, job_id) ---------------------------------
+    def record_training_iteration(
+        self, model_type: str, job_id: str, epoch: int, train_loss: float, val_loss: float, duration_secs: float
+    ) -> None:
+        self.job(model_type, job_id).record_training_iteration(epoch, train_loss, val_loss, duration_secs)
+
+    def record_nan_detection(self, model_type: str, job_id: str, tensor_type: str) -> None:
+        self.job(model_type, job_id).record_nan_detection(tensor_type)
+
+    def record_checkpoint_save(
+        self,
+        model_type: str,
+        job_id: str,
+        success: bool,
+        duration: float,
+        size: int,
+        error_type: str | None = None,
+    ) -> None:
+        self.job(model_type, job_id).record_checkpoint_save(success, duration, size, error_type)
+
+    def serve(self, port: int = METRICS_PORT, addr: str = "0.0.0.0") -> MetricsServer:
+        """Serve this registry on `addr:port` (`/metrics`, `/healthz`) from a daemon thread."""
+        return MetricsServer(self.registry, port, addr)
+
+
+class JobMetrics:
+    """Records one training job's metrics; every method is safe to call from any thread."""
+
+    def __init__(self, owner: TrainingMetrics, model_type: str, job_id: str) -> None:
+        self._m = owner
+        self.model_type = model_type
+        self.job_id = job_id
+        self.status = "pending"
+        self._started = time.monotonic()
+        self._lock = threading.Lock()
+        self._previous_loss: float | None = None
+
+    @property
+    def _job(self) -> dict[str, str]:
+        return {"model_type": self.model_type, "job_id": self.job_id}
+
+    def create_children(self, *, folds_planned: int, workers: int) -> None:
+        m, job = self._m, self._job
+        for tensor_type in NAN_TENSOR_TYPES:
+            m.nan_count.labels(**job, tensor_type=tensor_type)
+        for error_type in CHECKPOINT_ERROR_TYPES:
+            m.checkpoint_failures.labels(**job, error_type=error_type)
+        for error_type in FAILURE_ERROR_TYPES:
+            m.failures.labels(model_type=self.model_type, error_type=error_type)
+        for per_job in (m.gradient_explosions, m.checkpoint_saves, m.data_batches, m.folds_completed):
+            per_job.labels(**job)
+        m.iteration_seconds.labels(**job)
+        m.checkpoint_duration.labels(model_type=self.model_type)
+        m.data_loading.labels(model_type=self.model_type)
+        m.progress_percent.labels(**job).set(0)
+        m.current_epoch.labels(**job).set(0)
+        m.folds_planned.labels(**job).set(folds_planned)
+        m.active_workers.labels(model_type=self.model_type).set(workers)
+
+    # --- progress -----------------------------------------------------------------------------
+    def record_training_iteration(self, epoch: int, train_loss: float, val_loss: float, duration_secs: float) -> None:
+        """One epoch (or iteration) done: losses, epoch number, duration, speed and convergence."""
+        m, job = self._m, self._job
+        m.loss.labels(**job).set(train_loss)
+        m.validation_loss.labels(**job).set(val_loss)
+        m.current_epoch.labels(**job).set(epoch)
+        if duration_secs < 0:
+            raise ValueError(f"duration_secs must not be negative, got {duration_secs}")
+        m.iteration_seconds.labels(**job).observe(duration_secs)
+        if duration_secs > 0:
+            m.epochs_per_second.labels(**job).set(1.0 / duration_secs)
+        with self._lock:
+            previous, self._previous_loss = self._previous_loss, train_loss
+        if previous is not None and math.isfinite(previous) and math.isfinite(train_loss):
+            m.convergence_rate.labels(**job).set(train_loss - previous)
+
+    def set_progress(self, percent: float) -> None:
+        if not 0 <= percent <= 100:
+            raise ValueError(f"progress is a percentage 0-100, got {percent}")
+        self._m.progress_percent.labels(**self._job).set(percent)
+
+    # --- NaN and errors -------------------------------------------------------------------------
+    def record_nan_detection(self, tensor_type: str = "loss") -> None:
+        self._m.nan_count.labels(**self._job, tensor_type=tensor_type).inc()
+
+    def record_gradient_explosion(self) -> None:
+        self._m.gradient_explosions.labels(**self._job).inc()
+
+    def record_failure(self, error_type: str) -> None:
+        """A training failure by type (nan, oom, timeout, config)."""
+        self._m.failures.labels(model_type=self.model_type, error_type=error_type).inc()
+
+    # --- checkpoints ------------------------------------------------------------------------------
+    def record_checkpoint_save(
+        self, success: bool, duration: float, size: int, error_type: str | None = None
+    ) -> None:
+        """A checkpoint save attempt; a failed one counts under `error_type` (default io_error)."""
+        m, job = self._m, self._job
+        if success:
+            m.checkpoint_saves.labels(**job).inc()
+            m.checkpoint_duration.labels(model_type=self.model_type).observe(duration)
+            m.checkpoint_size.labels(**job).set(size)
+        else:
+            m.checkpoint_failures.labels(**job, error_type=error_type or "io_error").inc()
+
+    # --- data pipeline ------------------------------------------------------------------------------
+    def record_data_load(self, seconds: float, batches: int = 0) -> None:
+        self._m.data_loading.labels(model_type=self.model_type).observe(seconds)
+        if batches:
+            self.record_batches(batches)
+
+    def record_batches(self, count: int = 1) -> None:
+        self._m.data_batches.labels(**self._job).inc(count)
+
+    def record_feature_engineering_error(self, error_type: str) -> None:
+        self._m.feature_errors.labels(model_type=self.model_type, error_type=error_type).inc()
+
+    # --- per fold (seed 000, component 2) -------------------------------------------------------------
+    def record_fold(self, fold: int, train_loss: float, val_loss: float, epochs: int, duration_secs: float) -> None:
+        """A fold finished: its best losses, epochs and wall time; counts it as completed."""
+        m, labels = self._m, {**self._job, "fold": str(fold)}
+        m.fold_loss.labels(**labels).set(train_loss)
+        m.fold_validation_loss.labels(**labels).set(val_loss)
+        m.fold_epoch.labels(**labels).set(epochs)
+        m.fold_duration.labels(**labels).set(duration_secs)
+        m.folds_completed.labels(**self._job).inc()
+
+    # --- model quality and resources -------------------------------------------------------------------
+    def set_model_quality(
+        self,
+        accuracy: float | None = None,
+        f1: float | None = None,
+        precision: float | None = None,
+        recall: float | None = None,
+    ) -> None:
+        m, job = self._m, self._job
+        for gauge, value in ((m.accuracy, accuracy), (m.f1_score, f1), (m.precision, precision), (m.recall, recall)):
+            if value is not None:
+                if not 0 <= value <= 1:
+                    raise ValueError(f"model quality values are ratios 0-1, got {value}")
+                gauge.labels(**job).set(value)
+
+    def set_resource_usage(self, memory_bytes: float, cpu_percent: float) -> None:
+        self._m.memory_used.labels(**self._job).set(memory_bytes)
+        self._m.cpu_usage.labels(**self._job).set(cpu_percent)
+
+    def set_active_workers(self, workers: int) -> None:
+        self._m.active_workers.labels(model_type=self.model_type).set(workers)
+
+    # --- lifecycle ------------------------------------------------------------------------------------
+    def set_status(self, status: str) -> None:
+        self.status = _check_status(status)
+        self._m._refresh_status_counts()
+
+    def finish(self, status: str = "completed") -> float:
+        """End the job: final status, job duration observed, workers to 0. Returns the duration."""
+        if _check_status(status) not in FINAL_STATUSES:
+            raise ValueError(f"a job finishes as one of {sorted(FINAL_STATUSES)}, not {status!r}")
+        duration = time.monotonic() - self._started
+        self._m.job_duration.labels(model_type=self.model_type, status=status).observe(duration)
+        self.set_active_workers(0)
+        self.set_status(status)
+        return duration
