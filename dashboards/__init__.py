@@ -1,0 +1,46 @@
+"""Grafana dashboards as code (grafana-foundation-sdk), every query built from the metric catalog.
+
+`build_all(cfg)` returns the four dashboards as plain dicts (bare classic dashboard JSON models)
+keyed by uid; `to_json(dashboard)` is the deterministic text the infra program writes to
+`rendered/<stack>/dashboards/<uid>.json` and ships in one ConfigMap per dashboard.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from dashboards import infra_cockpit, ml_training_comprehensive, traces, training_cockpit
+from dashboards.layout import to_json
+from observability.config import ObservabilityConfig
+
+__all__ = ["BUILDERS", "build_all", "to_json", "write_all"]
+
+# uid -> builder, in the order the README lists them.
+BUILDERS: dict[str, Callable[[ObservabilityConfig], dict[str, Any]]] = {
+    training_cockpit.UID: training_cockpit.build,
+    traces.UID: traces.build,
+    infra_cockpit.UID: infra_cockpit.build,
+    ml_training_comprehensive.UID: ml_training_comprehensive.build,
+}
+
+
+def build_all(cfg: ObservabilityConfig) -> dict[str, dict[str, Any]]:
+    """uid -> dashboard JSON model (plain dict) for the four dashboards; deterministic."""
+    built = {uid: build(cfg) for uid, build in BUILDERS.items()}
+    for uid, dashboard in built.items():
+        if dashboard["uid"] != uid:
+            raise ValueError(f"dashboard registered as {uid} has uid {dashboard['uid']}")
+    return built
+
+
+def write_all(cfg: ObservabilityConfig, directory: Path) -> list[Path]:
+    """Write `<uid>.json` for every dashboard into `directory`; returns the paths written."""
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for uid, dashboard in build_all(cfg).items():
+        path = directory / f"{uid}.json"
+        path.write_text(to_json(dashboard), encoding="utf-8")
+        written.append(path)
+    return written

@@ -1,0 +1,168 @@
+"""Traces (seed 000, component 5): service map, trace search, span duration and errors by service.
+
+The service map and the search table query Tempo. Duration and error panels read Tempo's span
+metrics and service-graph metrics from Prometheus (through the dashboard recording rules). From
+a trace to its logs: a trace id in the search table opens the trace (whose spans link to Loki
+through the Tempo datasource's trace-to-logs setting) or fills `$trace_id`, which the "Logs for
+Selected Trace" panel searches in Loki.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dashboards import panels, promql, variables
+from dashboards.layout import DashboardSpec, Row, assemble
+from dashboards.panels import GREEN, RED, YELLOW, Common, LogQuery, Query, Thresholds, TraceQuery
+from observability import catalog
+from observability.config import ObservabilityConfig
+from observability.rules import dashboard_recording as rec
+
+UID = "foxhunt-traces"
+TITLE = "Foxhunt Traces"
+
+SERVICE = promql.variable_matcher("service", "service")
+SERVER = promql.variable_matcher("server", "service")
+
+# TraceQL over the search variables. `${var:regex}` renders multi-value choices as a regex;
+# "All" is `.*`. `$status` holds a whole TraceQL condition (see the variable's choices).
+TRACE_SEARCH = (
+    '{resource.service.name=~"${service:regex}" && name=~"${operation:regex}"'
+    " && duration >= ${min_duration} && ${status}}"
+)
+STATUS_CHOICES = (
+    ("any", "duration >= 0ms"),
+    ("error", "status = error"),
+    ("ok", "status = ok"),
+    ("unset", "status = unset"),
+)
+MIN_DURATIONS = ("0ms", "10ms", "100ms", "500ms", "1s", "5s", "30s")
+
+
+def _trace_id_links(cfg: ObservabilityConfig) -> list[dict[str, Any]]:
+    """Links on a trace id: the trace itself (in Explore, where each span links to its logs
+    through the Tempo datasource's trace-to-logs setting) and this dashboard's logs panel.
+
+    Both are set because a column's `links` override replaces the link the datasource adds.
+    """
+    return [
+        {
+            "title": "Open trace",
+            "url": "",
+            "internal": {
+                "datasourceUid": cfg.datasource_uids.tempo,
+                "datasourceName": "Tempo",
+                "query": {"queryType": "traceql", "query": "${__value.raw}"},
+            },
+        },
+        {
+            "title": "Logs for this trace",
+            "url": f"/d/{UID}?var-trace_id=${{__value.raw}}&${{__url_time_range}}",
+            "targetBlank": False,
+        },
+    ]
+
+
+def _service_map() -> Row:
+    return Row("Service Map", [
+        panels.service_map(Common(
+            "Service Map",
+            "Services and the calls between them, from Tempo's service graph (request rate, errors, latency).",
+            w=24, h=12,
+        )),
+    ])
+
+
+def _trace_search(cfg: ObservabilityConfig) -> Row:
+    return Row("Trace Search", [
+        panels.trace_table(
+            Common("Trace Search",
+                   "Traces matching the service, operation, minimum duration and status filters (TraceQL). "
+                   "A trace id opens the trace or its logs.",
+                   w=24, h=10),
+            TraceQuery(TRACE_SEARCH, limit=50),
+            column_links={"traceID": _trace_id_links(cfg)},
+        ),
+    ])
+
+
+def _trace_metrics() -> Row:
+    return Row("Trace Metrics", [
+        panels.heatmap(
+            Common("Trace Duration Histogram", "Distribution of span durations of the selected services.", "s", w=12),
+            [Query(promql.bucket_increase(catalog.SPANMETRICS_LATENCY, (SERVICE,)), "{{le}}", format="heatmap")],
+        ),
+        panels.timeseries(
+            Common("Error Rate by Service", "Share of spans with error status, per service (5 minute window).",
+                   "percentunit", w=12, min=0, max=1, thresholds=Thresholds(GREEN, ((0.01, YELLOW), (0.05, RED)))),
+            [Query(promql.selector(rec.SPAN_ERROR_RATIO_RATE5M.record, (SERVICE,)), "{{service}}")],
+            threshold_style=panels.ThresholdStyle.LINE,
+        ),
+        panels.timeseries(
+            Common("Span Rate by Service", "Spans received per second, per service (5 minute window).", "cps",
+                   w=8, min=0),
+            [Query(promql.selector(rec.SPAN_CALLS_RATE5M.record, (SERVICE,)), "{{service}}")],
+        ),
+        panels.timeseries(
+            Common("Span Duration p95 by Service", "95th percentile span duration, per service (5 minute window).",
+                   "s", w=8),
+            [Query(promql.recorded_quantile(0.95, rec.SPAN_LATENCY_BUCKET_RATE5M.record, (SERVICE,), ("service",)),
+                   "{{service}}")],
+        ),
+        panels.timeseries(
+            Common("Requests Between Services",
+                   "Calls per second on each edge of the service graph (solid) and the failed ones (dashed).",
+                   "reqps", w=8, min=0),
+            [Query(promql.selector(rec.SERVICE_GRAPH_REQUEST_RATE5M.record, (SERVER,)), "{{client}} → {{server}}"),
+             Query(promql.selector(rec.SERVICE_GRAPH_REQUEST_FAILED_RATE5M.record, (SERVER,)),
+                   "{{client}} → {{server}} failed")],
+            dashed_refs=("B",),
+        ),
+        panels.timeseries(
+            Common("Server Latency p95 Between Services",
+                   "95th percentile server-side duration of calls on each edge of the service graph.", "s", w=24),
+            [Query(promql.histogram_quantile(0.95, promql.bucket_rate(
+                catalog.SERVICE_GRAPH_REQUEST_SERVER_SECONDS, (SERVER,), ("client", "server"))),
+                "{{client}} → {{server}}")],
+        ),
+    ])
+
+
+def _logs() -> Row:
+    return Row("Logs for Trace", [
+        panels.logs(
+            Common("Logs for Selected Trace",
+                   "Log lines that carry the trace id in `$trace_id` (set it from the trace search table).",
+                   w=24, h=10),
+            LogQuery('{namespace=~".+"} |= "$trace_id"'),
+        ),
+    ])
+
+
+def build(cfg: ObservabilityConfig) -> dict[str, Any]:
+    return assemble(DashboardSpec(
+        uid=UID,
+        title=TITLE,
+        description="Service map, trace search, span durations and error rates, and the logs of a trace.",
+        tags=("traces", "tempo"),
+        variables=[
+            variables.prometheus_datasource(cfg.datasource_uids.prometheus),
+            variables.tempo_datasource(cfg.datasource_uids.tempo),
+            variables.loki_datasource(cfg.datasource_uids.loki),
+            variables.label_values("service", "Service", catalog.SPANMETRICS_CALLS_TOTAL.name, "service"),
+            variables.label_values(
+                "operation", "Operation",
+                promql.selector(catalog.SPANMETRICS_CALLS_TOTAL.name, (SERVICE,)), "span_name",
+            ),
+            variables.custom(
+                "min_duration", "Min duration", [(d, d) for d in MIN_DURATIONS],
+                "Shortest trace span duration the search returns.",
+            ),
+            variables.custom("status", "Status", STATUS_CHOICES, "Span status the search requires."),
+            variables.textbox("trace_id", "Trace id", "Trace whose log lines the logs panel shows."),
+        ],
+        rows=[_service_map(), _trace_search(cfg), _trace_metrics(), _logs()],
+        min_interval=f"{cfg.scrape_interval_seconds}s",
+        refresh="1m",
+        time_from="now-1h",
+    ))
