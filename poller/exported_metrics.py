@@ -1,0 +1,54 @@
+"""Which catalog metric each NVML reading becomes, and the fixed label values of the poller.
+
+The writer (`exposition`) and the prometheus-client collector (`collector`) both walk these
+tables, so the two can never disagree on what is exported.
+"""
+
+from __future__ import annotations
+
+from observability import catalog
+
+# GPU gauges: (catalog metric, GpuSample attribute holding its value).
+GPU_GAUGES: tuple[tuple[catalog.Metric, str], ...] = (
+    (catalog.GPU_UTILIZATION_PERCENT, "utilization_percent"),
+    (catalog.GPU_MEMORY_UTILIZATION_PERCENT, "memory_utilization_percent"),
+    (catalog.GPU_MEMORY_USED_BYTES, "memory_used_bytes"),
+    (catalog.GPU_MEMORY_TOTAL_BYTES, "memory_total_bytes"),
+    (catalog.GPU_TEMPERATURE_CELSIUS, "temperature_celsius"),
+    (catalog.GPU_POWER_WATTS, "power_watts"),
+    (catalog.GPU_POWER_LIMIT_WATTS, "power_limit_watts"),
+    (catalog.GPU_SM_CLOCK_HERTZ, "sm_clock_hertz"),
+    (catalog.GPU_MEMORY_CLOCK_HERTZ, "memory_clock_hertz"),
+)
+
+# `reason` label values of ml_gpu_clock_throttle_active and their bits in NVML's
+# clocks-event (formerly clocks-throttle) reason mask (nvmlClocksEventReason*).
+THROTTLE_REASONS: tuple[tuple[str, int], ...] = (
+    ("gpu_idle", 0x1),
+    ("applications_clocks_setting", 0x2),
+    ("sw_power_cap", 0x4),
+    ("hw_slowdown", 0x8),
+    ("sync_boost", 0x10),
+    ("sw_thermal_slowdown", 0x20),
+    ("hw_thermal_slowdown", 0x40),
+    ("hw_power_brake_slowdown", 0x80),
+    ("display_clock_setting", 0x100),
+)
+
+# `ecc_type` label values of ml_gpu_ecc_errors_total and the GpuSample attribute of each.
+ECC_TYPES: tuple[tuple[str, str], ...] = (
+    ("corrected", "ecc_corrected_total"),
+    ("uncorrected", "ecc_uncorrected_total"),
+)
+
+# `error_type` values of ml_gpu_errors_total, created at 0 for every GPU the poller sees.
+ERROR_TYPES: tuple[str, ...] = ("xid", "ecc_uncorrected", "gpu_lost")
+
+# `reason` values of ml_gpu_poller_collection_failures_total, created at 0 at start.
+FAILURE_REASONS: tuple[str, ...] = ("init", "gpu_lost", "query", "event")
+
+# XID codes whose ml_gpu_xid_errors_total series exist at 0 from the start, so that the first
+# occurrence shows in increase(); other codes appear when first seen (ml_gpu_errors_total
+# {error_type="xid"} counts every code from 0). These are the codes NVIDIA documents as
+# hardware, memory or bus faults that need action on a training node.
+PRECREATED_XIDS: tuple[int, ...] = (13, 31, 43, 48, 63, 64, 74, 79, 92, 94, 95, 119)

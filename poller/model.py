@@ -1,0 +1,55 @@
+"""The values one NVML pass produces, shared by the NVML source, the collector and the writer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GpuIdentity:
+    """What labels a GPU's series: NVML index, UUID and product name."""
+
+    index: int
+    uuid: str
+    name: str
+
+
+@dataclass(frozen=True)
+class DriverInfo:
+    driver_version: str
+    nvml_version: str
+    cuda_driver_version: str
+
+
+@dataclass(slots=True)
+class GpuSample:
+    """One GPU's readings in one pass; a field NVML could not give stays None and is omitted."""
+
+    gpu: GpuIdentity
+    utilization_percent: int | None = None
+    memory_utilization_percent: int | None = None
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    temperature_celsius: int | None = None
+    power_watts: float | None = None
+    power_limit_watts: float | None = None
+    sm_clock_hertz: int | None = None
+    memory_clock_hertz: int | None = None
+    clock_event_reasons: int | None = None
+    ecc_corrected_total: int | None = None
+    ecc_uncorrected_total: int | None = None
+
+
+@dataclass(frozen=True)
+class PassResult:
+    """The outcome of one collection pass (monotonic clock times, in seconds)."""
+
+    nvml_up: bool
+    started_at: float
+    finished_at: float
+    samples: tuple[GpuSample, ...] = ()
+    driver: DriverInfo | None = None
+
+    @property
+    def duration_seconds(self) -> float:
+        return self.finished_at - self.started_at

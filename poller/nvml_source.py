@@ -1,0 +1,400 @@
+"""NVML access: initialise with backoff, read every GPU in one pass, contain every fault.
+
+Faults and what the source does about them:
+- library missing or driver not loaded (a CPU-only node): the pass reports NVML down, the
+  first failure is logged once, init is retried with exponential backoff on later passes;
+- a GPU lost (NVML_ERROR_GPU_IS_LOST): its samples go, the loss is counted once, the other GPUs
+  are still read, and NVML is re-initialised (with backoff) until the GPU answers again;
+- a field a GPU does not support, or a function an older driver lacks (FunctionNotFound): the
+  field is omitted for that GPU until the next re-initialisation, the rest is read;
+- any other error on a field: that field is omitted from this pass and counted as `query`;
+- NVML itself gone mid-session (uninitialised, driver unloaded): NVML is reported down and
+  re-initialised with backoff.
+
+Passes are not thread-safe: the caller (collector.SharedPass) runs one at a time. The XID event
+thread shares the session through `session_lock`, which re-initialisation also takes, so NVML is
+never shut down under a waiting event call.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pynvml
+
+from poller.error_counters import ErrorCounters
+from poller.model import DriverInfo, GpuIdentity, GpuSample, PassResult
+
+LOG = logging.getLogger(__name__)
+
+LOST_CODES = frozenset({pynvml.NVML_ERROR_GPU_IS_LOST, pynvml.NVML_ERROR_RESET_REQUIRED})
+UNSUPPORTED_CODES = frozenset({pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND})
+SESSION_CODES = frozenset(
+    {pynvml.NVML_ERROR_UNINITIALIZED, pynvml.NVML_ERROR_DRIVER_NOT_LOADED, pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH}
+)
+
+
+class Backoff:
+    """Exponential retry delays: initial, doubled each failure, capped at maximum."""
+
+    def __init__(self, initial: float = 1.0, maximum: float = 30.0) -> None:
+        if initial <= 0 or maximum < initial:
+            raise ValueError(f"bad backoff: initial {initial}, maximum {maximum}")
+        self.initial = initial
+        self.maximum = maximum
+        self._next = initial
+
+    def next_delay(self) -> float:
+        delay = self._next
+        self._next = min(self._next * 2, self.maximum)
+        return delay
+
+    def reset(self) -> None:
+        self._next = self.initial
+
+
+def handle_address(handle: Any) -> int:
+    """The address an NVML device handle points at (stable for the handle's life)."""
+    return ctypes.cast(handle, ctypes.c_void_p).value or 0
+
+
+@dataclass
+class Device:
+    gpu: GpuIdentity
+    handle: Any
+    unsupported: set[str] = field(default_factory=set)
+
+
+@dataclass
+class Session:
+    """One nvmlInit .. nvmlShutdown span: the devices it enumerated and their handles."""
+
+    driver: DriverInfo
+    devices: list[Device]
+    gpus_by_handle: dict[int, GpuIdentity]
+    # Owned by the XID event thread (created and used under NvmlSource.session_lock); freed by
+    # NvmlSource before nvmlShutdown.
+    event_set: Any = None
+    events_registered: bool = False
+
+
+class SessionBrokenError(Exception):
+    """NVML stopped answering for the whole session (not one GPU)."""
+
+
+def _read_utilization(nvml: Any, handle: Any, sample: GpuSample) -> None:
+    rates = nvml.nvmlDeviceGetUtilizationRates(handle)
+    sample.utilization_percent = rates.gpu
+    sample.memory_utilization_percent = rates.memory
+
+
+def _read_memory(nvml: Any, handle: Any, sample: GpuSample) -> None:
+    memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+    sample.memory_used_bytes = memory.used
+    sample.memory_total_bytes = memory.total
+
+
+def _read_temperature(nvml: Any, handle: Any, sample: GpuSample) -> None:
+    sample.temperature_celsius = nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU)
+
+
+def _read_power(nvml: Any, handle: Any, sample: GpuSample) -> None:
+    sample.power_watts = nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0  # milliwatts
+
+
+def _read_power_limit(nvml: Any, handle: Any, sample: GpuSample) -> None:
+    sample.power_limit_watts = nvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000.0  # milliwatts
+
+
+def _read_sm_clock(nvml: Any, handle: Any, sample: GpuSample) -> None:
+    sample.sm_clock_hertz = nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM) * 1_000_000  # MHz
+
+
+def _read_memory_clock(nvml: Any, handle: Any, sample: GpuSample) -> None:
+    sample.memory_clock_hertz = nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_MEM) * 1_000_000  # MHz
+
+
+def _read_clock_event_reasons(nvml: Any, handle: Any, sample: GpuSample) -> None:
+    try:
+        sample.clock_event_reasons = nvml.nvmlDeviceGetCurrentClocksEventReasons(handle)
+    except nvml.NVMLError_FunctionNotFound:  # drivers before 535 only have the old name
+        sample.clock_event_reasons = nvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle)
+
+
+def _read_ecc_corrected(nvml: Any, handle: Any, sample: GpuSample) -> None:
+    sample.ecc_corrected_total = nvml.nvmlDeviceGetTotalEccErrors(
+        handle, nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, nvml.NVML_VOLATILE_ECC
+    )
+
+
+def _read_ecc_uncorrected(nvml: Any, handle: Any, sample: GpuSample) -> None:
+    sample.ecc_uncorrected_total = nvml.nvmlDeviceGetTotalEccErrors(
+        handle, nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_VOLATILE_ECC
+    )
+
+
+FieldReader = Callable[[Any, Any, GpuSample], None]
+
+# Every NVML field read per GPU per pass, by the name logs and the unsupported cache use.
+FIELD_READERS: tuple[tuple[str, FieldReader], ...] = (
+    ("utilization", _read_utilization),
+    ("memory", _read_memory),
+    ("temperature", _read_temperature),
+    ("power", _read_power),
+    ("power_limit", _read_power_limit),
+    ("sm_clock", _read_sm_clock),
+    ("memory_clock", _read_memory_clock),
+    ("clock_event_reasons", _read_clock_event_reasons),
+    ("ecc_corrected", _read_ecc_corrected),
+    ("ecc_uncorrected", _read_ecc_uncorrected),
+)
+
+
+def _cuda_version_text(version: int) -> str:
+    """NVML's CUDA driver version integer (12040) as text (12.4)."""
+    return f"{version // 1000}.{version % 1000 // 10}"
+
+
+class NvmlSource:
+    def __init__(
+        self,
+        counters: ErrorCounters,
+        *,
+        nvml: Any = pynvml,
+        clock: Callable[[], float] = time.monotonic,
+        backoff: Backoff | None = None,
+    ) -> None:
+        self._counters = counters
+        self._nvml = nvml
+        self._clock = clock
+        self._backoff = backoff or Backoff()
+        self.session_lock = threading.Lock()
+        self._session: Session | None = None
+        self._reinit_wanted = False
+        self._next_attempt = 0.0
+        self._down_logged = False
+        self._lost: dict[int, GpuIdentity | None] = {}  # by index: GPUs lost and not back yet
+        self._known: dict[int, GpuIdentity] = {}  # last identity seen at each index
+        self._last_uncorrected: dict[GpuIdentity, int] = {}
+        self._logged_field_errors: set[tuple[int, str, int]] = set()
+
+    @property
+    def session(self) -> Session | None:
+        return self._session
+
+    def request_reinit(self) -> None:
+        """Ask for a re-initialisation on the next pass the backoff allows (event thread)."""
+        self._schedule_reinit()
+
+    # -- one pass ---------------------------------------------------------------------------
+
+    def collect(self) -> PassResult:
+        started = self._clock()
+        if (self._session is None or self._reinit_wanted) and started >= self._next_attempt:
+            self._initialize()
+        session = self._session
+        samples: list[GpuSample] = []
+        if session is not None:
+            try:
+                for device in list(session.devices):
+                    sample = self._read_device(session, device)
+                    if sample is not None:
+                        samples.append(sample)
+            except SessionBrokenError as err:
+                self._session_broken(err)
+                session = None
+                samples = []
+        return PassResult(
+            nvml_up=session is not None,
+            started_at=started,
+            finished_at=self._clock(),
+            samples=tuple(samples),
+            driver=session.driver if session is not None else None,
+        )
+
+    def _read_device(self, session: Session, device: Device) -> GpuSample | None:
+        sample = GpuSample(device.gpu)
+        for field_name, reader in FIELD_READERS:
+            if field_name in device.unsupported:
+                continue
+            try:
+                reader(self._nvml, device.handle, sample)
+            except self._nvml.NVMLError as err:
+                code = err.value
+                if code in LOST_CODES:
+                    self._gpu_lost(session, device, err)
+                    return None
+                if code in UNSUPPORTED_CODES:
+                    device.unsupported.add(field_name)
+                    LOG.info("GPU %d (%s): %s not available (%s); omitted", device.gpu.index, device.gpu.uuid,
+                             field_name, err)
+                    continue
+                if code in SESSION_CODES:
+                    raise SessionBrokenError(str(err)) from err
+                self._counters.record_failure("query")
+                key = (device.gpu.index, field_name, code)
+                if key not in self._logged_field_errors:
+                    self._logged_field_errors.add(key)
+                    LOG.warning("GPU %d (%s): reading %s failed (%s); omitted from this pass",
+                                device.gpu.index, device.gpu.uuid, field_name, err)
+        self._count_new_uncorrected(sample)
+        return sample
+
+    def _count_new_uncorrected(self, sample: GpuSample) -> None:
+        """Count increases of the driver's volatile uncorrected-ECC total seen since start."""
+        value = sample.ecc_uncorrected_total
+        if value is None:
+            return
+        previous = self._last_uncorrected.get(sample.gpu)
+        if previous is not None and value > previous:
+            self._counters.record_error(sample.gpu, "ecc_uncorrected", value - previous)
+        self._last_uncorrected[sample.gpu] = value
+
+    # -- faults -----------------------------------------------------------------------------
+
+    def _mark_lost(self, index: int, gpu: GpuIdentity | None, err: Exception) -> None:
+        self._counters.record_failure("gpu_lost")
+        if index in self._lost:
+            return
+        self._lost[index] = gpu
+        if gpu is not None:
+            self._counters.record_error(gpu, "gpu_lost")
+        LOG.error("GPU %d (%s) is lost (%s); its series are dropped until NVML re-initialises and it answers",
+                  index, gpu.uuid if gpu else "uuid unknown", err)
+
+    def _gpu_lost(self, session: Session, device: Device, err: Exception) -> None:
+        self._mark_lost(device.gpu.index, device.gpu, err)
+        session.devices.remove(device)
+        self._schedule_reinit()
+
+    def _schedule_reinit(self) -> None:
+        if not self._reinit_wanted:
+            self._reinit_wanted = True
+            self._next_attempt = self._clock() + self._backoff.next_delay()
+
+    def _session_broken(self, err: Exception) -> None:
+        self._counters.record_failure("query")
+        self._log_down(f"NVML stopped answering ({err})")
+        with self.session_lock:
+            self._shutdown_locked()
+        self._next_attempt = self._clock() + self._backoff.next_delay()
+
+    def _log_down(self, why: str) -> None:
+        if not self._down_logged:
+            self._down_logged = True
+            LOG.warning("%s; reporting NVML down and retrying with backoff (logged once until it recovers)", why)
+        else:
+            LOG.debug("%s", why)
+
+    # -- init and shutdown ------------------------------------------------------------------
+
+    def _initialize(self) -> None:
+        nvml = self._nvml
+        with self.session_lock:
+            self._shutdown_locked()
+            self._reinit_wanted = False
+            try:
+                nvml.nvmlInit()
+            except nvml.NVMLError as err:
+                self._init_failed(f"NVML init failed ({err})")
+                return
+            try:
+                session, complete = self._enumerate()
+            except nvml.NVMLError as err:
+                self._try_shutdown()
+                self._init_failed(f"NVML device enumeration failed ({err})")
+                return
+            self._session = session
+        if complete:
+            self._backoff.reset()
+        else:
+            self._schedule_reinit()
+        if self._down_logged:
+            LOG.info("NVML is back")
+        self._down_logged = False
+        LOG.info("NVML up: driver %s, NVML %s, CUDA %s, %d GPU(s) answering: %s", session.driver.driver_version,
+                 session.driver.nvml_version, session.driver.cuda_driver_version, len(session.devices),
+                 ", ".join(f"{d.gpu.index}={d.gpu.uuid}" for d in session.devices) or "none")
+
+    def _init_failed(self, why: str) -> None:
+        self._counters.record_failure("init")
+        self._log_down(why)
+        self._next_attempt = self._clock() + self._backoff.next_delay()
+
+    def _enumerate(self) -> tuple[Session, bool]:
+        """A new session over every GPU that answers, and whether every GPU did."""
+        nvml = self._nvml
+        count = nvml.nvmlDeviceGetCount()
+        devices: list[Device] = []
+        complete = True
+        for index in range(count):
+            try:
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                gpu = GpuIdentity(index, nvml.nvmlDeviceGetUUID(handle), nvml.nvmlDeviceGetName(handle))
+            except nvml.NVMLError as err:
+                if err.value in SESSION_CODES:
+                    raise
+                complete = False
+                if err.value in LOST_CODES:
+                    self._mark_lost(index, self._known.get(index), err)
+                else:
+                    self._counters.record_failure("query")
+                    LOG.warning("GPU %d: skipped until the next re-initialisation (%s)", index, err)
+                continue
+            if index in self._lost:
+                LOG.info("GPU %d (%s) answers again", index, gpu.uuid)
+                del self._lost[index]
+            self._known[index] = gpu
+            self._counters.register_gpu(gpu)
+            devices.append(Device(gpu, handle))
+        session = Session(
+            driver=self._driver_info(),
+            devices=devices,
+            gpus_by_handle={handle_address(d.handle): d.gpu for d in devices},
+        )
+        return session, complete
+
+    def _driver_info(self) -> DriverInfo:
+        def text(read: Callable[[], Any]) -> str:
+            try:
+                return str(read())
+            except self._nvml.NVMLError:
+                return ""
+
+        nvml = self._nvml
+        cuda = text(nvml.nvmlSystemGetCudaDriverVersion)
+        return DriverInfo(
+            driver_version=text(nvml.nvmlSystemGetDriverVersion),
+            nvml_version=text(nvml.nvmlSystemGetNVMLVersion),
+            cuda_driver_version=_cuda_version_text(int(cuda)) if cuda else "",
+        )
+
+    def _shutdown_locked(self) -> None:
+        session = self._session
+        if session is None:
+            return
+        self._session = None
+        if session.event_set is not None:
+            try:
+                self._nvml.nvmlEventSetFree(session.event_set)
+            except self._nvml.NVMLError as err:
+                LOG.debug("freeing the NVML event set failed: %s", err)
+            session.event_set = None
+        self._try_shutdown()
+
+    def _try_shutdown(self) -> None:
+        try:
+            self._nvml.nvmlShutdown()
+        except self._nvml.NVMLError as err:
+            LOG.debug("nvmlShutdown failed: %s", err)
+
+    def close(self) -> None:
+        """Shut NVML down (at process exit)."""
+        with self.session_lock:
+            self._shutdown_locked()

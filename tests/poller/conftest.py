@@ -1,0 +1,59 @@
+"""Fixtures of the poller tests: the fake NVML library (built once per session) and pollers."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+HARNESS_PATH = Path(__file__).parent / "fake_nvml" / "fake_nvml_harness.py"
+
+
+def load_harness() -> ModuleType:
+    name = "fake_nvml_harness"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, HARNESS_PATH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def harness() -> ModuleType:
+    """tests/poller/fake_nvml/fake_nvml_harness.py (FakeNvml, FakeGpu, PollerProcess, ...)."""
+    return load_harness()
+
+
+@pytest.fixture(scope="session")
+def fake_nvml_lib(harness: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Directory holding the complete fake libnvidia-ml.so.1."""
+    return harness.build_fake_nvml(tmp_path_factory.mktemp("fake-nvml"))  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def nvml_config(tmp_path: Path) -> Path:
+    return tmp_path / "nvml.conf"
+
+
+@pytest.fixture
+def start_poller(harness: ModuleType, tmp_path: Path) -> Iterator[Callable[..., Any]]:
+    """start_poller(lib_dir, config, **kwargs) -> a ready PollerProcess, stopped at teardown."""
+    started: list[Any] = []
+
+    def start(lib_dir: Path | None, config: Path, **kwargs: Any) -> Any:
+        poller = harness.PollerProcess(lib_dir, config, tmp_path, **kwargs)
+        started.append(poller)
+        poller.wait_ready()
+        return poller
+
+    yield start
+    for poller in started:
+        poller.stop()

@@ -1,0 +1,280 @@
+"""Build and drive the fake `libnvidia-ml.so.1`, and run the poller against it.
+
+Importable by path from any test (or benchmark) that needs GPU metrics without a GPU:
+
+    import importlib.util, sys
+    spec = importlib.util.spec_from_file_location("fake_nvml_harness", "tests/poller/fake_nvml/fake_nvml_harness.py")
+    harness = importlib.util.module_from_spec(spec); sys.modules[spec.name] = harness; spec.loader.exec_module(harness)
+
+    lib_dir = harness.build_fake_nvml(tmp_path / "lib")            # gcc; returns the directory
+    config = harness.FakeNvml(gpus=[harness.FakeGpu(), harness.hot_gpu()])  # GPU 1 at 90 C
+    config.write(tmp_path / "nvml.conf")
+    with harness.PollerProcess(lib_dir, tmp_path / "nvml.conf", tmp_path) as poller:
+        poller.value("ml_gpu_temperature_celsius", gpu_id="1")  # 90.0
+        # a Prometheus can scrape poller.url + "/metrics" (node label: poller.node)
+
+The fake re-reads its config file whenever it changes, so `config.write(...)` again flips values
+or faults while the poller runs. The poller must be a subprocess: `LD_LIBRARY_PATH` is read only
+when a process starts, and nvidia-ml-py keeps its library and function pointers for life.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+from prometheus_client.parser import text_string_to_metric_families
+
+HERE = Path(__file__).resolve().parent
+SOURCE = HERE / "fake_nvml.c"
+REPO_ROOT = HERE.parents[2]
+SONAME = "libnvidia-ml.so.1"
+
+# NVML return codes the tests inject.
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_UNKNOWN = 999
+
+
+def build_fake_nvml(out_dir: Path, omit: Iterable[str] = ()) -> Path:
+    """Compile the fake into `out_dir/libnvidia-ml.so.1` (leaving out the `omit` functions).
+
+    Returns `out_dir`, the directory to put on LD_LIBRARY_PATH.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / SONAME
+    command = [
+        "gcc", "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden", "-pthread",
+        f"-Wl,-soname,{SONAME}", *(f"-DOMIT_{name}" for name in omit), "-o", str(target), str(SOURCE),
+    ]
+    subprocess.run(command, check=True, capture_output=True, text=True)
+    return out_dir
+
+
+@dataclass
+class FakeGpu:
+    """One fake GPU: its readings in NVML's units (bytes, milliwatts, MHz) and its faults."""
+
+    name: str = "NVIDIA H100 80GB HBM3"
+    uuid: str | None = None  # default: GPU-00000000-0000-0000-0000-<index, 12 digits>
+    util_gpu: int = 50
+    util_memory: int = 20
+    memory_total: int = 85_899_345_920
+    memory_used: int = 1_073_741_824
+    temperature: int = 40
+    power_mw: int = 100_000
+    power_limit_mw: int = 700_000
+    clock_sm_mhz: int = 1980
+    clock_mem_mhz: int = 2619
+    clocks_event_reasons: int = 0
+    ecc_corrected: int = 0
+    ecc_uncorrected: int = 0
+    supported_events: int = 0x8F
+    lost: bool = False
+    errors: dict[str, int] = field(default_factory=dict)  # field name -> NVML return code
+    delay_us: int = 0  # sleep in nvmlDeviceGetUtilizationRates
+
+    def default_uuid(self, index: int) -> str:
+        return self.uuid or f"GPU-00000000-0000-0000-0000-{index:012d}"
+
+
+def hot_gpu(temperature: int = 90, **settings: object) -> FakeGpu:
+    """A GPU running hot (90 C by default) and thermally throttled, fully busy."""
+    values: dict[str, object] = {
+        "temperature": temperature, "util_gpu": 100, "clocks_event_reasons": 0x40 | 0x20,
+        "power_mw": 690_000,
+    }
+    values.update(settings)
+    return FakeGpu(**values)  # type: ignore[arg-type]
+
+
+@dataclass
+class FakeNvml:
+    """The whole fake driver state; `write()` it to the file $FAKE_NVML_CONFIG names."""
+
+    gpus: list[FakeGpu] = field(default_factory=lambda: [FakeGpu()])
+    init_error: int = 0
+    wait_error: int = 0
+    driver_version: str = "550.54.15"
+    nvml_version: str = "12.550.54.15"
+    cuda_driver_version: int = 12040
+    xids: list[tuple[int, int]] = field(default_factory=list)  # (gpu index, XID code), delivered in order
+
+    def render(self) -> str:
+        lines = [
+            f"device_count {len(self.gpus)}",
+            f"init_error {self.init_error}",
+            f"wait_error {self.wait_error}",
+            f"driver_version {self.driver_version}",
+            f"nvml_version {self.nvml_version}",
+            f"cuda_driver_version {self.cuda_driver_version}",
+        ]
+        for index, gpu in enumerate(self.gpus):
+            prefix = f"gpu.{index}."
+            lines += [
+                prefix + f"name {gpu.name}",
+                prefix + f"uuid {gpu.default_uuid(index)}",
+                prefix + f"util_gpu {gpu.util_gpu}",
+                prefix + f"util_memory {gpu.util_memory}",
+                prefix + f"memory_total {gpu.memory_total}",
+                prefix + f"memory_used {gpu.memory_used}",
+                prefix + f"temperature {gpu.temperature}",
+                prefix + f"power_mw {gpu.power_mw}",
+                prefix + f"power_limit_mw {gpu.power_limit_mw}",
+                prefix + f"clock_sm_mhz {gpu.clock_sm_mhz}",
+                prefix + f"clock_mem_mhz {gpu.clock_mem_mhz}",
+                prefix + f"clocks_event_reasons {gpu.clocks_event_reasons:#x}",
+                prefix + f"ecc_corrected {gpu.ecc_corrected}",
+                prefix + f"ecc_uncorrected {gpu.ecc_uncorrected}",
+                prefix + f"supported_events {gpu.supported_events:#x}",
+                prefix + f"lost {int(gpu.lost)}",
+                prefix + f"delay_us {gpu.delay_us}",
+            ]
+            lines += [prefix + f"error.{name} {code}" for name, code in sorted(gpu.errors.items())]
+        lines += [f"xid {seq} {gpu} {code}" for seq, (gpu, code) in enumerate(self.xids, start=1)]
+        return "\n".join(lines) + "\n"
+
+    def write(self, path: Path) -> None:
+        """Replace the file atomically (the fake notices the new inode and re-reads it)."""
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(self.render())
+        os.replace(tmp, path)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def http_get(host: str, port: int, path: str, timeout: float = 10.0) -> tuple[int, bytes, str]:
+    """(status, body, content type) of one GET."""
+    connection = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        connection.request("GET", path)
+        response = connection.getresponse()
+        return response.status, response.read(), response.getheader("Content-Type", "")
+    finally:
+        connection.close()
+
+
+def poller_env(lib_dir: Path | None, config: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment for a poller process that loads the fake library from `lib_dir`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FAKE_NVML_", "POLLER_"))}
+    env["LD_LIBRARY_PATH"] = str(lib_dir) if lib_dir is not None else ""
+    env["FAKE_NVML_CONFIG"] = str(config)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.update(extra or {})
+    return env
+
+
+class PollerProcess:
+    """`python -m poller` as a subprocess on a free loopback port; stopped with SIGTERM."""
+
+    def __init__(
+        self,
+        lib_dir: Path | None,
+        config: Path,
+        work_dir: Path,
+        *,
+        args: Sequence[str] = ("--min-interval", "0"),
+        node: str = "test-node",
+        env: Mapping[str, str] | None = None,
+        python: str = sys.executable,
+    ) -> None:
+        self.node = node
+        self.host = "127.0.0.1"
+        self.port = free_port()
+        self.url = f"http://{self.host}:{self.port}"
+        self.log_path = work_dir / f"poller-{self.port}.log"
+        command = [python, "-m", "poller", "--listen", f"{self.host}:{self.port}", *args]
+        self._log = self.log_path.open("wb")
+        self.process = subprocess.Popen(
+            command, cwd=REPO_ROOT, stdout=self._log, stderr=subprocess.STDOUT,
+            env=poller_env(lib_dir, config, {"NODE_NAME": node, **(env or {})}),
+        )
+
+    def __enter__(self) -> PollerProcess:
+        self.wait_ready()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
+
+    def wait_ready(self, timeout: float = 15.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"poller exited with {self.process.returncode}:\n{self.log()}")
+            try:
+                if http_get(self.host, self.port, "/healthz", timeout=1.0)[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise TimeoutError(f"poller not ready on {self.url} after {timeout}s:\n{self.log()}")
+
+    def scrape(self) -> str:
+        status, body, _ = http_get(self.host, self.port, "/metrics")
+        if status != 200:
+            raise RuntimeError(f"/metrics answered {status}")
+        return body.decode()
+
+    def samples(self) -> list[tuple[str, dict[str, str], float]]:
+        """Every sample of one scrape, parsed by prometheus-client's parser."""
+        return [
+            (sample.name, sample.labels, sample.value)
+            for family in text_string_to_metric_families(self.scrape())
+            for sample in family.samples
+        ]
+
+    def values(self, name: str, **labels: str) -> list[float]:
+        """Values of the samples named `name` whose labels include `labels`."""
+        return [
+            value for sample_name, sample_labels, value in self.samples()
+            if sample_name == name and all(sample_labels.get(k) == v for k, v in labels.items())
+        ]
+
+    def value(self, name: str, **labels: str) -> float | None:
+        """The one matching sample's value; None when there is none."""
+        found = self.values(name, **labels)
+        if len(found) > 1:
+            raise AssertionError(f"{len(found)} samples of {name} match {labels}")
+        return found[0] if found else None
+
+    def wait_for(self, name: str, expected: float | None, timeout: float = 10.0, **labels: str) -> None:
+        """Scrape until `name{labels}` has `expected` (None: until the sample is absent)."""
+        deadline = time.monotonic() + timeout
+        last: float | None = None
+        while time.monotonic() < deadline:
+            last = self.value(name, **labels)
+            if last == expected:
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"{name}{labels} is {last}, expected {expected} within {timeout}s\n{self.log()}")
+
+    def log(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, timeout: float = 10.0) -> int:
+        """SIGTERM, wait, return the exit code (kills by PID after `timeout`)."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+        return self.process.returncode
