@@ -8,7 +8,7 @@ STACK ?= dev
 STACKS := dev staging prod
 PYTEST_ARGS ?=
 
-.PHONY: render render-all test lint bench docs clean
+.PHONY: render render-all test lint bench docs clean dashboards-readme
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,10 @@ lint: $(VENV)/.installed
 ## benchmarks; figures go to BENCHMARKS.md
 bench: $(VENV)/.installed
 	$(PY) -m bench
+
+## regenerate dashboards/README.md (rows and panels of every dashboard) from the code
+dashboards-readme: $(VENV)/.installed
+	$(PY) -m dashboards.readme
 
 clean:
 	rm -rf rendered .pytest_cache .mypy_cache .ruff_cache
