@@ -115,7 +115,7 @@ typedef struct { unsigned long long total; unsigned long long free; unsigned lon
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct config cfg;
 static struct nvmlDevice_st devices[MAX_GPUS];
-static struct nvmlEventSet_st sets[MAX_SETS];
+__attribute__((unused)) static struct nvmlEventSet_st sets[MAX_SETS];
 static int init_count;
 static long delivered_seq;
 static struct timespec loaded_mtime;
@@ -445,7 +445,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, int type, unsign
 }
 #endif
 
-static nvmlReturn_t clocks_event_reasons(nvmlDevice_t device, unsigned long long *reasons) {
+__attribute__((unused)) static nvmlReturn_t clocks_event_reasons(nvmlDevice_t device, unsigned long long *reasons) {
     struct gpu *g;
     nvmlReturn_t rc = gpu_for(device, F_CLOCKS_EVENT_REASONS, &g);
     if (rc == NVML_SUCCESS) *reasons = g->clocks_event_reasons;

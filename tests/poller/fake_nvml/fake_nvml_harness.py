@@ -57,7 +57,9 @@ def build_fake_nvml(out_dir: Path, omit: Iterable[str] = ()) -> Path:
         "gcc", "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden", "-pthread",
         f"-Wl,-soname,{SONAME}", *(f"-DOMIT_{name}" for name in omit), "-o", str(target), str(SOURCE),
     ]
-    subprocess.run(command, check=True, capture_output=True, text=True)
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"building the fake NVML library failed:\n{' '.join(command)}\n{result.stderr}")
     return out_dir
 
 
@@ -264,7 +266,8 @@ class PollerProcess:
         raise AssertionError(f"{name}{labels} is {last}, expected {expected} within {timeout}s\n{self.log()}")
 
     def log(self) -> str:
-        self._log.flush()
+        if not self._log.closed:
+            self._log.flush()
         return self.log_path.read_text(errors="replace")
 
     def stop(self, timeout: float = 10.0) -> int:
