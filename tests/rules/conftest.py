@@ -1,0 +1,31 @@
+"""Fixtures of the rules tests: one promtool run over every generated test file (session-wide)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from observability.config import ObservabilityConfig
+from tests.rules.alert_cases import CASES, RECORD_CASES
+from tests.rules.detection_cases import Detection, detection_suites
+from tests.rules.promtool_harness import PromtoolResult, Suite, run_promtool_tests
+
+
+@dataclass(frozen=True)
+class PromtoolRun:
+    suites: tuple[Suite, ...]
+    detections: tuple[Detection, ...]
+    result: PromtoolResult
+
+
+@pytest.fixture(scope="session")
+def promtool_run(tmp_path_factory: pytest.TempPathFactory) -> PromtoolRun:
+    directory = tmp_path_factory.mktemp("promtool")
+    default = Suite("alerts-default", ObservabilityConfig(), list(CASES), list(RECORD_CASES))
+    detection = detection_suites()
+    suites = (default, *(suite for suite, _ in detection))
+    files = [suite.write(directory) for suite in suites]
+    result = run_promtool_tests(files, cwd=directory)
+    return PromtoolRun(suites, tuple(d for _, found in detection for d in found), result)
