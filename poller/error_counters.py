@@ -30,6 +30,7 @@ class CountersSnapshot:
 class ErrorCounters:
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._snapshot: CountersSnapshot | None = None  # valid until the next change
         self._failures: dict[str, int] = dict.fromkeys(FAILURE_REASONS, 0)
         self._xids: dict[GpuIdentity, dict[int, int]] = {}
         self._errors: dict[GpuIdentity, dict[str, int]] = {}
@@ -40,6 +41,7 @@ class ErrorCounters:
             self._register_locked(gpu)
 
     def _register_locked(self, gpu: GpuIdentity) -> None:
+        self._snapshot = None
         if gpu not in self._xids:
             self._xids[gpu] = dict.fromkeys(PRECREATED_XIDS, 0)
             self._errors[gpu] = dict.fromkeys(ERROR_TYPES, 0)
@@ -62,14 +64,21 @@ class ErrorCounters:
         if reason not in FAILURE_REASONS:
             raise ValueError(f"unknown failure reason {reason!r}; expected one of {FAILURE_REASONS}")
         with self._lock:
+            self._snapshot = None
             self._failures[reason] += 1
 
     def snapshot(self) -> CountersSnapshot:
+        """The counters now; the same object until something changes (writers may cache on it)."""
         with self._lock:
-            return CountersSnapshot(
-                failures=tuple(self._failures.items()),
-                gpus=tuple(
-                    GpuErrorCounts(gpu, tuple(sorted(xids.items())), tuple(self._errors[gpu].items()))
-                    for gpu, xids in self._xids.items()
-                ),
-            )
+            if self._snapshot is None:
+                self._snapshot = self._take_snapshot_locked()
+            return self._snapshot
+
+    def _take_snapshot_locked(self) -> CountersSnapshot:
+        return CountersSnapshot(
+            failures=tuple(self._failures.items()),
+            gpus=tuple(
+                GpuErrorCounts(gpu, tuple(sorted(xids.items())), tuple(self._errors[gpu].items()))
+                for gpu, xids in self._xids.items()
+            ),
+        )

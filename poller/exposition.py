@@ -102,6 +102,23 @@ class TextPageWriter:
         self._duration = f"{catalog.GPU_POLLER_COLLECTION_DURATION_SECONDS.name}{{{node_label}}} "
         self._devices = f"{catalog.GPU_POLLER_DEVICES.name}{{{node_label}}} "
         self._failures: dict[str, str] = {}
+        self._counters_seen: CountersSnapshot | None = None
+        self._counters_text = ""
+        self._failures_text = ""
+
+    def _render_counters(self, counters: CountersSnapshot) -> tuple[str, str]:
+        """(XID and GPU error families, collection failures family) as text."""
+        xid_lines: list[str] = [_XID_HEADER]
+        error_lines: list[str] = [_ERRORS_HEADER]
+        for gpu_counts in counters.gpus:
+            lines = self._lines(gpu_counts.gpu)
+            for code, count in gpu_counts.xids:
+                xid_lines.append(f"{lines.xid_prefix(code)}{count}\n")
+            for error_type, count in gpu_counts.errors:
+                error_lines.append(f"{lines.error_prefix(error_type)}{count}\n")
+        failure_lines = [_FAILURES_HEADER]
+        failure_lines += [f"{self._failure_prefix(reason)}{count}\n" for reason, count in counters.failures]
+        return "".join(xid_lines + error_lines), "".join(failure_lines)
 
     def _failure_prefix(self, reason: str) -> str:
         prefix = self._failures.get(reason)
@@ -127,7 +144,8 @@ class TextPageWriter:
             for sample, lines in samples:
                 value = getattr(sample, attribute)
                 if value is not None:
-                    append(f"{lines.gauges[attribute]}{format_value(value)}\n")
+                    text = str(value) if type(value) is int else format_value(value)
+                    append(f"{lines.gauges[attribute]}{text}\n")
 
         append(_THROTTLE_HEADER)
         for sample, lines in samples:
@@ -143,16 +161,10 @@ class TextPageWriter:
                 if value is not None:
                     append(f"{prefix}{value}\n")
 
-        xid_lines: list[str] = [_XID_HEADER]
-        error_lines: list[str] = [_ERRORS_HEADER]
-        for gpu_counts in counters.gpus:
-            lines = self._lines(gpu_counts.gpu)
-            for code, count in gpu_counts.xids:
-                xid_lines.append(f"{lines.xid_prefix(code)}{count}\n")
-            for error_type, count in gpu_counts.errors:
-                error_lines.append(f"{lines.error_prefix(error_type)}{count}\n")
-        out += xid_lines
-        out += error_lines
+        if counters is not self._counters_seen:  # counters change rarely: write them once per change
+            self._counters_text, self._failures_text = self._render_counters(counters)
+            self._counters_seen = counters
+        append(self._counters_text)
 
         driver = result.driver
         if driver is not None:
@@ -168,9 +180,7 @@ class TextPageWriter:
         append(self._up + ("1\n" if result.nvml_up else "0\n"))
         append(_DURATION_HEADER)
         append(f"{self._duration}{format_value(result.duration_seconds)}\n")
-        append(_FAILURES_HEADER)
-        for reason, count in counters.failures:
-            append(f"{self._failure_prefix(reason)}{count}\n")
+        append(self._failures_text)
         append(_DEVICES_HEADER)
         append(f"{self._devices}{len(result.samples)}\n")
         return "".join(out).encode()

@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pynvml
@@ -68,7 +68,7 @@ def handle_address(handle: Any) -> int:
 class Device:
     gpu: GpuIdentity
     handle: Any
-    unsupported: set[str] = field(default_factory=set)
+    calls: list[FieldCall]  # the fields this GPU answers (unsupported ones are dropped)
 
 
 @dataclass
@@ -88,71 +88,151 @@ class SessionBrokenError(Exception):
     """NVML stopped answering for the whole session (not one GPU)."""
 
 
-def _read_utilization(nvml: Any, handle: Any, sample: GpuSample) -> None:
-    rates = nvml.nvmlDeviceGetUtilizationRates(handle)
-    sample.utilization_percent = rates.gpu
-    sample.memory_utilization_percent = rates.memory
+class _Utilization(ctypes.Structure):  # nvmlUtilization_t
+    _fields_ = (("gpu", ctypes.c_uint), ("memory", ctypes.c_uint))
 
 
-def _read_memory(nvml: Any, handle: Any, sample: GpuSample) -> None:
-    memory = nvml.nvmlDeviceGetMemoryInfo(handle)
-    sample.memory_used_bytes = memory.used
-    sample.memory_total_bytes = memory.total
+class _Memory(ctypes.Structure):  # nvmlMemory_t (v1)
+    _fields_ = (("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong))
 
 
-def _read_temperature(nvml: Any, handle: Any, sample: GpuSample) -> None:
-    sample.temperature_celsius = nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU)
+@dataclass(slots=True)
+class FieldCall:
+    """One NVML call of a pass, bound to its device handle and to an output buffer made once."""
+
+    name: str
+    function: Callable[..., int]
+    arguments: tuple[Any, ...]
+    store: Callable[[GpuSample], None]
 
 
-def _read_power(nvml: Any, handle: Any, sample: GpuSample) -> None:
-    sample.power_watts = nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0  # milliwatts
+class FunctionMissingError(Exception):
+    """The loaded libnvidia-ml has none of the names tried (an older driver)."""
 
 
-def _read_power_limit(nvml: Any, handle: Any, sample: GpuSample) -> None:
-    sample.power_limit_watts = nvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000.0  # milliwatts
+def nvml_function(lib: Any, *names: str) -> Callable[..., int]:
+    """A fresh ctypes function object for the first of `names` the library exports.
+
+    Fresh (CDLL item access, not attribute access) so that setting its restype leaves the
+    function objects nvidia-ml-py caches untouched.
+    """
+    for name in names:
+        try:
+            function = lib[name]
+        except AttributeError:
+            continue
+        function.restype = ctypes.c_int  # nvmlReturn_t
+        return function  # type: ignore[no-any-return]
+    raise FunctionMissingError(" / ".join(names))
 
 
-def _read_sm_clock(nvml: Any, handle: Any, sample: GpuSample) -> None:
-    sample.sm_clock_hertz = nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM) * 1_000_000  # MHz
+def _utilization(lib: Any, handle: Any) -> FieldCall:
+    rates = _Utilization()
+
+    def store(sample: GpuSample) -> None:
+        sample.utilization_percent = rates.gpu
+        sample.memory_utilization_percent = rates.memory
+
+    return FieldCall("utilization", nvml_function(lib, "nvmlDeviceGetUtilizationRates"),
+                     (handle, ctypes.byref(rates)), store)
 
 
-def _read_memory_clock(nvml: Any, handle: Any, sample: GpuSample) -> None:
-    sample.memory_clock_hertz = nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_MEM) * 1_000_000  # MHz
+def _memory(lib: Any, handle: Any) -> FieldCall:
+    memory = _Memory()
+
+    def store(sample: GpuSample) -> None:
+        sample.memory_used_bytes = memory.used
+        sample.memory_total_bytes = memory.total
+
+    return FieldCall("memory", nvml_function(lib, "nvmlDeviceGetMemoryInfo"), (handle, ctypes.byref(memory)), store)
 
 
-def _read_clock_event_reasons(nvml: Any, handle: Any, sample: GpuSample) -> None:
-    try:
-        sample.clock_event_reasons = nvml.nvmlDeviceGetCurrentClocksEventReasons(handle)
-    except nvml.NVMLError_FunctionNotFound:  # drivers before 535 only have the old name
-        sample.clock_event_reasons = nvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle)
+def _temperature(lib: Any, handle: Any) -> FieldCall:
+    celsius = ctypes.c_uint()
+
+    def store(sample: GpuSample) -> None:
+        sample.temperature_celsius = celsius.value
+
+    return FieldCall("temperature", nvml_function(lib, "nvmlDeviceGetTemperature"),
+                     (handle, pynvml.NVML_TEMPERATURE_GPU, ctypes.byref(celsius)), store)
 
 
-def _read_ecc_corrected(nvml: Any, handle: Any, sample: GpuSample) -> None:
-    sample.ecc_corrected_total = nvml.nvmlDeviceGetTotalEccErrors(
-        handle, nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, nvml.NVML_VOLATILE_ECC
-    )
+def _power(lib: Any, handle: Any) -> FieldCall:
+    milliwatts = ctypes.c_uint()
+
+    def store(sample: GpuSample) -> None:
+        sample.power_watts = milliwatts.value / 1000.0
+
+    return FieldCall("power", nvml_function(lib, "nvmlDeviceGetPowerUsage"), (handle, ctypes.byref(milliwatts)), store)
 
 
-def _read_ecc_uncorrected(nvml: Any, handle: Any, sample: GpuSample) -> None:
-    sample.ecc_uncorrected_total = nvml.nvmlDeviceGetTotalEccErrors(
-        handle, nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_VOLATILE_ECC
-    )
+def _power_limit(lib: Any, handle: Any) -> FieldCall:
+    milliwatts = ctypes.c_uint()
+
+    def store(sample: GpuSample) -> None:
+        sample.power_limit_watts = milliwatts.value / 1000.0
+
+    return FieldCall("power_limit", nvml_function(lib, "nvmlDeviceGetEnforcedPowerLimit"),
+                     (handle, ctypes.byref(milliwatts)), store)
 
 
-FieldReader = Callable[[Any, Any, GpuSample], None]
+def _sm_clock(lib: Any, handle: Any) -> FieldCall:
+    megahertz = ctypes.c_uint()
 
-# Every NVML field read per GPU per pass, by the name logs and the unsupported cache use.
-FIELD_READERS: tuple[tuple[str, FieldReader], ...] = (
-    ("utilization", _read_utilization),
-    ("memory", _read_memory),
-    ("temperature", _read_temperature),
-    ("power", _read_power),
-    ("power_limit", _read_power_limit),
-    ("sm_clock", _read_sm_clock),
-    ("memory_clock", _read_memory_clock),
-    ("clock_event_reasons", _read_clock_event_reasons),
-    ("ecc_corrected", _read_ecc_corrected),
-    ("ecc_uncorrected", _read_ecc_uncorrected),
+    def store(sample: GpuSample) -> None:
+        sample.sm_clock_hertz = megahertz.value * 1_000_000
+
+    return FieldCall("sm_clock", nvml_function(lib, "nvmlDeviceGetClockInfo"),
+                     (handle, pynvml.NVML_CLOCK_SM, ctypes.byref(megahertz)), store)
+
+
+def _memory_clock(lib: Any, handle: Any) -> FieldCall:
+    megahertz = ctypes.c_uint()
+
+    def store(sample: GpuSample) -> None:
+        sample.memory_clock_hertz = megahertz.value * 1_000_000
+
+    return FieldCall("memory_clock", nvml_function(lib, "nvmlDeviceGetClockInfo"),
+                     (handle, pynvml.NVML_CLOCK_MEM, ctypes.byref(megahertz)), store)
+
+
+def _clock_event_reasons(lib: Any, handle: Any) -> FieldCall:
+    reasons = ctypes.c_ulonglong()
+
+    def store(sample: GpuSample) -> None:
+        sample.clock_event_reasons = reasons.value
+
+    # Drivers before 535 only have the older name of the same call.
+    function = nvml_function(lib, "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons")
+    return FieldCall("clock_event_reasons", function, (handle, ctypes.byref(reasons)), store)
+
+
+def _ecc_corrected(lib: Any, handle: Any) -> FieldCall:
+    count = ctypes.c_ulonglong()
+
+    def store(sample: GpuSample) -> None:
+        sample.ecc_corrected_total = count.value
+
+    return FieldCall("ecc_corrected", nvml_function(lib, "nvmlDeviceGetTotalEccErrors"),
+                     (handle, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_VOLATILE_ECC, ctypes.byref(count)),
+                     store)
+
+
+def _ecc_uncorrected(lib: Any, handle: Any) -> FieldCall:
+    count = ctypes.c_ulonglong()
+
+    def store(sample: GpuSample) -> None:
+        sample.ecc_uncorrected_total = count.value
+
+    return FieldCall("ecc_uncorrected", nvml_function(lib, "nvmlDeviceGetTotalEccErrors"),
+                     (handle, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC,
+                      ctypes.byref(count)), store)
+
+
+# Every NVML field read per GPU per pass, in page order.
+FIELD_CALLS: tuple[Callable[[Any, Any], FieldCall], ...] = (
+    _utilization, _memory, _temperature, _power, _power_limit, _sm_clock, _memory_clock, _clock_event_reasons,
+    _ecc_corrected, _ecc_uncorrected,
 )
 
 
@@ -183,6 +263,7 @@ class NvmlSource:
         self._known: dict[int, GpuIdentity] = {}  # last identity seen at each index
         self._last_uncorrected: dict[GpuIdentity, int] = {}
         self._logged_field_errors: set[tuple[int, str, int]] = set()
+        self._logged_missing: set[str] = set()
 
     @property
     def session(self) -> Session | None:
@@ -220,29 +301,31 @@ class NvmlSource:
 
     def _read_device(self, session: Session, device: Device) -> GpuSample | None:
         sample = GpuSample(device.gpu)
-        for field_name, reader in FIELD_READERS:
-            if field_name in device.unsupported:
+        unsupported: list[FieldCall] = []
+        for call in device.calls:
+            code = call.function(*call.arguments)
+            if code == 0:
+                call.store(sample)
                 continue
-            try:
-                reader(self._nvml, device.handle, sample)
-            except self._nvml.NVMLError as err:
-                code = err.value
-                if code in LOST_CODES:
-                    self._gpu_lost(session, device, err)
-                    return None
-                if code in UNSUPPORTED_CODES:
-                    device.unsupported.add(field_name)
-                    LOG.info("GPU %d (%s): %s not available (%s); omitted", device.gpu.index, device.gpu.uuid,
-                             field_name, err)
-                    continue
-                if code in SESSION_CODES:
-                    raise SessionBrokenError(str(err)) from err
-                self._counters.record_failure("query")
-                key = (device.gpu.index, field_name, code)
-                if key not in self._logged_field_errors:
-                    self._logged_field_errors.add(key)
-                    LOG.warning("GPU %d (%s): reading %s failed (%s); omitted from this pass",
-                                device.gpu.index, device.gpu.uuid, field_name, err)
+            if code in LOST_CODES:
+                self._gpu_lost(session, device, self._nvml.NVMLError(code))
+                return None
+            if code in SESSION_CODES:
+                raise SessionBrokenError(str(self._nvml.NVMLError(code)))
+            error = self._nvml.NVMLError(code)
+            if code in UNSUPPORTED_CODES:
+                unsupported.append(call)
+                LOG.info("GPU %d (%s): %s not available (%s); omitted", device.gpu.index, device.gpu.uuid,
+                         call.name, error)
+                continue
+            self._counters.record_failure("query")
+            key = (device.gpu.index, call.name, code)
+            if key not in self._logged_field_errors:
+                self._logged_field_errors.add(key)
+                LOG.warning("GPU %d (%s): reading %s failed (%s); omitted from this pass",
+                            device.gpu.index, device.gpu.uuid, call.name, error)
+        for call in unsupported:  # not asked again until NVML re-initialises
+            device.calls.remove(call)
         self._count_new_uncorrected(sample)
         return sample
 
@@ -352,13 +435,30 @@ class NvmlSource:
                 del self._lost[index]
             self._known[index] = gpu
             self._counters.register_gpu(gpu)
-            devices.append(Device(gpu, handle))
+            devices.append(Device(gpu, handle, self._bind_calls(handle)))
         session = Session(
             driver=self._driver_info(),
             devices=devices,
             gpus_by_handle={handle_address(d.handle): d.gpu for d in devices},
         )
         return session, complete
+
+    def _bind_calls(self, handle: Any) -> list[FieldCall]:
+        """The pass's NVML calls for one GPU, through the library nvidia-ml-py loaded.
+
+        Calling the C functions with buffers made once, rather than through nvidia-ml-py's
+        wrappers (a lookup, fresh ctypes objects and a result object every call), halves the cost
+        of a pass. Init, enumeration, strings and events still go through nvidia-ml-py.
+        """
+        calls: list[FieldCall] = []
+        for bind in FIELD_CALLS:
+            try:
+                calls.append(bind(self._nvml.nvmlLib, handle))
+            except FunctionMissingError as err:
+                if str(err) not in self._logged_missing:
+                    self._logged_missing.add(str(err))
+                    LOG.info("this driver's NVML has no %s (Function Not Found); that field is omitted", err)
+        return calls
 
     def _driver_info(self) -> DriverInfo:
         def text(read: Callable[[], Any]) -> str:
