@@ -71,6 +71,7 @@ def _dashboard_groups(cfg: ObservabilityConfig) -> list[dict[str, Any]]:
 
 def rule_groups(cfg: ObservabilityConfig) -> list[dict[str, Any]]:
     """Every rule group, recording groups first, as Prometheus rule-file dicts (fixed order)."""
+    detection_budget(cfg)
     interval = duration(cfg.evaluation_interval_seconds)
     alerting = [
         {"name": name, "interval": interval, "rules": [alert.to_rule(cfg) for alert in alerts]}

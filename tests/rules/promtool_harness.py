@@ -12,20 +12,17 @@ import math
 import re
 import shutil
 import subprocess
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from observability import catalog
 from observability.catalog import Metric
 from observability.config import ObservabilityConfig
 from observability.rules import rule_groups, rules_file_yaml
-
-MISSING = None
-
+from observability.rules.render import dump_groups
 
 # ------------------------------------------------------------------------------------------------
 # Input series
@@ -185,7 +182,10 @@ def render_template(template: str, labels: Mapping[str, str], value: float | Non
     def action(match: re.Match[str]) -> str:
         expr = match.group(1).strip()
         if expr.startswith("$labels."):
-            return labels.get(expr.removeprefix("$labels."), "")
+            name = expr.removeprefix("$labels.")
+            if name not in labels:
+                raise ValueError(f"the template uses label {name!r}, which the firing alert does not carry")
+            return labels[name]
         if value is None:
             raise ValueError(f"the case gives no value but the template uses it: {{{{ {expr} }}}}")
         if expr == "$value | humanizePercentage":
@@ -263,9 +263,16 @@ class Suite:
     cases: list[Case] = field(default_factory=list)
     records: list[RecordCase] = field(default_factory=list)
 
+    # Changes the rules file only (expectations still come from the real rules): used to prove
+    # that the cases catch a broken threshold, `for`, expression or annotation.
+    mutate: Callable[[list[dict[str, Any]]], None] | None = None
+
     def write(self, directory: Path) -> Path:
         rules_path = directory / f"{self.name}.rules.yaml"
-        rules_path.write_text(rules_file_yaml(self.cfg), encoding="utf-8")
+        groups = rule_groups(self.cfg)
+        if self.mutate is not None:
+            self.mutate(groups)
+        rules_path.write_text(dump_groups(groups) if self.mutate else rules_file_yaml(self.cfg), encoding="utf-8")
         rules = alert_rule_dicts(self.cfg)
         document = {
             "rule_files": [rules_path.name],
@@ -318,28 +325,3 @@ def poller_target(node: str = "gpu-node-1", pod: str = "gpu-poller-abcde") -> di
 def seconds(text: str) -> int:
     return _duration_seconds(text)
 
-
-__all__ = [
-    "MISSING",
-    "Case",
-    "Check",
-    "Firing",
-    "PromtoolResult",
-    "RecordCase",
-    "Suite",
-    "catalog",
-    "counter",
-    "gpu_labels",
-    "bucket_quantile",
-    "histogram",
-    "histogram_in_bucket",
-    "humanize_duration",
-    "join",
-    "poller_target",
-    "promtool",
-    "render_template",
-    "run_promtool_tests",
-    "seconds",
-    "series",
-    "values",
-]

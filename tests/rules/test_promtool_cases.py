@@ -29,3 +29,51 @@ def test_cases_name_only_existing_alerts():
 def test_every_recording_rule_has_a_case():
     missing = {r.record for r in RECORDING_RULES} - {c.record for c in RECORD_CASES}
     assert not missing
+
+
+def _alert(groups, name):
+    return next(r for g in groups for r in g["rules"] if r.get("alert") == name)
+
+
+def _threshold_inclusive(groups):
+    rule = _alert(groups, "GPUUtilizationLow")
+    rule["expr"] = rule["expr"].replace("< 30", "<= 30")
+
+
+def _seed_nan_expression(groups):
+    # what the seed wrote, aggregated like ours: a counter compared with `> 0`
+    rule = _alert(groups, "TrainingNaNDetected")
+    rule["expr"] = "sum by (namespace, model_type, job_id, tensor_type) (ml_training_nan_count) > 0"
+
+
+def _seed_memory_for(groups):
+    _alert(groups, "GPUMemoryExhausted")["for"] = "1m"
+
+
+def _description_drops_gpu(groups):
+    rule = _alert(groups, "GPUTemperatureHigh")
+    rule["annotations"]["description"] = rule["annotations"]["description"].replace("GPU {{ $labels.gpu_id }} ", "")
+
+
+MUTATIONS = {
+    "threshold made inclusive": (_threshold_inclusive, "GPUUtilizationLow", {"GPUUtilizationLow: exactly 30% stays silent"}),
+    "seed's NaN expression": (_seed_nan_expression, "TrainingNaNDetected", {"TrainingNaNDetected: resolves 10m after the last NaN instead of firing forever"}),
+    "seed's 1m for on GPU memory": (_seed_memory_for, "GPUMemoryExhausted", {"GPUMemoryExhausted: 96% on two consecutive scrapes fires"}),
+    "description without the GPU": (_description_drops_gpu, "GPUTemperatureHigh", {"GPUTemperatureHigh: 86 °C for 2m fires"}),
+}
+
+
+def test_the_cases_catch_broken_rules(tmp_path):
+    """Each mutation of the rules makes the named case fail (the cases can fail)."""
+    from observability.config import ObservabilityConfig
+    from tests.rules.promtool_harness import Suite, run_promtool_tests
+
+    files = {}
+    for i, (label, (mutate, alert, _)) in enumerate(MUTATIONS.items()):
+        suite = Suite(f"mutation-{i}", ObservabilityConfig(), [c for c in CASES if c.alert == alert], mutate=mutate)
+        files[label] = suite.write(tmp_path)
+    for label, path in files.items():
+        result = run_promtool_tests([path], cwd=tmp_path)
+        expected = MUTATIONS[label][2]
+        assert result.returncode != 0, f"{label}: promtool passed the mutated rules"
+        assert expected <= result.failed_groups(), f"{label}: {result.failed_groups()}"

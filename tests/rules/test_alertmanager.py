@@ -1,0 +1,266 @@
+"""Alertmanager routing and inhibition, checked with amtool and a real Alertmanager."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from infra import render as infra_render
+from observability import alertmanager as am
+from observability.alertmanager import (
+    INHIBITIONS,
+    ReceiverUrls,
+    alertmanager_config,
+    alertmanager_config_crd_spec,
+    alertmanager_config_yaml,
+    receiver_secret_data,
+)
+from observability.config import ObservabilityConfig
+from observability.rules import alert_rules
+
+CFG = ObservabilityConfig()
+RECEIVERS = ReceiverUrls(
+    page="https://hooks.example.invalid/page",
+    chat="https://hooks.example.invalid/chat",
+    low_priority="https://hooks.example.invalid/low-priority",
+)
+EXPECTED_RECEIVER = {"critical": "page", "high": "chat", "warning": "chat", "info": "low-priority"}
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name) or (f"/usr/bin/{name}" if Path(f"/usr/bin/{name}").exists() else None)
+    if path is None:
+        raise RuntimeError(f"{name} not found: install the Debian package prometheus-alertmanager (.ci/run does)")
+    return path
+
+
+@pytest.fixture(scope="module")
+def config_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("alertmanager") / "alertmanager.yml"
+    path.write_text(alertmanager_config_yaml(CFG, RECEIVERS), encoding="utf-8")
+    return path
+
+
+def _routes_test(config_file: Path, expected: str, labels: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [_tool("amtool"), "config", "routes", "test", f"--config.file={config_file}", f"--verify.receivers={expected}",
+         *(f"{k}={v}" for k, v in labels.items())],
+        capture_output=True, text=True, check=False,
+    )
+
+
+def test_amtool_check_config_passes(config_file):
+    proc = subprocess.run([_tool("amtool"), "check-config", str(config_file)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "3 inhibit rules" in proc.stdout and "3 receivers" in proc.stdout
+
+
+def test_amtool_check_config_passes_for_every_stack(tmp_path):
+    for stack in infra_render.available_stacks():
+        settings = infra_render.validate_stack(infra_render.read_stack_config(stack))
+        receivers = ReceiverUrls(
+            page=settings.alerting.page_webhook_url,
+            chat=settings.alerting.chat_webhook_url,
+            low_priority=settings.alerting.low_priority_webhook_url,
+        )
+        path = tmp_path / f"{stack}.yml"
+        path.write_text(alertmanager_config_yaml(settings.observability_config(), receivers), encoding="utf-8")
+        proc = subprocess.run([_tool("amtool"), "check-config", str(path)], capture_output=True, text=True, check=False)
+        assert proc.returncode == 0, f"{stack}: {proc.stdout}{proc.stderr}"
+
+
+@pytest.mark.parametrize(("severity", "receiver"), [*EXPECTED_RECEIVER.items(), ("", "chat"), ("page-me", "chat")])
+def test_routes_by_severity(config_file, severity, receiver):
+    labels = {"alertname": "SomeAlert", "namespace": "foxhunt"} | ({"severity": severity} if severity else {})
+    proc = _routes_test(config_file, receiver, labels)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip() == receiver
+
+
+def test_routes_test_fails_on_a_wrong_receiver(config_file):
+    proc = _routes_test(config_file, "page", {"alertname": "GPUUtilizationLow", "severity": "info"})
+    assert proc.returncode != 0
+
+
+@pytest.mark.parametrize("alert", alert_rules(CFG), ids=lambda a: a.name)
+def test_every_alert_reaches_the_receiver_of_its_severity(config_file, alert):
+    expected = EXPECTED_RECEIVER[alert.severity.value]
+    labels = {"alertname": alert.name, "severity": alert.severity.value} | {k: "x" for k in alert.locating_labels}
+    proc = _routes_test(config_file, expected, labels)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_inhibition_equal_labels_locate_both_alerts():
+    located = {a.name: set(a.locating_labels) for a in alert_rules(CFG)}
+    for inhibition in INHIBITIONS:
+        for name in (*inhibition.sources, *inhibition.targets):
+            assert set(inhibition.equal) <= located[name], (inhibition, name)
+
+
+def test_inhibition_of_an_unknown_alert_is_rejected(monkeypatch):
+    monkeypatch.setattr(am, "INHIBITIONS", (am.Inhibition(("NoSuchAlert",), ("GPUMemoryUsageHigh",), (), "x"),))
+    with pytest.raises(ValueError, match="NoSuchAlert"):
+        alertmanager_config(CFG, RECEIVERS)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["", "hooks.example.invalid/page", "ftp://hooks.example.invalid/x", "https://", "https://hooks.example.invalid/a b"],
+)
+def test_receiver_urls_must_be_http_urls_and_are_never_echoed(bad):
+    with pytest.raises(ValueError) as error:
+        ReceiverUrls(page=bad, chat=RECEIVERS.chat, low_priority=RECEIVERS.low_priority)
+    assert "ReceiverUrls.page" in str(error.value)
+    if bad:
+        assert bad not in str(error.value)
+
+
+def test_receiver_urls_come_only_from_the_arguments():
+    config = alertmanager_config(CFG, RECEIVERS)
+    urls = {c["url"] for r in config["receivers"] for c in r["webhook_configs"]}
+    assert urls == {RECEIVERS.page, RECEIVERS.chat, RECEIVERS.low_priority}
+    source = Path(am.__file__).read_text(encoding="utf-8")
+    assert "://" not in source.replace("http(s)", "").replace('("http", "https")', "")
+
+
+# --- operator mode ----------------------------------------------------------------------------
+
+
+def _crd_matcher_to_text(matcher: dict[str, str]) -> str:
+    return f'{matcher["name"]}{matcher["matchType"]}"{matcher["value"]}"'
+
+
+def _crd_route_to_classic(route: dict) -> dict:
+    classic = {"receiver": route["receiver"]}
+    for crd_key, key in (("groupBy", "group_by"), ("groupWait", "group_wait"), ("groupInterval", "group_interval"),
+                         ("repeatInterval", "repeat_interval")):
+        if crd_key in route:
+            classic[key] = route[crd_key]
+    if "matchers" in route:
+        classic["matchers"] = [_crd_matcher_to_text(m) for m in route["matchers"]]
+    if "routes" in route:
+        classic["routes"] = [_crd_route_to_classic(r) for r in route["routes"]]
+    return classic
+
+
+def test_crd_spec_is_the_same_tree_as_the_classic_config():
+    spec = alertmanager_config_crd_spec(CFG, RECEIVERS)
+    classic = alertmanager_config(CFG, RECEIVERS)
+    assert _crd_route_to_classic(spec["route"]) == classic["route"]
+    inhibit = [
+        {"source_matchers": [_crd_matcher_to_text(m) for m in r["sourceMatch"]],
+         "target_matchers": [_crd_matcher_to_text(m) for m in r["targetMatch"]],
+         **({"equal": r["equal"]} if "equal" in r else {})}
+        for r in spec["inhibitRules"]
+    ]
+    assert inhibit == classic["inhibit_rules"]
+    assert [(r["name"], r["webhookConfigs"][0]["url"]) for r in spec["receivers"]] == [
+        (r["name"], r["webhook_configs"][0]["url"]) for r in classic["receivers"]
+    ]
+    for matcher in [m for r in spec["route"]["routes"] for m in r["matchers"]]:
+        assert matcher["matchType"] in ("=", "!=", "=~", "!~")
+
+
+def test_crd_spec_can_reference_the_urls_from_a_secret():
+    spec = alertmanager_config_crd_spec(CFG, RECEIVERS, url_secret="alertmanager-receivers")
+    text = json.dumps(spec)
+    assert "hooks.example.invalid" not in text
+    data = receiver_secret_data(RECEIVERS)
+    for receiver in spec["receivers"]:
+        ref = receiver["webhookConfigs"][0]["urlSecret"]
+        assert ref["name"] == "alertmanager-receivers"
+        assert data[ref["key"]] == RECEIVERS.url_for(receiver["name"])
+
+
+# --- a real Alertmanager: inhibition ---------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def alertmanager_url(config_file, tmp_path_factory) -> Iterator[str]:
+    port = _free_port()
+    storage = tmp_path_factory.mktemp("alertmanager-data")
+    log = (storage / "alertmanager.log").open("w")
+    proc = subprocess.Popen(
+        [_tool("prometheus-alertmanager"), f"--config.file={config_file}", f"--storage.path={storage}",
+         f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    log.flush()
+                    raise RuntimeError((storage / "alertmanager.log").read_text()) from None
+                time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+GPU_A = {"node": "gpu-node-1", "gpu_id": "0", "uuid": "GPU-a", "gpu_name": "NVIDIA H100"}
+GPU_B = {"node": "gpu-node-1", "gpu_id": "1", "uuid": "GPU-b", "gpu_name": "NVIDIA H100"}
+GPU_C = {"node": "gpu-node-2", "gpu_id": "0", "uuid": "GPU-c", "gpu_name": "NVIDIA H100"}
+JOB = {"namespace": "training", "model_type": "dqn", "job_id": "job-1"}
+SEVERITY = {a.name: a.severity.value for a in alert_rules(CFG)}
+
+# (alert name, labels, muted?)
+SCENARIO = [
+    ("GPUMemoryExhausted", GPU_A, False),
+    ("GPUMemoryUsageHigh", GPU_A, True),  # same GPU as the critical one
+    ("GPUMemoryUsageHigh", GPU_B, False),  # a neighbour GPU is not muted
+    ("GPUErrorsDetected", GPU_C, False),
+    ("GPUUtilizationLow", GPU_C, True),
+    ("MLTrainingServiceDown", {"namespace": "foxhunt", "service": "ml-training-service"}, False),
+    ("TrainingSlowdown", JOB, True),
+    ("ModelLoadingFailures", {"namespace": "foxhunt", "service": "ml-inference-service", "model_type": "tft"}, True),
+    ("ModelDriftDetected", {"namespace": "foxhunt", "service": "ml-inference-service", "model_type": "tft"}, False),
+    ("TrainingNaNDetected", {**JOB, "tensor_type": "loss"}, False),  # critical alerts are never muted
+]
+
+
+def test_a_real_alertmanager_applies_the_inhibitions(alertmanager_url):
+    alerts = [
+        {"labels": {"alertname": name, "severity": SEVERITY[name], **labels}, "annotations": {"summary": name}}
+        for name, labels, _ in SCENARIO
+    ]
+    request = urllib.request.Request(
+        f"{alertmanager_url}/api/v2/alerts", data=json.dumps(alerts).encode(), method="POST",
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=5) as response:
+        assert response.status == 200
+    with urllib.request.urlopen(f"{alertmanager_url}/api/v2/alerts", timeout=5) as response:
+        got = json.load(response)
+    assert len(got) == len(SCENARIO)
+    muted = {
+        (a["labels"]["alertname"], a["labels"].get("gpu_id"), a["labels"].get("node")): bool(a["status"]["inhibitedBy"])
+        for a in got
+    }
+    for name, labels, expected in SCENARIO:
+        assert muted[(name, labels.get("gpu_id"), labels.get("node"))] is expected, name

@@ -1,0 +1,227 @@
+"""Shape of the rules: seed groups and severities, annotations, labels, names, Prometheus 2.42."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+import yaml
+
+from infra import render as infra_render
+from observability import catalog
+from observability.config import ObservabilityConfig
+from observability.rules import (
+    ALERT_GROUP_NAMES,
+    ALERT_NAMES,
+    ALERTS_BY_GROUP,
+    RECORDING_RULES,
+    Severity,
+    alert_rules,
+    rule_groups,
+    rules_file_yaml,
+)
+from tests.rules.detection_cases import INTERVALS, variant_cfg
+from tests.rules.promtool_harness import alert_rule_dicts, promtool
+
+CFG = ObservabilityConfig()
+
+# Seed 001, section 2 (groups) and its severity table.
+SEED_GROUPS = {
+    "ml_training_performance": ("TrainingNaNDetected", "TrainingSlowdown", "MLInferenceLatencyHigh"),
+    "ml_training_availability": ("MLTrainingServiceDown", "ModelLoadingFailures", "ModelCacheMissesHigh"),
+    "ml_gpu_resources": (
+        "GPUUtilizationLow", "GPUUtilizationCritical", "GPUMemoryUsageHigh", "GPUMemoryExhausted",
+        "GPUTemperatureHigh", "GPUErrorsDetected",
+    ),
+    "ml_model_quality": ("ModelDriftDetected", "FeatureDistributionShift", "PredictionConfidenceLow", "MLModelAccuracyDegraded"),
+    "ml_data_pipeline": ("TrainingDataStale", "FeatureEngineeringErrors", "FeatureExtractionLatencyHigh"),
+    "ml_storage": ("S3ConnectionErrors", "CheckpointSaveFailures", "ModelStorageUsageHigh"),
+}
+SEED_CRITICAL = {
+    "TrainingNaNDetected", "GPUMemoryExhausted", "GPUTemperatureHigh", "CheckpointSaveFailures",
+    "MLModelAccuracyDegraded", "GPUErrorsDetected",
+}
+SEED_HIGH = {"MLTrainingServiceDown", "ModelLoadingFailures"}
+INFO = {"GPUUtilizationLow", "GPUUtilizationCritical"}  # the seed's table has two info alerts
+REQUIRED_ANNOTATIONS = ("summary", "description", "impact", "action", "runbook_url")
+
+
+def rule_problems(rule: dict, cfg: ObservabilityConfig = CFG) -> list[str]:
+    """What is missing or malformed in one rendered alerting rule (empty: nothing)."""
+    problems = []
+    severity = rule.get("labels", {}).get("severity")
+    if severity not in {s.value for s in Severity}:
+        problems.append(f"severity {severity!r} is not one of critical, high, warning, info")
+    annotations = rule.get("annotations", {})
+    for key in REQUIRED_ANNOTATIONS:
+        if not str(annotations.get(key, "")).strip():
+            problems.append(f"annotation {key} is missing")
+    summary = str(annotations.get("summary", ""))
+    if "{{" in summary or not summary.endswith(".") or summary.count(". ") > 0:
+        problems.append("summary must be one static sentence")
+    if "{{ $labels." not in str(annotations.get("description", "")):
+        problems.append("description must be a template naming the labels that locate the problem")
+    if not str(annotations.get("runbook_url", "")).startswith(f"{cfg.runbook_base_url}#"):
+        problems.append("runbook_url must point at a section of docs/runbooks.md")
+    if not re.fullmatch(r"[A-Z][A-Za-z0-9]+", str(rule.get("alert", ""))):
+        problems.append("alert name must be CamelCase")
+    return problems
+
+
+def test_six_groups_with_the_seeds_alerts():
+    assert ALERTS_BY_GROUP == SEED_GROUPS
+    assert tuple(SEED_GROUPS) == ALERT_GROUP_NAMES
+    assert len(ALERT_NAMES) == 22 == len(set(ALERT_NAMES))
+    alert_groups = [g for g in rule_groups(CFG) if any("alert" in r for r in g["rules"])]
+    assert [g["name"] for g in alert_groups] == list(SEED_GROUPS)
+    assert all(all("alert" in r for r in g["rules"]) for g in alert_groups)
+
+
+def test_severities_follow_the_seed():
+    severity = {a.name: a.severity for a in alert_rules(CFG)}
+    assert {n for n, s in severity.items() if s is Severity.CRITICAL} == SEED_CRITICAL
+    assert {n for n, s in severity.items() if s is Severity.HIGH} == SEED_HIGH
+    assert {n for n, s in severity.items() if s is Severity.INFO} == INFO
+    assert sum(s is Severity.WARNING for s in severity.values()) == 12
+
+
+@pytest.mark.parametrize("alert", ALERT_NAMES)
+def test_alert_has_severity_summary_description_and_runbook(alert):
+    assert rule_problems(alert_rule_dicts(CFG)[alert]) == []
+
+
+@pytest.mark.parametrize(
+    ("broken", "problem"),
+    [
+        ({"labels": {}}, "severity None"),
+        ({"labels": {"severity": "page"}}, "severity 'page'"),
+        ({"annotations": {"description": "x {{ $labels.node }}", "impact": "i", "action": "a", "runbook_url": CFG.runbook_base_url + "#a"}}, "summary is missing"),
+        ({"annotations": {"summary": "S.", "impact": "i", "action": "a", "runbook_url": CFG.runbook_base_url + "#a"}}, "description is missing"),
+        ({"annotations": {"summary": "S.", "description": "static", "impact": "i", "action": "a", "runbook_url": CFG.runbook_base_url + "#a"}}, "description must be a template"),
+        ({"annotations": {"summary": "S.", "description": "{{ $labels.node }}", "impact": "i", "action": "a"}}, "runbook_url is missing"),
+        ({"annotations": {"summary": "On {{ $labels.node }}.", "description": "{{ $labels.node }}", "impact": "i", "action": "a", "runbook_url": CFG.runbook_base_url + "#a"}}, "one static sentence"),
+    ],
+)
+def test_the_annotation_check_catches_a_broken_alert(broken, problem):
+    rule = {**alert_rule_dicts(CFG)["GPUTemperatureHigh"], **broken}
+    assert any(problem in p for p in rule_problems(rule))
+
+
+@pytest.mark.parametrize("alert", alert_rules(CFG), ids=lambda a: a.name)
+def test_description_names_every_locating_label_and_only_those(alert):
+    used = set(re.findall(r"\$labels\.(\w+)", alert.description))
+    assert used == set(alert.locating_labels)
+
+
+@pytest.mark.parametrize("alert", alert_rules(CFG), ids=lambda a: a.name)
+def test_aggregations_keep_the_locating_labels(alert):
+    """Never `sum` away what locates the problem: every aggregation is `by` a superset of them."""
+    assert " without" not in alert.expr
+    bare = re.findall(r"\b(sum|max|min|avg|count)\s*\(", alert.expr)
+    assert not bare, f"aggregation without `by` in {alert.name}"
+    for clause in re.findall(r"\bby \(([^)]*)\)", alert.expr):
+        kept = {label.strip() for label in clause.split(",")}
+        assert set(alert.locating_labels) <= kept, (alert.name, clause)
+
+
+def test_gpu_alerts_locate_the_gpu():
+    for alert in alert_rules(CFG):
+        if alert.group == "ml_gpu_resources":
+            assert {"node", "gpu_id", "uuid", "gpu_name"} <= set(alert.locating_labels), alert.name
+
+
+def test_training_alerts_locate_the_job():
+    for name in ("TrainingNaNDetected", "TrainingSlowdown", "MLModelAccuracyDegraded", "CheckpointSaveFailures"):
+        alert = next(a for a in alert_rules(CFG) if a.name == name)
+        assert {"model_type", "job_id"} <= set(alert.locating_labels)
+
+
+def test_training_service_down_uses_the_up_metric_and_the_configured_service():
+    cfg = ObservabilityConfig(training_service="trainer-api")
+    alert = next(a for a in alert_rules(cfg) if a.name == "MLTrainingServiceDown")
+    assert f'{catalog.UP.name}{{service="trainer-api"}}' in alert.expr
+    assert "ml-training-service" not in alert.expr
+
+
+_SERIES_NAME = re.compile(r"(?<![\w:.\"])([a-z_][a-z0-9_]*(?::[a-z0-9_]+)*)(?=\s*[{\[)]|\s*$|\s+(?:offset|>|<|==|/|or|unless|\+))")
+_PROMQL_WORDS = {
+    "sum", "max", "min", "avg", "count", "by", "rate", "increase", "offset", "or", "unless", "and", "absent",
+    "time", "histogram_quantile", "max_over_time", "topk", "changes", "delta", "le",
+}
+
+
+def _series_names(expr: str) -> set[str]:
+    without_strings = re.sub(r'"[^"]*"', '""', expr)
+    without_labels = re.sub(r"\b(by|without) \([^)]*\)", "", without_strings)
+    without_matchers = re.sub(r"\{[^}]*\}", "{}", without_labels)
+    return {n for n in _SERIES_NAME.findall(without_matchers) if n not in _PROMQL_WORDS and not n.isdigit()}
+
+
+def test_rules_query_only_catalog_series_and_recorded_series():
+    known = {s for m in catalog.ALL_METRICS for s in m.series_names} | {r.record for r in RECORDING_RULES}
+    exprs = [a.expr for a in alert_rules(CFG)] + [r.expr for r in RECORDING_RULES]
+    found = set().union(*(_series_names(e) for e in exprs))
+    assert found, "the series-name scan found nothing: it is broken"
+    assert found <= known, sorted(found - known)
+    assert catalog.GPU_MEMORY_USED_BYTES.name in found
+    assert "node_gpu:ml_gpu_utilization_percent:max" in found
+
+
+def test_recording_rules_are_named_level_metric_operation_and_unique():
+    records = [r["record"] for g in rule_groups(CFG) for r in g["rules"] if "record" in r]
+    assert len(records) == len(set(records)), "a series recorded by two rules"
+    for record in (r.record for r in RECORDING_RULES):
+        level, metric, operation = record.split(":")
+        assert level and operation
+        assert metric.startswith("ml_"), record
+
+
+def test_rules_file_is_deterministic_and_is_the_groups():
+    text = rules_file_yaml(CFG)
+    assert text == rules_file_yaml(ObservabilityConfig())
+    assert yaml.safe_load(text) == {"groups": rule_groups(CFG)}
+    names = [g["name"] for g in rule_groups(CFG)]
+    assert len(names) == len(set(names))
+
+
+@pytest.mark.parametrize(("scrape", "evaluation", "budget"), INTERVALS)
+def test_groups_run_at_the_evaluation_interval(scrape, evaluation, budget):
+    for group in rule_groups(variant_cfg(scrape, evaluation, budget)):
+        assert group["interval"] == f"{evaluation}s"
+
+
+def test_nothing_newer_than_prometheus_2_42():
+    text = rules_file_yaml(CFG)
+    for group in rule_groups(CFG):
+        assert set(group) <= {"name", "interval", "rules"}, group["name"]
+        for rule in group["rules"]:
+            assert set(rule) <= {"alert", "record", "expr", "for", "labels", "annotations"}
+    for newer in ("query_offset", "limitk", "limit_ratio", "keep_firing_for"):
+        assert newer not in text
+
+
+def _stack_configs() -> dict[str, ObservabilityConfig]:
+    stacks = {}
+    for stack in infra_render.available_stacks():
+        settings = infra_render.validate_stack(infra_render.read_stack_config(stack))
+        stacks[stack] = settings.observability_config()
+    return stacks
+
+
+def test_promtool_check_rules_passes_for_every_stack_and_interval_variant(tmp_path):
+    configs = {f"stack-{name}": cfg for name, cfg in _stack_configs().items()}
+    assert {"stack-dev", "stack-staging", "stack-prod"} <= set(configs)
+    configs |= {f"s{s}-e{e}-b{b}": variant_cfg(s, e, b) for s, e, b in INTERVALS}
+    files = []
+    for name, cfg in configs.items():
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(rules_file_yaml(cfg), encoding="utf-8")
+        files.append(str(path))
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(rules_file_yaml(CFG).replace("> 85", "> > 85"), encoding="utf-8")
+    ok = subprocess.run([promtool(), "check", "rules", *files], capture_output=True, text=True, check=False)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert ok.stdout.count("SUCCESS") == len(files)
+    bad = subprocess.run([promtool(), "check", "rules", str(broken)], capture_output=True, text=True, check=False)
+    assert bad.returncode != 0, "promtool accepted a broken expression: the check proves nothing"

@@ -1,0 +1,115 @@
+"""docs/runbooks.md: one section per alert, reachable from runbook_url, with actions and queries."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+
+from observability.config import ObservabilityConfig
+from observability.rules import ALERT_NAMES, alert_rules
+from observability.rules.runbooks import RUNBOOKS_PATH, main, render_runbooks
+from tests.rules.promtool_harness import alert_rule_dicts, promtool
+
+CFG = ObservabilityConfig()
+DOC = Path(__file__).resolve().parents[2] / "docs" / "runbooks.md"
+
+
+def github_anchors(markdown: str) -> dict[str, str]:
+    """Anchor -> heading text, as GitHub renders them (duplicates get -1, -2, ...)."""
+    anchors: dict[str, str] = {}
+    in_code = False
+    for line in markdown.splitlines():
+        if line.lstrip().startswith("```"):
+            in_code = not in_code
+            continue
+        match = None if in_code else re.match(r"^(#{1,6}) (.+?)\s*$", line)
+        if match:
+            slug = re.sub(r"[^\w\- ]", "", match.group(2).lower()).replace(" ", "-")
+            base, n = slug, 0
+            while slug in anchors:
+                n += 1
+                slug = f"{base}-{n}"
+            anchors[slug] = match.group(2)
+    return anchors
+
+
+def section(markdown: str, heading: str) -> str:
+    match = re.search(rf"^### {re.escape(heading)}\n(.*?)(?=^#{{1,3}} |\Z)", markdown, flags=re.MULTILINE | re.DOTALL)
+    assert match, f"no section for {heading}"
+    return match.group(1)
+
+
+def test_runbooks_file_is_up_to_date():
+    assert DOC == RUNBOOKS_PATH
+    assert DOC.read_text(encoding="utf-8") == render_runbooks(CFG), (
+        "docs/runbooks.md is out of date: run .venv/bin/python -m observability.rules.runbooks"
+    )
+
+
+def test_check_mode_reports_a_stale_file(tmp_path):
+    stale = tmp_path / "runbooks.md"
+    stale.write_text("# old\n", encoding="utf-8")
+    assert main(["--check", "--path", str(stale)]) == 1
+    assert main(["--path", str(stale)]) == 0
+    assert main(["--check", "--path", str(stale)]) == 0
+
+
+@pytest.mark.parametrize("alert", ALERT_NAMES)
+def test_runbook_url_points_at_an_existing_section(alert):
+    url = alert_rule_dicts(CFG)[alert]["annotations"]["runbook_url"]
+    parts = urlsplit(url)
+    assert url.startswith(CFG.runbook_base_url)
+    assert parts.path.endswith("docs/runbooks.md")
+    anchors = github_anchors(DOC.read_text(encoding="utf-8"))
+    assert parts.fragment in anchors, f"{alert}: #{parts.fragment} is not a heading of docs/runbooks.md"
+    assert anchors[parts.fragment] == alert
+
+
+def test_runbook_url_follows_the_configured_base():
+    cfg = ObservabilityConfig(runbook_base_url="https://docs.example.invalid/runbooks")
+    url = alert_rule_dicts(cfg)["GPUErrorsDetected"]["annotations"]["runbook_url"]
+    assert url == "https://docs.example.invalid/runbooks#gpuerrorsdetected"
+
+
+@pytest.mark.parametrize("alert", alert_rules(CFG), ids=lambda a: a.name)
+def test_section_has_the_actions_impact_and_queries(alert):
+    text = section(DOC.read_text(encoding="utf-8"), alert.name)
+    for i, step in enumerate(alert.action, start=1):
+        assert f"{i}. {step}" in text
+    assert alert.impact in text
+    assert f"`{alert.severity.value}`" in text
+    assert len(alert.queries) >= 2
+    assert text.count("```promql") == 1 + len(alert.queries)
+
+
+def test_seed_action_text_is_kept():
+    rules = alert_rule_dicts(CFG)
+    assert rules["TrainingNaNDetected"]["annotations"]["action"] == (
+        "1. Stop training immediately 2. Check learning rate 3. Review data normalization 4. Inspect gradient clipping"
+    )
+    assert rules["TrainingNaNDetected"]["annotations"]["impact"] == "Training unstable - model will produce invalid results"
+    assert rules["TrainingSlowdown"]["annotations"]["action"] == (
+        "1. Check GPU utilization 2. Profile data loading 3. Review batch size"
+    )
+    assert rules["TrainingSlowdown"]["annotations"]["impact"] == "Training will take much longer than expected"
+
+
+def test_every_query_in_the_runbooks_parses(tmp_path):
+    """promtool parses every PromQL block of the document (as recording rules)."""
+    blocks = re.findall(r"```promql\n(.*?)\n\s*```", DOC.read_text(encoding="utf-8"), flags=re.DOTALL)
+    assert len(blocks) >= 22 * 3
+    rules = []
+    for i, block in enumerate(blocks):
+        query = "\n".join(line.strip() for line in block.splitlines())
+        if query.endswith("]"):  # a range selector to graph: parse it inside a function
+            query = f"count_over_time({query})"
+        rules.append({"record": f"runbook:query_{i}:check", "expr": query})
+    path = tmp_path / "runbook-queries.yaml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "runbook-queries", "rules": rules}]}), encoding="utf-8")
+    proc = subprocess.run([promtool(), "check", "rules", str(path)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
