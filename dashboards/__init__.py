@@ -7,9 +7,17 @@ keyed by uid; `to_json(dashboard)` is the deterministic text the infra program w
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+# The SDK warns on import that the classic dashboard model is deprecated in favour of the v2
+# schema. The classic model is the one Grafana 11/12 provisioning loads, so it is deliberate.
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", "Prefer using dashboardv2", DeprecationWarning)
+    import grafana_foundation_sdk.builders.dashboard
+    import grafana_foundation_sdk.models.dashboardv2beta1  # noqa: F401
 
 from dashboards import infra_cockpit, ml_training_comprehensive, traces, training_cockpit
 from dashboards.layout import to_json

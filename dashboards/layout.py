@@ -40,7 +40,7 @@ class DashboardSpec:
     tags: Sequence[str]
     variables: Sequence[VariableBuilder]
     rows: Sequence[Row]
-    # Minimum query interval of every Prometheus panel: the scrape interval, or a variable.
+    # Minimum query interval of every panel: the scrape interval, or a variable.
     # Grafana derives `$__rate_interval` from it, so rate windows always span several scrapes.
     min_interval: str = "15s"
     refresh: str = "30s"
@@ -73,8 +73,7 @@ def _place_rows(rows: Sequence[Row], min_interval: str) -> list[dashboard_model.
             if x + w > GRID_WIDTH:
                 x, y, line_height = 0, y + line_height, 0
             panel.grid_pos = _grid_pos(x, y, w, h)
-            if panel.datasource is not None and panel.datasource.type_val == "prometheus":
-                panel.interval = min_interval
+            panel.interval = min_interval
             placed.append(panel)
             x += w
             line_height = max(line_height, h)

@@ -77,13 +77,6 @@ def bucket_increase(metric: Metric, matchers: Sequence[str] = (), window: str = 
     return by("sum", ("le",), f"increase({selector(metric.bucket, matchers)}[{window}])")
 
 
-def bucket_rate(
-    metric: Metric, matchers: Sequence[str] = (), labels: Sequence[str] = (), window: str = RATE_INTERVAL
-) -> str:
-    """`sum by (le, labels) (rate(histogram_bucket{...}[window]))`."""
-    return by("sum", ("le", *labels), f"rate({selector(metric.bucket, matchers)}[{window}])")
-
-
 def histogram_quantile(quantile: float, buckets_by_le: str) -> str:
     """`histogram_quantile(q, buckets)`; `buckets_by_le` must keep the `le` label."""
     if not 0.0 <= quantile <= 1.0:

@@ -20,6 +20,7 @@ class SelectorUse:
     name: str
     ancestors: tuple[pp.Expr, ...]
     range: timedelta | None  # the window when the selector sits in a range selector
+    matcher_labels: tuple[str, ...] = ()  # label names the selector matches on (not __name__)
 
     def enclosing_calls(self) -> list[str]:
         return [a.func.name for a in self.ancestors if isinstance(a, pp.Call)]
@@ -65,7 +66,8 @@ def selector_uses(expr: str) -> list[SelectorUse]:
         if isinstance(node, pp.VectorSelector):
             parent = ancestors[-1] if ancestors else None
             window = parent.range if isinstance(parent, pp.MatrixSelector) else None
-            found.append(SelectorUse(_selector_name(node), ancestors, window))
+            labels = tuple(m.name for m in node.matchers.matchers if m.name != "__name__")
+            found.append(SelectorUse(_selector_name(node), ancestors, window, labels))
             return
         for child in children(node):
             visit(child, (*ancestors, node))

@@ -24,10 +24,11 @@ TITLE = "Foxhunt Traces"
 SERVICE = promql.variable_matcher("service", "service")
 SERVER = promql.variable_matcher("server", "service")
 
-# TraceQL over the search variables. `${var:regex}` renders multi-value choices as a regex;
-# "All" is `.*`. `$status` holds a whole TraceQL condition (see the variable's choices).
+# TraceQL over the search variables. `${var:pipe}` joins multi-value choices as `a|b` without
+# escaping (a TraceQL string would reject regex escapes); "All" is the variables' `.*`.
+# `$status` holds a whole TraceQL condition (see the variable's choices).
 TRACE_SEARCH = (
-    '{resource.service.name=~"${service:regex}" && name=~"${operation:regex}"'
+    '{resource.service.name=~"${service:pipe}" && name=~"${operation:pipe}"'
     " && duration >= ${min_duration} && ${status}}"
 )
 STATUS_CHOICES = (
@@ -121,9 +122,8 @@ def _trace_metrics() -> Row:
         panels.timeseries(
             Common("Server Latency p95 Between Services",
                    "95th percentile server-side duration of calls on each edge of the service graph.", "s", w=24),
-            [Query(promql.histogram_quantile(0.95, promql.bucket_rate(
-                catalog.SERVICE_GRAPH_REQUEST_SERVER_SECONDS, (SERVER,), ("client", "server"))),
-                "{{client}} → {{server}}")],
+            [Query(promql.recorded_quantile(0.95, rec.SERVICE_GRAPH_REQUEST_SERVER_SECONDS_BUCKET_RATE5M.record,
+                                            (SERVER,), ("client", "server")), "{{client}} → {{server}}")],
         ),
     ])
 

@@ -80,6 +80,11 @@ SERVICE_GRAPH_REQUEST_FAILED_RATE5M = RecordingRule(
     _sum_rate(catalog.SERVICE_GRAPH_REQUEST_FAILED_TOTAL.name, ("client", "server"), "5m"),
     "Failed requests per second over 5m on each client -> server edge.",
 )
+SERVICE_GRAPH_REQUEST_SERVER_SECONDS_BUCKET_RATE5M = RecordingRule(
+    f"client_server:{catalog.SERVICE_GRAPH_REQUEST_SERVER_SECONDS.bucket}:rate5m",
+    _sum_rate(catalog.SERVICE_GRAPH_REQUEST_SERVER_SECONDS.bucket, ("client", "server", "le"), "5m"),
+    "Per-second rate of server-side duration buckets over 5m on each client -> server edge.",
+)
 
 TRAINING_RULES: tuple[RecordingRule, ...] = (
     TRAINING_ITERATION_SECONDS_BUCKET_RATE5M,
@@ -95,6 +100,7 @@ TRACE_RULES: tuple[RecordingRule, ...] = (
     SPAN_LATENCY_BUCKET_RATE5M,
     SERVICE_GRAPH_REQUEST_RATE5M,
     SERVICE_GRAPH_REQUEST_FAILED_RATE5M,
+    SERVICE_GRAPH_REQUEST_SERVER_SECONDS_BUCKET_RATE5M,
 )
 ALL_RULES: tuple[RecordingRule, ...] = TRAINING_RULES + TRACE_RULES
 
