@@ -1,0 +1,166 @@
+"""The "Fleet scale" section of BENCHMARKS.md, from the measured timings."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench._fleet_data import BackfillStats, FleetShape
+from bench._query_timing import GroupTiming, PanelTiming
+
+BEGIN = "<!-- fleet-scale:begin (written by `python -m bench fleet`) -->"
+END = "<!-- fleet-scale:end -->"
+PANEL_GOAL_MS = 300.0
+GROUP_GOAL_MS = 50.0
+MANY_SERIES = 100  # more than this on one panel is unreadable: aggregate or topk
+
+
+@dataclass(frozen=True)
+class ScaleResult:
+    shape: FleetShape
+    backfill: BackfillStats
+    rules_backfill_seconds: float
+    compaction_seconds: float
+    panels: list[PanelTiming]
+    groups: list[GroupTiming]
+
+
+def _cell(text: str, limit: int = 110) -> str:
+    one_line = " ".join(text.split())
+    if len(one_line) > limit:
+        one_line = one_line[: limit - 1] + "…"
+    return one_line.replace("|", "\\|")
+
+
+def _ms(value: float) -> str:
+    return f"{value:.0f}" if value >= 10 else f"{value:.1f}"
+
+
+def _panel_key(p: PanelTiming) -> tuple[str, int, str]:
+    return (p.query.dashboard_uid, p.query.panel_id, p.query.ref_id)
+
+
+def render(results: Sequence[ScaleResult], command: str, machine: str) -> str:
+    big = max(results, key=lambda r: r.shape.nodes)
+    small = min(results, key=lambda r: r.shape.nodes)
+    small_panels = {_panel_key(p): p for p in small.panels}
+    small_groups = {g.name: g for g in small.groups}
+    lines = [
+        BEGIN,
+        "## Fleet scale",
+        "",
+        f"Command: `{command}` ({machine}). One hour of data at the stack's 15 s scrape interval, "
+        f"synthesized as OpenMetrics text (timestamps in seconds, `# EOF`) for N nodes x "
+        f"{big.shape.gpus_per_node} GPUs (every series the poller exports: 9 gauges, 9 throttle reasons, "
+        f"2 ECC, 3 error types and 12 pre-created XIDs per GPU, plus per-node poller health) and "
+        f"{big.shape.training_jobs} training jobs (the series `observability.instrument` exposes), plus the "
+        "ML service and Tempo span metrics; target labels as scrape discovery sets them. Backfilled with "
+        "`promtool tsdb create-blocks-from openmetrics`, recording rules backfilled with "
+        "`promtool tsdb create-blocks-from rules` (in dependency order), Prometheus 2.42 started on the "
+        "data and left to compact it into one block, then every Prometheus query of every dashboard "
+        "(variables at their defaults) run at the end of the hour: instant, and over the dashboard's "
+        "1 h range at the panel's step. Latency is the client's wall time over HTTP (JSON included), "
+        "median and p95 of repeated runs after a warm-up. A rule group's cost is the sum of its rules' "
+        "expressions run as instant queries at the same time (an upper bound of the in-engine "
+        "evaluation, which skips HTTP and JSON).",
+        "",
+        "| nodes | GPUs | series | samples | OpenMetrics text | generate | promtool "
+        "| recording-rule backfill | compaction |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in sorted(results, key=lambda r: r.shape.nodes):
+        b = r.backfill
+        lines.append(
+            f"| {r.shape.nodes} | {r.shape.nodes * r.shape.gpus_per_node} | {b.series:,} | {b.samples:,} | "
+            f"{b.bytes / 1e9:.1f} GB | {b.generate_seconds:.0f} s | {b.promtool_seconds:.0f} s | "
+            f"{r.rules_backfill_seconds:.0f} s | {r.compaction_seconds:.0f} s |"
+        )
+    lines.append("")
+    lines.append(
+        "Generation and promtool run in one process per core, each on a time slice of the hour; the "
+        "columns give the slowest slice."
+    )
+    lines += [
+        "",
+        f"### Dashboard panels at {big.shape.nodes} nodes (goal: range query median < {PANEL_GOAL_MS:.0f} ms)",
+        "",
+        f"Growth = range-query median at {big.shape.nodes} nodes / at {small.shape.nodes} nodes. "
+        f"Series: what the range query returns; more than {MANY_SERIES} on one panel is flagged.",
+        "",
+        "| dashboard | panel (ref) | query | series | instant median / p95 ms | range median / p95 ms | "
+        f"range median at {small.shape.nodes} nodes ms | growth | verdict |",
+        "|---|---|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for p in big.panels:
+        before = small_panels.get(_panel_key(p))
+        growth = f"{p.range.median_ms / before.range.median_ms:.1f}x" if before and before.range.median_ms else "n/a"
+        verdict = []
+        if p.range.median_ms >= PANEL_GOAL_MS:
+            verdict.append("**misses goal**")
+        if p.range.series > MANY_SERIES:
+            verdict.append(f"**{p.range.series} series**")
+        lines.append(
+            f"| {p.query.dashboard_uid} | {_cell(p.query.panel_title, 40)} ({p.query.ref_id}) | `{_cell(p.expr)}` | "
+            f"{p.range.series} | {_ms(p.instant.median_ms)} / {_ms(p.instant.p95_ms)} | "
+            f"{_ms(p.range.median_ms)} / {_ms(p.range.p95_ms)} | "
+            f"{_ms(before.range.median_ms) if before else 'n/a'} | {growth} | {', '.join(verdict) or 'ok'} |"
+        )
+    lines += [
+        "",
+        f"### Rule groups at {big.shape.nodes} nodes (goal: < {GROUP_GOAL_MS:.0f} ms a group)",
+        "",
+        f"| group | rules | series out | median / p95 ms | at {small.shape.nodes} nodes ms | growth "
+        "| slowest rule (mean ms) | verdict |",
+        "|---|---:|---:|---:|---:|---:|---|---|",
+    ]
+    for g in big.groups:
+        before_g = small_groups.get(g.name)
+        growth = (
+            f"{g.total.median_ms / before_g.total.median_ms:.1f}x" if before_g and before_g.total.median_ms else "n/a"
+        )
+        group_verdict = "**misses goal**" if g.total.median_ms >= GROUP_GOAL_MS else "ok"
+        lines.append(
+            f"| {g.name} | {g.rules} | {g.total.series} | {_ms(g.total.median_ms)} / {_ms(g.total.p95_ms)} | "
+            f"{_ms(before_g.total.median_ms) if before_g else 'n/a'} | {growth} | "
+            f"{g.slowest_rule} ({_ms(g.slowest_rule_ms)}) | {group_verdict} |"
+        )
+    lines += ["", *summary(results), END]
+    return "\n".join(lines) + "\n"
+
+
+def summary(results: Sequence[ScaleResult]) -> list[str]:
+    big = max(results, key=lambda r: r.shape.nodes)
+    missing = [p for p in big.panels if p.range.median_ms >= PANEL_GOAL_MS]
+    wide = [p for p in big.panels if p.range.series > MANY_SERIES]
+    slow_groups = [g for g in big.groups if g.total.median_ms >= GROUP_GOAL_MS]
+    out = [
+        f"Summary at {big.shape.nodes} nodes: {len(big.panels) - len(missing)} of {len(big.panels)} panel "
+        f"queries meet the {PANEL_GOAL_MS:.0f} ms range-median goal, {len(big.groups) - len(slow_groups)} of "
+        f"{len(big.groups)} rule groups meet the {GROUP_GOAL_MS:.0f} ms goal; {len(wide)} panel queries return "
+        f"more than {MANY_SERIES} series."
+    ]
+    if len(results) > 1:
+        small = min(results, key=lambda r: r.shape.nodes)
+        ratios = sorted(
+            p.range.median_ms / q.range.median_ms
+            for p in big.panels
+            for q in small.panels
+            if _panel_key(p) == _panel_key(q) and q.range.median_ms > 0
+        )
+        if ratios:
+            out.append(
+                f"Growth from {small.shape.nodes} to {big.shape.nodes} nodes (range-query median): "
+                f"median {ratios[len(ratios) // 2]:.1f}x, max {ratios[-1]:.1f}x over the panel queries "
+                f"(the GPU series grow {big.shape.nodes / small.shape.nodes:.0f}x, the training-job series not at all)."
+            )
+    return out
+
+
+def write_section(path: Path, section: str) -> None:
+    """Replace this benchmark's section of BENCHMARKS.md (between its markers), or append it."""
+    text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
+    pattern = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END) + r"\n?", re.DOTALL)
+    updated = pattern.sub(lambda _: section, text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + section
+    path.write_text(updated, encoding="utf-8")

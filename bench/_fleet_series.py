@@ -1,0 +1,268 @@
+"""Which series a fleet exposes: the GPU pollers', the training jobs', the ML service's and Tempo's.
+
+Every series is a `SeriesSpec`: its full label set (target labels included, as Prometheus stores
+it after a scrape) and the name of the value pattern that fills it (`_fleet_values`). The GPU
+series follow the poller's own tables (`poller.exported_metrics`), the training-job series are
+whatever `observability.instrument` exposes for a running job (read back from its `/metrics`
+text), so the benchmark data cannot drift from what the producers really emit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from observability import catalog
+from observability.config import ObservabilityConfig
+from observability.instrument import TrainingMetrics, render_text
+from observability.scrape_config import JOB_NAME
+from poller.exported_metrics import (
+    ECC_TYPES,
+    ERROR_TYPES,
+    FAILURE_REASONS,
+    GPU_GAUGES,
+    PRECREATED_XIDS,
+    THROTTLE_REASONS,
+)
+
+GPU_NAME = "NVIDIA H100 80GB HBM3"
+POLLER_PORT = 9400
+TRAINER_PORT = 9094
+MODEL_TYPES = ("dqn", "ppo", "tft", "mamba")
+FOLDS = 5
+
+
+@dataclass(frozen=True)
+class SeriesSpec:
+    name: str
+    labels: tuple[tuple[str, str], ...]
+    pattern: str  # a key of `_fleet_values.PATTERNS`
+    key: int  # selects one of the pattern's variants, stable per series
+
+    def prefix(self) -> str:
+        """`name{l1="v1",...}` as an OpenMetrics sample line starts."""
+        body = ",".join(f'{k}="{v}"' for k, v in self.labels)
+        return f"{self.name}{{{body}}}" if body else self.name
+
+
+@dataclass(frozen=True)
+class HistogramSpec:
+    """One histogram child: its buckets, `_sum` and `_count` share one variant of one pattern."""
+
+    metric: catalog.Metric
+    labels: tuple[tuple[str, str], ...]
+    pattern: str
+    key: int
+
+
+def stable_key(*parts: object) -> int:
+    digest = hashlib.blake2b("/".join(map(str, parts)).encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "big")
+
+
+def _target(namespace: str, pod: str, service: str, ip: str, port: int) -> tuple[tuple[str, str], ...]:
+    return (
+        ("job", JOB_NAME),
+        ("instance", f"{ip}:{port}"),
+        ("namespace", namespace),
+        ("pod", pod),
+        ("service", service),
+    )
+
+
+def node_name(index: int) -> str:
+    return f"gpu-node-{index:04d}"
+
+
+def _ip(index: int, subnet: int) -> str:
+    return f"10.{subnet}.{index // 250}.{index % 250 + 1}"
+
+
+# --- GPU pollers ---------------------------------------------------------------------------------
+def poller_series(cfg: ObservabilityConfig, node_index: int, gpus: int) -> Iterator[SeriesSpec]:
+    node = node_name(node_index)
+    target = _target(
+        "monitoring", f"gpu-poller-{node_index:04d}", cfg.gpu_poller_service, _ip(node_index, 0), POLLER_PORT
+    )
+    yield SeriesSpec(catalog.UP.name, target, "up", 0)
+    node_labels = (*target, ("node", node))
+    yield SeriesSpec(catalog.GPU_POLLER_NVML_UP.name, node_labels, "one", 0)
+    yield SeriesSpec(catalog.GPU_POLLER_COLLECTION_DURATION_SECONDS.name, node_labels, "poll_seconds", node_index)
+    yield SeriesSpec(catalog.GPU_POLLER_DEVICES.name, node_labels, f"const:{gpus}", 0)
+    for reason in FAILURE_REASONS:
+        yield SeriesSpec(
+            catalog.GPU_POLLER_COLLECTION_FAILURES_TOTAL.name, (*node_labels, ("reason", reason)), "zero", 0
+        )
+    driver = (("driver_version", "550.90.07"), ("nvml_version", "12.550.90.07"), ("cuda_driver_version", "12040"))
+    yield SeriesSpec(catalog.GPU_DRIVER_INFO.name, (*node_labels, *driver), "one", 0)
+    for gpu in range(gpus):
+        gpu_labels = (
+            *node_labels,
+            ("gpu_id", str(gpu)),
+            ("uuid", f"GPU-{node_index:08x}-{gpu:04x}-4a1e-9b2c-5d6e7f800000"),
+            ("gpu_name", GPU_NAME),
+        )
+        key = stable_key(node_index, gpu)
+        for metric, attribute in GPU_GAUGES:
+            yield SeriesSpec(metric.name, gpu_labels, f"gpu:{attribute}", key)
+        for reason, _bit in THROTTLE_REASONS:
+            yield SeriesSpec(
+                catalog.GPU_CLOCK_THROTTLE_ACTIVE.name, (*gpu_labels, ("reason", reason)), f"throttle:{reason}", key
+            )
+        for ecc_type, _attribute in ECC_TYPES:
+            yield SeriesSpec(
+                catalog.GPU_ECC_ERRORS_TOTAL.name, (*gpu_labels, ("ecc_type", ecc_type)), f"ecc:{ecc_type}", key
+            )
+        for error_type in ERROR_TYPES:
+            yield SeriesSpec(
+                catalog.GPU_ERRORS_TOTAL.name, (*gpu_labels, ("error_type", error_type)), "rare_errors", key
+            )
+        for xid in PRECREATED_XIDS:
+            yield SeriesSpec(catalog.GPU_XID_ERRORS_TOTAL.name, (*gpu_labels, ("xid", str(xid))), "zero", 0)
+
+
+# --- training jobs ---------------------------------------------------------------------------------
+def job_id(index: int) -> str:
+    return f"job-{index:04d}-{stable_key('job', index):08x}"
+
+
+def _trainer_exposition(model_type: str, job: str) -> str:
+    """The `/metrics` text of a trainer running `job` after it has done a bit of everything."""
+    metrics = TrainingMetrics()
+    handle = metrics.start_job(model_type, job, folds_planned=FOLDS, workers=4)
+    handle.record_training_iteration(1, 1.0, 1.1, 1.0)
+    handle.record_training_iteration(2, 0.9, 1.0, 1.0)
+    handle.record_data_load(0.5, batches=10)
+    handle.record_checkpoint_save(True, 2.0, 500_000_000)
+    handle.set_model_quality(0.9, 0.88, 0.9, 0.86)
+    handle.set_resource_usage(4e9, 180.0)
+    for fold in range(FOLDS):
+        handle.record_fold(fold, 0.5, 0.6, 20, 600.0)
+    return render_text(metrics.registry).decode()
+
+
+def _job_pattern(name: str) -> str:
+    return f"job:{name}"
+
+
+def training_job_series(cfg: ObservabilityConfig, index: int) -> tuple[list[SeriesSpec], list[HistogramSpec]]:
+    """The series one training job's pod exposes, with its target labels."""
+    model_type = MODEL_TYPES[index % len(MODEL_TYPES)]
+    job = job_id(index)
+    target = _target("training", f"train-{job}", cfg.training_job_service, _ip(index, 1), TRAINER_PORT)
+    plain = [SeriesSpec(catalog.UP.name, target, "up", 0)]
+    histograms: list[HistogramSpec] = []
+    seen_histograms: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
+    key = stable_key("job", index)
+    for family in text_string_to_metric_families(_trainer_exposition(model_type, job)):
+        metric = catalog.by_name(family.name if family.type != "counter" else _counter_name(family.name))
+        for sample in family.samples:
+            labels = tuple(sorted((k, v) for k, v in sample.labels.items() if k != "le"))
+            full = (*target, *labels)
+            if metric.type is catalog.MetricType.HISTOGRAM:
+                if (metric.name, labels) not in seen_histograms:
+                    seen_histograms.add((metric.name, labels))
+                    histograms.append(HistogramSpec(metric, full, _job_pattern(metric.name), key))
+                continue
+            pattern = _job_pattern(metric.name)
+            if metric is catalog.TRAINING_JOBS_BY_STATUS:
+                pattern = f"status:{dict(labels)['status']}"
+            extra = dict(labels).get("tensor_type") or dict(labels).get("error_type") or dict(labels).get("fold") or ""
+            yield_key = stable_key(key, extra)
+            plain.append(SeriesSpec(metric.name, full, pattern, yield_key))
+    return plain, histograms
+
+
+def _counter_name(parsed_family: str) -> str:
+    """prometheus-client's parser drops `_total` from counter families; find the catalog name."""
+    for candidate in (parsed_family + "_total", parsed_family):
+        try:
+            return catalog.by_name(candidate).name
+        except KeyError:
+            continue
+    raise KeyError(f"counter {parsed_family} is not in the catalog")
+
+
+# --- the ML training service and Tempo's metrics generator --------------------------------------------
+def service_series(cfg: ObservabilityConfig) -> tuple[list[SeriesSpec], list[HistogramSpec]]:
+    target = _target("ml", "ml-training-service-0", cfg.training_service, "10.2.0.1", TRAINER_PORT)
+    plain = [SeriesSpec(catalog.UP.name, target, "up", 0)]
+    histograms: list[HistogramSpec] = []
+    base = (*target[:-1],)  # the service's own `service` label is the target label
+    service = (("service", cfg.training_service),)
+    for i, model_type in enumerate(MODEL_TYPES):
+        labels = (*base, ("model_type", model_type), *service)
+        histograms.append(HistogramSpec(catalog.INFERENCE_LATENCY_SECONDS, labels, "inference_latency", i))
+        histograms.append(HistogramSpec(catalog.PREDICTION_CONFIDENCE, labels, "confidence", i))
+        histograms.append(HistogramSpec(catalog.FEATURE_EXTRACTION_DURATION_SECONDS, labels, "feature_seconds", i))
+        plain.append(SeriesSpec(catalog.MODEL_CACHE_HITS_TOTAL.name, labels, "rate:20", i))
+        plain.append(SeriesSpec(catalog.MODEL_CACHE_MISSES_TOTAL.name, labels, "rate:2", i))
+        plain.append(SeriesSpec(catalog.MODEL_DRIFT_SCORE.name, labels, "drift", i))
+        plain.append(
+            SeriesSpec(catalog.MODEL_LOADING_FAILURES_TOTAL.name, (*labels, ("error_type", "timeout")), "zero", 0)
+        )
+        for feature in ("price", "volume", "spread"):
+            plain.append(
+                SeriesSpec(
+                    catalog.FEATURE_DISTRIBUTION_DISTANCE.name,
+                    (*labels, ("feature", feature)),
+                    "drift",
+                    stable_key(i, feature),
+                )
+            )
+    for operation in ("get", "put"):
+        plain.append(
+            SeriesSpec(
+                catalog.S3_ERRORS_TOTAL.name,
+                (*base, ("operation", operation), ("error_type", "timeout"), *service),
+                "zero",
+                0,
+            )
+        )
+    for volume in ("models", "checkpoints"):
+        labels = (*base, *service, ("volume", volume))
+        plain.append(SeriesSpec(catalog.MODEL_STORAGE_USED_BYTES.name, labels, "storage_used", stable_key(volume)))
+        plain.append(SeriesSpec(catalog.MODEL_STORAGE_CAPACITY_BYTES.name, labels, "const:2000000000000", 0))
+    for dataset in ("market-ticks", "order-book"):
+        plain.append(
+            SeriesSpec(
+                catalog.TRAINING_DATA_LAST_UPDATE_TIMESTAMP_SECONDS.name,
+                (*base, *service, ("dataset", dataset)),
+                "data_updated",
+                0,
+            )
+        )
+    return plain, histograms
+
+
+SPAN_NAMES = ("grpc.request", "db.query", "inference", "checkpoint.save")
+
+
+def tempo_series(cfg: ObservabilityConfig) -> tuple[list[SeriesSpec], list[HistogramSpec]]:
+    """Span metrics and service graphs as Tempo's metrics generator remote-writes them (no target)."""
+    services = cfg.platform_services or (cfg.training_service, "api-gateway", "feature-store", "model-registry")
+    plain: list[SeriesSpec] = []
+    histograms: list[HistogramSpec] = []
+    for service in services:
+        for span_name in SPAN_NAMES:
+            for status, pattern in (("STATUS_CODE_UNSET", "rate:5"), ("STATUS_CODE_ERROR", "rate:0.05")):
+                labels = (
+                    ("service", service),
+                    ("span_name", span_name),
+                    ("span_kind", "SPAN_KIND_SERVER"),
+                    ("status_code", status),
+                )
+                key = stable_key(service, span_name, status)
+                plain.append(SeriesSpec(catalog.SPANMETRICS_CALLS_TOTAL.name, labels, pattern, key))
+                histograms.append(HistogramSpec(catalog.SPANMETRICS_LATENCY, labels, "span_latency", key))
+    for client, server in itertools.pairwise(services):
+        edge = (("client", client), ("server", server))
+        key = stable_key(client, server)
+        plain.append(SeriesSpec(catalog.SERVICE_GRAPH_REQUEST_TOTAL.name, edge, "rate:5", key))
+        plain.append(SeriesSpec(catalog.SERVICE_GRAPH_REQUEST_FAILED_TOTAL.name, edge, "rate:0.05", key))
+        histograms.append(HistogramSpec(catalog.SERVICE_GRAPH_REQUEST_SERVER_SECONDS, edge, "span_latency", key))
+    return plain, histograms

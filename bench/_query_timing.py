@@ -1,0 +1,133 @@
+"""Time PromQL queries against a running Prometheus: dashboard panels and rule groups."""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from bench._prometheus import PrometheusApi
+from dashboards.queries import PanelQuery, duration_seconds
+
+
+@dataclass(frozen=True)
+class Timing:
+    median_ms: float
+    p95_ms: float
+    series: int
+
+    @staticmethod
+    def of(samples_s: Sequence[float], series: int) -> Timing:
+        ordered = sorted(samples_s)
+        rank = max(0, math.ceil(0.95 * len(ordered)) - 1)  # nearest-rank p95
+        return Timing(statistics.median(ordered) * 1000, ordered[rank] * 1000, series)
+
+
+def time_call(call: Callable[[], list[dict[str, Any]]], repeat: int) -> Timing:
+    """Median and p95 wall time of `call` over `repeat` runs after one warm-up run."""
+    result = call()
+    samples = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        result = call()
+        samples.append(time.perf_counter() - started)
+    return Timing.of(samples, len(result))
+
+
+@dataclass(frozen=True)
+class PanelTiming:
+    query: PanelQuery
+    expr: str  # substituted
+    instant: Timing
+    range: Timing
+
+
+def time_panel(api: PrometheusApi, query: PanelQuery, at: float, repeat: int) -> PanelTiming:
+    expr = query.substituted
+    window = duration_seconds(query.time_range)
+    instant = time_call(lambda: api.query(expr, at), repeat)
+    ranged = time_call(lambda: api.query_range(expr, at - window, at, query.step), repeat)
+    return PanelTiming(query, expr, instant, ranged)
+
+
+@dataclass(frozen=True)
+class GroupTiming:
+    name: str
+    rules: int
+    total: Timing  # sum over the group's rules of one instant query each
+    slowest_rule: str
+    slowest_rule_ms: float
+
+
+def time_rule_group(api: PrometheusApi, group: dict[str, Any], at: float, repeat: int) -> GroupTiming:
+    """A group's evaluation cost: its rules' expressions as instant queries at `at`, summed."""
+    exprs = [str(rule["expr"]) for rule in group["rules"]]
+    for expr in exprs:  # warm-up
+        api.query(expr, at)
+    totals: list[float] = []
+    per_rule = [0.0] * len(exprs)
+    series = 0
+    for _ in range(repeat):
+        total = 0.0
+        series = 0
+        for i, expr in enumerate(exprs):
+            started = time.perf_counter()
+            series += len(api.query(expr, at))
+            elapsed = time.perf_counter() - started
+            per_rule[i] += elapsed
+            total += elapsed
+        totals.append(total)
+    slowest = max(range(len(exprs)), key=lambda i: per_rule[i])
+    rule = group["rules"][slowest]
+    return GroupTiming(
+        name=str(group["name"]),
+        rules=len(exprs),
+        total=Timing.of(totals, series),
+        slowest_rule=str(rule.get("record") or rule.get("alert")),
+        slowest_rule_ms=per_rule[slowest] / repeat * 1000,
+    )
+
+
+_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+
+
+def recording_levels(groups: Iterable[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Recording rules by dependency level: level 0 reads raw series only, level n reads level < n.
+
+    Each level is a list of groups (same names and intervals) holding only that level's rules,
+    the order in which `promtool tsdb create-blocks-from rules` must backfill them (it cannot
+    see what it is writing in the same run).
+    """
+    recording = [(g, r) for g in groups for r in g["rules"] if "record" in r]
+    names = {str(r["record"]) for _, r in recording}
+    level: dict[str, int] = {}
+
+    def level_of(rule: dict[str, Any], seen: frozenset[str]) -> int:
+        record = str(rule["record"])
+        if record in level:
+            return level[record]
+        deps = {t for t in _NAME.findall(str(rule["expr"])) if t in names and t != record}
+        if deps & seen:
+            raise ValueError(f"recording rules form a cycle through {sorted(deps & seen)}")
+        by_name = {str(r["record"]): r for _, r in recording}
+        value = 1 + max((level_of(by_name[d], seen | {record}) for d in deps), default=-1)
+        level[record] = value
+        return value
+
+    for _, rule in recording:
+        level_of(rule, frozenset())
+    levels: list[list[dict[str, Any]]] = []
+    for n in range(1 + max(level.values(), default=-1)):
+        groups_at: dict[str, dict[str, Any]] = {}
+        for group, rule in recording:
+            if level[str(rule["record"])] == n:
+                target = groups_at.setdefault(
+                    str(group["name"]), {k: v for k, v in group.items() if k != "rules"} | {"rules": []}
+                )
+                target["rules"].append(rule)
+        levels.append(list(groups_at.values()))
+    return levels

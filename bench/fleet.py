@@ -1,0 +1,152 @@
+"""Fleet-scale benchmark: dashboards and rule groups on an hour of 1,000 nodes x 8 GPUs.
+
+`python -m bench fleet` (part of `make bench`) or `python -m bench.fleet --nodes 100,1000`:
+for each fleet size, synthesize and backfill an hour of data (`_fleet_data`), backfill the
+recording rules, start Prometheus on it, time every dashboard panel's query and every rule
+group (`_query_timing`), and write the "Fleet scale" section of BENCHMARKS.md (`_fleet_report`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from bench._fleet_data import FleetShape, backfill, data_end
+from bench._fleet_report import ScaleResult, render, write_section
+from bench._prometheus import PrometheusError, PrometheusServer, binary, config_yaml
+from bench._query_timing import recording_levels, time_panel, time_rule_group
+from dashboards import build_all
+from dashboards.queries import PanelQuery, panel_queries
+from observability.config import ObservabilityConfig
+from observability.rules import rule_groups
+
+ROOT = Path(__file__).resolve().parent.parent
+# Equal minimum and maximum block durations: Prometheus never compacts the backfilled blocks into
+# larger ones (it still merges overlapping ones, which the benchmark waits for before timing).
+PROMETHEUS_ARGS = (
+    "--storage.tsdb.min-block-duration=2h",
+    "--storage.tsdb.max-block-duration=2h",
+    "--storage.tsdb.retention.time=3650d",
+    "--query.max-samples=100000000",
+)
+
+
+def prometheus_queries(cfg: ObservabilityConfig) -> list[PanelQuery]:
+    return [q for d in build_all(cfg).values() for q in panel_queries(d) if q.datasource_type == "prometheus"]
+
+
+def _server(workdir: Path, data_dir: Path, name: str) -> PrometheusServer:
+    return PrometheusServer(workdir / name, config_yaml([], []), data_dir=data_dir, extra_args=PROMETHEUS_ARGS)
+
+
+def backfill_recording_rules(
+    workdir: Path, data_dir: Path, cfg: ObservabilityConfig, shape: FleetShape, end: int
+) -> float:
+    """Backfill every recording rule over the hour, one dependency level at a time."""
+    started = time.perf_counter()
+    start = end - shape.duration_seconds + shape.interval_seconds
+    for level, groups in enumerate(recording_levels(rule_groups(cfg))):
+        rules_path = workdir / f"recording-level-{level}.yml"
+        rules_path.write_text(yaml.safe_dump({"groups": groups}, sort_keys=False), encoding="utf-8")
+        out_dir = workdir / f"recording-blocks-{level}"
+        with _server(workdir, data_dir, f"prometheus-rules-{level}") as prometheus:
+            command = [
+                binary("promtool"),
+                "tsdb",
+                "create-blocks-from",
+                "rules",
+                f"--start={start}",
+                f"--end={end + 1}",
+                f"--url={prometheus.url}",
+                f"--output-dir={out_dir}",
+                f"--eval-interval={cfg.evaluation_interval_seconds}s",
+                str(rules_path),
+            ]
+            done = subprocess.run(command, capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                raise RuntimeError(f"recording-rule backfill failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+        for block in out_dir.iterdir():
+            shutil.move(str(block), data_dir / block.name)
+        out_dir.rmdir()
+    return time.perf_counter() - started
+
+
+def _blocks_loaded(prometheus: PrometheusServer) -> int:
+    _, body = prometheus.api.get_raw("/metrics")
+    for line in body.decode().splitlines():
+        if line.startswith("prometheus_tsdb_blocks_loaded "):
+            return int(float(line.split()[1]))
+    raise PrometheusError("prometheus_tsdb_blocks_loaded missing from /metrics")
+
+
+def wait_compacted(prometheus: PrometheusServer, timeout: float = 900.0) -> float:
+    """Wait until Prometheus has merged the overlapping backfilled blocks into one (its compaction
+    loop first runs a minute after start); returns the seconds waited."""
+    started = time.perf_counter()
+    while _blocks_loaded(prometheus) > 1:
+        if time.perf_counter() - started > timeout:
+            raise PrometheusError(f"blocks not compacted after {timeout:.0f}s:\n{prometheus.log_tail()}")
+        time.sleep(2)
+    return time.perf_counter() - started
+
+
+def run_scale(root: Path, cfg: ObservabilityConfig, shape: FleetShape, repeat: int) -> ScaleResult:
+    workdir = root / f"fleet-{shape.nodes}"
+    data_dir = workdir / "data"
+    end = data_end(time.time(), shape)
+    print(f"fleet {shape.nodes} nodes: generating and backfilling one hour ...", flush=True)
+    backfilled = backfill(workdir / "generate", data_dir, cfg, shape, end)
+    print(
+        f"  {backfilled.series:,} series, {backfilled.samples:,} samples in {backfilled.wall_seconds:.0f}s", flush=True
+    )
+    rules_seconds = backfill_recording_rules(workdir, data_dir, cfg, shape, end)
+    print(f"  recording rules backfilled in {rules_seconds:.0f}s; waiting for compaction ...", flush=True)
+    with _server(workdir, data_dir, "prometheus-timing") as prometheus:
+        compaction = wait_compacted(prometheus)
+        print(f"  compacted in {compaction:.0f}s; timing panels and rule groups ...", flush=True)
+        panels = [time_panel(prometheus.api, q, end, repeat) for q in prometheus_queries(cfg)]
+        groups = [time_rule_group(prometheus.api, g, end, repeat) for g in rule_groups(cfg)]
+    shutil.rmtree(workdir, ignore_errors=True)
+    return ScaleResult(shape, backfilled, rules_seconds, compaction, panels, groups)
+
+
+def _machine() -> str:
+    return f"{os.cpu_count()} CPU cores, {platform.machine()}, Prometheus 2.42 (Debian)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.fleet", description=__doc__)
+    parser.add_argument("--nodes", default="100,1000", help="comma-separated fleet sizes (default 100,1000)")
+    parser.add_argument("--gpus-per-node", type=int, default=8)
+    parser.add_argument("--jobs", type=int, default=50, help="concurrent training jobs")
+    parser.add_argument("--repeat", type=int, default=7, help="timed runs per query after a warm-up")
+    parser.add_argument("--workdir", type=Path, default=None, help="default: a temporary directory")
+    parser.add_argument("--no-write", action="store_true", help="print the section instead of writing BENCHMARKS.md")
+    args = parser.parse_args(argv if argv is not None else [])
+    cfg = ObservabilityConfig()
+    sizes = sorted({int(n) for n in args.nodes.split(",") if n})
+    with tempfile.TemporaryDirectory(prefix="fleet-bench-", dir=args.workdir) as scratch:
+        results = [
+            run_scale(Path(scratch), cfg, FleetShape(n, args.gpus_per_node, args.jobs), args.repeat) for n in sizes
+        ]
+    command = "make bench" if argv is None else "python -m bench.fleet " + " ".join(argv)
+    section = render(results, command, _machine())
+    if args.no_write:
+        print(section)
+    else:
+        write_section(ROOT / "BENCHMARKS.md", section)
+        print(f"fleet: wrote the Fleet scale section of {ROOT / 'BENCHMARKS.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
