@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import pulumi_kubernetes as k8s
-
+from infra import artifacts, components
 from infra.settings import Settings, load_settings, pulumi_config_source, pulumi_secret_reader
+from observability.datasources import datasources_yaml
 
 
 def main() -> None:
@@ -14,8 +14,18 @@ def main() -> None:
 
 
 def build(settings: Settings) -> None:
-    k8s.core.v1.ConfigMap(
-        "probe",
-        metadata={"name": "probe", "namespace": settings.namespaces.monitoring},
-        data={"port": str(settings.poller.port)},
+    """Every component, driven by the typed settings; generated content shared with the render."""
+    cfg = settings.observability_config()
+    gen = artifacts.generated(cfg)
+    components.ServiceScrapeAnnotations("platform-services", settings)
+    components.ScrapeDiscovery("scrape-discovery", settings, cfg)
+    components.TrainingJobTemplate("training-job", settings, cfg)
+    components.GpuPoller("gpu-poller", settings, cfg)
+    components.AlertRules("alert-rules", settings, gen.rule_groups, gen.rules_yaml)
+    components.AlertRouting("alert-routing", settings, cfg)
+    components.GrafanaProvisioning(
+        "grafana",
+        settings,
+        datasources_yaml(cfg, artifacts.datasource_endpoints(settings)),
+        gen.dashboards,
     )

@@ -1,0 +1,103 @@
+"""AlertRouting: where alerts go (observability.alertmanager), with the receiver URLs kept secret.
+
+The receiver webhook URLs are Pulumi secrets (`settings.alerting`): they are combined with
+`Output.all(...).apply(...)` and written only into a Secret's `stringData`, never into any other
+object, file or log.
+
+- scrape mode `annotations` (classic Alertmanager): a Secret holding the whole `alertmanager.yaml`.
+- scrape mode `operator`: an AlertmanagerConfig (monitoring.coreos.com/v1alpha1) whose webhook
+  receivers reference their URL through `urlSecret` (a Secret key selector), plus that Secret. The
+  custom resource itself holds no URL. Select it as the Alertmanager's global configuration
+  (`Alertmanager.spec.alertmanagerConfiguration.name`), so the operator does not add a
+  namespace matcher to its routes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from infra.components.common import child, metadata
+from infra.settings import Settings
+from observability import alertmanager
+from observability.alertmanager import ReceiverUrls
+from observability.config import ObservabilityConfig
+
+TYPE = "foxhunt:observability:AlertRouting"
+APP = "alertmanager-routing"
+COMPONENT = "alerting"
+CONFIG_SECRET = "foxhunt-alertmanager-config"
+CONFIG_KEY = "alertmanager.yaml"
+RECEIVERS_SECRET = "foxhunt-alertmanager-receivers"
+ALERTMANAGER_CONFIG = "foxhunt-ml-routing"
+# With url_secret the CRD spec holds no URL; these stand-ins prove it (they must not appear in it).
+_STAND_IN = ReceiverUrls(
+    page="https://stand-in.invalid/page",
+    chat="https://stand-in.invalid/chat",
+    low_priority="https://stand-in.invalid/low",
+)
+
+
+def alertmanager_config_spec(cfg: ObservabilityConfig) -> dict[str, object]:
+    """The AlertmanagerConfig spec, receivers by Secret reference; fails if a URL leaked into it."""
+    spec = alertmanager.alertmanager_config_crd_spec(cfg, _STAND_IN, url_secret=RECEIVERS_SECRET)
+    if "stand-in.invalid" in json.dumps(spec):
+        raise ValueError("the AlertmanagerConfig spec contains a receiver URL; it must reference the Secret")
+    return spec
+
+
+class AlertRouting(pulumi.ComponentResource):
+    def __init__(
+        self, name: str, settings: Settings, cfg: ObservabilityConfig, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__(TYPE, name, None, opts)
+        namespace = settings.namespaces.monitoring
+        receivers = settings.alerting
+        urls: pulumi.Output[list[str]] = pulumi.Output.all(
+            receivers.page_webhook_url, receivers.chat_webhook_url, receivers.low_priority_webhook_url
+        )
+
+        def receiver_urls(values: Sequence[str]) -> ReceiverUrls:
+            return ReceiverUrls(page=values[0], chat=values[1], low_priority=values[2])
+
+        def secret_data(values: Sequence[str]) -> dict[str, str]:
+            return alertmanager.receiver_secret_data(receiver_urls(values))
+
+        def config_yaml(values: Sequence[str]) -> str:
+            return alertmanager.alertmanager_config_yaml(cfg, receiver_urls(values))
+
+        self.resources: list[pulumi.CustomResource] = []
+        if settings.scrape.mode == "operator":
+            secret = k8s.core.v1.Secret(
+                "alertmanager-receivers",
+                metadata=metadata(settings, RECEIVERS_SECRET, namespace, app=APP, component=COMPONENT),
+                type="Opaque",
+                string_data=pulumi.Output.secret(urls.apply(secret_data)),
+                opts=child(self),
+            )
+            config = k8s.apiextensions.CustomResource(
+                "alertmanager-config",
+                api_version="monitoring.coreos.com/v1alpha1",
+                kind="AlertmanagerConfig",
+                metadata=metadata(
+                    settings, ALERTMANAGER_CONFIG, namespace, app=APP, component=COMPONENT,
+                    extra_labels=settings.scrape.operator_selector,
+                ),
+                spec=alertmanager_config_spec(cfg),
+                opts=child(self, depends_on=[secret]),
+            )  # fmt: skip
+            self.resources = [secret, config]
+        else:
+            self.resources = [
+                k8s.core.v1.Secret(
+                    "alertmanager-config",
+                    metadata=metadata(settings, CONFIG_SECRET, namespace, app=APP, component=COMPONENT),
+                    type="Opaque",
+                    string_data={CONFIG_KEY: pulumi.Output.secret(urls.apply(config_yaml))},
+                    opts=child(self),
+                )
+            ]
+        self.register_outputs({"mode": settings.scrape.mode})

@@ -1,0 +1,164 @@
+"""GpuPoller: the NVML GPU poller image, its DaemonSet on the GPU nodes, and a headless Service.
+
+Image: built from `poller/Dockerfile` (context: the repository root) and pushed to the stack's
+registry by `pulumi_docker_build.Image`; the DaemonSet uses the pushed digest ref
+(`registry/repo@sha256:...`), so a rebuild rolls the pods and nothing runs a mutable tag. A stack
+can instead pin a prebuilt image by digest (`poller.image.digest`): then no build happens.
+
+Pod: only on GPU nodes (node selector and tolerations from the settings), the NVIDIA runtime class
+with NVIDIA_VISIBLE_DEVICES=all and NVIDIA_DRIVER_CAPABILITIES=utility (NVML only, no compute),
+no GPU request (it observes the GPUs the jobs use), not privileged, no hostPath, Pod Security
+Standard "restricted", requests and limits, liveness and readiness probes on /healthz, NODE_NAME
+from the downward API, rolling updates, a priority class and the scrape annotations.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pulumi
+import pulumi_docker_build as docker_build
+import pulumi_kubernetes as k8s
+
+from infra.components.common import (
+    NVIDIA_RUNTIME_CLASS,
+    child,
+    field_env,
+    labels,
+    metadata,
+    resources,
+    restricted_container_security_context,
+    restricted_pod_security_context,
+    scratch_volume,
+    tolerations,
+)
+from infra.settings import PROJECT, ImageBuild, Settings
+from observability.config import ObservabilityConfig
+from observability.scrape_config import pod_scrape_annotations
+
+TYPE = "foxhunt:observability:GpuPoller"
+COMPONENT = "gpu-monitoring"
+CONTAINER = "gpu-poller"
+PORT_NAME = "metrics"
+METRICS_PATH = "/metrics"
+HEALTH_PATH = "/healthz"
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DOCKERFILE = "poller/Dockerfile"
+
+
+def build_context() -> str:
+    """The repository root relative to the working directory Pulumi runs the program in (`infra/`
+    under `pulumi up`, the repository root in the offline render), so no absolute path of this
+    checkout ends up in the image's inputs."""
+    return os.path.relpath(REPO_ROOT, os.getcwd())
+
+
+def selector_labels(settings: Settings, cfg: ObservabilityConfig) -> dict[str, str]:
+    return {"app.kubernetes.io/name": cfg.gpu_poller_service, "app.kubernetes.io/part-of": settings.project}
+
+
+def _int_or_percent(value: str) -> int | str:
+    return int(value) if value.isdigit() else value
+
+
+def poller_container(settings: Settings, image: pulumi.Input[str]) -> dict[str, Any]:
+    poller = settings.poller
+    probe = {"httpGet": {"path": HEALTH_PATH, "port": PORT_NAME, "scheme": "HTTP"}}
+    return {
+        "name": CONTAINER,
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "args": ["--listen", f"0.0.0.0:{poller.port}", "--min-interval", f"{poller.min_interval_seconds:g}"],
+        "ports": [{"name": PORT_NAME, "containerPort": poller.port, "protocol": "TCP"}],
+        "env": [
+            field_env("NODE_NAME", "spec.nodeName"),
+            {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+            {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "utility"},
+        ],
+        "resources": resources(poller.resources),
+        "securityContext": restricted_container_security_context(),
+        "livenessProbe": {**probe, "initialDelaySeconds": 10, "periodSeconds": 10, "timeoutSeconds": 3,
+                          "failureThreshold": 3},
+        "readinessProbe": {**probe, "periodSeconds": 5, "timeoutSeconds": 2, "failureThreshold": 2},
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+    }  # fmt: skip
+
+
+def daemonset_spec(settings: Settings, cfg: ObservabilityConfig, image: pulumi.Input[str]) -> dict[str, Any]:
+    poller = settings.poller
+    return {
+        "selector": {"matchLabels": selector_labels(settings, cfg)},
+        "updateStrategy": {
+            "type": "RollingUpdate",
+            "rollingUpdate": {"maxUnavailable": _int_or_percent(poller.max_unavailable)},
+        },
+        "template": {
+            "metadata": {
+                "labels": labels(settings, cfg.gpu_poller_service, COMPONENT),
+                "annotations": pod_scrape_annotations(poller.port, METRICS_PATH),
+            },
+            "spec": {
+                "runtimeClassName": NVIDIA_RUNTIME_CLASS,
+                "priorityClassName": poller.priority_class,
+                "nodeSelector": dict(poller.node_selector),
+                "tolerations": tolerations(poller.tolerations),
+                "automountServiceAccountToken": False,
+                "enableServiceLinks": False,
+                "securityContext": restricted_pod_security_context(),
+                "terminationGracePeriodSeconds": 10,
+                "containers": [poller_container(settings, image)],
+                "volumes": [scratch_volume("tmp")],
+            },
+        },
+    }
+
+
+def service_spec(settings: Settings, cfg: ObservabilityConfig) -> dict[str, Any]:
+    return {
+        "clusterIP": "None",
+        "selector": selector_labels(settings, cfg),
+        "ports": [{"name": PORT_NAME, "port": settings.poller.port, "targetPort": PORT_NAME, "protocol": "TCP"}],
+    }
+
+
+class GpuPoller(pulumi.ComponentResource):
+    def __init__(
+        self, name: str, settings: Settings, cfg: ObservabilityConfig, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__(TYPE, name, None, opts)
+        poller = settings.poller
+        namespace = settings.namespaces.monitoring
+        self.image: docker_build.Image | None = None
+        image_ref: pulumi.Input[str]
+        if isinstance(poller.image, ImageBuild):
+            build = poller.image
+            context = build_context()
+            self.image = docker_build.Image(
+                "gpu-poller-image",
+                context={"location": context},
+                dockerfile={"location": os.path.join(context, DOCKERFILE)},
+                platforms=list(build.platforms),
+                push=True,
+                tags=[f"{build.registry}/{build.repository}:{settings.stack}"],
+                labels={"org.opencontainers.image.title": CONTAINER, "org.opencontainers.image.vendor": PROJECT},
+                registries=[
+                    {
+                        "address": build.registry,
+                        "username": build.username,
+                        "password": pulumi.Output.secret(build.password),
+                    }
+                ],
+                opts=child(self),
+            )
+            image_ref = self.image.ref
+        else:
+            image_ref = poller.image.ref
+        meta = metadata(settings, CONTAINER, namespace, app=cfg.gpu_poller_service, component=COMPONENT)
+        self.daemonset = k8s.apps.v1.DaemonSet(
+            "gpu-poller", metadata=meta, spec=daemonset_spec(settings, cfg, image_ref), opts=child(self)
+        )
+        self.service = k8s.core.v1.Service(
+            "gpu-poller", metadata=meta, spec=service_spec(settings, cfg), opts=child(self)
+        )
+        self.register_outputs({"image": image_ref})

@@ -1,0 +1,70 @@
+"""ScrapeDiscovery: what makes Prometheus act on the `prometheus.io/*` annotations.
+
+- scrape mode `annotations`: the pod-role scrape config (observability.scrape_config), delivered
+  as the object the stack names: a ConfigMap (key `scrape-config.yaml`, a `scrape_configs:`
+  document for Prometheus' `scrape_config_files`) or the operator's additional-scrape-configs
+  Secret (key `prometheus-additional.yaml`, a bare list, for `additionalScrapeConfigs`).
+- scrape mode `operator`: a PodMonitor with the same relabelling, labelled with the stack's
+  operator selector so the Prometheus custom resource picks it up. `scrape.delivery` and
+  `scrape.objectName` are not used in this mode (a second job would scrape every pod twice).
+
+Watched namespaces: platform (services), training (jobs) and monitoring (the GPU poller).
+"""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from infra.components.common import child, metadata
+from infra.settings import Settings
+from observability import scrape_config
+from observability.config import ObservabilityConfig
+
+TYPE = "foxhunt:observability:ScrapeDiscovery"
+APP = "scrape-discovery"
+COMPONENT = "monitoring"
+
+
+def watched_namespaces(settings: Settings) -> list[str]:
+    ns = settings.namespaces
+    return sorted({ns.platform, ns.training, ns.monitoring})
+
+
+class ScrapeDiscovery(pulumi.ComponentResource):
+    def __init__(
+        self, name: str, settings: Settings, cfg: ObservabilityConfig, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__(TYPE, name, None, opts)
+        namespaces = watched_namespaces(settings)
+        monitoring = settings.namespaces.monitoring
+        scrape = settings.scrape
+        self.resource: pulumi.CustomResource
+        if scrape.mode == "operator":
+            self.resource = k8s.apiextensions.CustomResource(
+                "annotated-pods-podmonitor",
+                api_version="monitoring.coreos.com/v1",
+                kind="PodMonitor",
+                metadata=metadata(
+                    settings, scrape_config.POD_MONITOR_NAME, monitoring, app=APP, component=COMPONENT,
+                    extra_labels=scrape.operator_selector,
+                ),
+                spec=scrape_config.pod_monitor_spec(cfg, namespaces),
+                opts=child(self),
+            )  # fmt: skip
+        elif scrape.delivery == "secret":
+            self.resource = k8s.core.v1.Secret(
+                "annotation-scrape-config",
+                metadata=metadata(settings, scrape.object_name, monitoring, app=APP, component=COMPONENT),
+                type="Opaque",
+                string_data={scrape_config.SECRET_KEY: scrape_config.additional_scrape_configs_yaml(cfg, namespaces)},
+                opts=child(self),
+            )
+        else:
+            self.resource = k8s.core.v1.ConfigMap(
+                "annotation-scrape-config",
+                metadata=metadata(settings, scrape.object_name, monitoring, app=APP, component=COMPONENT),
+                data={scrape_config.CONFIGMAP_KEY: scrape_config.scrape_config_yaml(cfg, namespaces)},
+                opts=child(self),
+            )
+        self.register_outputs({"mode": scrape.mode})

@@ -1,0 +1,164 @@
+"""TrainingJobTemplate: a suspended CronJob that trainers start jobs from.
+
+    kubectl -n <training namespace> create job dqn-run-42 --from=cronjob/<trainingJob.name>
+
+The CronJob never runs by itself (`spec.suspend: true`); it only holds the Job template: the
+trainer image (by digest), the OTEL env pointing at the stack's Tempo (OTLP gRPC), resource
+attributes with model type and job name, scrape annotations for the metrics port, GPU requests and
+limits, the NVIDIA runtime class, `restartPolicy: Never`, a backoff limit and a TTL after finish.
+The same Job (kind Job, same pod template) is written to `rendered/<stack>/kubernetes/` for
+`kubectl create -f` (it uses `generateName`, so it can be created repeatedly).
+
+Jobs created with `--from=cronjob/...` get the CronJob as owner. The CronJob carries
+`pulumi.com/deletionPropagationPolicy: orphan`, so `pulumi destroy` (or a replacement of the
+template) deletes the template but never a training job that is running.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from infra.components.common import (
+    GPU_RESOURCE,
+    NVIDIA_RUNTIME_CLASS,
+    child,
+    field_env,
+    labels,
+    metadata,
+    otel_env,
+    resources,
+    restricted_container_security_context,
+    restricted_pod_security_context,
+    tolerations,
+)
+from infra.settings import Settings
+from observability.config import ObservabilityConfig
+from observability.scrape_config import pod_scrape_annotations
+
+TYPE = "foxhunt:observability:TrainingJobTemplate"
+COMPONENT = "training"
+CONTAINER = "trainer"
+JOB_NAME_ENV = "TRAINING_JOB_NAME"
+MODEL_TYPE_LABEL = "foxhunt.io/model-type"
+NEVER = "0 0 1 1 *"  # a valid schedule for the API; the CronJob is suspended so it never fires
+SCRATCH_SIZE = "20Gi"
+HISTORY_LIMIT = 50
+DELETION_POLICY_ANNOTATION = "pulumi.com/deletionPropagationPolicy"
+
+
+def usage(settings: Settings) -> str:
+    job = settings.training_job
+    return f"kubectl -n {settings.namespaces.training} create job <name> --from=cronjob/{job.name}"
+
+
+def training_env(settings: Settings, cfg: ObservabilityConfig) -> list[dict[str, Any]]:
+    job = settings.training_job
+    return otel_env(
+        settings,
+        cfg.training_job_service,
+        extra_attributes=[("ml.model_type", job.model_type), ("k8s.job.name", f"$({JOB_NAME_ENV})")],
+        extra_env=[field_env(JOB_NAME_ENV, "metadata.labels['batch.kubernetes.io/job-name']")],
+    )
+
+
+def pod_template(settings: Settings, cfg: ObservabilityConfig) -> dict[str, Any]:
+    job = settings.training_job
+    return {
+        "metadata": {
+            "labels": {**labels(settings, cfg.training_job_service, COMPONENT), MODEL_TYPE_LABEL: job.model_type},
+            "annotations": pod_scrape_annotations(job.metrics_port),
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "runtimeClassName": NVIDIA_RUNTIME_CLASS,
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "nodeSelector": dict(job.node_selector),
+            "tolerations": tolerations(job.tolerations),
+            "securityContext": restricted_pod_security_context(),
+            # SIGTERM first: time for the trainer to write a last checkpoint.
+            "terminationGracePeriodSeconds": 120,
+            "containers": [
+                {
+                    "name": CONTAINER,
+                    "image": job.image,
+                    "imagePullPolicy": "IfNotPresent",
+                    "ports": [{"name": "metrics", "containerPort": job.metrics_port, "protocol": "TCP"}],
+                    "env": training_env(settings, cfg),
+                    "resources": resources(job.resources, {GPU_RESOURCE: str(job.gpu_count)}),
+                    "securityContext": restricted_container_security_context(),
+                    "volumeMounts": [{"name": "scratch", "mountPath": "/tmp"}],
+                }
+            ],
+            "volumes": [{"name": "scratch", "emptyDir": {"sizeLimit": SCRATCH_SIZE}}],
+        },
+    }
+
+
+def job_spec(settings: Settings, cfg: ObservabilityConfig) -> dict[str, Any]:
+    job = settings.training_job
+    return {
+        "backoffLimit": job.backoff_limit,
+        "ttlSecondsAfterFinished": job.ttl_seconds_after_finished,
+        "template": pod_template(settings, cfg),
+    }
+
+
+def cronjob_manifest(settings: Settings, cfg: ObservabilityConfig) -> dict[str, Any]:
+    job = settings.training_job
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": metadata(
+            settings, job.name, settings.namespaces.training, app=cfg.training_job_service, component=COMPONENT,
+            annotations={DELETION_POLICY_ANNOTATION: "orphan", "foxhunt.io/usage": usage(settings)},
+        ),
+        "spec": {
+            "schedule": NEVER,
+            "timeZone": "Etc/UTC",
+            "suspend": True,
+            "concurrencyPolicy": "Forbid",
+            # Jobs made with --from=cronjob are owned by the CronJob, whose controller deletes
+            # finished ones beyond these limits: keep them high so ttlSecondsAfterFinished decides.
+            "successfulJobsHistoryLimit": HISTORY_LIMIT,
+            "failedJobsHistoryLimit": HISTORY_LIMIT,
+            "jobTemplate": {
+                "metadata": {"labels": labels(settings, cfg.training_job_service, COMPONENT)},
+                "spec": job_spec(settings, cfg),
+            },
+        },
+    }  # fmt: skip
+
+
+def job_manifest(settings: Settings, cfg: ObservabilityConfig) -> dict[str, Any]:
+    """The same Job as a standalone object, for `kubectl create -f` (rendered/<stack>/kubernetes/)."""
+    job = settings.training_job
+    meta = metadata(
+        settings, job.name, settings.namespaces.training, app=cfg.training_job_service, component=COMPONENT,
+        annotations={"foxhunt.io/usage": f"kubectl create -f <this file>, or: {usage(settings)}"},
+    )  # fmt: skip
+    meta["generateName"] = f"{job.model_type}-training-"
+    del meta["name"]
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": job_spec(settings, cfg)}
+
+
+def job_manifest_path(settings: Settings) -> str:
+    return f"kubernetes/job_{settings.namespaces.training}_{settings.training_job.name}.yaml"
+
+
+class TrainingJobTemplate(pulumi.ComponentResource):
+    def __init__(
+        self, name: str, settings: Settings, cfg: ObservabilityConfig, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__(TYPE, name, None, opts)
+        manifest = cronjob_manifest(settings, cfg)
+        self.cronjob = k8s.batch.v1.CronJob(
+            "training-job-template",
+            metadata=manifest["metadata"],
+            spec=manifest["spec"],
+            opts=child(self),
+        )
+        self.register_outputs({"usage": usage(settings)})

@@ -1,0 +1,207 @@
+"""Scrape discovery that honours the `prometheus.io/*` pod annotations.
+
+Annotations alone scrape nothing: Prometheus only acts on them through relabelling, and the
+Prometheus Operator ignores them altogether. This module is the one place that knows the
+annotation names and the relabel rules that read them, in the two shapes the stacks need:
+
+- `annotation_scrape_configs(cfg, namespaces)`: the `scrape_configs` entries of a Kubernetes
+  pod-role job (classic Prometheus, or the operator's additional-scrape-configs Secret);
+- `pod_monitor_spec(cfg, namespaces)`: the spec of a PodMonitor (Prometheus Operator).
+
+Both use the same rules (`annotation_relabel_configs()`), which work on the `__meta_kubernetes_*`
+labels Kubernetes discovery sets, so a file-discovery target group carrying those labels is
+relabelled exactly as a discovered pod would be (the real-Prometheus test relies on that).
+
+Target labels: `namespace`, `pod` and `service` (= pod label `app.kubernetes.io/name`). `node` is
+deliberately not a target label: the GPU poller exports `node` on its own series.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import yaml
+
+from observability.config import ObservabilityConfig
+
+SCRAPE_ANNOTATION = "prometheus.io/scrape"
+PORT_ANNOTATION = "prometheus.io/port"
+PATH_ANNOTATION = "prometheus.io/path"
+SCHEME_ANNOTATION = "prometheus.io/scheme"
+SERVICE_LABEL = "app.kubernetes.io/name"  # pod label that becomes the `service` target label
+
+JOB_NAME = "foxhunt-annotated-pods"
+POD_MONITOR_NAME = "foxhunt-annotated-pods"
+# Key of the scrape config in the delivered object. A ConfigMap holds a `scrape_configs:` document
+# (what Prometheus' `scrape_config_files` loads); the operator's additional-scrape-configs Secret
+# holds a bare YAML list of scrape configs (what `additionalScrapeConfigs` expects).
+CONFIGMAP_KEY = "scrape-config.yaml"
+SECRET_KEY = "prometheus-additional.yaml"
+
+# Pods in these phases are not scraped (no IP, or finished): the operator's filterRunning default.
+_NOT_RUNNING = "Pending|Succeeded|Failed|Unknown"
+_IPV4 = r"(\d+);(\d+\.\d+\.\d+\.\d+)"
+_IPV6 = r"(\d+);([0-9A-Fa-f]*:[0-9A-Fa-f:.]*)"
+
+
+def meta_label(prefix: str, name: str) -> str:
+    """The discovery meta label for a pod annotation or label key (non-alphanumerics become `_`)."""
+    return prefix + re.sub(r"[^a-zA-Z0-9_]", "_", name)
+
+
+def annotation_label(annotation: str) -> str:
+    return meta_label("__meta_kubernetes_pod_annotation_", annotation)
+
+
+def annotation_present_label(annotation: str) -> str:
+    return meta_label("__meta_kubernetes_pod_annotationpresent_", annotation)
+
+
+def pod_label(label: str) -> str:
+    return meta_label("__meta_kubernetes_pod_label_", label)
+
+
+def pod_scrape_annotations(port: int, path: str = "/metrics", scheme: str = "http") -> dict[str, str]:
+    """The annotations that make a pod a scrape target on `port` and `path`."""
+    if not 1 <= port <= 65535:
+        raise ValueError(f"scrape port {port} is not a TCP port (1-65535)")
+    if not path.startswith("/"):
+        raise ValueError(f"scrape path {path!r} must start with '/'")
+    if scheme not in ("http", "https"):
+        raise ValueError(f"scrape scheme {scheme!r} must be http or https")
+    return {SCRAPE_ANNOTATION: "true", PORT_ANNOTATION: str(port), PATH_ANNOTATION: path, SCHEME_ANNOTATION: scheme}
+
+
+def annotation_relabel_configs() -> list[dict[str, Any]]:
+    """Relabel rules (Prometheus config shape) that turn annotated pods into targets.
+
+    Order matters: drop what is not opted in first, then rewrite scheme, path and address from the
+    annotations, then set the target labels. The address is rebuilt from the pod IP, so the
+    annotated port need not be a declared container port; every container port of a pod yields
+    the same address and labels, and Prometheus folds the duplicates into one target.
+    """
+    port = annotation_label(PORT_ANNOTATION)
+    return [
+        {"source_labels": [annotation_label(SCRAPE_ANNOTATION)], "regex": "true", "action": "keep"},
+        {"source_labels": ["__meta_kubernetes_pod_phase"], "regex": _NOT_RUNNING, "action": "drop"},
+        {
+            "source_labels": [annotation_label(SCHEME_ANNOTATION)],
+            "regex": "(https?)",
+            "target_label": "__scheme__",
+            "replacement": "$1",
+            "action": "replace",
+        },
+        {
+            "source_labels": [annotation_label(PATH_ANNOTATION)],
+            "regex": "(/.*)",
+            "target_label": "__metrics_path__",
+            "replacement": "$1",
+            "action": "replace",
+        },
+        {
+            "source_labels": [port, "__meta_kubernetes_pod_ip"],
+            "regex": _IPV4,
+            "target_label": "__address__",
+            "replacement": "$2:$1",
+            "action": "replace",
+        },
+        {
+            "source_labels": [port, "__meta_kubernetes_pod_ip"],
+            "regex": _IPV6,
+            "target_label": "__address__",
+            "replacement": "[$2]:$1",
+            "action": "replace",
+        },
+        {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace", "action": "replace"},
+        {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod", "action": "replace"},
+        {"source_labels": [pod_label(SERVICE_LABEL)], "target_label": "service", "action": "replace"},
+    ]
+
+
+def _check_namespaces(namespaces: Sequence[str]) -> list[str]:
+    names = sorted(set(namespaces))
+    if not names:
+        raise ValueError("scrape discovery needs at least one namespace to watch")
+    return names
+
+
+def annotation_scrape_configs(cfg: ObservabilityConfig, namespaces: Sequence[str]) -> list[dict[str, Any]]:
+    """`scrape_configs` entries: one pod-role job over `namespaces` honouring the annotations."""
+    interval = f"{cfg.scrape_interval_seconds}s"
+    return [
+        {
+            "job_name": JOB_NAME,
+            "scrape_interval": interval,
+            "scrape_timeout": f"{min(cfg.scrape_interval_seconds, 10)}s",
+            "kubernetes_sd_configs": [{"role": "pod", "namespaces": {"names": _check_namespaces(namespaces)}}],
+            "relabel_configs": annotation_relabel_configs(),
+        }
+    ]
+
+
+def scrape_config_yaml(cfg: ObservabilityConfig, namespaces: Sequence[str]) -> str:
+    """A `scrape_configs:` document: `rendered/<stack>/prometheus/scrape-config.yaml` and the ConfigMap
+    key (Prometheus loads it through `scrape_config_files`, `promtool check config` checks it)."""
+    return _dump({"scrape_configs": annotation_scrape_configs(cfg, namespaces)})
+
+
+def additional_scrape_configs_yaml(cfg: ObservabilityConfig, namespaces: Sequence[str]) -> str:
+    """A bare list of scrape configs: the operator's additional-scrape-configs Secret key."""
+    return _dump(annotation_scrape_configs(cfg, namespaces))
+
+
+_OPERATOR_KEYS = {
+    "source_labels": "sourceLabels",
+    "target_label": "targetLabel",
+    "regex": "regex",
+    "replacement": "replacement",
+    "action": "action",
+    "separator": "separator",
+    "modulus": "modulus",
+}
+
+
+def to_operator_relabeling(rule: dict[str, Any]) -> dict[str, Any]:
+    """One relabel rule in the operator's camelCase shape (RelabelConfig of the monitoring CRDs)."""
+    unknown = set(rule) - set(_OPERATOR_KEYS)
+    if unknown:
+        raise ValueError(f"relabel rule has fields the operator does not know: {sorted(unknown)}")
+    return {_OPERATOR_KEYS[k]: v for k, v in rule.items()}
+
+
+def from_operator_relabeling(rule: dict[str, Any]) -> dict[str, Any]:
+    back = {v: k for k, v in _OPERATOR_KEYS.items()}
+    return {back[k]: v for k, v in rule.items()}
+
+
+# The operator adds `container` (and `endpoint` when a port is named) before these rules run: drop
+# them so every container port of a pod relabels to one identical target, as in annotations mode.
+OPERATOR_LABELDROP = {"regex": "container|endpoint", "action": "labeldrop"}
+
+
+def pod_monitor_spec(cfg: ObservabilityConfig, namespaces: Sequence[str]) -> dict[str, Any]:
+    """Spec of the PodMonitor that selects the annotated pods (operator mode).
+
+    A label selector cannot match annotations, so it selects every pod that has the `service`
+    label in the watched namespaces, and the relabelling keeps the annotated ones, exactly as the
+    annotation scrape config does.
+    """
+    relabelings = [to_operator_relabeling(r) for r in annotation_relabel_configs()]
+    return {
+        "selector": {"matchExpressions": [{"key": SERVICE_LABEL, "operator": "Exists"}]},
+        "namespaceSelector": {"matchNames": _check_namespaces(namespaces)},
+        "podMetricsEndpoints": [
+            {
+                "interval": f"{cfg.scrape_interval_seconds}s",
+                "scrapeTimeout": f"{min(cfg.scrape_interval_seconds, 10)}s",
+                "relabelings": [*relabelings, dict(OPERATOR_LABELDROP)],
+            }
+        ],
+    }
+
+
+def _dump(document: Any) -> str:
+    text: str = yaml.safe_dump(document, sort_keys=False, default_flow_style=False, width=10_000)
+    return text
