@@ -10,6 +10,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,8 +44,8 @@ def _tool(name: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def config_file(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("alertmanager") / "alertmanager.yml"
+def config_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path: Path = tmp_path_factory.mktemp("alertmanager") / "alertmanager.yml"
     path.write_text(alertmanager_config_yaml(CFG, RECEIVERS), encoding="utf-8")
     return path
 
@@ -138,8 +139,8 @@ def _crd_matcher_to_text(matcher: dict[str, str]) -> str:
     return f'{matcher["name"]}{matcher["matchType"]}"{matcher["value"]}"'
 
 
-def _crd_route_to_classic(route: dict) -> dict:
-    classic = {"receiver": route["receiver"]}
+def _crd_route_to_classic(route: dict[str, Any]) -> dict[str, Any]:
+    classic: dict[str, Any] = {"receiver": route["receiver"]}
     for crd_key, key in (("groupBy", "group_by"), ("groupWait", "group_wait"), ("groupInterval", "group_interval"),
                          ("repeatInterval", "repeat_interval")):
         if crd_key in route:

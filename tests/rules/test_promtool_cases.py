@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from observability.config import ObservabilityConfig
 from observability.rules import ALERT_NAMES, RECORDING_RULES
 from tests.rules.alert_cases import CASES, RECORD_CASES
+from tests.rules.promtool_harness import Suite, run_promtool_tests
 
 
 def test_promtool_passes_every_case(promtool_run):
@@ -31,26 +35,26 @@ def test_every_recording_rule_has_a_case():
     assert not missing
 
 
-def _alert(groups, name):
+def _alert(groups: list[dict[str, Any]], name: str) -> dict[str, Any]:
     return next(r for g in groups for r in g["rules"] if r.get("alert") == name)
 
 
-def _threshold_inclusive(groups):
+def _threshold_inclusive(groups: list[dict[str, Any]]) -> None:
     rule = _alert(groups, "GPUUtilizationLow")
     rule["expr"] = rule["expr"].replace("< 30", "<= 30")
 
 
-def _seed_nan_expression(groups):
+def _seed_nan_expression(groups: list[dict[str, Any]]) -> None:
     # what the seed wrote, aggregated like ours: a counter compared with `> 0`
     rule = _alert(groups, "TrainingNaNDetected")
     rule["expr"] = "sum by (namespace, model_type, job_id, tensor_type) (ml_training_nan_count) > 0"
 
 
-def _seed_memory_for(groups):
+def _seed_memory_for(groups: list[dict[str, Any]]) -> None:
     _alert(groups, "GPUMemoryExhausted")["for"] = "1m"
 
 
-def _description_drops_gpu(groups):
+def _description_drops_gpu(groups: list[dict[str, Any]]) -> None:
     rule = _alert(groups, "GPUTemperatureHigh")
     rule["annotations"]["description"] = rule["annotations"]["description"].replace("GPU {{ $labels.gpu_id }} ", "")
 
@@ -65,9 +69,6 @@ MUTATIONS = {
 
 def test_the_cases_catch_broken_rules(tmp_path):
     """Each mutation of the rules makes the named case fail (the cases can fail)."""
-    from observability.config import ObservabilityConfig
-    from tests.rules.promtool_harness import Suite, run_promtool_tests
-
     files = {}
     for i, (label, (mutate, alert, _)) in enumerate(MUTATIONS.items()):
         suite = Suite(f"mutation-{i}", ObservabilityConfig(), [c for c in CASES if c.alert == alert], mutate=mutate)

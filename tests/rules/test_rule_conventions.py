@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from typing import Any
 
 import pytest
 import yaml
@@ -47,7 +48,7 @@ INFO = {"GPUUtilizationLow", "GPUUtilizationCritical"}  # the seed's table has t
 REQUIRED_ANNOTATIONS = ("summary", "description", "impact", "action", "runbook_url")
 
 
-def rule_problems(rule: dict, cfg: ObservabilityConfig = CFG) -> list[str]:
+def rule_problems(rule: dict[str, Any], cfg: ObservabilityConfig = CFG) -> list[str]:
     """What is missing or malformed in one rendered alerting rule (empty: nothing)."""
     problems = []
     severity = rule.get("labels", {}).get("severity")
