@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -18,7 +19,8 @@ def _first(dashboard: dict[str, Any], panel_type: str | None = None, datasource:
         if panel["type"] == "row":
             continue
         if (panel_type is None or panel["type"] == panel_type) and panel["datasource"]["type"] == datasource:
-            return panel
+            found: dict[str, Any] = panel
+            return found
     raise AssertionError(f"no {panel_type} panel on {dashboard['uid']}")
 
 
@@ -99,7 +101,7 @@ def _break_expanded_row(d):
     row["panels"] = [dict(_first(d))]
 
 
-BREAKAGES = {
+BREAKAGES: dict[str, Callable[[dict[str, Any]], None]] = {
     "panel-description": _break_description,
     "panel-units": _break_unit,
     "grid-positions": _break_overlap,
