@@ -1,0 +1,245 @@
+"""Each policy as a pure function: silent on a compliant stack, and for every violating fixture a
+violation from the right policy that says what is wrong, where, and how to fix it. Every case runs
+on plain dicts and on read-only Mappings/tuples (what the Pulumi analyzer passes)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from policy.engine import check_files, check_stack_file, evaluate, mandatory
+from policy.model import Enforcement, KubeObject, Policy, PolicyContext
+from policy.rules import ALL_POLICIES, policy_by_id
+from policy.rules.containers import split_image
+from tests.policy.fixtures import CASES, CONTEXT, DATASOURCES_YAML, compliant_stack, dashboard, objects, readonly
+
+WRAPS = {"dict": lambda m: m, "readonly": readonly}
+
+
+@pytest.mark.parametrize("wrap", WRAPS)
+def test_compliant_stack_has_no_violation_at_all(wrap):
+    violations = evaluate(objects(compliant_stack(), WRAPS[wrap]), CONTEXT)
+    assert violations == [], "\n".join(map(str, violations))
+
+
+@pytest.mark.parametrize("wrap", WRAPS)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_violating_fixture_is_reported_actionably(case, wrap):
+    stack = compliant_stack()
+    case.mutate(stack)
+    violations = evaluate(objects(stack, WRAPS[wrap]), CONTEXT)
+    assert {v.policy for v in violations} == {case.policy} | case.also, "\n".join(map(str, violations))
+    ours = [v for v in violations if v.policy == case.policy]
+    matching = [v for v in ours if case.path in v.path and case.problem in v.problem]
+    assert matching, f"no violation at {case.path!r} saying {case.problem!r}:\n" + "\n".join(map(str, ours))
+    policy = policy_by_id(case.policy)
+    for violation in matching:
+        assert violation.enforcement is policy.enforcement
+        assert violation.subject and violation.fix, violation
+        message = violation.message()
+        # what (the problem), where (object and field path), how (the fix)
+        assert violation.subject in message and violation.path in message and f"Fix: {violation.fix}" in message
+
+
+def test_every_policy_has_a_violating_fixture():
+    covered = {case.policy for case in CASES}
+    assert covered == {p.id for p in ALL_POLICIES}
+    assert len({case.id for case in CASES}) == len(CASES)
+
+
+def test_common_labels_are_advisory_and_reported():
+    stack = compliant_stack()
+    del stack["gpu-poller"]["metadata"]["labels"]["app.kubernetes.io/part-of"]
+    stack["gpu-poller-service"]["metadata"]["labels"]["foxhunt.io/environment"] = "prod"
+    violations = evaluate(objects(stack), CONTEXT)
+    assert {v.policy for v in violations} == {"common-labels"}
+    assert not mandatory(violations)
+    messages = "\n".join(v.message() for v in violations)
+    assert "DaemonSet monitoring-dev/gpu-poller: metadata.labels.app.kubernetes.io/part-of" in messages
+    assert "label foxhunt.io/environment is 'prod', expected 'dev'" in messages
+
+
+def test_explicit_namespace_missing_and_foreign():
+    stack = compliant_stack()
+    del stack["gpu-poller-service"]["metadata"]["namespace"]
+    stack["training-job"]["metadata"]["namespace"] = "default"
+    violations = evaluate(objects(stack), CONTEXT)
+    assert {v.policy for v in violations} == {"explicit-namespace"}, "\n".join(map(str, violations))
+    problems = sorted(v.problem for v in violations)
+    assert any("has no namespace" in p for p in problems)
+    assert any("'default' is not one of this stack's namespaces" in p for p in problems)
+    # without the stack's namespaces only a missing namespace is a violation
+    loose = evaluate(objects(stack), PolicyContext(**{**CONTEXT.__dict__, "namespaces": None}))
+    assert [v.problem for v in loose if v.policy == "explicit-namespace"] == [
+        "Service gpu-poller has no namespace, so it lands in whatever namespace the provider defaults to"
+    ]
+
+
+def test_patch_is_only_checked_on_the_fields_it_sets():
+    """A scrape patch without securityContext, resources or probes is fine; the owner keeps them."""
+    stack = compliant_stack()
+    violations = evaluate([o for o in objects(stack) if o.is_patch], CONTEXT)
+    assert [v for v in violations if v.policy not in ("scrape-coverage", "training-job-otel")] == []
+    unpatched = KubeObject(copy.deepcopy(stack["api-gateway-patch"]), is_patch=False, origin="as owned")
+    owned = {v.policy for v in evaluate([unpatched], CONTEXT)}
+    assert {"pod-security-restricted", "container-resources", "common-labels", "image-not-latest"} - owned == {
+        "image-not-latest"  # no image in the patch: nothing to pin
+    }
+
+
+def test_secret_data_is_never_scanned_but_its_metadata_is():
+    stack = compliant_stack()
+    per_object = [p for p in ALL_POLICIES if not p.is_stack_policy]
+    assert not evaluate(objects({"s": stack["alertmanager"]}), CONTEXT, per_object)
+    stack["alertmanager"]["metadata"]["annotations"] = {"note": "pushed with https://ci:hunter22@registry.invalid"}
+    violations = evaluate(objects({"s": stack["alertmanager"]}), CONTEXT, per_object)
+    assert [(v.policy, v.path) for v in violations] == [("no-plaintext-secrets", "metadata.annotations.note")]
+    assert "hunter22" not in violations[0].message(), "the credential must not be echoed"
+
+
+def test_references_and_placeholders_are_not_credentials():
+    stack = compliant_stack()
+    container = stack["gpu-poller"]["spec"]["template"]["spec"]["containers"][0]
+    container["env"] += [
+        {"name": "REGISTRY_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "registry", "key": "password"}}},
+        {"name": "PASSWORD_FILE", "value": "/var/run/secrets/registry/password"},
+        {"name": "API_TOKEN", "value": "$(TOKEN_FROM_SECRET)"},
+    ]
+    stack["gpu-poller"]["spec"]["template"]["spec"]["volumes"].append(
+        {"name": "creds", "secret": {"secretName": "registry-credentials", "items": [{"key": "token", "path": "t"}]}}
+    )
+    stack["scrape"] = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "scrape",
+            "namespace": "monitoring-dev",
+            "labels": stack["gpu-poller"]["metadata"]["labels"],
+        },
+        "data": {
+            "scrape.yaml": "authorization:\n  credentials_file: /var/run/secrets/kubernetes.io/serviceaccount/token\n"
+            "bearer_token_file: /var/run/secrets/token\npassword: ${GRAFANA_PASSWORD}\n"
+        },
+    }
+    assert evaluate(objects(stack), CONTEXT) == []
+
+
+@pytest.mark.parametrize(
+    ("image", "expected"),
+    [
+        ("registry.foxhunt.internal:5000/obs/poller", ("registry.foxhunt.internal:5000/obs/poller", None, None)),
+        ("registry:5000/obs/poller:1.2", ("registry:5000/obs/poller", "1.2", None)),
+        ("poller@sha256:" + "a" * 64, ("poller", None, "sha256:" + "a" * 64)),
+        ("r.io/p:1.0@sha256:" + "b" * 64, ("r.io/p", "1.0", "sha256:" + "b" * 64)),
+    ],
+)
+def test_split_image(image, expected):
+    assert split_image(image) == expected
+
+
+def test_policy_needing_context_says_how_to_give_it():
+    stack = compliant_stack()
+    violations = evaluate(objects(stack), PolicyContext(stack="dev"))
+    needing = {p.id for p in ALL_POLICIES if p.needs}
+    assert {v.policy for v in violations} == needing
+    for violation in violations:
+        assert "cannot run without its config" in violation.problem
+        assert "--policy-pack-config policy/config/<stack>.json" in violation.fix
+
+
+def test_policy_ids_descriptions_and_levels():
+    for policy in ALL_POLICIES:
+        assert isinstance(policy, Policy)
+        assert policy.id.replace("-", "").isalnum() and policy.id.islower()
+        assert policy.description.endswith(".") and policy.remediation
+    advisory = {p.id for p in ALL_POLICIES if p.enforcement is Enforcement.ADVISORY}
+    assert advisory == {"image-pinned-by-digest", "common-labels"}
+
+
+# ------------------------------------------------------------------------------------------------
+# Rendered files and stack files
+# ------------------------------------------------------------------------------------------------
+
+RULES_FILE = """groups:
+- name: ml_training_performance
+  rules:
+  - record: job:x:rate5m
+    expr: vector(1)
+  - alert: TrainingSlowdown
+    expr: ml_training_epochs_per_second < 0.1
+    labels: {severity: warning}
+    annotations: {summary: Training is slow, description: slow, runbook_url: 'https://r.invalid/runbooks#slow'}
+"""
+
+
+def test_rendered_files_pass_and_fail():
+    good = {
+        "prometheus/rules.yaml": RULES_FILE,
+        "grafana/datasources.yaml": DATASOURCES_YAML,
+        "dashboards/foxhunt-training-cockpit.json": dashboard("foxhunt-training-cockpit"),
+        "dashboards/foxhunt-traces.json": dashboard("foxhunt-traces"),
+        "kubernetes/secret_monitoring-dev_x.yaml": "stringData:\n  password: offline-placeholder-registryPassword\n",
+    }
+    assert check_files(good) == []
+    bad = {
+        **good,
+        "prometheus/rules.yaml": RULES_FILE.replace("severity: warning", "severity: urgent"),
+        "grafana/datasources.yaml": DATASOURCES_YAML.replace("datasourceUid: tempo", "datasourceUid: jaeger"),
+        "dashboards/foxhunt-traces.json": dashboard("foxhunt-training-cockpit"),
+        "dashboards/long.json": dashboard("x" * 41),
+        "alertmanager/alertmanager.yaml": "global:\n  slack_api_url: https://hooks.slack.com/services/T0001/B0001/abcdefXYZ\n",
+    }
+    found = {(v.policy, v.subject) for v in check_files(bad)}
+    assert found == {
+        ("alert-rule-annotations", "prometheus/rules.yaml"),
+        ("datasource-links-resolve", "grafana/datasources.yaml"),
+        ("dashboard-uids-unique", "dashboards/foxhunt-training-cockpit.json"),
+        ("dashboard-configmaps", "dashboards/long.json"),
+        ("no-plaintext-secrets", "alertmanager/alertmanager.yaml"),
+    }
+
+
+STACK_FILE = """# Secrets are never written here in plaintext: set them with
+#   pulumi config set --secret registryPassword <token>
+config:
+  foxhunt-observability:environment: dev
+  foxhunt-observability:poller:
+    image: {registry: registry.foxhunt.internal, username: ci-dev}
+  foxhunt-observability:alertPageWebhookUrl:
+    secure: v1:AAAABBBBCCCCDDDD:EEEEFFFF
+"""
+
+
+def test_stack_file_with_only_secure_values_passes():
+    assert check_stack_file("Pulumi.dev.yaml", STACK_FILE) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "path", "problem"),
+    [
+        (STACK_FILE + "  foxhunt-observability:registryPassword: hunter2hunter2\n",
+         "config.foxhunt-observability:registryPassword", "holds a literal credential"),
+        (STACK_FILE + "  foxhunt-observability:runbookBaseUrl: https://admin:foxhunt123@grafana.invalid/d\n",
+         "config.foxhunt-observability:runbookBaseUrl", "a URL carries a password (admin:fo…"),
+        ("# import: curl http://admin:foxhunt123@localhost:3000/api/dashboards/db\n" + STACK_FILE,
+         "line 1", "holds a URL with a password"),
+        (STACK_FILE + "  foxhunt-observability:poller2: {token: 'xoxb-1234567890-abcdef'}\n",
+         "config.foxhunt-observability:poller2.token", "holds a literal credential"),
+    ],
+)  # fmt: skip
+def test_stack_file_plaintext_credentials(text, path, problem):
+    violations = check_stack_file("Pulumi.dev.yaml", text)
+    assert any(v.path == path and problem in v.problem for v in violations), "\n".join(map(str, violations))
+    assert all(v.policy == "no-plaintext-secrets" and v.mandatory for v in violations)
+    assert all("foxhunt123" not in v.message() and "hunter2hunter2" not in v.message() for v in violations)
+
+
+def test_project_stack_files_have_no_plaintext_secret():
+    root = Path(__file__).resolve().parents[2]
+    files = sorted(root.glob("Pulumi.*.yaml"))
+    assert len(files) >= 3
+    for path in files:
+        violations = check_stack_file(path.name, path.read_text())
+        assert violations == [], "\n".join(map(str, violations))
