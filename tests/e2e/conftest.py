@@ -1,0 +1,158 @@
+"""Fixtures of the end-to-end tests: the synthetic trainer as a subprocess, an OTLP collector stub,
+and the fake NVML harness of the poller tests (loaded by path)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import grpc  # type: ignore[import-untyped]
+import pytest
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+
+from bench._prometheus import free_port
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+HARNESS_PATH = REPO_ROOT / "tests" / "poller" / "fake_nvml" / "fake_nvml_harness.py"
+
+
+def load_harness() -> ModuleType:
+    name = "fake_nvml_harness"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, HARNESS_PATH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def http_get(port: int, path: str, timeout: float = 5.0) -> tuple[int, bytes, str]:
+    return load_harness().http_get("127.0.0.1", port, path, timeout)  # type: ignore[no-any-return]
+
+
+class TrainerProcess:
+    """`python -m examples.synthetic_trainer` on a free loopback port, stopped by PID."""
+
+    def __init__(self, work_dir: Path, *args: str, env: dict[str, str] | None = None) -> None:
+        self.port = free_port()
+        self.log_path = work_dir / f"trainer-{self.port}.log"
+        self._log = self.log_path.open("wb")
+        command = [sys.executable, "-m", "examples.synthetic_trainer", "--listen", f"127.0.0.1:{self.port}", *args]
+        environment = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+        environment.update(env or {})
+        self.process = subprocess.Popen(
+            command, cwd=REPO_ROOT, stdout=self._log, stderr=subprocess.STDOUT, env=environment
+        )
+
+    def wait_ready(self, timeout: float = 30.0) -> TrainerProcess:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"trainer exited with {self.process.returncode}:\n{self.log()}")
+            try:
+                if http_get(self.port, "/healthz", timeout=1.0)[0] == 200:
+                    return self
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise TimeoutError(f"trainer not ready after {timeout}s:\n{self.log()}")
+
+    def metrics(self) -> str:
+        status, body, _ = http_get(self.port, "/metrics")
+        assert status == 200
+        return body.decode()
+
+    def signal(self, signum: int) -> None:
+        os.kill(self.process.pid, signum)
+
+    def log(self) -> str:
+        if not self._log.closed:
+            self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, timeout: float = 15.0) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+        return self.process.returncode
+
+
+@pytest.fixture
+def start_trainer(tmp_path: Path) -> Iterator[Callable[..., TrainerProcess]]:
+    """start_trainer(*args, env=None) -> a ready TrainerProcess, stopped at teardown."""
+    started: list[TrainerProcess] = []
+
+    def start(*args: str, env: dict[str, str] | None = None) -> TrainerProcess:
+        trainer = TrainerProcess(tmp_path, *args, env=env)
+        started.append(trainer)
+        return trainer.wait_ready()
+
+    yield start
+    for trainer in started:
+        trainer.stop()
+
+
+class CollectorStub(trace_service_pb2_grpc.TraceServiceServicer):
+    """An OTLP/gRPC trace receiver that keeps what it gets."""
+
+    def __init__(self) -> None:
+        self.requests: list[Any] = []
+        self.received = threading.Condition()
+
+    def Export(self, request: Any, context: Any) -> Any:
+        with self.received:
+            self.requests.append(request)
+            self.received.notify_all()
+        return trace_service_pb2.ExportTraceServiceResponse()
+
+    def spans(self) -> list[tuple[dict[str, str], str]]:
+        """(resource attributes, span name) of every span received."""
+        out: list[tuple[dict[str, str], str]] = []
+        for request in list(self.requests):
+            for resource_spans in request.resource_spans:
+                attributes = {kv.key: kv.value.string_value for kv in resource_spans.resource.attributes}
+                for scope_spans in resource_spans.scope_spans:
+                    out.extend((attributes, span.name) for span in scope_spans.spans)
+        return out
+
+    def wait_for_span(self, name: str, timeout: float = 30.0) -> dict[str, str]:
+        """The resource attributes of the first span called `name`, waiting for it to arrive."""
+        deadline = time.monotonic() + timeout
+        with self.received:
+            while True:
+                for attributes, span_name in self.spans():
+                    if span_name == name:
+                        return attributes
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"no span {name!r} within {timeout}s; got {[n for _, n in self.spans()]}")
+                self.received.wait(left)
+
+
+@pytest.fixture
+def otlp_collector() -> Iterator[tuple[CollectorStub, int]]:
+    """(collector stub, port) of an OTLP gRPC receiver on 127.0.0.1."""
+    stub = CollectorStub()
+    server = grpc.server(ThreadPoolExecutor(max_workers=2))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(stub, server)  # type: ignore[no-untyped-call]
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    yield stub, port
+    server.stop(grace=None).wait(5)

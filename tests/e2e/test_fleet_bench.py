@@ -1,0 +1,162 @@
+"""The fleet benchmark's parts, small: synthesized series match the real producers, the OpenMetrics
+file backfills with promtool and answers queries, recording rules are ordered, the report renders."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections import Counter
+from collections.abc import Iterable
+
+import pytest
+
+from bench._fleet_data import BLOCK_SECONDS, FleetShape, all_series, backfill, data_end, timestamps, write_openmetrics
+from bench._fleet_report import BEGIN, END, ScaleResult, render, write_section
+from bench._fleet_series import HistogramSpec, SeriesSpec, poller_series, training_job_series
+from bench._prometheus import PrometheusServer, config_yaml
+from bench._query_timing import GroupTiming, PanelTiming, Timing, recording_levels
+from bench.fleet import PROMETHEUS_ARGS
+from dashboards.queries import PanelQuery
+from observability import catalog
+from observability.catalog import Producer
+from observability.config import ObservabilityConfig
+from observability.rules import rule_groups
+
+from .conftest import load_harness
+
+CFG = ObservabilityConfig()
+TARGET_LABELS = {"job", "instance", "namespace", "pod", "service"}
+# Label values that identify a node or GPU, or depend on the driver: compared by name only.
+IDENTITY = {"node", "uuid", "gpu_name", "driver_version", "nvml_version", "cuda_driver_version"}
+
+
+def shape_of(labels: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, "*" if k in IDENTITY else v) for k, v in labels if k not in TARGET_LABELS))
+
+
+@pytest.mark.slow
+def test_synthesized_poller_series_are_exactly_what_the_real_poller_exports(tmp_path):
+    harness = load_harness()
+    lib = harness.build_fake_nvml(tmp_path / "lib")
+    config = tmp_path / "nvml.conf"
+    harness.FakeNvml(gpus=[harness.FakeGpu() for _ in range(8)]).write(config)
+    with harness.PollerProcess(lib, config, tmp_path, node="n1") as poller:
+        real = Counter((name, shape_of(labels.items())) for name, labels, _ in poller.samples())
+    synthesized = Counter(
+        (s.name, shape_of(s.labels)) for s in poller_series(CFG, 0, 8) if s.name != catalog.UP.name
+    )
+    assert synthesized == real
+
+
+def test_synthesized_training_job_series_cover_every_training_metric_a_running_job_exposes():
+    plain, histograms = training_job_series(CFG, 3)
+    names = {s.name for s in plain} | {h.metric.name for h in histograms}
+    # A running job has no duration yet, and feature-engineering errors appear at the first one.
+    not_yet = {catalog.TRAINING_JOB_DURATION_SECONDS.name, catalog.FEATURE_ENGINEERING_ERRORS_TOTAL.name}
+    assert names == {m.name for m in catalog.by_producer(Producer.TRAINING_JOB)} - not_yet | {catalog.UP.name}
+    for spec in plain:
+        labels = dict(spec.labels)
+        assert labels["service"] == CFG.training_job_service
+        assert set(labels) - TARGET_LABELS <= set(catalog.by_name(spec.name).labels)
+
+
+def test_every_series_is_unique_and_has_a_value_pattern(tmp_path):
+    shape = FleetShape(nodes=2, training_jobs=2)
+    seen = set()
+    for spec in all_series(CFG, shape):
+        key = (spec.name if isinstance(spec, SeriesSpec) else spec.metric.name, spec.labels)
+        assert key not in seen, key
+        seen.add(key)
+    # Writing exercises every pattern.
+    write_openmetrics(tmp_path / "all.om", CFG, shape, data_end(0, shape) + BLOCK_SECONDS * 1000)
+
+
+def test_the_hour_lies_inside_one_block_window_and_ends_before_now():
+    shape = FleetShape(nodes=1)
+    for now in (1_700_000_000, 1_700_003_599, 1_700_007_199.5):
+        stamps = timestamps(shape, data_end(now, shape))
+        assert len(stamps) == 240
+        assert stamps[-1] < now
+        assert stamps[0] // BLOCK_SECONDS == stamps[-1] // BLOCK_SECONDS
+        assert {b - a for a, b in itertools.pairwise(stamps)} == {15}
+
+
+def test_the_openmetrics_text_is_what_promtool_wants(tmp_path):
+    shape = FleetShape(nodes=1, training_jobs=1)
+    end = data_end(1_700_000_000, shape)
+    stats = write_openmetrics(tmp_path / "part.om", CFG, shape, end, part=1, parts=2)
+    text = (tmp_path / "part.om").read_text()
+    assert text.endswith("\n# EOF\n")
+    lines = text.splitlines()[:-1]
+    assert len(lines) == stats.samples == stats.series * 120
+    stamps = {int(line.rsplit(" ", 1)[1]) for line in lines}
+    assert stamps == set(timestamps(shape, end)[120:])  # seconds, the second half of the hour
+    assert all(re.fullmatch(r'[a-z_:]+\{[^}]*\} \S+ \d+', line) for line in lines[:5000])
+
+
+@pytest.mark.slow
+def test_backfilled_fleet_answers_queries(tmp_path):
+    shape = FleetShape(nodes=3, gpus_per_node=2, training_jobs=2)
+    end = data_end(1_700_000_000, shape)
+    stats = backfill(tmp_path / "work", tmp_path / "data", CFG, shape, end)
+    assert stats.samples == stats.series * 240
+    with PrometheusServer(tmp_path / "prometheus", config_yaml([], []), data_dir=tmp_path / "data",
+                          extra_args=PROMETHEUS_ARGS) as prometheus:
+        api = prometheus.api
+        assert len(api.query(catalog.GPU_UTILIZATION_PERCENT.name, end)) == 6
+        up = api.query(f"count by (service) ({catalog.UP.name})", end)
+        assert {s["metric"]["service"]: s["value"][1] for s in up} == {
+            CFG.gpu_poller_service: "3", CFG.training_job_service: "2", CFG.training_service: "1"
+        }
+        points = api.query_range(catalog.GPU_TEMPERATURE_CELSIUS.name, end - 3600, end, "15s")
+        assert {len(s["values"]) for s in points} == {240}
+        rate = api.query(f"sum(rate({catalog.TRAINING_DATA_BATCHES_TOTAL.name}[5m]))", end)
+        assert 2 * 5 < float(rate[0]["value"][1]) < 2 * 15  # two jobs at about 10 batches/s
+
+
+def test_recording_rules_are_backfilled_in_dependency_order():
+    levels = recording_levels(rule_groups(CFG))
+    by_level = [{r["record"] for g in level for r in g["rules"]} for level in levels]
+    all_recorded = {r["record"] for g in rule_groups(CFG) for r in g["rules"] if "record" in r}
+    assert set().union(*by_level) == all_recorded
+    for n in range(len(by_level)):
+        for group in levels[n]:
+            for rule in group["rules"]:
+                used = {t for t in re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", rule["expr"]) if t in all_recorded}
+                assert used <= set().union(set(), *by_level[:n]), rule["record"]
+    assert "service:traces_spanmetrics_calls_errors:ratio_rate5m" in by_level[1]
+
+
+def test_recording_levels_refuse_a_cycle():
+    groups = [{"name": "g", "rules": [{"record": "a:x", "expr": "b:x"}, {"record": "b:x", "expr": "a:x + 1"}]}]
+    with pytest.raises(ValueError, match="cycle"):
+        recording_levels(groups)
+
+
+def fake_result(nodes: int, panel_ms: float, group_ms: float) -> ScaleResult:
+    query = PanelQuery("uid", 1, "GPU utilisation", "A", "prometheus", "prometheus", "x{a=\"b|c\"}", "15s", "1h")
+    panel = PanelTiming(query, query.expr, Timing(1.0, 2.0, 5), Timing(panel_ms, panel_ms * 2, nodes * 8))
+    group = GroupTiming("ml_gpu.recording", 2, Timing(group_ms, group_ms, nodes), "node_gpu:x:max", group_ms / 2)
+    stats = type("S", (), {"series": nodes * 300, "samples": nodes * 72000, "bytes": nodes * 10**7,
+                           "generate_seconds": 1.0, "promtool_seconds": 2.0, "wall_seconds": 3.0})()
+    return ScaleResult(FleetShape(nodes), stats, 4.0, 60.0, [panel], [group])
+
+
+def test_the_report_flags_missed_goals_and_wide_panels_and_shows_growth(tmp_path):
+    section = render([fake_result(100, 30.0, 5.0), fake_result(1000, 400.0, 80.0)], "make bench", "2 cores")
+    assert section.startswith(BEGIN) and section.rstrip().endswith(END)
+    assert "**misses goal**" in section
+    assert "**8000 series**" in section
+    assert "13.3x" in section  # 400 / 30
+    assert 'x{a="b\\|c"}' in section  # pipes escaped inside the table
+    path = tmp_path / "BENCHMARKS.md"
+    path.write_text("# Benchmarks\n\n## Other\n\nkept\n")
+    write_section(path, section)
+    write_section(path, section.replace("make bench", "make bench again"))
+    text = path.read_text()
+    assert text.count(BEGIN) == 1 and "kept" in text and "make bench again" in text
+
+
+def test_histogram_specs_use_catalog_histograms():
+    _, histograms = training_job_series(CFG, 0)
+    assert histograms and all(isinstance(h, HistogramSpec) and h.metric.buckets for h in histograms)
