@@ -110,7 +110,7 @@ def serve(settings: PollerSettings) -> int:
     shared.latest()  # initialise NVML now: log its state and start watching XIDs before any scrape
     watcher = XidEventWatcher(source, counters)
     watcher.start()
-    http_thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
+    http_thread = threading.Thread(target=server.serve_forever, args=(0.25,), name="http", daemon=True)
     http_thread.start()
     LOG.info("serving /metrics and /healthz on %s:%d (node %s, min interval %gs)", settings.host,
              server.server_address[1], settings.node_name, settings.min_interval_seconds)

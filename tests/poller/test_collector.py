@@ -7,7 +7,9 @@ import time
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector
 
 from observability import catalog
 from poller.collector import GpuCollector, SharedPass, build_families
@@ -236,13 +238,13 @@ def test_every_exported_name_and_label_set_comes_from_the_catalog() -> None:
     assert exported == set(poller_metrics), set(poller_metrics) ^ exported
 
 
-def generate_registry_text(families: list[object]) -> str:
-    class Static:
-        def collect(self) -> list[object]:
+def generate_registry_text(families: list[Metric]) -> str:
+    class Static(Collector):
+        def collect(self) -> list[Metric]:
             return families
 
     registry = CollectorRegistry()
-    registry.register(Static())  # type: ignore[arg-type]
+    registry.register(Static())
     return generate_latest(registry).decode()
 
 

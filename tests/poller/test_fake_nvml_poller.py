@@ -7,6 +7,7 @@ units against what the fake holds; XID counting; the shared pass; the minimum in
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import threading
 import time
@@ -305,7 +306,7 @@ def test_concurrent_scrapes_share_one_nvml_pass(
     passes = len(gpu0_calls) - before
     assert 1 <= passes <= 2, passes  # 12 scrapes, at most one pass for any that came after the first began
     intervals = sorted(gpu0_calls)
-    assert all(earlier[1] <= later[0] for earlier, later in zip(intervals, intervals[1:], strict=False)), intervals
+    assert all(earlier[1] <= later[0] for earlier, later in itertools.pairwise(intervals)), intervals
 
 
 def test_min_interval_serves_the_cached_pass(
