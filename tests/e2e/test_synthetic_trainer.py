@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from examples.synthetic_trainer.faults import FaultPlan
@@ -142,3 +144,16 @@ def test_the_cli_traces_to_the_otlp_endpoint_of_the_job_template(start_trainer, 
     assert trainer.stop() == 0  # the provider flushes its spans at exit
     for name in ("epoch", "checkpoint_save", "data_load", "fold", "training_job"):
         assert collector.wait_for_span(name)["service.name"] == "synthetic-trainer"
+
+
+def test_the_local_prometheus_config_is_valid_for_promtool(tmp_path):
+    from examples.local_prometheus import main
+
+    assert main([str(tmp_path), "--poller", "127.0.0.1:9400"]) == 0
+    done = subprocess.run(["promtool", "check", "config", str(tmp_path / "prometheus.yml")], capture_output=True,
+                          text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "rules found" in done.stdout
+    config = yaml.safe_load((tmp_path / "prometheus.yml").read_text())
+    labels = {job["job_name"]: job["static_configs"][0]["labels"]["service"] for job in config["scrape_configs"]}
+    assert labels == {"synthetic-trainer": "training-job", "gpu-poller": "gpu-poller"}
