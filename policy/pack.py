@@ -8,6 +8,7 @@ the same function pytest runs and reports every violation with its actionable me
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 from pulumi_policy import (
@@ -41,12 +42,17 @@ def _schema(policy: Policy) -> PolicyConfigSchema | None:
     return PolicyConfigSchema(properties, required or None) if properties else None
 
 
+def _stack() -> str:
+    """The stack being previewed: the engine passes PULUMI_STACK to analyzers."""
+    return os.environ.get("PULUMI_STACK", "")
+
+
 def _validate_resource(policy: Policy) -> Callable[[ResourceValidationArgs, ReportViolation], None]:
     def validate(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
         obj = kube_object_from_pulumi(args.resource_type, args.props, args.urn)
         if obj is None:
             return
-        ctx = context_from_config(args.get_config())
+        ctx = context_from_config(args.get_config(), _stack())
         for violation in run_resource_policy(policy, obj, ctx):
             report_violation(violation.message(), None)
 
@@ -60,7 +66,7 @@ def _validate_stack(policy: Policy) -> Callable[[StackValidationArgs, ReportViol
             obj = kube_object_from_pulumi(resource.resource_type, resource.props, resource.urn)
             if obj is not None:
                 objects.append(obj)
-        ctx = context_from_config(args.get_config())
+        ctx = context_from_config(args.get_config(), _stack())
         for obj, violation in stack_policy_violations(policy, objects, ctx):
             report_violation(violation.message(), obj.origin if obj is not None and obj.origin else None)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from policy.manifests import Container, PodTemplate, containers, mapping, pod_templates, sequence, string
+from policy.manifests import Container, PodTemplate, as_int, containers, mapping, pod_templates, sequence, string
 from policy.model import Enforcement, Finding, KubeObject, Policy, PolicyContext
 
 # Volume types the restricted profile allows.
@@ -156,7 +156,7 @@ def _container(container: Container, is_patch: bool) -> Iterator[Finding]:
         if host_port not in (None, 0, 0.0):
             yield Finding(
                 container.field(f"ports[{index}].hostPort"),
-                f"container {container.name} binds host port {host_port}",
+                f"container {container.name} binds host port {_number(host_port)}",
                 "remove hostPort; expose the port through a Service (or let Prometheus scrape the pod IP)",
             )
     if sc.get("runAsNonRoot") is False:
@@ -197,6 +197,11 @@ def items_all(items: list[Container], key: str, value: object) -> bool:
 
 def _container_seccomp(container: Container) -> str | None:
     return string(mapping(container.security_context.get("seccompProfile")).get("type"))
+
+
+def _number(value: Any) -> Any:
+    """Numbers arrive as floats from the analyzer's protobuf Struct: show 9400, not 9400.0."""
+    return as_int(value) if as_int(value) is not None else value
 
 
 def _non_zero(value: Any) -> bool:
