@@ -32,6 +32,7 @@ test: $(VENV)/.installed
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/actionlint
 
 ## benchmarks; figures go to BENCHMARKS.md
 bench: $(VENV)/.installed
