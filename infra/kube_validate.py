@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import jsonschema
+import jsonschema  # type: ignore[import-untyped]  # no stubs pinned; the validator API used is small
 import yaml
 from referencing import Registry, Resource
 
@@ -127,7 +127,7 @@ def strict_crd_schema(openapi: Mapping[str, Any], api_version: str, kind: str) -
 
 
 @functools.cache
-def validator(version: str, api_version: str, kind: str, relaxed: bool = False) -> jsonschema.protocols.Validator:
+def validator(version: str, api_version: str, kind: str, relaxed: bool = False) -> Any:
     """Compiled validator for one kind at one schema version (cached)."""
     crd_path = crd_schema_path(api_version, kind) if "." in api_version.split("/")[0] else None
     if crd_path is not None and crd_path.is_file():
@@ -143,7 +143,7 @@ def validator(version: str, api_version: str, kind: str, relaxed: bool = False) 
     if relaxed:
         schema = _strip_required(schema)
     cls = jsonschema.validators.Draft202012Validator
-    return cls(schema, registry=_registry(version, relaxed))  # type: ignore[call-arg]
+    return cls(schema, registry=_registry(version, relaxed))
 
 
 def _where(path: Iterable[Any]) -> str:

@@ -56,8 +56,11 @@ class AlertRouting(pulumi.ComponentResource):
         super().__init__(TYPE, name, None, opts)
         namespace = settings.namespaces.monitoring
         receivers = settings.alerting
+        # Secret in a real run already; marked again so offline placeholders are treated the same.
         urls: pulumi.Output[list[str]] = pulumi.Output.all(
-            receivers.page_webhook_url, receivers.chat_webhook_url, receivers.low_priority_webhook_url
+            pulumi.Output.secret(receivers.page_webhook_url),
+            pulumi.Output.secret(receivers.chat_webhook_url),
+            pulumi.Output.secret(receivers.low_priority_webhook_url),
         )
 
         def receiver_urls(values: Sequence[str]) -> ReceiverUrls:
@@ -75,7 +78,7 @@ class AlertRouting(pulumi.ComponentResource):
                 "alertmanager-receivers",
                 metadata=metadata(settings, RECEIVERS_SECRET, namespace, app=APP, component=COMPONENT),
                 type="Opaque",
-                string_data=pulumi.Output.secret(urls.apply(secret_data)),
+                string_data=urls.apply(secret_data),
                 opts=child(self),
             )
             config = k8s.apiextensions.CustomResource(
@@ -96,7 +99,7 @@ class AlertRouting(pulumi.ComponentResource):
                     "alertmanager-config",
                     metadata=metadata(settings, CONFIG_SECRET, namespace, app=APP, component=COMPONENT),
                     type="Opaque",
-                    string_data={CONFIG_KEY: pulumi.Output.secret(urls.apply(config_yaml))},
+                    string_data={CONFIG_KEY: urls.apply(config_yaml)},
                     opts=child(self),
                 )
             ]

@@ -22,8 +22,7 @@ import pytest
 import yaml
 
 from infra import render
-
-STACKS = ("dev", "staging", "prod")
+from tests.infra.support import STACKS
 
 
 @pytest.fixture(scope="session")

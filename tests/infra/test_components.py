@@ -1,0 +1,582 @@
+"""What every component puts onto the cluster, for all three stacks, read from the mock-engine run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from infra import artifacts, render
+from infra.components import alert_routing, common, gpu_poller, grafana, training_job
+from infra.components.service_scrape import PATCH_FIELD_MANAGER_ANNOTATION
+from infra.settings import PROJECT, ImageBuild, PinnedImage
+from observability import scrape_config
+from observability.scrape_config import PATH_ANNOTATION, PORT_ANNOTATION, SCRAPE_ANNOTATION, SERVICE_LABEL
+from tests.infra.support import STACKS, is_secret, objects, one, run_raw
+
+COMPONENT_TYPES = {
+    "foxhunt:observability:ServiceScrapeAnnotations",
+    "foxhunt:observability:ScrapeDiscovery",
+    "foxhunt:observability:TrainingJobTemplate",
+    "foxhunt:observability:GpuPoller",
+    "foxhunt:observability:AlertRules",
+    "foxhunt:observability:AlertRouting",
+    "foxhunt:observability:GrafanaProvisioning",
+}
+COMMON_LABEL_KEYS = {
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/part-of",
+    "app.kubernetes.io/managed-by",
+    "app.kubernetes.io/component",
+}
+
+
+def env_of(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {e["name"]: e for e in container["env"]}
+
+
+def env_value(container: dict[str, Any], name: str) -> str:
+    value = env_of(container)[name]["value"]
+    assert isinstance(value, str)
+    return value
+
+
+def field_ref(container: dict[str, Any], name: str) -> str:
+    path = env_of(container)[name]["valueFrom"]["fieldRef"]["fieldPath"]
+    assert isinstance(path, str)
+    return path
+
+
+def check_otel_env(container: dict[str, Any], endpoint: str, service: str, environment: str) -> dict[str, str]:
+    """OTEL env present, downward-API variables defined before the attributes that reference them."""
+    names = [e["name"] for e in container["env"]]
+    assert env_value(container, "OTEL_EXPORTER_OTLP_ENDPOINT") == endpoint
+    assert env_value(container, "OTEL_SERVICE_NAME") == service
+    assert field_ref(container, common.POD_NAME_ENV) == "metadata.name"
+    assert field_ref(container, common.NAMESPACE_ENV) == "metadata.namespace"
+    assert field_ref(container, common.NODE_NAME_ENV) == "spec.nodeName"
+    raw = env_value(container, "OTEL_RESOURCE_ATTRIBUTES")
+    attributes = dict(item.split("=", 1) for item in raw.split(","))
+    assert attributes["deployment.environment"] == environment
+    for key, var in (
+        ("k8s.namespace.name", common.NAMESPACE_ENV),
+        ("k8s.pod.name", common.POD_NAME_ENV),
+        ("k8s.node.name", common.NODE_NAME_ENV),
+    ):
+        assert attributes[key] == f"$({var})"
+        # Kubernetes expands $(VAR) only for variables defined earlier in the list.
+        assert names.index(var) < names.index("OTEL_RESOURCE_ATTRIBUTES")
+    return attributes
+
+
+# ------------------------------------------------------------------------------------------------
+# Structure: components, parenting, names, namespaces, labels
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_resource_is_a_child_of_one_component(rendered: dict[str, render.RenderResult], stack: str) -> None:
+    resources = rendered[stack].run.resources
+    components = {r.urn: r for r in resources if r.type in COMPONENT_TYPES}
+    assert {r.type for r in components.values()} == COMPONENT_TYPES
+    assert all(not r.custom for r in components.values())
+    for resource in resources:
+        if resource.type in COMPONENT_TYPES:
+            assert resource.parent_urn.endswith(f"pulumi:pulumi:Stack::{PROJECT}-{stack}")
+        else:
+            assert resource.parent_urn in components, f"{resource.type} {resource.name} is not parented to a component"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_objects_have_explicit_names_namespaces_and_common_labels(
+    rendered: dict[str, render.RenderResult], stack: str
+) -> None:
+    result = rendered[stack]
+    settings = result.settings
+    known_namespaces = {settings.namespaces.platform, settings.namespaces.monitoring, settings.namespaces.training}
+    for path, manifest in result.manifests.items():
+        meta = manifest["metadata"]
+        assert meta.get("name") and meta.get("namespace") in known_namespaces, path
+        if path.startswith("kubernetes/deploymentpatch_"):
+            # Another system's Deployment: no labels of ours on its metadata (see ServiceScrapeAnnotations).
+            assert "labels" not in meta
+            continue
+        labels = meta["labels"]
+        assert set(labels) >= COMMON_LABEL_KEYS, path
+        for key, value in settings.common_labels.items():
+            assert labels[key] == value
+    # Logical names equal the object names' stable parts: nothing auto-named.
+    for resource in result.run.resources:
+        if resource.type.startswith("kubernetes:"):
+            assert "name" in resource.inputs["metadata"]
+
+
+# ------------------------------------------------------------------------------------------------
+# ServiceScrapeAnnotations
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_service_gets_scrape_annotations_and_otel_env(
+    rendered: dict[str, render.RenderResult], stack: str
+) -> None:
+    result = rendered[stack]
+    settings = result.settings
+    patches = {p["metadata"]["name"]: p for p in objects(result, "Deployment")}
+    assert sorted(patches) == sorted(s.name for s in settings.services)
+    assert len(patches) == 8
+    for service in settings.services:
+        patch = patches[service.name]
+        assert patch["apiVersion"] == "apps/v1"
+        assert patch["metadata"]["namespace"] == settings.namespaces.platform
+        assert patch["metadata"]["annotations"] == {PATCH_FIELD_MANAGER_ANNOTATION: common.FIELD_MANAGER}
+        template = patch["spec"]["template"]
+        assert set(patch["spec"]) == {"template"}, "a patch must touch only the pod template"
+        assert template["metadata"]["annotations"] == {
+            SCRAPE_ANNOTATION: "true",
+            PORT_ANNOTATION: str(service.port),
+            PATH_ANNOTATION: service.path,
+            scrape_config.SCHEME_ANNOTATION: "http",
+        }
+        assert template["metadata"]["labels"] == {SERVICE_LABEL: service.name}
+        (container,) = template["spec"]["containers"]
+        assert container["name"] == service.container
+        assert set(container) == {"name", "env"}
+        attributes = check_otel_env(container, settings.endpoints.tempo_otlp_grpc, service.name, settings.environment)
+        if service.model_type != "none":
+            assert attributes["ml.model_type"] == service.model_type
+    order_router = patches["order-router"]["spec"]["template"]["metadata"]["annotations"]
+    assert order_router[PATH_ANNOTATION] == "/internal/metrics"
+
+
+def test_patches_remove_their_fields_on_destroy_and_do_not_force_conflicts() -> None:
+    raw = run_raw("dev")
+    patches = [r for r in raw if r.type == "kubernetes:apps/v1:DeploymentPatch"]
+    assert len(patches) == 8
+    for patch in patches:
+        assert patch.retain_on_delete is False
+        assert "pulumi.com/patchForce" not in patch.inputs["metadata"]["annotations"]
+
+
+# ------------------------------------------------------------------------------------------------
+# ScrapeDiscovery
+# ------------------------------------------------------------------------------------------------
+
+
+def test_annotations_mode_delivers_the_scrape_config_in_the_named_configmap(
+    rendered: dict[str, render.RenderResult],
+) -> None:
+    result = rendered["dev"]
+    settings = result.settings
+    assert settings.scrape.mode == "annotations" and settings.scrape.delivery == "configmap"
+    assert not objects(result, "PodMonitor")
+    (configmap,) = [c for c in objects(result, "ConfigMap") if c["metadata"]["name"] == settings.scrape.object_name]
+    assert configmap["metadata"]["namespace"] == settings.namespaces.monitoring
+    text = configmap["data"][scrape_config.CONFIGMAP_KEY]
+    assert text == result.files["prometheus/scrape-config.yaml"]
+    (job,) = yaml.safe_load(text)["scrape_configs"]
+    assert job["kubernetes_sd_configs"] == [
+        {"role": "pod", "namespaces": {"names": sorted(["foxhunt-dev", "training-dev", "monitoring-dev"])}}
+    ]
+    assert job["scrape_interval"] == "15s"
+    assert job["relabel_configs"] == scrape_config.annotation_relabel_configs()
+
+
+def test_annotations_mode_can_deliver_the_operators_additional_scrape_configs_secret() -> None:
+    result = render.render_stack(
+        "staging",
+        overrides={"scrape": {"mode": "annotations", "delivery": "secret", "objectName": "additional-scrape-configs"}},
+    )
+    assert not objects(result, "PodMonitor")
+    secret = next(s for s in objects(result, "Secret") if s["metadata"]["name"] == "additional-scrape-configs")
+    jobs = yaml.safe_load(secret["stringData"][scrape_config.SECRET_KEY])
+    assert isinstance(jobs, list) and [j["job_name"] for j in jobs] == [scrape_config.JOB_NAME]
+    # annotations mode also means classic rule and alertmanager delivery
+    assert objects(result, "PrometheusRule") == [] and objects(result, "AlertmanagerConfig") == []
+
+
+@pytest.mark.parametrize("stack", ["staging", "prod"])
+def test_operator_mode_uses_a_podmonitor_the_prometheus_selects(
+    rendered: dict[str, render.RenderResult], stack: str
+) -> None:
+    result = rendered[stack]
+    settings = result.settings
+    monitor = one(result, "PodMonitor")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["name"] == scrape_config.POD_MONITOR_NAME
+    for key, value in settings.scrape.operator_selector.items():
+        assert monitor["metadata"]["labels"][key] == value
+    spec = monitor["spec"]
+    assert spec["namespaceSelector"]["matchNames"] == sorted(
+        [settings.namespaces.platform, settings.namespaces.training, settings.namespaces.monitoring]
+    )
+    (endpoint,) = spec["podMetricsEndpoints"]
+    assert endpoint["interval"] == f"{settings.scrape.interval_seconds}s"
+    keep = endpoint["relabelings"][0]
+    assert keep == {
+        "sourceLabels": [scrape_config.annotation_label(SCRAPE_ANNOTATION)],
+        "regex": "true",
+        "action": "keep",
+    }
+    # no scrape-config object of the annotations mode alongside (would scrape everything twice)
+    names = {m["metadata"]["name"] for m in result.manifests.values()}
+    assert settings.scrape.object_name not in names
+
+
+# ------------------------------------------------------------------------------------------------
+# TrainingJobTemplate
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_training_cronjob_is_a_suspended_template_with_otel_env_for_the_stacks_tempo(
+    rendered: dict[str, render.RenderResult], stack: str
+) -> None:
+    result = rendered[stack]
+    settings = result.settings
+    job_settings = settings.training_job
+    cfg = settings.observability_config()
+    cronjob = one(result, "CronJob")
+    assert cronjob["metadata"]["name"] == job_settings.name
+    assert cronjob["metadata"]["namespace"] == settings.namespaces.training
+    assert cronjob["metadata"]["annotations"][training_job.DELETION_POLICY_ANNOTATION] == "orphan"
+    spec = cronjob["spec"]
+    assert spec["suspend"] is True
+    job = spec["jobTemplate"]["spec"]
+    assert job["backoffLimit"] == job_settings.backoff_limit
+    assert job["ttlSecondsAfterFinished"] == job_settings.ttl_seconds_after_finished
+    pod = job["template"]
+    assert pod["metadata"]["annotations"] == scrape_config.pod_scrape_annotations(9094)
+    assert pod["metadata"]["labels"][SERVICE_LABEL] == cfg.training_job_service
+    pod_spec = pod["spec"]
+    assert pod_spec["restartPolicy"] == "Never"
+    assert pod_spec["runtimeClassName"] == "nvidia"
+    assert pod_spec["nodeSelector"] == dict(job_settings.node_selector)
+    (container,) = pod_spec["containers"]
+    assert container["image"] == job_settings.image and "@sha256:" in container["image"]
+    gpus = str(job_settings.gpu_count)
+    assert container["resources"]["requests"]["nvidia.com/gpu"] == gpus
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == gpus
+    assert container["ports"] == [{"name": "metrics", "containerPort": 9094, "protocol": "TCP"}]
+    tempo = f"http://tempo.{settings.namespaces.monitoring}.svc.cluster.local:4317"
+    assert settings.endpoints.tempo_otlp_grpc == tempo
+    attributes = check_otel_env(container, tempo, cfg.training_job_service, settings.environment)
+    assert attributes["ml.model_type"] == job_settings.model_type
+    assert attributes["k8s.job.name"] == f"$({training_job.JOB_NAME_ENV})"
+    assert field_ref(container, training_job.JOB_NAME_ENV) == "metadata.labels['batch.kubernetes.io/job-name']"
+    names = [e["name"] for e in container["env"]]
+    assert names.index(training_job.JOB_NAME_ENV) < names.index("OTEL_RESOURCE_ATTRIBUTES")
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_job_template_file_carries_the_cronjobs_pod_template(
+    rendered: dict[str, render.RenderResult], stack: str
+) -> None:
+    result = rendered[stack]
+    settings = result.settings
+    path = f"kubernetes/job_{settings.namespaces.training}_{settings.training_job.name}.yaml"
+    job = yaml.safe_load(result.files[path])
+    assert job["kind"] == "Job" and job["apiVersion"] == "batch/v1"
+    assert job["metadata"]["generateName"].endswith("-training-") and "name" not in job["metadata"]
+    assert job["metadata"]["namespace"] == settings.namespaces.training
+    assert job["spec"] == one(result, "CronJob")["spec"]["jobTemplate"]["spec"]
+
+
+def test_the_otel_endpoint_comes_from_the_stack_settings() -> None:
+    """A different Tempo/collector endpoint in the settings reaches the template and every service."""
+    result = render.render_stack(
+        "dev",
+        overrides={
+            "endpoints": {
+                "tempoOtlpGrpc": "http://otel-gateway.observability.svc:4317",
+                "tempoQuery": "http://tempo.monitoring-dev.svc.cluster.local:3200",
+                "loki": "http://loki-gateway.monitoring-dev.svc.cluster.local:80",
+                "prometheus": "http://prometheus-operated.monitoring-dev.svc.cluster.local:9090",
+            },
+        },
+    )
+    container = one(result, "CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
+    assert env_value(container, "OTEL_EXPORTER_OTLP_ENDPOINT") == "http://otel-gateway.observability.svc:4317"
+    for patch in objects(result, "Deployment"):
+        (service_container,) = patch["spec"]["template"]["spec"]["containers"]
+        assert (
+            env_value(service_container, "OTEL_EXPORTER_OTLP_ENDPOINT") == "http://otel-gateway.observability.svc:4317"
+        )
+
+
+# ------------------------------------------------------------------------------------------------
+# GpuPoller
+# ------------------------------------------------------------------------------------------------
+
+
+def assert_pss_restricted(pod_spec: dict[str, Any]) -> None:
+    pod_context = pod_spec["securityContext"]
+    assert pod_context["runAsNonRoot"] is True and pod_context["runAsUser"] == common.NONROOT_UID
+    assert pod_context["seccompProfile"] == {"type": "RuntimeDefault"}
+    for forbidden in ("hostNetwork", "hostPID", "hostIPC"):
+        assert not pod_spec.get(forbidden)
+    for volume in pod_spec.get("volumes", []):
+        assert set(volume) - {"name"} <= {"emptyDir", "configMap", "secret", "projected", "downwardAPI"}
+        assert "hostPath" not in volume
+    for container in pod_spec["containers"]:
+        ctx = container["securityContext"]
+        assert ctx["allowPrivilegeEscalation"] is False
+        assert ctx["privileged"] is False
+        assert ctx["readOnlyRootFilesystem"] is True
+        assert ctx["runAsNonRoot"] is True and ctx["runAsUser"] == common.NONROOT_UID
+        assert ctx["capabilities"] == {"drop": ["ALL"]}
+        assert ctx["seccompProfile"] == {"type": "RuntimeDefault"}
+        resources = container["resources"]
+        assert {"cpu", "memory"} <= set(resources["requests"]) and {"cpu", "memory"} <= set(resources["limits"])
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_poller_daemonset_runs_restricted_on_gpu_nodes_only(
+    rendered: dict[str, render.RenderResult], stack: str
+) -> None:
+    result = rendered[stack]
+    settings = result.settings
+    poller = settings.poller
+    daemonset = one(result, "DaemonSet")
+    assert daemonset["metadata"]["namespace"] == settings.namespaces.monitoring
+    spec = daemonset["spec"]
+    strategy = spec["updateStrategy"]
+    assert strategy["type"] == "RollingUpdate"
+    expected_unavailable = int(poller.max_unavailable) if poller.max_unavailable.isdigit() else poller.max_unavailable
+    assert strategy["rollingUpdate"]["maxUnavailable"] == expected_unavailable
+    template = spec["template"]
+    assert set(spec["selector"]["matchLabels"].items()) <= set(template["metadata"]["labels"].items())
+    assert template["metadata"]["annotations"] == scrape_config.pod_scrape_annotations(poller.port, "/metrics")
+    pod_spec = template["spec"]
+    assert pod_spec["nodeSelector"] == dict(poller.node_selector) == {"nvidia.com/gpu.present": "true"}
+    assert pod_spec["tolerations"] == common.tolerations(poller.tolerations)
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod_spec["tolerations"]
+    assert pod_spec["runtimeClassName"] == "nvidia"
+    assert pod_spec["priorityClassName"] == poller.priority_class
+    assert pod_spec["automountServiceAccountToken"] is False
+    assert_pss_restricted(pod_spec)
+    (container,) = pod_spec["containers"]
+    assert container["args"] == [
+        "--listen",
+        f"0.0.0.0:{poller.port}",
+        "--min-interval",
+        f"{poller.min_interval_seconds:g}",
+    ]
+    assert env_value(container, "NVIDIA_VISIBLE_DEVICES") == "all"
+    assert env_value(container, "NVIDIA_DRIVER_CAPABILITIES") == "utility"
+    assert field_ref(container, "NODE_NAME") == "spec.nodeName"
+    assert "nvidia.com/gpu" not in container["resources"]["limits"], "the poller observes GPUs, it must not claim one"
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "metrics", "scheme": "HTTP"}
+    assert container["ports"] == [{"name": "metrics", "containerPort": poller.port, "protocol": "TCP"}]
+    if stack == "prod":
+        assert len(pod_spec["tolerations"]) == 2
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_poller_image_is_built_and_pushed_or_pinned_by_digest(
+    rendered: dict[str, render.RenderResult], stack: str
+) -> None:
+    result = rendered[stack]
+    settings = result.settings
+    images = result.run.of_type("docker-build:index:Image")
+    container = one(result, "DaemonSet")["spec"]["template"]["spec"]["containers"][0]
+    if isinstance(settings.poller.image, PinnedImage):
+        assert stack == "prod"
+        assert images == [], "a pinned image must not be built"
+        assert container["image"] == settings.poller.image.ref
+        return
+    assert isinstance(settings.poller.image, ImageBuild)
+    (image,) = images
+    inputs = image.inputs
+    build = settings.poller.image
+    assert inputs["push"] is True
+    assert inputs["tags"] == [f"{build.registry}/{build.repository}:{stack}"]
+    assert inputs["registries"] == [
+        {
+            "address": build.registry,
+            "username": build.username,
+            "password": render.placeholder_secret(stack, "registryPassword"),
+        }
+    ]
+    context = Path(render.REPO_ROOT) / inputs["context"]["location"]
+    assert context.resolve() == Path(render.REPO_ROOT).resolve()
+    assert (Path(render.REPO_ROOT) / inputs["dockerfile"]["location"]).resolve() == (
+        Path(render.REPO_ROOT) / "poller" / "Dockerfile"
+    ).resolve()
+    assert (Path(render.REPO_ROOT) / inputs["dockerfile"]["location"]).is_file()
+    # the DaemonSet runs the pushed digest, never the tag
+    assert container["image"].startswith(f"{build.registry}/{build.repository}@sha256:")
+    assert ":" + stack not in container["image"]
+
+
+def test_registry_password_is_sent_as_a_secret() -> None:
+    (image,) = [r for r in run_raw("dev") if r.type == "docker-build:index:Image"]
+    registries = image.inputs["registries"]
+    # the secret password makes the engine treat the whole list as secret (or at least the password)
+    assert is_secret(registries) or is_secret(registries[0]["password"])
+    plain = registries["value"] if is_secret(registries) else registries
+    assert "offline-placeholder" in json.dumps(plain)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_poller_service_is_headless_and_selects_the_pods(rendered: dict[str, render.RenderResult], stack: str) -> None:
+    result = rendered[stack]
+    service = one(result, "Service")
+    pod_labels = one(result, "DaemonSet")["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["clusterIP"] == "None"
+    assert set(service["spec"]["selector"].items()) <= set(pod_labels.items())
+    assert service["spec"]["ports"] == [
+        {"name": "metrics", "port": result.settings.poller.port, "targetPort": "metrics", "protocol": "TCP"}
+    ]
+
+
+def test_training_pods_are_restricted_too(rendered: dict[str, render.RenderResult]) -> None:
+    for result in rendered.values():
+        assert_pss_restricted(one(result, "CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"])
+
+
+# ------------------------------------------------------------------------------------------------
+# AlertRules and AlertRouting
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_rules_are_delivered_by_mode_from_the_rendered_rule_groups(
+    rendered: dict[str, render.RenderResult], stack: str
+) -> None:
+    result = rendered[stack]
+    settings = result.settings
+    rules_file = yaml.safe_load(result.files[artifacts.RULES_PATH])
+    assert rules_file["groups"], "no rule groups rendered"
+    if settings.scrape.mode == "operator":
+        rule = one(result, "PrometheusRule")
+        assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+        for key, value in settings.scrape.operator_selector.items():
+            assert rule["metadata"]["labels"][key] == value
+        assert rule["spec"]["groups"] == rules_file["groups"]
+        assert not [c for c in objects(result, "ConfigMap") if c["metadata"]["name"] == "foxhunt-ml-rules"]
+    else:
+        assert objects(result, "PrometheusRule") == []
+        (configmap,) = [c for c in objects(result, "ConfigMap") if c["metadata"]["name"] == "foxhunt-ml-rules"]
+        assert configmap["data"] == {"foxhunt-rules.yaml": result.files[artifacts.RULES_PATH]}
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_receiver_urls_appear_only_in_secret_string_data(rendered: dict[str, render.RenderResult], stack: str) -> None:
+    result = rendered[stack]
+    urls = [render.placeholder_secret(stack, k) for k in ("alertPageWebhookUrl", "alertChatWebhookUrl",
+                                                           "alertLowPriorityWebhookUrl")]  # fmt: skip
+    holders = []
+    for path, manifest in result.manifests.items():
+        text = json.dumps(manifest)
+        if any(url in text for url in urls):
+            holders.append(path)
+            assert manifest["kind"] == "Secret"
+            assert all(url not in json.dumps({k: v for k, v in manifest.items() if k != "stringData"}) for url in urls)
+    assert len(holders) == 1
+    for path, text in result.files.items():
+        if path not in result.manifests:
+            assert not any(url in text for url in urls), path
+    raw = run_raw(stack)
+    secrets = [r for r in raw if r.type == "kubernetes:core/v1:Secret" and "alertmanager" in r.name]
+    (secret,) = secrets
+    string_data = secret.inputs["stringData"]
+    assert is_secret(string_data) or all(is_secret(v) for v in string_data.values())
+
+
+@pytest.mark.parametrize("stack", ["staging", "prod"])
+def test_operator_mode_routes_through_an_alertmanagerconfig_reading_urls_from_the_secret(
+    rendered: dict[str, render.RenderResult], stack: str
+) -> None:
+    result = rendered[stack]
+    config = one(result, "AlertmanagerConfig")
+    assert config["apiVersion"] == "monitoring.coreos.com/v1alpha1"
+    secret = next(s for s in objects(result, "Secret") if s["metadata"]["name"] == alert_routing.RECEIVERS_SECRET)
+    receivers = config["spec"]["receivers"]
+    assert {r["name"] for r in receivers} == set(secret["stringData"])
+    for receiver in receivers:
+        (webhook,) = receiver["webhookConfigs"]
+        assert webhook["urlSecret"] == {"name": alert_routing.RECEIVERS_SECRET, "key": receiver["name"]}
+        assert "url" not in webhook
+    assert config["spec"]["route"]["routes"], "no severity routes"
+
+
+def test_classic_mode_ships_a_whole_alertmanager_config(rendered: dict[str, render.RenderResult]) -> None:
+    result = rendered["dev"]
+    secret = next(s for s in objects(result, "Secret") if s["metadata"]["name"] == alert_routing.CONFIG_SECRET)
+    config = yaml.safe_load(secret["stringData"][alert_routing.CONFIG_KEY])
+    urls = {c["url"] for r in config["receivers"] for c in r["webhook_configs"]}
+    assert urls == {render.placeholder_secret("dev", k) for k in ("alertPageWebhookUrl", "alertChatWebhookUrl",
+                                                                  "alertLowPriorityWebhookUrl")}  # fmt: skip
+    assert objects(result, "AlertmanagerConfig") == []
+
+
+# ------------------------------------------------------------------------------------------------
+# GrafanaProvisioning
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_grafana_datasources_and_one_configmap_per_dashboard(
+    rendered: dict[str, render.RenderResult], stack: str
+) -> None:
+    result = rendered[stack]
+    settings = result.settings
+    configmaps = objects(result, "ConfigMap")
+    (datasources,) = [c for c in configmaps if c["metadata"]["labels"].get(grafana.DATASOURCE_LABEL) == "1"]
+    assert datasources["metadata"]["namespace"] == settings.grafana.namespace
+    assert datasources["data"] == {grafana.DATASOURCES_KEY: result.files[artifacts.DATASOURCES_PATH]}
+    dashboards = [c for c in configmaps if c["metadata"]["labels"].get(grafana.DASHBOARD_LABEL) == "1"]
+    dashboard_files = {p: t for p, t in result.files.items() if p.startswith("dashboards/")}
+    assert len(dashboards) == len(dashboard_files) >= 4
+    for configmap in dashboards:
+        assert configmap["metadata"]["annotations"] == {grafana.FOLDER_ANNOTATION: settings.grafana.folder}
+        assert configmap["metadata"]["namespace"] == settings.grafana.namespace
+        ((key, text),) = configmap["data"].items()
+        uid = key.removesuffix(".json")
+        assert configmap["metadata"]["name"] == grafana.dashboard_configmap_name(uid)
+        assert dashboard_files[f"dashboards/{uid}.json"] == text
+        assert json.loads(text)["uid"] == uid
+        assert grafana.object_size(configmap) < grafana.OBJECT_LIMIT_BYTES
+
+
+def test_a_dashboard_over_the_object_limit_fails_before_registering(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = artifacts.generated
+
+    def huge(cfg: Any) -> artifacts.Generated:
+        gen = real(cfg)
+        big = json.dumps({"uid": "huge", "panels": ["x" * 1024] * 1100})
+        return artifacts.Generated(gen.rule_groups, gen.rules_yaml, {**gen.dashboards, "huge": big})
+
+    monkeypatch.setattr(artifacts, "generated", huge)
+    with pytest.raises(Exception, match=r"dashboard 'huge'.*over the 1 MiB"):
+        render.render_stack("dev")
+
+
+# ------------------------------------------------------------------------------------------------
+# Rendered files
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_rendered_files_come_from_the_generators(rendered: dict[str, render.RenderResult], stack: str) -> None:
+    from observability import rules
+
+    result = rendered[stack]
+    cfg = result.settings.observability_config()
+    assert result.files[artifacts.RULES_PATH] == rules.rules_file_yaml(cfg)
+    scrape = yaml.safe_load(result.files[artifacts.SCRAPE_CONFIG_PATH])
+    assert scrape["scrape_configs"][0]["scrape_interval"] == f"{result.settings.scrape.interval_seconds}s"
+    datasources = yaml.safe_load(result.files[artifacts.DATASOURCES_PATH])
+    assert [d["uid"] for d in datasources["datasources"]] == ["prometheus", "loki", "tempo"]
+
+
+def test_gpu_poller_build_context_is_relative(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(Path(render.REPO_ROOT) / "infra")
+    assert gpu_poller.build_context() == ".."
+    monkeypatch.chdir(render.REPO_ROOT)
+    assert gpu_poller.build_context() == "."
