@@ -59,9 +59,20 @@ class _GpuLines:
             (attribute, f'{catalog.GPU_ECC_ERRORS_TOTAL.name}{{{base},ecc_type="{ecc_type}"}} ')
             for ecc_type, attribute in ECC_TYPES
         )
+        self._throttle_text: dict[int, str] = {}  # reason mask -> its 9 lines (masks rarely change)
         self.errors: dict[str, str] = {}
         self.xids: dict[int, str] = {}
         self._base = base
+
+    def throttle_text(self, reasons: int) -> str:
+        text = self._throttle_text.get(reasons)
+        if text is None:
+            if len(self._throttle_text) > 64:
+                self._throttle_text.clear()
+            text = self._throttle_text[reasons] = "".join(
+                prefix + ("1\n" if reasons & bit else "0\n") for bit, prefix in self.throttle
+            )
+        return text
 
     def error_prefix(self, error_type: str) -> str:
         prefix = self.errors.get(error_type)
@@ -151,8 +162,7 @@ class TextPageWriter:
         for sample, lines in samples:
             reasons = sample.clock_event_reasons
             if reasons is not None:
-                for bit, prefix in lines.throttle:
-                    append(prefix + ("1\n" if reasons & bit else "0\n"))
+                append(lines.throttle_text(reasons))
 
         append(_ECC_HEADER)
         for sample, lines in samples:
