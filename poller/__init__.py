@@ -3,6 +3,7 @@
 Run it with `python -m poller --listen HOST:PORT`. Module map:
   cli            flags and environment, validated into `PollerSettings`; `main()`
   nvml_source    NVML access: init with backoff, one pass over every GPU, faults contained
+  nvml_calls     the per-pass NVML calls, bound once per GPU to their output buffers
   xid_events     the background thread that counts XID events from NVML's event API
   error_counters counters that live across passes (XID, GPU errors, collection failures)
   collector      `SharedPass` (one pass at a time, minimum interval) and the prometheus-client
