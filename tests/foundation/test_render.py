@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from infra import render
+from infra.settings import SettingsError
 
 STACKS = ["dev", "staging", "prod"]
 
@@ -73,7 +74,7 @@ def test_bad_config_fails_before_any_resource_and_writes_nothing(tmp_path: Path)
     root.mkdir()
     text = (render.REPO_ROOT / "Pulumi.dev.yaml").read_text().replace("mode: annotations", "mode: telepathy")
     (root / "Pulumi.broken.yaml").write_text(text)
-    with pytest.raises(render.SettingsError, match=r"scrape.mode = 'telepathy'"):
+    with pytest.raises(SettingsError, match=r"scrape.mode = 'telepathy'"):
         render.render_stack("broken", root=root)
     # and through the CLI: a stack file with bad config exits non-zero and leaves no output
     broken = render.REPO_ROOT / "Pulumi.broken-test.yaml"

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from infra import render
-from infra.settings import ImageBuild, PinnedImage, SettingsError
+from infra.settings import DictConfigSource, ImageBuild, PinnedImage, SettingsError, load_settings
 
 
 def stack_entries(stack: str) -> dict[str, Any]:
@@ -110,9 +110,9 @@ def test_every_problem_is_reported_at_once() -> None:
 def test_missing_required_secret_names_the_command_to_set_it() -> None:
     config = render.read_stack_config("dev")
     values = {k: v for k, v in config.values.items() if k != "alertChatWebhookUrl"}
-    source = render.DictConfigSource("dev", values, config.secret_keys)
+    source = DictConfigSource("dev", values, config.secret_keys)
     with pytest.raises(SettingsError, match=r"pulumi config set --secret alertChatWebhookUrl"):
-        render.load_settings(source, values.get)
+        load_settings(source, values.get)
 
 
 def test_secure_values_are_secrets_and_never_plaintext() -> None:
