@@ -132,8 +132,7 @@ def test_image_builds_offline_runs_as_non_root_and_serves_metrics(
         )
         assert probe.returncode == 0, probe.stderr
 
-        scraper = harness.PollerProcess.__new__(harness.PollerProcess)  # reuse its parsing helpers only
-        scraper.host, scraper.port = "127.0.0.1", port
+        scraper = harness.MetricsEndpoint("127.0.0.1", port)
         assert scraper.value("ml_gpu_temperature_celsius", gpu_id="1", node="image-node") == 90
         assert scraper.value("ml_gpu_poller_nvml_up") == 1
         assert scraper.value("ml_gpu_poller_devices") == 2

@@ -180,51 +180,13 @@ def poller_env(lib_dir: Path | None, config: Path, extra: Mapping[str, str] | No
     return env
 
 
-class PollerProcess:
-    """`python -m poller` as a subprocess on a free loopback port; stopped with SIGTERM."""
+class MetricsEndpoint:
+    """Scrape and parse a `/metrics` page (with prometheus-client's parser)."""
 
-    def __init__(
-        self,
-        lib_dir: Path | None,
-        config: Path,
-        work_dir: Path,
-        *,
-        args: Sequence[str] = ("--min-interval", "0"),
-        node: str = "test-node",
-        env: Mapping[str, str] | None = None,
-        python: str = sys.executable,
-    ) -> None:
-        self.node = node
-        self.host = "127.0.0.1"
-        self.port = free_port()
-        self.url = f"http://{self.host}:{self.port}"
-        self.log_path = work_dir / f"poller-{self.port}.log"
-        command = [python, "-m", "poller", "--listen", f"{self.host}:{self.port}", *args]
-        self._log = self.log_path.open("wb")
-        self.process = subprocess.Popen(
-            command, cwd=REPO_ROOT, stdout=self._log, stderr=subprocess.STDOUT,
-            env=poller_env(lib_dir, config, {"NODE_NAME": node, **(env or {})}),
-        )
-
-    def __enter__(self) -> PollerProcess:
-        self.wait_ready()
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
-        self.stop()
-
-    def wait_ready(self, timeout: float = 15.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"poller exited with {self.process.returncode}:\n{self.log()}")
-            try:
-                if http_get(self.host, self.port, "/healthz", timeout=1.0)[0] == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.05)
-        raise TimeoutError(f"poller not ready on {self.url} after {timeout}s:\n{self.log()}")
+    def __init__(self, host: str, port: int) -> None:
+        self.host = host
+        self.port = port
+        self.url = f"http://{host}:{port}"
 
     def scrape(self) -> str:
         status, body, _ = http_get(self.host, self.port, "/metrics")
@@ -264,6 +226,55 @@ class PollerProcess:
                 return
             time.sleep(0.1)
         raise AssertionError(f"{name}{labels} is {last}, expected {expected} within {timeout}s\n{self.log()}")
+
+    def log(self) -> str:
+        """Context for assertion messages (a process's output, where there is one)."""
+        return ""
+
+
+class PollerProcess(MetricsEndpoint):
+    """`python -m poller` as a subprocess on a free loopback port; stopped with SIGTERM."""
+
+    def __init__(
+        self,
+        lib_dir: Path | None,
+        config: Path,
+        work_dir: Path,
+        *,
+        args: Sequence[str] = ("--min-interval", "0"),
+        node: str = "test-node",
+        env: Mapping[str, str] | None = None,
+        python: str = sys.executable,
+    ) -> None:
+        super().__init__("127.0.0.1", free_port())
+        self.node = node
+        self.log_path = work_dir / f"poller-{self.port}.log"
+        command = [python, "-m", "poller", "--listen", f"{self.host}:{self.port}", *args]
+        self._log = self.log_path.open("wb")
+        self.process = subprocess.Popen(
+            command, cwd=REPO_ROOT, stdout=self._log, stderr=subprocess.STDOUT,
+            env=poller_env(lib_dir, config, {"NODE_NAME": node, **(env or {})}),
+        )
+
+    def __enter__(self) -> PollerProcess:
+        self.wait_ready()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
+
+    def wait_ready(self, timeout: float = 15.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"poller exited with {self.process.returncode}:\n{self.log()}")
+            try:
+                if http_get(self.host, self.port, "/healthz", timeout=1.0)[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise TimeoutError(f"poller not ready on {self.url} after {timeout}s:\n{self.log()}")
 
     def log(self) -> str:
         if not self._log.closed:
