@@ -102,7 +102,10 @@ _DEVICES_HEADER = _header(catalog.GPU_POLLER_DEVICES)
 
 
 class TextPageWriter:
-    """Writes the page for one node; keeps each GPU's escaped label prefixes between scrapes."""
+    """Writes the page for one node; keeps each GPU's escaped label prefixes between scrapes.
+
+    Safe to call from several threads at once.
+    """
 
     def __init__(self, node: str) -> None:
         self._node = node
@@ -113,9 +116,10 @@ class TextPageWriter:
         self._duration = f"{catalog.GPU_POLLER_COLLECTION_DURATION_SECONDS.name}{{{node_label}}} "
         self._devices = f"{catalog.GPU_POLLER_DEVICES.name}{{{node_label}}} "
         self._failures: dict[str, str] = {}
-        self._counters_seen: CountersSnapshot | None = None
-        self._counters_text = ""
-        self._failures_text = ""
+        # Caches are replaced whole (one tuple), never updated in place: HTTP threads render
+        # concurrently.
+        self._counters_cache: tuple[CountersSnapshot, str, str] | None = None
+        self._last_page: tuple[PassResult, CountersSnapshot, bytes] | None = None
 
     def _render_counters(self, counters: CountersSnapshot) -> tuple[str, str]:
         """(XID and GPU error families, collection failures family) as text."""
@@ -146,6 +150,15 @@ class TextPageWriter:
         return lines
 
     def render(self, result: PassResult, counters: CountersSnapshot) -> bytes:
+        """The page; the same bytes again while neither the pass nor the counters changed."""
+        last = self._last_page
+        if last is not None and last[0] is result and last[1] is counters:
+            return last[2]
+        page = self._render(result, counters)
+        self._last_page = (result, counters, page)
+        return page
+
+    def _render(self, result: PassResult, counters: CountersSnapshot) -> bytes:
         out: list[str] = []
         append = out.append
         samples = [(sample, self._lines(sample.gpu)) for sample in result.samples]
@@ -171,10 +184,11 @@ class TextPageWriter:
                 if value is not None:
                     append(f"{prefix}{value}\n")
 
-        if counters is not self._counters_seen:  # counters change rarely: write them once per change
-            self._counters_text, self._failures_text = self._render_counters(counters)
-            self._counters_seen = counters
-        append(self._counters_text)
+        cached = self._counters_cache  # counters change rarely: write them once per change
+        if cached is None or cached[0] is not counters:
+            cached = self._counters_cache = (counters, *self._render_counters(counters))
+        _, counters_text, failures_text = cached
+        append(counters_text)
 
         driver = result.driver
         if driver is not None:
@@ -190,7 +204,7 @@ class TextPageWriter:
         append(self._up + ("1\n" if result.nvml_up else "0\n"))
         append(_DURATION_HEADER)
         append(f"{self._duration}{format_value(result.duration_seconds)}\n")
-        append(self._failures_text)
+        append(failures_text)
         append(_DEVICES_HEADER)
         append(f"{self._devices}{len(result.samples)}\n")
         return "".join(out).encode()

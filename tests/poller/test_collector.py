@@ -267,3 +267,16 @@ def test_error_counters_refuse_unknown_types() -> None:
                                              (float("inf"), "+Inf"), (-float("inf"), "-Inf"), (1e-7, "1e-07")])
 def test_format_value(value: float, text: str) -> None:
     assert format_value(value) == text
+
+
+def test_writer_reuses_the_page_until_the_pass_or_the_counters_change() -> None:
+    result, counters = make_page_inputs()
+    writer = TextPageWriter("node-1")
+    first = writer.render(result, counters.snapshot())
+    assert writer.render(result, counters.snapshot()) is first
+    counters.record_xid(GPU0, 79)  # an XID between two passes shows on the next scrape
+    second = writer.render(result, counters.snapshot())
+    assert second is not first
+    assert b'xid="79"} 3\n' in second and b'xid="79"} 2\n' in first
+    newer = PassResult(nvml_up=True, started_at=20.0, finished_at=20.001, samples=(full_sample(GPU0, 88),))
+    assert b"} 88\n" in writer.render(newer, counters.snapshot())
