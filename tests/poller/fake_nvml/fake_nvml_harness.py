@@ -12,6 +12,8 @@ Importable by path from any test (or benchmark) that needs GPU metrics without a
     with harness.PollerProcess(lib_dir, tmp_path / "nvml.conf", tmp_path) as poller:
         poller.value("ml_gpu_temperature_celsius", gpu_id="1")  # 90.0
         # a Prometheus can scrape poller.url + "/metrics" (node label: poller.node)
+    # Your own process manager instead: poller_env(lib_dir, config) is the environment to run
+    # `python -m poller` with (cwd: the repository root); MetricsEndpoint(host, port) scrapes it.
 
 The fake re-reads its config file whenever it changes, so `config.write(...)` again flips values
 or faults while the poller runs. The poller must be a subprocess: `LD_LIBRARY_PATH` is read only
