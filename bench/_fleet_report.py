@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench._fleet_data import BackfillStats, FleetShape
-from bench._query_timing import GroupTiming, PanelTiming
+from bench._query_timing import MIN_REPEAT, SLOW_QUERY_SECONDS, GroupTiming, PanelTiming
 
 BEGIN = "<!-- fleet-scale:begin (written by `python -m bench fleet`) -->"
 END = "<!-- fleet-scale:end -->"
@@ -42,7 +42,7 @@ def _panel_key(p: PanelTiming) -> tuple[str, int, str]:
     return (p.query.dashboard_uid, p.query.panel_id, p.query.ref_id)
 
 
-def render(results: Sequence[ScaleResult], command: str, machine: str) -> str:
+def render(results: Sequence[ScaleResult], command: str, machine: str, repeat: int = 7) -> str:
     big = max(results, key=lambda r: r.shape.nodes)
     small = min(results, key=lambda r: r.shape.nodes)
     small_panels = {_panel_key(p): p for p in small.panels}
@@ -62,7 +62,8 @@ def render(results: Sequence[ScaleResult], command: str, machine: str) -> str:
         "data and left to compact it into one block, then every Prometheus query of every dashboard "
         "(variables at their defaults) run at the end of the hour: instant, and over the dashboard's "
         "1 h range at the panel's step. Latency is the client's wall time over HTTP (JSON included), "
-        "median and p95 of repeated runs after a warm-up. A rule group's cost is the sum of its rules' "
+        f"median and nearest-rank p95 of {repeat} runs after a warm-up ({MIN_REPEAT} runs for queries slower "
+        f"than {SLOW_QUERY_SECONDS:.0f} s). A rule group's cost is the sum of its rules' "
         "expressions run as instant queries at the same time (an upper bound of the in-engine "
         "evaluation, which skips HTTP and JSON).",
         "",

@@ -27,9 +27,18 @@ class Timing:
         return Timing(statistics.median(ordered) * 1000, ordered[rank] * 1000, series)
 
 
+# Queries slower than this get fewer timed runs (at least MIN_REPEAT) so one run stays in minutes.
+SLOW_QUERY_SECONDS = 1.0
+MIN_REPEAT = 3
+
+
 def time_call(call: Callable[[], list[dict[str, Any]]], repeat: int) -> Timing:
-    """Median and p95 wall time of `call` over `repeat` runs after one warm-up run."""
+    """Median and p95 wall time of `call` over `repeat` runs after one warm-up run (fewer runs, but
+    at least MIN_REPEAT, when the warm-up took longer than SLOW_QUERY_SECONDS)."""
+    started = time.perf_counter()
     result = call()
+    if time.perf_counter() - started > SLOW_QUERY_SECONDS:
+        repeat = min(repeat, MIN_REPEAT)
     samples = []
     for _ in range(repeat):
         started = time.perf_counter()

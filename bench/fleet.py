@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             run_scale(Path(scratch), cfg, FleetShape(n, args.gpus_per_node, args.jobs), args.repeat) for n in sizes
         ]
     command = "make bench" if argv is None else "python -m bench.fleet " + " ".join(argv)
-    section = render(results, command, _machine())
+    section = render(results, command, _machine(), args.repeat)
     if args.no_write:
         print(section)
     else:
