@@ -8,7 +8,7 @@ STACK ?= dev
 STACKS := dev staging prod
 PYTEST_ARGS ?=
 
-.PHONY: render render-all test lint bench docs clean dashboards-readme
+.PHONY: render render-all test lint bench docs clean sysdeps venv dashboards-readme
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -19,14 +19,18 @@ $(VENV)/.installed: requirements.txt
 venv: $(VENV)/.installed
 
 ## render the stack offline (Pulumi mock engine) into rendered/$(STACK)/ and check it
-render: $(VENV)/.installed
+render: sysdeps $(VENV)/.installed
 	$(PY) -m infra.render --stack $(STACK)
 
-render-all: $(VENV)/.installed
+render-all: sysdeps $(VENV)/.installed
 	for s in $(STACKS); do $(PY) -m infra.render --stack $$s || exit 1; done
 
+## Debian packages the tests need (Prometheus, Alertmanager, buildah, debootstrap, gcc); as root
+sysdeps:
+	./scripts/install-system-packages.sh
+
 ## the whole test suite (what CI runs)
-test: $(VENV)/.installed
+test: sysdeps $(VENV)/.installed
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed

@@ -135,7 +135,10 @@ def manifest_filename(resource: RecordedResource, manifest: Mapping[str, Any]) -
 
 
 def dump_yaml(document: Any) -> str:
-    return yaml.safe_dump(document, sort_keys=True, default_flow_style=False, width=120, allow_unicode=True)
+    """Deterministic YAML; libyaml's emitter (40x faster than PyYAML's pure-Python one)."""
+    return yaml.dump(
+        document, Dumper=yaml.CSafeDumper, sort_keys=True, default_flow_style=False, width=120, allow_unicode=True
+    )
 
 
 @dataclass

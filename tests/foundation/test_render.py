@@ -103,3 +103,32 @@ def test_mock_engine_restores_integers() -> None:
 
     assert normalize({"a": [1.0, 2.5, {"b": 3.0}]}) == {"a": [1, 2.5, {"b": 3}]}
     assert isinstance(normalize(9400.0), int)
+
+
+def test_render_checks_catch_a_real_policy_violation() -> None:
+    from infra import checks
+
+    result = render.render_stack("dev")
+    assert checks.check_policies(result) == []
+    daemonset = next(m for m in result.manifests.values() if m["kind"] == "DaemonSet")
+    daemonset["spec"]["template"]["spec"]["containers"][0]["securityContext"]["privileged"] = True
+    # the policies read the registered resources: mutate the same object there
+    resource = next(r for r in result.run.resources if r.type == "kubernetes:apps/v1:DaemonSet")
+    resource.inputs["spec"]["template"]["spec"]["containers"][0]["securityContext"]["privileged"] = True
+    problems = checks.check_policies(result)
+    assert any("privileged" in p and "gpu-poller" in p for p in problems), problems
+
+
+def test_render_checks_catch_a_broken_rules_file() -> None:
+    from infra import checks
+
+    result = render.render_stack("dev")
+    assert checks.check_rules_with_promtool(result) == []
+    result.files[checks.RULES_FILE] += "  - name: broken\n    rules:\n      - record: x\n        expr: rate(\n"
+    assert checks.check_rules_with_promtool(result)
+
+
+def test_a_failed_check_exits_1_and_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(render, "offline_checks", lambda: [("always-fails", lambda result: ["a problem"])])
+    assert render.main(["--stack", "dev", "--out", str(tmp_path / "out")]) == 1
+    assert not (tmp_path / "out").exists()

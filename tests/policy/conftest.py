@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from infra import render
-from tests.policy.stack_context import STACKS
+from infra.policy_context import STACKS
 
 
 @pytest.fixture(scope="session")

@@ -23,13 +23,13 @@ import pytest
 from google.protobuf import empty_pb2, struct_pb2  # type: ignore[import-untyped]
 from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc
 
+from infra.policy_context import REPO_ROOT, STACKS
 from policy.engine import evaluate
 from policy.model import Enforcement, KubeObject
 from policy.pack import PACK_NAME
 from policy.pack_config import context_to_config
 from policy.rules import ALL_POLICIES, policy_by_id
 from tests.policy.fixtures import CASES, CONTEXT, compliant_stack, objects, type_token
-from tests.policy.stack_context import REPO_ROOT, STACKS
 
 LEVELS = {Enforcement.MANDATORY: analyzer_pb2.MANDATORY, Enforcement.ADVISORY: analyzer_pb2.ADVISORY}
 UNKNOWN_STRING = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"  # the engine's sentinel for a value unknown in preview

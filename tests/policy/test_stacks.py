@@ -9,10 +9,10 @@ from collections import Counter
 
 import pytest
 
+from infra.policy_context import REPO_ROOT, STACKS, context_from_settings, rendered_objects
 from policy.engine import check_files, check_stack_file, evaluate, mandatory
 from policy.pack_config import context_from_config, context_to_config
 from policy.rules import ALL_POLICIES
-from tests.policy.stack_context import REPO_ROOT, STACKS, context_from_settings, rendered_objects
 
 CONFIG_DIR = REPO_ROOT / "policy" / "config"
 UPDATE_ENV = "POLICY_CONFIG_UPDATE"

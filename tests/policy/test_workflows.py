@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.policy.stack_context import REPO_ROOT, STACKS
+from infra.policy_context import REPO_ROOT, STACKS
 
 WORKFLOWS = REPO_ROOT / ".github" / "workflows"
 ACTIONLINT = Path(sys.executable).parent / "actionlint"

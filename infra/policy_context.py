@@ -1,5 +1,6 @@
 """The glue between the typed stack settings and the policies: a `PolicyContext` per stack, and the
-rendered stack as `KubeObject`s. Lives with the tests because `policy/` must not import `infra`."""
+rendered stack as `KubeObject`s. Lives in `infra/` because `policy/` must not import `infra`
+(policies read manifests); the render's offline checks and the policy tests both use it."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from infra.settings import Settings
 from policy.manifests import kube_object_from_pulumi
 from policy.model import DeclaredService, KubeObject, PolicyContext
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 STACKS = ("dev", "staging", "prod")
 
 
