@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench._fleet_data import BackfillStats, FleetShape
-from bench._query_timing import MIN_REPEAT, SLOW_QUERY_SECONDS, GroupTiming, PanelTiming
+from bench._query_timing import MIN_REPEAT, ONE_RUN_SECONDS, SLOW_QUERY_SECONDS, GroupTiming, PanelTiming, Timing
 
 BEGIN = "<!-- fleet-scale:begin (written by `python -m bench fleet`) -->"
 END = "<!-- fleet-scale:end -->"
@@ -38,6 +38,22 @@ def _ms(value: float) -> str:
     return f"{value:.0f}" if value >= 10 else f"{value:.1f}"
 
 
+def _timing(t: Timing) -> str:
+    if t.error:
+        return "**timeout**" if "timed out" in t.error or "timeout" in t.error.lower() else "**error**"
+    return f"{_ms(t.median_ms)} / {_ms(t.p95_ms)}"
+
+
+def _growth(after: Timing, before: Timing | None) -> str:
+    if before is None or after.error or before.error or not before.median_ms:
+        return "n/a"
+    return f"{after.median_ms / before.median_ms:.1f}x"
+
+
+def _missed(t: Timing, goal_ms: float) -> bool:
+    return bool(t.error) or t.median_ms >= goal_ms
+
+
 def _panel_key(p: PanelTiming) -> tuple[str, int, str]:
     return (p.query.dashboard_uid, p.query.panel_id, p.query.ref_id)
 
@@ -63,7 +79,8 @@ def render(results: Sequence[ScaleResult], command: str, machine: str, repeat: i
         "(variables at their defaults) run at the end of the hour: instant, and over the dashboard's "
         "1 h range at the panel's step. Latency is the client's wall time over HTTP (JSON included), "
         f"median and nearest-rank p95 of {repeat} runs after a warm-up ({MIN_REPEAT} runs for queries slower "
-        f"than {SLOW_QUERY_SECONDS:.0f} s). A rule group's cost is the sum of its rules' "
+        f"than {SLOW_QUERY_SECONDS:.0f} s, the warm-up run alone for those slower than {ONE_RUN_SECONDS:.0f} s); "
+        "the answer is read to its last byte but not decoded. A rule group's cost is the sum of its rules' "
         "expressions run as instant queries at the same time (an upper bound of the in-engine "
         "evaluation, which skips HTTP and JSON).",
         "",
@@ -96,17 +113,19 @@ def render(results: Sequence[ScaleResult], command: str, machine: str, repeat: i
     ]
     for p in big.panels:
         before = small_panels.get(_panel_key(p))
-        growth = f"{p.range.median_ms / before.range.median_ms:.1f}x" if before and before.range.median_ms else "n/a"
         verdict = []
-        if p.range.median_ms >= PANEL_GOAL_MS:
+        if p.range.error:
+            verdict.append(f"**fails**: {_cell(p.range.error, 60)}")
+        elif p.range.median_ms >= PANEL_GOAL_MS:
             verdict.append("**misses goal**")
-        if p.range.series > MANY_SERIES:
-            verdict.append(f"**{p.range.series} series**")
+        if p.range.series > MANY_SERIES or p.instant.series > MANY_SERIES:
+            verdict.append(f"**{max(p.range.series, p.instant.series)} series**")
+        before_range = before.range if before else None
         lines.append(
             f"| {p.query.dashboard_uid} | {_cell(p.query.panel_title, 40)} ({p.query.ref_id}) | `{_cell(p.expr)}` | "
-            f"{p.range.series} | {_ms(p.instant.median_ms)} / {_ms(p.instant.p95_ms)} | "
-            f"{_ms(p.range.median_ms)} / {_ms(p.range.p95_ms)} | "
-            f"{_ms(before.range.median_ms) if before else 'n/a'} | {growth} | {', '.join(verdict) or 'ok'} |"
+            f"{p.range.series or p.instant.series} | {_timing(p.instant)} | {_timing(p.range)} | "
+            f"{_timing(before_range).split(' / ')[0] if before_range else 'n/a'} | {_growth(p.range, before_range)} | "
+            f"{', '.join(verdict) or 'ok'} |"
         )
     lines += [
         "",
@@ -118,13 +137,14 @@ def render(results: Sequence[ScaleResult], command: str, machine: str, repeat: i
     ]
     for g in big.groups:
         before_g = small_groups.get(g.name)
-        growth = (
-            f"{g.total.median_ms / before_g.total.median_ms:.1f}x" if before_g and before_g.total.median_ms else "n/a"
-        )
-        group_verdict = "**misses goal**" if g.total.median_ms >= GROUP_GOAL_MS else "ok"
+        if g.total.error:
+            group_verdict = f"**fails**: {_cell(g.total.error, 60)}"
+        else:
+            group_verdict = "**misses goal**" if g.total.median_ms >= GROUP_GOAL_MS else "ok"
         lines.append(
-            f"| {g.name} | {g.rules} | {g.total.series} | {_ms(g.total.median_ms)} / {_ms(g.total.p95_ms)} | "
-            f"{_ms(before_g.total.median_ms) if before_g else 'n/a'} | {growth} | "
+            f"| {g.name} | {g.rules} | {g.total.series} | {_timing(g.total)} | "
+            f"{_timing(before_g.total).split(' / ')[0] if before_g else 'n/a'} | "
+            f"{_growth(g.total, before_g.total if before_g else None)} | "
             f"{g.slowest_rule} ({_ms(g.slowest_rule_ms)}) | {group_verdict} |"
         )
     lines += ["", *summary(results), END]
@@ -133,9 +153,9 @@ def render(results: Sequence[ScaleResult], command: str, machine: str, repeat: i
 
 def summary(results: Sequence[ScaleResult]) -> list[str]:
     big = max(results, key=lambda r: r.shape.nodes)
-    missing = [p for p in big.panels if p.range.median_ms >= PANEL_GOAL_MS]
-    wide = [p for p in big.panels if p.range.series > MANY_SERIES]
-    slow_groups = [g for g in big.groups if g.total.median_ms >= GROUP_GOAL_MS]
+    missing = [p for p in big.panels if _missed(p.range, PANEL_GOAL_MS)]
+    wide = [p for p in big.panels if max(p.range.series, p.instant.series) > MANY_SERIES]
+    slow_groups = [g for g in big.groups if _missed(g.total, GROUP_GOAL_MS)]
     out = [
         f"Summary at {big.shape.nodes} nodes: {len(big.panels) - len(missing)} of {len(big.panels)} panel "
         f"queries meet the {PANEL_GOAL_MS:.0f} ms range-median goal, {len(big.groups) - len(slow_groups)} of "
@@ -148,7 +168,7 @@ def summary(results: Sequence[ScaleResult]) -> list[str]:
             p.range.median_ms / q.range.median_ms
             for p in big.panels
             for q in small.panels
-            if _panel_key(p) == _panel_key(q) and q.range.median_ms > 0
+            if _panel_key(p) == _panel_key(q) and q.range.median_ms > 0 and not p.range.error and not q.range.error
         )
         if ratios:
             out.append(

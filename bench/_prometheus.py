@@ -81,12 +81,22 @@ class PrometheusApi:
                     raise
         raise AssertionError("unreachable")
 
-    def post_form(self, path: str, params: Mapping[str, str]) -> Any:
+    def post_raw(self, path: str, params: Mapping[str, str]) -> tuple[int, bytes]:
+        """POST a form; (status, body). The connection is reopened after any failure."""
         body = urllib.parse.urlencode(params)
         headers = {"Content-Type": "application/x-www-form-urlencoded"}
-        self._conn.request("POST", path, body=body, headers=headers)
-        response = self._conn.getresponse()
-        return _data(response.status, response.read(), path)
+        try:
+            self._conn.request("POST", path, body=body, headers=headers)
+            response = self._conn.getresponse()
+            return response.status, response.read()
+        except (OSError, http.client.HTTPException):
+            self._conn.close()
+            self._conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self._timeout)
+            raise
+
+    def post_form(self, path: str, params: Mapping[str, str]) -> Any:
+        status, body = self.post_raw(path, params)
+        return _data(status, body, path)
 
     def get(self, path: str, params: Mapping[str, str] | None = None) -> Any:
         status, body = self.get_raw(path, params)
@@ -137,6 +147,7 @@ class PrometheusServer:
         extra_args: tuple[str, ...] = (),
         ready_timeout: float = 60.0,
         log_level: str = "warn",
+        api_timeout: float = 60.0,
     ) -> None:
         self.workdir = workdir
         self.data_dir = data_dir or workdir / "data"
@@ -149,7 +160,7 @@ class PrometheusServer:
         self._log_level = log_level
         self._ready_timeout = ready_timeout
         self._process: subprocess.Popen[bytes] | None = None
-        self.api = PrometheusApi(self.port)
+        self.api = PrometheusApi(self.port, api_timeout)
 
     @property
     def url(self) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import math
 import re
 import statistics
@@ -19,32 +20,68 @@ class Timing:
     median_ms: float
     p95_ms: float
     series: int
+    runs: int = 0
+    error: str = ""  # the failure (timeout, Prometheus' error text) instead of timings
 
     @staticmethod
     def of(samples_s: Sequence[float], series: int) -> Timing:
         ordered = sorted(samples_s)
         rank = max(0, math.ceil(0.95 * len(ordered)) - 1)  # nearest-rank p95
-        return Timing(statistics.median(ordered) * 1000, ordered[rank] * 1000, series)
+        return Timing(statistics.median(ordered) * 1000, ordered[rank] * 1000, series, len(ordered))
+
+    @staticmethod
+    def failed(error: str) -> Timing:
+        return Timing(math.nan, math.nan, 0, 0, error)
 
 
-# Queries slower than this get fewer timed runs (at least MIN_REPEAT) so one run stays in minutes.
+# Queries slower than this get fewer timed runs (at least MIN_REPEAT); slower than ONE_RUN_SECONDS,
+# the warm-up run is the only one: a run of the benchmark stays within minutes.
 SLOW_QUERY_SECONDS = 1.0
 MIN_REPEAT = 3
+ONE_RUN_SECONDS = 10.0
+QUERY_TIMEOUT = "60s"  # Prometheus' own limit (its default is 2m)
 
 
-def time_call(call: Callable[[], list[dict[str, Any]]], repeat: int) -> Timing:
-    """Median and p95 wall time of `call` over `repeat` runs after one warm-up run (fewer runs, but
-    at least MIN_REPEAT, when the warm-up took longer than SLOW_QUERY_SECONDS)."""
-    started = time.perf_counter()
-    result = call()
-    if time.perf_counter() - started > SLOW_QUERY_SECONDS:
-        repeat = min(repeat, MIN_REPEAT)
-    samples = []
-    for _ in range(repeat):
+class QueryFailed(Exception):
+    pass
+
+
+def run_query(api: PrometheusApi, path: str, params: dict[str, str]) -> int:
+    """Run one query and return the number of series in the answer.
+
+    The answer is not decoded: the time measured is Prometheus' (evaluation, JSON encoding,
+    transfer to the last byte), not Python's JSON parser, which would dominate for big answers.
+    """
+    try:
+        status, body = api.post_raw(path, {**params, "timeout": QUERY_TIMEOUT})
+    except (OSError, http.client.HTTPException) as error:
+        raise QueryFailed(f"{type(error).__name__}: {error}") from None
+    if status != 200 or not body.startswith(b'{"status":"success"'):
+        raise QueryFailed(f"HTTP {status}: {body[:300].decode(errors='replace')}")
+    if b'"resultType":"scalar"' in body[:80]:
+        return 1
+    return body.count(b'{"metric":')
+
+
+def time_call(call: Callable[[], int], repeat: int) -> Timing:
+    """Median and p95 wall time of `call` over `repeat` runs after one warm-up run (fewer runs for
+    slow queries, see SLOW_QUERY_SECONDS and ONE_RUN_SECONDS); a failure becomes the result."""
+    try:
         started = time.perf_counter()
-        result = call()
-        samples.append(time.perf_counter() - started)
-    return Timing.of(samples, len(result))
+        series = call()
+        first = time.perf_counter() - started
+        if first > ONE_RUN_SECONDS:
+            return Timing.of([first], series)
+        if first > SLOW_QUERY_SECONDS:
+            repeat = min(repeat, MIN_REPEAT)
+        samples = []
+        for _ in range(repeat):
+            started = time.perf_counter()
+            series = call()
+            samples.append(time.perf_counter() - started)
+    except QueryFailed as error:
+        return Timing.failed(str(error))
+    return Timing.of(samples, series)
 
 
 @dataclass(frozen=True)
@@ -58,8 +95,9 @@ class PanelTiming:
 def time_panel(api: PrometheusApi, query: PanelQuery, at: float, repeat: int) -> PanelTiming:
     expr = query.substituted
     window = duration_seconds(query.time_range)
-    instant = time_call(lambda: api.query(expr, at), repeat)
-    ranged = time_call(lambda: api.query_range(expr, at - window, at, query.step), repeat)
+    instant = time_call(lambda: run_query(api, "/api/v1/query", {"query": expr, "time": f"{at:.3f}"}), repeat)
+    range_params = {"query": expr, "start": f"{at - window:.3f}", "end": f"{at:.3f}", "step": query.step}
+    ranged = time_call(lambda: run_query(api, "/api/v1/query_range", range_params), repeat)
     return PanelTiming(query, expr, instant, ranged)
 
 
@@ -75,21 +113,24 @@ class GroupTiming:
 def time_rule_group(api: PrometheusApi, group: dict[str, Any], at: float, repeat: int) -> GroupTiming:
     """A group's evaluation cost: its rules' expressions as instant queries at `at`, summed."""
     exprs = [str(rule["expr"]) for rule in group["rules"]]
-    for expr in exprs:  # warm-up
-        api.query(expr, at)
-    totals: list[float] = []
     per_rule = [0.0] * len(exprs)
+    totals: list[float] = []
     series = 0
-    for _ in range(repeat):
-        total = 0.0
-        series = 0
-        for i, expr in enumerate(exprs):
-            started = time.perf_counter()
-            series += len(api.query(expr, at))
-            elapsed = time.perf_counter() - started
-            per_rule[i] += elapsed
-            total += elapsed
-        totals.append(total)
+    try:
+        for expr in exprs:  # warm-up
+            run_query(api, "/api/v1/query", {"query": expr, "time": f"{at:.3f}"})
+        for _ in range(repeat):
+            total = 0.0
+            series = 0
+            for i, expr in enumerate(exprs):
+                started = time.perf_counter()
+                series += run_query(api, "/api/v1/query", {"query": expr, "time": f"{at:.3f}"})
+                elapsed = time.perf_counter() - started
+                per_rule[i] += elapsed
+                total += elapsed
+            totals.append(total)
+    except QueryFailed as error:
+        return GroupTiming(str(group["name"]), len(exprs), Timing.failed(str(error)), "", math.nan)
     slowest = max(range(len(exprs)), key=lambda i: per_rule[i])
     rule = group["rules"][slowest]
     return GroupTiming(

@@ -23,7 +23,7 @@ import yaml
 from bench._fleet_data import FleetShape, backfill, data_end
 from bench._fleet_report import ScaleResult, render, write_section
 from bench._prometheus import PrometheusError, PrometheusServer, binary, config_yaml
-from bench._query_timing import recording_levels, time_panel, time_rule_group
+from bench._query_timing import Timing, recording_levels, time_panel, time_rule_group
 from dashboards import build_all
 from dashboards.queries import PanelQuery, panel_queries
 from observability.config import ObservabilityConfig
@@ -36,7 +36,6 @@ PROMETHEUS_ARGS = (
     "--storage.tsdb.min-block-duration=2h",
     "--storage.tsdb.max-block-duration=2h",
     "--storage.tsdb.retention.time=3650d",
-    "--query.max-samples=100000000",
 )
 
 
@@ -45,7 +44,9 @@ def prometheus_queries(cfg: ObservabilityConfig) -> list[PanelQuery]:
 
 
 def _server(workdir: Path, data_dir: Path, name: str) -> PrometheusServer:
-    return PrometheusServer(workdir / name, config_yaml([], []), data_dir=data_dir, extra_args=PROMETHEUS_ARGS)
+    return PrometheusServer(
+        workdir / name, config_yaml([], []), data_dir=data_dir, extra_args=PROMETHEUS_ARGS, api_timeout=300.0
+    )
 
 
 def backfill_recording_rules(
@@ -113,10 +114,25 @@ def run_scale(root: Path, cfg: ObservabilityConfig, shape: FleetShape, repeat: i
     with _server(workdir, data_dir, "prometheus-timing") as prometheus:
         compaction = wait_compacted(prometheus)
         print(f"  compacted in {compaction:.0f}s; timing panels and rule groups ...", flush=True)
-        panels = [time_panel(prometheus.api, q, end, repeat) for q in prometheus_queries(cfg)]
-        groups = [time_rule_group(prometheus.api, g, end, repeat) for g in rule_groups(cfg)]
+        panels = []
+        for query in prometheus_queries(cfg):
+            panels.append(time_panel(prometheus.api, query, end, repeat))
+            print(
+                f"    {_describe(panels[-1].range)} {query.dashboard_uid} / {query.panel_title} ({query.ref_id})",
+                flush=True,
+            )
+        groups = []
+        for group in rule_groups(cfg):
+            groups.append(time_rule_group(prometheus.api, group, end, repeat))
+            print(f"    {_describe(groups[-1].total)} rule group {group['name']}", flush=True)
     shutil.rmtree(workdir, ignore_errors=True)
     return ScaleResult(shape, backfilled, rules_seconds, compaction, panels, groups)
+
+
+def _describe(timing: Timing) -> str:
+    if timing.error:
+        return f"FAILED ({timing.error[:80]})"
+    return f"{timing.median_ms:8.1f} ms {timing.series:6d} series"
 
 
 def _machine() -> str:

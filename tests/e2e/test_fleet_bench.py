@@ -14,7 +14,15 @@ from bench._fleet_data import BLOCK_SECONDS, FleetShape, all_series, backfill, d
 from bench._fleet_report import BEGIN, END, ScaleResult, render, write_section
 from bench._fleet_series import HistogramSpec, SeriesSpec, poller_series, training_job_series
 from bench._prometheus import PrometheusServer, config_yaml
-from bench._query_timing import GroupTiming, PanelTiming, Timing, recording_levels
+from bench._query_timing import (
+    GroupTiming,
+    PanelTiming,
+    Timing,
+    recording_levels,
+    run_query,
+    time_call,
+    time_panel,
+)
 from bench.fleet import PROMETHEUS_ARGS
 from dashboards.queries import PanelQuery
 from observability import catalog
@@ -113,6 +121,14 @@ def test_backfilled_fleet_answers_queries(tmp_path):
         rate = api.query(f"sum(rate({catalog.TRAINING_DATA_BATCHES_TOTAL.name}[5m]))", end)
         assert 2 * 5 < float(rate[0]["value"][1]) < 2 * 15  # two jobs at about 10 batches/s
 
+        panel = PanelQuery("uid", 1, "t", "A", "prometheus", "prometheus", catalog.GPU_TEMPERATURE_CELSIUS.name,
+                           "15s", "1h")
+        timed = time_panel(api, panel, end, repeat=2)
+        assert (timed.instant.series, timed.range.series, timed.range.runs) == (6, 6, 2)
+        assert 0 < timed.range.median_ms <= timed.range.p95_ms
+        broken = time_call(lambda: run_query(api, "/api/v1/query", {"query": "sum(", "time": str(end)}), 2)
+        assert broken.error.startswith("HTTP 400") and broken.runs == 0
+
 
 def test_recording_rules_are_backfilled_in_dependency_order():
     levels = recording_levels(rule_groups(CFG))
@@ -149,6 +165,11 @@ def test_the_report_flags_missed_goals_and_wide_panels_and_shows_growth(tmp_path
     assert "**8000 series**" in section
     assert "13.3x" in section  # 400 / 30
     assert 'x{a="b\\|c"}' in section  # pipes escaped inside the table
+    failed = fake_result(1000, 1.0, 1.0)
+    failed.panels[0] = PanelTiming(failed.panels[0].query, "x", Timing.failed("TimeoutError: timed out"),
+                                   Timing.failed("TimeoutError: timed out"))
+    broken = render([fake_result(100, 30.0, 5.0), failed], "make bench", "2 cores")
+    assert "**timeout**" in broken and "**fails**: TimeoutError" in broken and "0 of 1 panel queries" in broken
     path = tmp_path / "BENCHMARKS.md"
     path.write_text("# Benchmarks\n\n## Other\n\nkept\n")
     write_section(path, section)
