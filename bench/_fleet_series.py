@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench._fleet_values import has_rare_error
 from observability import catalog
 from observability.config import ObservabilityConfig
 from observability.instrument import TrainingMetrics, render_text
@@ -25,11 +26,12 @@ from poller.exported_metrics import (
     ERROR_TYPES,
     FAILURE_REASONS,
     GPU_GAUGES,
-    PRECREATED_XIDS,
     THROTTLE_REASONS,
 )
 
 GPU_NAME = "NVIDIA H100 80GB HBM3"
+# The XID code of the GPUs that have errors in the fleet (79: the GPU has fallen off the bus).
+FLEET_XID = 79
 POLLER_PORT = 9400
 TRAINER_PORT = 9094
 MODEL_TYPES = ("dqn", "ppo", "tft", "mamba")
@@ -121,8 +123,12 @@ def poller_series(cfg: ObservabilityConfig, node_index: int, gpus: int) -> Itera
             yield SeriesSpec(
                 catalog.GPU_ERRORS_TOTAL.name, (*gpu_labels, ("error_type", error_type)), "rare_errors", key
             )
-        for xid in PRECREATED_XIDS:
-            yield SeriesSpec(catalog.GPU_XID_ERRORS_TOTAL.name, (*gpu_labels, ("xid", str(xid))), "zero", 0)
+        # The poller creates a code's series on its first occurrence only: an XID series exists on
+        # the few GPUs that have errors. It steps with their ml_gpu_errors_total series; it is 0
+        # (not yet absent) before the step, so every series has every sample of the hour.
+        if has_rare_error(key):
+            xid_labels = (*gpu_labels, ("xid", str(FLEET_XID)))
+            yield SeriesSpec(catalog.GPU_XID_ERRORS_TOTAL.name, xid_labels, "rare_errors", key)
 
 
 # --- training jobs ---------------------------------------------------------------------------------

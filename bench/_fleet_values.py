@@ -49,6 +49,15 @@ def _counter(rng: random.Random, n: int, per_second: float, interval: int) -> Va
     return out
 
 
+# The GPUs (1 in VARIANTS) whose `rare_errors` series step from 0 to 1 once within the hour.
+RARE_ERROR_VARIANT = 11
+
+
+def has_rare_error(key: int) -> bool:
+    """Whether the series of this key step once (`rare_errors`), so an error series should exist."""
+    return key % VARIANTS == RARE_ERROR_VARIANT
+
+
 def _step_once(rng: random.Random, n: int) -> Values:
     at = rng.randrange(n)
     return [0.0 if i < at else 1.0 for i in range(n)]
@@ -165,7 +174,7 @@ _SIMPLE: dict[str, Callable[[random.Random, int, int], Values]] = {
     "gpu:memory_clock_hertz": _const(2.619e9),
     "ecc:corrected": lambda rng, n, v: _counter(rng, n, 0.01 if v % 8 == 7 else 0.0, 15),
     "ecc:uncorrected": _const(0.0),
-    "rare_errors": lambda rng, n, v: _step_once(rng, n) if v == 11 else [0.0] * n,
+    "rare_errors": lambda rng, n, v: _step_once(rng, n) if v == RARE_ERROR_VARIANT else [0.0] * n,
     "drift": lambda rng, n, v: [round(x, 3) for x in _walk(rng, n, 0.0, 0.2, 0.01)],
     "storage_used": lambda rng, n, v: [round(x) for x in _walk(rng, n, 1.0e12, 1.8e12, 1e9)],
 }

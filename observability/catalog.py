@@ -180,7 +180,8 @@ GPU_ECC_ERRORS_TOTAL = Metric(
 )
 GPU_XID_ERRORS_TOTAL = Metric(
     "ml_gpu_xid_errors_total", MetricType.COUNTER, "",
-    "XID error events seen by the poller since it started, by XID code.", (*GPU, "xid"), _G,
+    "XID events since the poller started, by XID code; a code's series appears on its first occurrence.",
+    (*GPU, "xid"), _G,
 )
 GPU_ERRORS_TOTAL = Metric(
     "ml_gpu_errors_total", MetricType.COUNTER, "",

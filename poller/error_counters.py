@@ -1,8 +1,15 @@
 """Counters that outlive a collection pass: XID events, GPU errors and collection failures.
 
 Written from the pass (under the pass lock) and from the XID event thread, read on every scrape,
-so every access takes one lock. Every label child exists at 0 from the moment its GPU (or the
-process) is first seen, so that a first increment is visible to `increase()`.
+so every access takes one lock. The GPU error and failure children exist at 0 from the moment
+their GPU (or the process) is first seen, so that a first increment is visible to `increase()`.
+
+Per-code XID children are the exception: XID codes are an open set, and creating even a dozen
+codes up front on every GPU made them most of a fleet's GPU series (all zeros). A code's child
+appears on its first occurrence, with that occurrence counted (1); its first occurrence is
+still visible to `increase()` at once, because the same event increments
+`ml_gpu_errors_total{error_type="xid"}`, which exists at 0 for every GPU. Alerts read that
+counter; the per-code series say which codes occurred.
 """
 
 from __future__ import annotations
@@ -10,14 +17,14 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from poller.exported_metrics import ERROR_TYPES, FAILURE_REASONS, PRECREATED_XIDS
+from poller.exported_metrics import ERROR_TYPES, FAILURE_REASONS
 from poller.model import GpuIdentity
 
 
 @dataclass(frozen=True)
 class GpuErrorCounts:
     gpu: GpuIdentity
-    xids: tuple[tuple[int, int], ...]  # (XID code, count), by code
+    xids: tuple[tuple[int, int], ...]  # (XID code, count), by code; only codes seen at least once
     errors: tuple[tuple[str, int], ...]  # (error_type, count), in ERROR_TYPES order
 
 
@@ -36,22 +43,22 @@ class ErrorCounters:
         self._errors: dict[GpuIdentity, dict[str, int]] = {}
 
     def register_gpu(self, gpu: GpuIdentity) -> None:
-        """Create the GPU's counters at 0 (no-op when it was seen before)."""
+        """Create the GPU's error counters at 0 (no-op when it was seen before); XID codes come later."""
         with self._lock:
             self._register_locked(gpu)
 
     def _register_locked(self, gpu: GpuIdentity) -> None:
         self._snapshot = None
         if gpu not in self._xids:
-            self._xids[gpu] = dict.fromkeys(PRECREATED_XIDS, 0)
+            self._xids[gpu] = {}  # a code's child is created by its first occurrence
             self._errors[gpu] = dict.fromkeys(ERROR_TYPES, 0)
 
     def record_xid(self, gpu: GpuIdentity, code: int) -> None:
         with self._lock:
             self._register_locked(gpu)
             xids = self._xids[gpu]
-            xids[code] = xids.get(code, 0) + 1
-            self._errors[gpu]["xid"] += 1
+            xids[code] = xids.get(code, 0) + 1  # first occurrence creates the child at 1
+            self._errors[gpu]["xid"] += 1  # pre-created at 0: increase() sees every XID, new codes too
 
     def record_error(self, gpu: GpuIdentity, error_type: str, amount: int = 1) -> None:
         if error_type not in ERROR_TYPES:

@@ -47,8 +47,7 @@ ERROR_TYPES: tuple[str, ...] = ("xid", "ecc_uncorrected", "gpu_lost")
 # `reason` values of ml_gpu_poller_collection_failures_total, created at 0 at start.
 FAILURE_REASONS: tuple[str, ...] = ("init", "gpu_lost", "query", "event")
 
-# XID codes whose ml_gpu_xid_errors_total series exist at 0 from the start, so that the first
-# occurrence shows in increase(); other codes appear when first seen (ml_gpu_errors_total
-# {error_type="xid"} counts every code from 0). These are the codes NVIDIA documents as
-# hardware, memory or bus faults that need action on a training node.
-PRECREATED_XIDS: tuple[int, ...] = (13, 31, 43, 48, 63, 64, 74, 79, 92, 94, 95, 119)
+# ml_gpu_xid_errors_total has no pre-created children: XID codes are an open set, and a dozen
+# codes at 0 on every GPU were most of a fleet's GPU series. A code's series appears on its first
+# occurrence (error_counters); ml_gpu_errors_total{error_type="xid"} above exists at 0 and counts
+# every XID, so the first occurrence of any code is visible to increase() through it.

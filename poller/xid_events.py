@@ -1,7 +1,8 @@
 """The XID event thread: counts every XID NVML reports, by GPU and XID code.
 
 dcgm-exporter shows only the last XID as a gauge, so a repeated XID is invisible; here each event
-increments `ml_gpu_xid_errors_total{xid=...}` and `ml_gpu_errors_total{error_type="xid"}`.
+increments `ml_gpu_xid_errors_total{xid=...}` (a code's series is created by its first occurrence)
+and `ml_gpu_errors_total{error_type="xid"}` (exists at 0, so alerts see the first XID of any code).
 
 The thread follows the source's NVML session: it registers an event set on a new session (GPUs
 that do not support XID events are skipped), waits with a short timeout while holding the

@@ -14,7 +14,7 @@ from prometheus_client.registry import Collector
 from observability import catalog
 from poller.collector import GpuCollector, SharedPass, build_families
 from poller.error_counters import ErrorCounters
-from poller.exported_metrics import ERROR_TYPES, FAILURE_REASONS, GPU_GAUGES, PRECREATED_XIDS
+from poller.exported_metrics import ERROR_TYPES, FAILURE_REASONS, GPU_GAUGES
 from poller.exposition import TextPageWriter, format_value
 from poller.model import DriverInfo, GpuIdentity, GpuSample, PassResult
 
@@ -162,7 +162,7 @@ class _Fixed:
         return self.result
 
 
-def test_page_content_labels_units_and_precreated_children() -> None:
+def test_page_content_labels_units_and_children() -> None:
     result, counters = make_page_inputs()
     page = parsed(TextPageWriter("node-1").render(result, counters.snapshot()).decode())
     gpu0 = (("gpu_id", "0"), ("gpu_name", GPU0.name), ("node", "node-1"), ("uuid", GPU0.uuid))
@@ -186,10 +186,11 @@ def test_page_content_labels_units_and_precreated_children() -> None:
     def xid(gpu: tuple[tuple[str, str], ...], code: int) -> float:
         return page[(catalog.GPU_XID_ERRORS_TOTAL.name, tuple(sorted((*gpu, ("xid", str(code))))))]
 
-    assert xid(gpu0, 79) == 2
-    assert xid(gpu1, 4242) == 1
-    for code in PRECREATED_XIDS:  # exist at 0 before the first event, for increase()
-        assert xid(gpu1, code) == (0 if code != 4242 else 1)
+    assert xid(gpu0, 79) == 2  # a repeated XID is counted
+    assert xid(gpu1, 4242) == 1  # any code, created by its first occurrence
+    # No per-code child before its first occurrence (XID codes are an open set): only the two seen.
+    xid_series = sorted(labels for name, labels in page if name == catalog.GPU_XID_ERRORS_TOTAL.name)
+    assert xid_series == sorted([tuple(sorted((*gpu0, ("xid", "79")))), tuple(sorted((*gpu1, ("xid", "4242"))))])
 
     def errors(gpu: tuple[tuple[str, str], ...], error_type: str) -> float:
         return page[(catalog.GPU_ERRORS_TOTAL.name, tuple(sorted((*gpu, ("error_type", error_type)))))]
@@ -261,6 +262,22 @@ def test_error_counters_refuse_unknown_types() -> None:
         counters.record_failure("typo")
     counters.record_error(GPU0, ERROR_TYPES[0], 3)
     assert dict(counters.snapshot().gpus[0].errors)[ERROR_TYPES[0]] == 3
+
+
+def test_xid_codes_appear_on_first_occurrence_and_every_xid_counts_as_an_error() -> None:
+    counters = ErrorCounters()
+    counters.register_gpu(GPU0)
+    (gpu,) = counters.snapshot().gpus
+    assert gpu.xids == ()  # no per-code child up front
+    assert dict(gpu.errors) == dict.fromkeys(ERROR_TYPES, 0)  # the error counters are, for increase()
+    counters.record_xid(GPU0, 48)
+    counters.record_xid(GPU0, 48)
+    counters.record_xid(GPU0, 31337)
+    (gpu,) = counters.snapshot().gpus
+    assert gpu.xids == ((48, 2), (31337, 1))
+    assert dict(gpu.errors)["xid"] == 3
+    counters.record_xid(GPU1, 79)  # an XID on a GPU not registered yet registers it
+    assert dict(counters.snapshot().gpus[1].errors) == {"xid": 1, "ecc_uncorrected": 0, "gpu_lost": 0}
 
 
 @pytest.mark.parametrize(("value", "text"), [(3, "3"), (312.5, "312.5"), (float("nan"), "NaN"),

@@ -261,23 +261,29 @@ def test_every_xid_is_counted_by_code_and_repeats_are_visible(
     config = harness.FakeNvml(gpus=[harness.FakeGpu(), harness.FakeGpu(), harness.FakeGpu(supported_events=0)])
     config.write(nvml_config)
     poller = start_poller(fake_nvml_lib, nvml_config, args=("--min-interval", "30"))
-    # Children exist at 0 before the first event, so increase() sees the first one.
-    assert poller.value(XIDS, gpu_id="0", xid="79") == 0
+    # The error counter exists at 0 before the first event, so increase() sees the first XID of any
+    # code; per-code children are created by their first occurrence only (XID codes are an open set).
     assert poller.value(ERRORS, gpu_id="0", error_type="xid") == 0
+    assert poller.values(XIDS) == []
     assert "watching XID events on 2 GPU(s)" in poller.log()
 
     config.xids = [(0, 79), (0, 79), (1, 13), (0, 999)]
     config.write(nvml_config)
     # Live counters: visible although the pass is cached for 30 s.
     poller.wait_for(XIDS, 2, gpu_id="0", xid="79")
-    poller.wait_for(XIDS, 1, gpu_id="0", xid="999")
+    poller.wait_for(XIDS, 1, gpu_id="0", xid="999")  # a code never seen before appears with its count
     assert poller.value(XIDS, gpu_id="1", xid="13") == 1
-    assert poller.value(ERRORS, gpu_id="0", error_type="xid") == 3
+    assert poller.value(ERRORS, gpu_id="0", error_type="xid") == 3  # every XID, whatever its code
     assert poller.value(ERRORS, gpu_id="1", error_type="xid") == 1
+    # Only the codes that occurred have series: none on GPU 2 (no XID events) or for other codes.
+    assert sorted((s[1]["gpu_id"], s[1]["xid"]) for s in poller.samples() if s[0] == XIDS) == [
+        ("0", "79"), ("0", "999"), ("1", "13")
+    ]
 
     config.xids.append((0, 79))  # the same XID again: the counter moves (dcgm-exporter's gauge would not)
     config.write(nvml_config)
     poller.wait_for(XIDS, 3, gpu_id="0", xid="79")
+    assert poller.value(ERRORS, gpu_id="0", error_type="xid") == 4
     assert poller.value(FAILURES, reason="event") == 0
 
 
