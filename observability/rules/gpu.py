@@ -2,6 +2,11 @@
 
 Every expression reduces by node, gpu_id, uuid and gpu_name (never summing a GPU away) and
 drops the poller pod's target labels, so a restarted poller continues the same alert.
+
+Cost at fleet scale (8,000 GPUs): the alerts read the poller's series directly (no per-GPU
+recording rule), and an upper threshold filters before it aggregates (`max by (...) (x > t)`
+selects the same GPUs with the same value as `max by (...) (x) > t`), so `max` only sees the
+GPUs above it. GPUErrorsDetected reads only ml_gpu_errors_total, never the per-code XID series.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from observability.config import ObservabilityConfig
 from observability.rules import recording
 from observability.rules.detection import critical_for_seconds, event_window_seconds
 from observability.rules.model import AlertRule, RunbookQuery, Severity
-from observability.rules.promql import counter_increased, duration, gauge
+from observability.rules.promql import by, counter_increased, duration, gauge
 
 GROUP = "ml_gpu_resources"
 GPU_LABELS = recording.GPU_LABELS
@@ -28,20 +33,28 @@ MEMORY_EXHAUSTED_SEED_FOR_SECONDS = 60
 TEMPERATURE_HIGH_CELSIUS = 85
 
 
-def _memory_ratio_inline() -> str:
-    # Same expression as recording.GPU_MEMORY_USED_RATIO, inline: a critical alert bound by the
-    # detection promise must not read a recorded series one evaluation old.
-    return (
-        f"{gauge(catalog.GPU_MEMORY_USED_BYTES, GPU_LABELS)}\n"
-        f"/\n"
-        f"{gauge(catalog.GPU_MEMORY_TOTAL_BYTES, GPU_LABELS)}"
-    )
+_USED = catalog.GPU_MEMORY_USED_BYTES.name
+_TOTAL = catalog.GPU_MEMORY_TOTAL_BYTES.name
+
+
+def _memory_ratio_above(ratio: float) -> str:
+    """Per GPU, the fraction of its memory in use where it is above `ratio`.
+
+    Used and total come from the same poller scrape, so they match on every label; the comparison
+    filters before `max` reduces to the GPU's labels, so the aggregation only sees the few GPUs
+    above the threshold (reading the poller's series directly costs less, fleet-wide, than
+    recording the ratio for every GPU and reading that)."""
+    return f"max {by(GPU_LABELS)} (\n  {_USED}\n  /\n  {_TOTAL}\n  > {ratio}\n)"
+
+
+def _memory_ratio_one_gpu_last(window: str) -> str:
+    return f"({_USED}{_ONE_GPU} / {_TOTAL}{_ONE_GPU})[{window}:]"
 
 
 def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
     event_window = duration(event_window_seconds(cfg))
-    util = recording.GPU_UTILIZATION_PERCENT_MAX.record
-    mem = recording.GPU_MEMORY_USED_RATIO.record
+    util = gauge(catalog.GPU_UTILIZATION_PERCENT, GPU_LABELS)
+    one_util = f"{catalog.GPU_UTILIZATION_PERCENT.name}{_ONE_GPU}"
     return (
         AlertRule(
             name="GPUUtilizationLow",
@@ -61,7 +74,7 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             ),
             locating_labels=GPU_LABELS,
             queries=(
-                RunbookQuery("Utilization of this GPU over the last hour", f"{util}{_ONE_GPU}[1h]"),
+                RunbookQuery("Utilization of this GPU over the last hour", f"{one_util}[1h]"),
                 RunbookQuery(
                     "Data loading p95 per model (a slow input pipeline starves the GPU)",
                     f"histogram_quantile(0.95, sum by (model_type, le) "
@@ -75,7 +88,7 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             name="GPUUtilizationCritical",
             group=GROUP,
             severity=Severity.INFO,
-            expr=f"{util} > {UTILIZATION_HIGH_PERCENT}",
+            expr=f"max {by(GPU_LABELS)} ({catalog.GPU_UTILIZATION_PERCENT.name} > {UTILIZATION_HIGH_PERCENT})",
             for_seconds=300,
             summary="A GPU has been saturated for 5 minutes.",
             description=(
@@ -89,7 +102,7 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             ),
             locating_labels=GPU_LABELS,
             queries=(
-                RunbookQuery("Utilization of this GPU over the last hour", f"{util}{_ONE_GPU}[1h]"),
+                RunbookQuery("Utilization of this GPU over the last hour", f"{one_util}[1h]"),
                 RunbookQuery(
                     "Active clock throttle reasons", f"{catalog.GPU_CLOCK_THROTTLE_ACTIVE.name}{_ONE_GPU} == 1"
                 ),
@@ -108,7 +121,7 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             name="GPUMemoryUsageHigh",
             group=GROUP,
             severity=Severity.WARNING,
-            expr=f"{mem} > {MEMORY_HIGH_RATIO}",
+            expr=_memory_ratio_above(MEMORY_HIGH_RATIO),
             for_seconds=300,
             summary="A GPU has had more than 90% of its memory in use for 5 minutes.",
             description=(
@@ -122,7 +135,7 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             ),
             locating_labels=GPU_LABELS,
             queries=(
-                RunbookQuery("Memory in use on this GPU over the last hour", f"{mem}{_ONE_GPU}[1h]"),
+                RunbookQuery("Memory in use on this GPU over the last hour", _memory_ratio_one_gpu_last("1h")),
                 RunbookQuery(
                     "Bytes used and total",
                     f"{catalog.GPU_MEMORY_USED_BYTES.name}{_ONE_GPU} or "
@@ -135,7 +148,7 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             name="GPUMemoryExhausted",
             group=GROUP,
             severity=Severity.CRITICAL,
-            expr=f"{_memory_ratio_inline()}\n> {MEMORY_EXHAUSTED_RATIO}",
+            expr=_memory_ratio_above(MEMORY_EXHAUSTED_RATIO),
             for_seconds=critical_for_seconds(cfg, MEMORY_EXHAUSTED_SEED_FOR_SECONDS),
             summary="A GPU is about to run out of memory.",
             description=(
@@ -151,7 +164,7 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             ),
             locating_labels=GPU_LABELS,
             queries=(
-                RunbookQuery("Memory in use on this GPU over the last 15 minutes", f"{mem}{_ONE_GPU}[15m]"),
+                RunbookQuery("Memory in use on this GPU over the last 15 minutes", _memory_ratio_one_gpu_last("15m")),
                 RunbookQuery(
                     "Out-of-memory training failures in the last hour",
                     f'sum by (model_type) (increase({catalog.TRAINING_FAILURES_TOTAL.name}{{error_type="oom"}}[1h]))',
@@ -161,15 +174,15 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
                 "The seed gives `for: 1m` but promises out-of-memory detection within 30s; both cannot hold. "
                 "The promise wins: `for` is derived from the evaluation interval (15s at the default 15s "
                 "intervals, so two consecutive samples above 95% are needed and a single-sample spike does "
-                "not page; 0s when the evaluation interval is 30s). The ratio is computed inline rather "
-                "than read from its recording rule, which may lag one evaluation."
+                "not page; 0s when the evaluation interval is 30s). The ratio is computed from the poller's "
+                "series (no recording rule, which could lag one evaluation)."
             ),
         ),
         AlertRule(
             name="GPUTemperatureHigh",
             group=GROUP,
             severity=Severity.CRITICAL,
-            expr=f"{gauge(catalog.GPU_TEMPERATURE_CELSIUS, GPU_LABELS)} > {TEMPERATURE_HIGH_CELSIUS}",
+            expr=f"max {by(GPU_LABELS)} ({catalog.GPU_TEMPERATURE_CELSIUS.name} > {TEMPERATURE_HIGH_CELSIUS})",
             for_seconds=120,
             summary="A GPU has been hotter than 85 °C for 2 minutes.",
             description=f'{_GPU} is at {{{{ printf "%.0f" $value }}}} °C, above {TEMPERATURE_HIGH_CELSIUS} °C for 2m.',
@@ -195,16 +208,13 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             name="GPUErrorsDetected",
             group=GROUP,
             severity=Severity.CRITICAL,
-            expr=(
-                f"{counter_increased(catalog.GPU_ERRORS_TOTAL, event_window_seconds(cfg), GPU_LABELS)}\n"
-                f"or\n"
-                f"{counter_increased(catalog.GPU_XID_ERRORS_TOTAL, event_window_seconds(cfg), GPU_LABELS)}"
-            ),
+            expr=counter_increased(catalog.GPU_ERRORS_TOTAL, event_window_seconds(cfg), GPU_LABELS),
             for_seconds=critical_for_seconds(cfg, 0),
             summary="A GPU reported hardware errors.",
             description=(
                 f"{_GPU} reported hardware errors (XID, uncorrectable ECC or GPU lost) within the last "
-                f"{event_window}."
+                f"{event_window}. The XID codes: increase({catalog.GPU_XID_ERRORS_TOTAL.name}"
+                f'{{node="{{{{ $labels.node }}}}", gpu_id="{{{{ $labels.gpu_id }}}}"}}[1h]).'
             ),
             impact="Results computed on the GPU may be corrupt, and the job on it may crash or hang",
             action=(
@@ -231,10 +241,13 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
                 ),
             ),
             rationale=(
-                "Reads both ml_gpu_errors_total (by error type) and ml_gpu_xid_errors_total (by XID code) so "
-                "an XID is caught whichever the poller counts. A counter is never compared with `> 0`: that "
-                "would fire forever after the first error. The alert fires at the first evaluation that "
-                f"sees a new error (no `for`) and resolves {event_window} after the last one."
+                "Reads only ml_gpu_errors_total, which the poller creates at 0 for every GPU and increments "
+                "for every XID (any code), uncorrectable ECC error and lost GPU, so one alert per GPU covers "
+                "all three. ml_gpu_xid_errors_total (by XID code) only says which codes occurred: its "
+                "series appear on a code's first occurrence, and reading them made this rule cost seconds "
+                "at fleet scale. A counter is never compared with `> 0`: that would fire forever after the "
+                "first error. The alert fires at the first evaluation that sees a new error (no `for`) and "
+                f"resolves {event_window} after the last one."
             ),
         ),
     )

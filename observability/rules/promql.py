@@ -29,6 +29,11 @@ def by(labels: Sequence[str]) -> str:
     return f"by ({', '.join(labels)})"
 
 
+def on(labels: Sequence[str]) -> str:
+    """The `on (...)` clause of a binary operation's vector matching."""
+    return f"on ({', '.join(labels)})"
+
+
 def _require(metric: Metric, kind: MetricType) -> None:
     if metric.type is not kind:
         raise TypeError(f"{metric.name} is a {metric.type.value}; this expression needs a {kind.value}")
@@ -40,16 +45,22 @@ def counter_increased(metric: Metric, window_seconds: int, labels: Sequence[str]
     `increase()` needs two samples, so a labelled counter that is created by its first increment
     (prometheus-client creates a child on `.labels(...).inc()`) would never be seen by it. The
     second branch catches a series group that is new within the window and already above zero.
-    It aggregates first, so a restarted exporter pod (new `pod`/`instance` labels, same counts)
-    is not a new group and does not fire.
+    It matches by `labels` only, so a restarted exporter pod (new `pod`/`instance` labels, same
+    counts) is not a new group and does not fire.
+
+    Cost at fleet scale: both branches filter before they aggregate (counters and their increases
+    are never negative, so `sum(x > 0)` selects the same groups as `sum(x) > 0` with the same
+    value), and the "was it there a window ago" side is a set match (`unless on`) rather than a
+    second aggregation; nearly every series of an error counter is an unchanged 0, so the sums
+    see almost nothing.
     """
     _require(metric, MetricType.COUNTER)
     window = duration(window_seconds)
     agg = f"sum {by(labels)}"
     return (
-        f"({agg} (increase({metric.name}[{window}])) > 0)\n"
+        f"{agg} (increase({metric.name}[{window}]) > 0)\n"
         f"or\n"
-        f"({agg} ({metric.name}) > 0 unless {agg} ({metric.name} offset {window}))"
+        f"({agg} ({metric.name} > 0) unless {on(labels)} {metric.name} offset {window})"
     )
 
 

@@ -1,8 +1,8 @@
 """Recording rules (`level:metric:operations`) for what alerts and dashboards compute repeatedly.
 
-Levels name the labels a series keeps: `node_gpu` = node, gpu_id, uuid, gpu_name (every label
-that locates a GPU); `namespace_service_model_type` = namespace, service, model_type. Import the
-constants and use `.record`; never spell a recorded name again.
+Levels name the labels a series keeps: `namespace_service_model_type` = namespace, service,
+model_type. Nothing is recorded per GPU (see below). Import the constants and use `.record`;
+never spell a recorded name again.
 
 Alerts bound by the 30-second promise do not read these: a rule in another group may see a
 recorded value one evaluation old (see detection.py).
@@ -22,11 +22,12 @@ SERVICE_MODEL_LABELS: tuple[str, ...] = ("namespace", "service", "model_type")
 RATE_WINDOW_SECONDS = 300
 _RATE_WINDOW = duration(RATE_WINDOW_SECONDS)
 
-GPU_UTILIZATION_PERCENT_MAX = RecordingRule(
-    record="node_gpu:ml_gpu_utilization_percent:max",
-    expr=gauge(catalog.GPU_UTILIZATION_PERCENT, GPU_LABELS),
-    help="GPU utilization (0-100) per GPU, without the poller pod's target labels.",
-)
+# No per-GPU recording rule: recording one series per GPU (8,000 at 1,000 nodes x 8 GPUs) every
+# evaluation cost more than it saved. The GPU alerts read the poller's series directly, each
+# reading them once (gpu.py), which is fewer series read and none written.
+#
+# GPU_MEMORY_USED_RATIO is no longer recorded (it is in no group): it stays importable only for
+# the dashboard that still names its record; `.expr` is the per-GPU ratio to query instead.
 GPU_MEMORY_USED_RATIO = RecordingRule(
     record="node_gpu:ml_gpu_memory_used_over_total:ratio",
     expr=(
@@ -34,7 +35,7 @@ GPU_MEMORY_USED_RATIO = RecordingRule(
         f"/\n"
         f"{gauge(catalog.GPU_MEMORY_TOTAL_BYTES, GPU_LABELS)}"
     ),
-    help="Fraction (0-1) of each GPU's memory in use.",
+    help="Fraction (0-1) of each GPU's memory in use (not recorded; query `.expr`).",
 )
 INFERENCE_LATENCY_P99 = RecordingRule(
     record="namespace_service_model_type:ml_inference_latency_seconds:p99_rate5m",
@@ -81,7 +82,6 @@ TRAINING_DATA_AGE_SECONDS = RecordingRule(
     help="Seconds since the newest update of each training data set.",
 )
 
-GPU_RECORDING_RULES: tuple[RecordingRule, ...] = (GPU_UTILIZATION_PERCENT_MAX, GPU_MEMORY_USED_RATIO)
 SERVICE_RECORDING_RULES: tuple[RecordingRule, ...] = (
     INFERENCE_LATENCY_P99,
     MODEL_CACHE_MISS_RATIO,
@@ -90,14 +90,13 @@ SERVICE_RECORDING_RULES: tuple[RecordingRule, ...] = (
     MODEL_STORAGE_USED_RATIO,
     TRAINING_DATA_AGE_SECONDS,
 )
-RECORDING_RULES: tuple[RecordingRule, ...] = GPU_RECORDING_RULES + SERVICE_RECORDING_RULES
+RECORDING_RULES: tuple[RecordingRule, ...] = SERVICE_RECORDING_RULES
 
 
 def recording_groups(cfg: ObservabilityConfig) -> list[dict[str, Any]]:
     """The recording groups the alerts rely on, evaluated at the stack's evaluation interval."""
     interval = duration(cfg.evaluation_interval_seconds)
     return [
-        {"name": "ml_gpu.recording", "interval": interval, "rules": [r.to_rule() for r in GPU_RECORDING_RULES]},
         {
             "name": "ml_service.recording",
             "interval": interval,

@@ -91,7 +91,9 @@ def performance_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
                     f"histogram_quantile(0.95, sum by (le) "
                     f"(rate({catalog.TRAINING_ITERATION_SECONDS.bucket}{_ONE_JOB}[5m])))",
                 ),
-                RunbookQuery("GPU utilization on every GPU", recording.GPU_UTILIZATION_PERCENT_MAX.record),
+                RunbookQuery(
+                    "GPU utilization on every GPU", gauge(catalog.GPU_UTILIZATION_PERCENT, recording.GPU_LABELS)
+                ),
             ),
             rationale="Inhibited while MLTrainingServiceDown fires (Alertmanager).",
         ),

@@ -67,7 +67,8 @@ def _input(alert: str, text_for: tuple[float, float], scrape: int, phase: int, f
     if alert == "TrainingNaNDetected":
         return {series(catalog.TRAINING_NAN_COUNT, {**TRAINING_POD, **NAN_JOB}): samples}
     if alert == "GPUErrorsDetected":
-        return {series(catalog.GPU_XID_ERRORS_TOTAL, {**poller_target(), **GPU, "xid": "79"}): samples}
+        # An XID as the poller counts it: in the errors counter, which exists at 0 before it.
+        return {series(catalog.GPU_ERRORS_TOTAL, {**poller_target(), **GPU, "error_type": "xid"}): samples}
     total = _samples(scrape, phase, first_bad, end, H100_BYTES, H100_BYTES)
     return {
         series(catalog.GPU_MEMORY_USED_BYTES, {**poller_target(), **GPU}): samples,

@@ -19,6 +19,7 @@ from observability.rules import (
     RECORDING_RULES,
     Severity,
     alert_rules,
+    recording,
     rule_groups,
     rules_file_yaml,
 )
@@ -154,7 +155,7 @@ _PROMQL_WORDS = {
 
 def _series_names(expr: str) -> set[str]:
     without_strings = re.sub(r'"[^"]*"', '""', expr)
-    without_labels = re.sub(r"\b(by|without) \([^)]*\)", "", without_strings)
+    without_labels = re.sub(r"\b(by|without|on|ignoring) \([^)]*\)", "", without_strings)
     without_matchers = re.sub(r"\{[^}]*\}", "{}", without_labels)
     return {n for n in _SERIES_NAME.findall(without_matchers) if n not in _PROMQL_WORDS and not n.isdigit()}
 
@@ -166,7 +167,7 @@ def test_rules_query_only_catalog_series_and_recorded_series():
     assert found, "the series-name scan found nothing: it is broken"
     assert found <= known, sorted(found - known)
     assert catalog.GPU_MEMORY_USED_BYTES.name in found
-    assert "node_gpu:ml_gpu_utilization_percent:max" in found
+    assert recording.MODEL_CACHE_MISS_RATIO.record in found
 
 
 def test_recording_rules_are_named_level_metric_operation_and_unique():
@@ -226,3 +227,20 @@ def test_promtool_check_rules_passes_for_every_stack_and_interval_variant(tmp_pa
     assert ok.stdout.count("SUCCESS") == len(files)
     bad = subprocess.run([promtool(), "check", "rules", str(broken)], capture_output=True, text=True, check=False)
     assert bad.returncode != 0, "promtool accepted a broken expression: the check proves nothing"
+
+
+def test_gpu_errors_alert_reads_only_the_errors_counter_not_the_per_code_xid_series():
+    # At 8,000 GPUs the per-code series made this one rule cost seconds; the errors counter counts
+    # every XID (any code), uncorrectable ECC error and lost GPU, so it alone is the signal.
+    (errors,) = [a for a in alert_rules(CFG) if a.name == "GPUErrorsDetected"]
+    assert _series_names(errors.expr) == {catalog.GPU_ERRORS_TOTAL.name}
+    assert catalog.GPU_XID_ERRORS_TOTAL.name in errors.description  # it still points at the codes
+
+
+def test_no_alert_recording_rule_reads_the_gpu_pollers_series():
+    # One recorded series per GPU every evaluation costs more than the alerts reading the poller's
+    # series themselves (see recording.py).
+    gpu_series = {s for m in catalog.by_producer(catalog.Producer.GPU_POLLER) for s in m.series_names}
+    for group in recording.recording_groups(CFG):
+        for rule in group["rules"]:
+            assert not _series_names(rule["expr"]) & gpu_series, rule["record"]
