@@ -15,15 +15,17 @@ from dashboards.panels import GREEN, RED, YELLOW, Common, Query, Thresholds
 from observability import catalog
 from observability.config import ObservabilityConfig
 from observability.rules import dashboard_recording as rec
+from observability.rules.model import RecordingRule
 
 UID = "foxhunt-infra-cockpit"
 TITLE = "Foxhunt Infra Cockpit"
 
 NODE = promql.variable_matcher("node", "node")
-GPU_LEGEND = "{{node}} GPU {{gpu_id}}"
 UP_DOWN = {"1": ("UP", GREEN), "0": ("DOWN", RED)}
 ALL_UP = Thresholds(RED, ((1, GREEN),))
 ERRORS = Thresholds(GREEN, ((1e-3, RED),))
+# How many members a "worst" table lists.
+WORST = 10
 
 
 def _up(services: tuple[str, ...]) -> str:
@@ -67,77 +69,118 @@ def _scrape_targets(cfg: ObservabilityConfig) -> Row:
     ])
 
 
+def _node_gauge(metric: catalog.Metric) -> str:
+    """One value per node (a poller pod restarting briefly exports a node twice)."""
+    return promql.by("max", ("node",), promql.gauge(metric, (NODE,)))
+
+
+def _worst(title: str, description: str, unit: str, expr: str, w: int = 8) -> panels.PanelBuilder:
+    """The worst members now: an instant `topk` table, bounded and free of the churn a range
+    topk draws (every member that was in the top k at any step)."""
+    return panels.prometheus_table(
+        Common(title, description, unit, w=w),
+        [Query(f"topk({WORST}, {expr})", instant=True, format="table")],
+        hidden_columns=("Time",),
+    )
+
+
 def _poller_health() -> Row:
+    nvml_down = f"{_node_gauge(catalog.GPU_POLLER_NVML_UP)} == 0"
+    duration = promql.gauge(catalog.GPU_POLLER_COLLECTION_DURATION_SECONDS, (NODE,))
+    devices = _node_gauge(catalog.GPU_POLLER_DEVICES)
+    failures = promql.by("sum", ("node",), promql.rate(catalog.GPU_POLLER_COLLECTION_FAILURES_TOTAL, (NODE,)))
     return Row("GPU Poller Health", [
-        panels.state_timeline(
-            Common("NVML Up per Node", "Whether the poller's last collection reached NVML, per node.", "none",
-                   w=12, thresholds=ALL_UP, mappings=UP_DOWN),
-            [Query(promql.by("max", ("node",), promql.gauge(catalog.GPU_POLLER_NVML_UP, (NODE,))), "{{node}}")],
-        ),
-        panels.timeseries(
-            Common("Collection Duration", "Wall time of the poller's last NVML collection pass, per node.", "s",
-                   w=12, min=0),
-            [Query(promql.by("max", ("node",), promql.gauge(catalog.GPU_POLLER_COLLECTION_DURATION_SECONDS, (NODE,))),
-                   "{{node}}")],
-        ),
-        panels.timeseries(
-            Common("Collection Failures", "Failed NVML calls or passes per second, by node and reason.", "cps",
-                   w=8, min=0, thresholds=ERRORS),
-            [Query(promql.by("sum", ("node", "reason"),
-                             promql.rate(catalog.GPU_POLLER_COLLECTION_FAILURES_TOTAL, (NODE,))),
-                   "{{node}} {{reason}}")],
-            threshold_style=panels.ThresholdStyle.AREA,
-        ),
-        panels.timeseries(
-            Common("GPUs per Node", "GPUs the poller found in its last collection, per node.", "short", w=8, min=0),
-            [Query(promql.by("max", ("node",), promql.gauge(catalog.GPU_POLLER_DEVICES, (NODE,))), "{{node}}")],
+        panels.stat(
+            Common("Nodes with NVML Down", "Nodes whose poller could not reach NVML in its last collection.",
+                   "short", w=4, thresholds=Thresholds(GREEN, ((1, RED),))),
+            [Query(f"count({nvml_down}) or vector(0)", "NVML down", instant=True)],
+            background=True,
         ),
         panels.prometheus_table(
-            Common("Driver Versions", "NVML, driver and CUDA driver versions on each node.", "none", w=8),
-            [Query(promql.by("max", ("node", "driver_version", "nvml_version", "cuda_driver_version"),
+            Common("NVML Up per Node",
+                   "Only the nodes whose poller cannot reach NVML now (value 0); empty while every node is up.",
+                   "none", w=8, thresholds=ALL_UP, mappings=UP_DOWN),
+            [Query(nvml_down, instant=True, format="table")],
+        ),
+        panels.timeseries(
+            Common("Collection Duration",
+                   "Wall time of the pollers' last NVML collection pass: slowest node, 95th percentile and median "
+                   "over the nodes.", "s", w=12, min=0),
+            [Query(promql.by("max", (), duration), "slowest node"),
+             Query(f"quantile(0.95, {duration})", "p95"),
+             Query(f"quantile(0.5, {duration})", "median")],
+        ),
+        panels.timeseries(
+            Common("Collection Failures", "Failed NVML calls or passes per second over the fleet, by reason.", "cps",
+                   w=8, min=0, thresholds=ERRORS),
+            [Query(rec.GPU_POLLER_COLLECTION_FAILURES_RATE.record, "{{reason}}")],
+            threshold_style=panels.ThresholdStyle.AREA,
+        ),
+        _worst("Slowest Collections", f"The {WORST} nodes whose last NVML collection took longest.", "s",
+               promql.by("max", ("node",), duration)),
+        _worst("Most Collection Failures", f"The {WORST} nodes failing the most NVML calls per second now.", "cps",
+               f"{failures} > 0"),
+        panels.stat(
+            Common("GPUs per Node", "GPUs the pollers found in their last collection: fleet total and the fewest "
+                   "on any node.", "short", w=8, min=0),
+            [Query(promql.by("sum", (), devices), "GPUs in the fleet", instant=True),
+             Query(promql.by("min", (), devices), "fewest on a node", instant=True)],
+        ),
+        panels.prometheus_table(
+            Common("Driver Versions", "Nodes running each NVML, driver and CUDA driver version.", "short", w=16),
+            [Query(promql.by("count", ("driver_version", "nvml_version", "cuda_driver_version"),
                              promql.gauge(catalog.GPU_DRIVER_INFO, (NODE,))), instant=True, format="table")],
-            hidden_columns=("Value",),
         ),
     ])
 
 
 def _gpu_hardware() -> Row:
-    def errors(title: str, description: str, metric: catalog.Metric, label: str) -> panels.PanelBuilder:
+    def errors(title: str, description: str, rule: RecordingRule, label: str) -> panels.PanelBuilder:
         return panels.timeseries(
             Common(title, description, "cps", w=8, min=0, thresholds=ERRORS),
-            [Query(promql.by("sum", ("node", "gpu_id", label), promql.rate(metric, (NODE,))),
-                   f"{GPU_LEGEND} {{{{{label}}}}}")],
+            [Query(rule.record, f"{{{{{label}}}}}")],
             threshold_style=panels.ThresholdStyle.AREA,
         )
 
+    def worst_gpus(title: str, what: str, metric: catalog.Metric) -> panels.PanelBuilder:
+        per_gpu = promql.by("sum", ("node", "gpu_id"), promql.rate(metric, (NODE,)))
+        return _worst(title, f"The {WORST} GPUs with the most {what} per second now (only GPUs that have any).",
+                      "cps", f"{per_gpu} > 0")
+
+    power = promql.gauge(catalog.GPU_POWER_WATTS, (NODE,))
     return Row("GPU Hardware Health", [
-        errors("ECC Errors", "ECC errors per second, corrected and uncorrected.", catalog.GPU_ECC_ERRORS_TOTAL,
-               "ecc_type"),
-        errors("XID Errors", "XID error events per second, by XID code.", catalog.GPU_XID_ERRORS_TOTAL, "xid"),
-        errors("GPU Errors by Type", "GPU hardware errors per second (xid, ecc_uncorrected, gpu_lost).",
-               catalog.GPU_ERRORS_TOTAL, "error_type"),
+        errors("ECC Errors", "ECC errors per second over the fleet, corrected and uncorrected.",
+               rec.GPU_ECC_ERRORS_RATE, "ecc_type"),
+        errors("XID Errors", "XID error events per second over the fleet, by XID code (codes that occurred).",
+               rec.GPU_XID_ERRORS_RATE, "xid"),
+        errors("GPU Errors by Type", "GPU hardware errors per second over the fleet (xid, ecc_uncorrected, "
+               "gpu_lost).", rec.GPU_ERRORS_RATE, "error_type"),
+        worst_gpus("GPUs with ECC Errors", "ECC errors", catalog.GPU_ECC_ERRORS_TOTAL),
+        worst_gpus("GPUs with XID Errors", "XID errors", catalog.GPU_XID_ERRORS_TOTAL),
+        worst_gpus("GPUs with Hardware Errors", "hardware errors of any type", catalog.GPU_ERRORS_TOTAL),
         panels.timeseries(
-            Common("Clock Throttle Reasons", "GPUs with each clock-throttle reason active, per node.", "short",
+            Common("Clock Throttle Reasons", "GPUs of the fleet with each clock-throttle reason active.", "short",
                    w=8, min=0),
-            [Query(promql.by("sum", ("node", "reason"), promql.gauge(catalog.GPU_CLOCK_THROTTLE_ACTIVE, (NODE,))),
-                   "{{node}} {{reason}}")],
+            [Query(rec.GPU_CLOCK_THROTTLE_SUM.record, "{{reason}}")],
             stacked=True,
         ),
         panels.timeseries(
-            Common("SM and Memory Clocks", "Current SM clock (solid) and memory clock (dashed) of each GPU.",
+            Common("SM and Memory Clocks",
+                   "SM clock (solid) and memory clock (dashed) over the fleet: the median GPU and the slowest one.",
                    "hertz", w=8, min=0),
-            [Query(promql.gauge(catalog.GPU_SM_CLOCK_HERTZ, (NODE,)), f"{GPU_LEGEND} SM"),
-             Query(promql.gauge(catalog.GPU_MEMORY_CLOCK_HERTZ, (NODE,)), f"{GPU_LEGEND} memory")],
-            dashed_refs=("B",),
+            [Query(rec.GPU_SM_CLOCK_P50.record, "SM median"), Query(rec.GPU_SM_CLOCK_MIN.record, "SM slowest GPU"),
+             Query(rec.GPU_MEMORY_CLOCK_P50.record, "memory median"),
+             Query(rec.GPU_MEMORY_CLOCK_MIN.record, "memory slowest GPU")],
+            dashed_refs=("C", "D"),
         ),
         panels.timeseries(
-            Common("Power Draw vs Limit", "Power drawn by each node's GPUs (solid) against their limits (dashed).",
-                   "watt", w=8, min=0),
-            [Query(promql.by("sum", ("node",), promql.gauge(catalog.GPU_POWER_WATTS, (NODE,))), "{{node}} draw"),
-             Query(promql.by("sum", ("node",), promql.gauge(catalog.GPU_POWER_LIMIT_WATTS, (NODE,))),
-                   "{{node}} limit")],
+            Common("Power Draw vs Limit", "Power drawn by all GPUs of the fleet (solid) against the sum of their "
+                   "limits (dashed).", "watt", w=8, min=0),
+            [Query(rec.GPU_POWER_SUM.record, "fleet draw"), Query(rec.GPU_POWER_LIMIT_SUM.record, "fleet limit")],
             dashed_refs=("B",),
         ),
+        _worst("Highest Power Draw", f"The {WORST} GPUs drawing the most power now.", "watt",
+               promql.by("max", ("node", "gpu_id"), power), w=24),
     ])
 
 

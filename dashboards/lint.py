@@ -14,10 +14,13 @@ from typing import Any
 
 import promql_parser as pp
 
+from dashboards.fleet_bound import MAX_TOPK, FleetBound
 from dashboards.promql_ast import SelectorUse, aggregation_keeps, selector_uses
 from dashboards.queries import VARIABLE, builtin_values, dashboard_variables, panel_queries, substitute_variables
 from observability import catalog
 from observability.catalog import MetricType
+from observability.config import ObservabilityConfig
+from observability.rules import dashboard_recording, recording
 
 Dashboard = Mapping[str, Any]
 Rule = Callable[[Dashboard], list[str]]
@@ -243,6 +246,33 @@ def histograms_by_le(d: Dashboard) -> list[str]:
     return found
 
 
+def recorded_expressions() -> dict[str, str]:
+    """record -> expression of every recording rule a dashboard may read (the alert engineer's
+    groups and the dashboards' own; rule expressions do not depend on the config)."""
+    cfg = ObservabilityConfig()
+    groups = [*recording.recording_groups(cfg), *dashboard_recording.dashboard_recording_groups(cfg)]
+    return {str(r["record"]): str(r["expr"]) for g in groups for r in g["rules"] if "record" in r}
+
+
+def fleet_bounded(d: Dashboard) -> list[str]:
+    """No Prometheus target returns one series per GPU or node (see `dashboards.fleet_bound`)."""
+    bound = FleetBound(recorded_expressions())
+    found = []
+    for q in panel_queries(d):
+        if q.datasource_type != "prometheus":
+            continue
+        try:
+            kept = bound.member_labels(q.substituted)
+        except ValueError:
+            continue  # promql-parses reports it
+        if kept:
+            found.append(
+                f"panel {q.panel_id} {q.panel_title!r} {q.ref_id}: one series per {'/'.join(sorted(kept))}; "
+                f"aggregate it or use topk/bottomk (k <= {MAX_TOPK})"
+            )
+    return found
+
+
 RULES: dict[str, Rule] = {
     "dashboard-metadata": dashboard_metadata,
     "panel-description": panel_descriptions,
@@ -257,6 +287,7 @@ RULES: dict[str, Rule] = {
     "rate-interval": rate_windows,
     "counter-under-rate": counters_under_rate,
     "histogram-quantile-le": histograms_by_le,
+    "fleet-bounded": fleet_bounded,
 }
 
 

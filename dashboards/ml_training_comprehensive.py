@@ -14,7 +14,6 @@ from dashboards.panels import BLUE, GREEN, RED, YELLOW, Common, Query, Threshold
 from observability import catalog
 from observability.config import ObservabilityConfig
 from observability.rules import dashboard_recording as rec
-from observability.rules import recording as alert_recording
 
 UID = "ml-training-comprehensive"
 TITLE = "ML Training Comprehensive"
@@ -23,6 +22,8 @@ MODEL = promql.variable_matcher("model_type", "model_type")
 JOB = promql.variable_matcher("job_id", "job_id")
 JOB_LEGEND = "{{model_type}} {{job_id}}"
 GPU_LEGEND = "{{node}} GPU {{gpu_id}}"
+# GPUs a per-GPU panel draws at most per target (the recorded topk / bottomk lists).
+TOP = rec.GPU_EXTREMES
 
 # Seed 001's colours.
 NAN_RED_ABOVE_ZERO = Thresholds(GREEN, ((1, RED),))  # integer counts (ceil), so "1" is "above 0"
@@ -89,21 +90,25 @@ def _loss_monitoring() -> Row:
 
 
 def _gpu_monitoring() -> Row:
-    # The alert rules' recording of used / total memory per GPU (GPUMemoryUsageHigh reads it too).
-    memory = f"100 * {alert_recording.GPU_MEMORY_USED_RATIO.record}"
+    # Per GPU, then only the fullest TOP of them (an instant query: one pass over the 8,000 GPUs).
+    memory = (f"100 * {promql.gauge(catalog.GPU_MEMORY_USED_BYTES)}"
+              f" / {promql.gauge(catalog.GPU_MEMORY_TOTAL_BYTES)}")
     return Row("GPU Monitoring", [
         panels.timeseries(
             Common("GPU Utilization Timeline",
-                   "GPU utilization: red below 30% (waste) and above 95% (bottleneck), green from 60% to 95%.",
+                   f"GPU utilization: fleet median, the {TOP} busiest and the {TOP} idlest GPUs; red below 30% "
+                   "(waste) and above 95% (bottleneck), green from 60% to 95%.",
                    "percent", w=12, min=0, max=100, thresholds=GPU_UTILIZATION),
-            [Query(promql.gauge(catalog.GPU_UTILIZATION_PERCENT), GPU_LEGEND)],
+            [Query(rec.GPU_UTILIZATION_P50.record, "fleet median"),
+             Query(rec.GPU_UTILIZATION_TOP.record, GPU_LEGEND),
+             Query(rec.GPU_UTILIZATION_BOTTOM.record, f"{GPU_LEGEND} idle")],
             fill_opacity=20, threshold_style=panels.ThresholdStyle.LINE_AND_AREA,
         ),
         panels.stat(
-            Common("GPU Memory Usage", "Device memory in use per GPU; critical (red) at 95%.", "percent",
-                   w=12, min=0, max=100, thresholds=GPU_MEMORY),
-            [Query(memory, GPU_LEGEND)],
-            background=True, sparkline=True,
+            Common("GPU Memory Usage", f"Device memory in use on the {TOP} fullest GPUs now; critical (red) at 95%.",
+                   "percent", w=12, min=0, max=100, thresholds=GPU_MEMORY),
+            [Query(f"topk({TOP}, {memory})", GPU_LEGEND, instant=True)],
+            background=True,
         ),
     ])
 
@@ -130,15 +135,16 @@ def _training_progress() -> Row:
 def _performance() -> Row:
     return Row("Performance Metrics", [
         panels.timeseries(
-            Common("GPU Temperature", "GPU temperature: green below 75 °C, yellow to 85 °C, red above.", "celsius",
+            Common("GPU Temperature", f"GPU temperature, fleet median and the {TOP} hottest GPUs: green below 75 °C, "
+                   "yellow to 85 °C, red above.", "celsius",
                    w=12, thresholds=TEMPERATURE),
-            [Query(promql.gauge(catalog.GPU_TEMPERATURE_CELSIUS), GPU_LEGEND)],
+            [Query(rec.GPU_TEMPERATURE_P50.record, "fleet median"),
+             Query(rec.GPU_TEMPERATURE_TOP.record, GPU_LEGEND)],
             threshold_style=panels.ThresholdStyle.LINE,
         ),
         panels.timeseries(
             Common("Training Iteration Duration", "95th percentile duration of a training iteration.", "s", w=12),
-            [Query(promql.recorded_quantile(0.95, rec.TRAINING_ITERATION_SECONDS_BUCKET_RATE5M.record, (MODEL, JOB),
-                                            ("model_type", "job_id")), f"p95 {JOB_LEGEND}")],
+            [Query(promql.selector(rec.ITERATION_SECONDS_P95.record, (MODEL, JOB)), f"p95 {JOB_LEGEND}")],
         ),
     ])
 
@@ -191,7 +197,7 @@ def _error_tracking() -> Row:
         panels.stat(
             Common("GPU Errors", "CRITICAL: GPU hardware errors per second; red above 0.01 errors/s.", "cps",
                    w=12, thresholds=GPU_ERRORS, decimals=3),
-            [Query(promql.by("sum", ("error_type",), promql.rate(catalog.GPU_ERRORS_TOTAL)), "{{error_type}}")],
+            [Query(rec.GPU_ERRORS_RATE.record, "{{error_type}}")],
             calcs=("max",), background=True,
         ),
     ])

@@ -26,6 +26,8 @@ JOB_LEGEND = "{{model_type}} {{job_id}}"
 FOLD_LEGEND = "{{model_type}} {{job_id}} fold {{fold}}"
 GPU_LEGEND = "{{node}} GPU {{gpu_id}}"
 ERRORS = Thresholds(GREEN, ((1e-3, RED),))
+# GPUs a per-GPU panel draws at most per target (topk / bottomk).
+TOP = 5
 
 
 def _sum_rate(metric: catalog.Metric, labels: tuple[str, ...], matchers: tuple[str, ...] = (MODEL,)) -> str:
@@ -86,7 +88,8 @@ def _training_progress() -> Row:
         ),
         panels.timeseries(
             Common("Iteration Seconds", "Median and 95th percentile duration of one training iteration.", "s", w=8),
-            _quantiles(rec.TRAINING_ITERATION_SECONDS_BUCKET_RATE5M, ("model_type", "job_id")),
+            [Query(promql.selector(rule.record, (MODEL,)), f"p{q} {JOB_LEGEND}")
+             for q, rule in ((50, rec.ITERATION_SECONDS_P50), (95, rec.ITERATION_SECONDS_P95))],
         ),
         panels.timeseries(
             Common("Fold Duration", "Wall time each fold took.", "s", w=8),
@@ -99,38 +102,55 @@ def _training_progress() -> Row:
     ])
 
 
+def _gpus(metric: catalog.Metric) -> str:
+    return promql.gauge(metric, (NODE,))
+
+
+def _busiest(metric: catalog.Metric, suffix: str = "") -> Query:
+    return Query(f"topk({TOP}, {_gpus(metric)})", f"{GPU_LEGEND}{suffix}")
+
+
 def _gpu_resources() -> Row:
+    # At most TOP GPUs per target, whatever `$node` selects (8 GPUs for one node, 8,000 for all nodes);
+    # `$node` starts on one node, so a default load reads 8 GPUs. Fleet-wide views of the same
+    # gauges are on the ML Training Comprehensive and Infra cockpit dashboards (recorded series).
     return Row("GPU Resources", [
         panels.timeseries(
-            Common("GPU Utilization", "Share of time a kernel ran on each GPU (NVML poller).", "percent",
-                   w=12, min=0, max=100),
-            [Query(promql.gauge(catalog.GPU_UTILIZATION_PERCENT, (NODE,)), GPU_LEGEND)],
-        ),
-        panels.timeseries(
-            Common("GPU Memory Used and Total", "Device memory used (solid) against each GPU's total (dashed).",
-                   "bytes", w=12, min=0),
-            [Query(promql.gauge(catalog.GPU_MEMORY_USED_BYTES, (NODE,)), f"{GPU_LEGEND} used"),
-             Query(promql.gauge(catalog.GPU_MEMORY_TOTAL_BYTES, (NODE,)), f"{GPU_LEGEND} total")],
+            Common("GPU Utilization",
+                   f"Share of time a kernel ran: the {TOP} busiest (solid) and {TOP} idlest (dashed) of the "
+                   "selected GPUs.", "percent", w=12, min=0, max=100),
+            [_busiest(catalog.GPU_UTILIZATION_PERCENT),
+             Query(f"bottomk({TOP}, {_gpus(catalog.GPU_UTILIZATION_PERCENT)})", f"{GPU_LEGEND} idle")],
             dashed_refs=("B",),
         ),
         panels.timeseries(
-            Common("GPU Temperature", "GPU core temperature; throttling risk above 85 °C.", "celsius", w=8,
-                   thresholds=Thresholds(GREEN, ((75, YELLOW), (85, RED)))),
-            [Query(promql.gauge(catalog.GPU_TEMPERATURE_CELSIUS, (NODE,)), GPU_LEGEND)],
+            Common("GPU Memory Used and Total",
+                   f"Device memory used by the {TOP} fullest selected GPUs (solid) against the largest GPU's "
+                   "total (dashed).", "bytes", w=12, min=0),
+            [_busiest(catalog.GPU_MEMORY_USED_BYTES, " used"),
+             Query(promql.by("max", (), _gpus(catalog.GPU_MEMORY_TOTAL_BYTES)), "total")],
+            dashed_refs=("B",),
+        ),
+        panels.timeseries(
+            Common("GPU Temperature",
+                   f"Core temperature of the {TOP} hottest selected GPUs; throttling risk above 85 °C.", "celsius",
+                   w=8, thresholds=Thresholds(GREEN, ((75, YELLOW), (85, RED)))),
+            [_busiest(catalog.GPU_TEMPERATURE_CELSIUS)],
             threshold_style=panels.ThresholdStyle.LINE,
         ),
         panels.timeseries(
-            Common("GPU Power Draw", "Power drawn by each GPU (solid) against its enforced limit (dashed).",
-                   "watt", w=8, min=0),
-            [Query(promql.gauge(catalog.GPU_POWER_WATTS, (NODE,)), f"{GPU_LEGEND} draw"),
-             Query(promql.gauge(catalog.GPU_POWER_LIMIT_WATTS, (NODE,)), f"{GPU_LEGEND} limit")],
+            Common("GPU Power Draw",
+                   f"Power drawn by the {TOP} hungriest selected GPUs (solid) against the highest enforced limit "
+                   "(dashed).", "watt", w=8, min=0),
+            [_busiest(catalog.GPU_POWER_WATTS, " draw"),
+             Query(promql.by("max", (), _gpus(catalog.GPU_POWER_LIMIT_WATTS)), "limit")],
             dashed_refs=("B",),
         ),
         panels.timeseries(
             Common("GPU Memory Bandwidth Utilization",
-                   "Share of time device memory was read or written, as NVML reports it.", "percent",
-                   w=8, min=0, max=100),
-            [Query(promql.gauge(catalog.GPU_MEMORY_UTILIZATION_PERCENT, (NODE,)), GPU_LEGEND)],
+                   f"Share of time device memory was read or written, on the {TOP} busiest selected GPUs.",
+                   "percent", w=8, min=0, max=100),
+            [_busiest(catalog.GPU_MEMORY_UTILIZATION_PERCENT)],
         ),
     ])
 
@@ -248,7 +268,9 @@ def build(cfg: ObservabilityConfig) -> dict[str, Any]:
             variables.prometheus_datasource(cfg.datasource_uids.prometheus),
             variables.label_values("model", "Model", catalog.TRAINING_ACTIVE_WORKERS.name, "model_type"),
             variables.label_values("fold", "Fold", promql.selector(catalog.TRAINING_FOLD_LOSS.name, (MODEL,)), "fold"),
-            variables.label_values("node", "GPU node", catalog.GPU_UTILIZATION_PERCENT.name, "node"),
+            # No "All" default: Grafana starts on the first node (pick several, or all, by hand).
+            variables.label_values("node", "GPU node", catalog.GPU_UTILIZATION_PERCENT.name, "node",
+                                   include_all=False),
             variables.interval(
                 "interval", "Rate interval", variables.rate_intervals(cfg.scrape_interval_seconds),
                 "Minimum query interval; `$__rate_interval` (every rate window here) grows with it.",

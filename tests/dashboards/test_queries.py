@@ -75,4 +75,9 @@ def test_panel_queries_resolve_the_datasource_variables_of_the_config(variant_da
 def test_instant_table_targets_are_marked_instant(default_dashboards):
     infra = default_dashboards["foxhunt-infra-cockpit"]
     instant = {q.panel_title for q in panel_queries(infra) if q.instant}
-    assert instant == {"Targets Down", "Driver Versions"}
+    assert instant == {
+        "Targets Down", "Driver Versions", "NVML Up per Node", "Nodes with NVML Down", "GPUs per Node", "Slowest Collections", "Most Collection Failures",
+        "GPUs with ECC Errors", "GPUs with XID Errors", "GPUs with Hardware Errors", "Highest Power Draw",
+    }
+    tables = {p["title"] for p in infra["panels"] if p["type"] == "table"}
+    assert tables | {"Nodes with NVML Down", "GPUs per Node"} == instant, "tables and fleet counts show the state now"
