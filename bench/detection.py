@@ -88,8 +88,11 @@ class ExporterState:
                     lines.append(f"{catalog.GPU_MEMORY_TOTAL_BYTES.name}{{{labels}}} {GPU_TOTAL_BYTES}")
             for name, count in self.xid.items():
                 if name == key:
-                    labels = gpu.format(c=config, g=name) + ',xid="79"'
-                    lines.append(f"{catalog.GPU_XID_ERRORS_TOTAL.name}{{{labels}}} {count}")
+                    # As the poller exports an XID: the error counter by type (what the alert reads)
+                    # and the per-code counter (what the runbook reads).
+                    labels = gpu.format(c=config, g=name)
+                    lines.append(f'{catalog.GPU_ERRORS_TOTAL.name}{{{labels},error_type="xid"}} {count}')
+                    lines.append(f'{catalog.GPU_XID_ERRORS_TOTAL.name}{{{labels},xid="79"}} {count}')
         return "\n".join(lines) + "\n"
 
 
@@ -162,7 +165,7 @@ def _first_bad_sample(server: PrometheusServer, injection: Injection) -> float:
         selector = f'{catalog.GPU_MEMORY_USED_BYTES.name}{{gpu_id="{injection.key}"}}'
         bad = 0.9875 * GPU_TOTAL_BYTES
     else:
-        selector = f'{catalog.GPU_XID_ERRORS_TOTAL.name}{{gpu_id="{injection.key}"}}'
+        selector = f'{catalog.GPU_ERRORS_TOTAL.name}{{gpu_id="{injection.key}",error_type="xid"}}'
         bad = 1.0
     result = server.api.query(f"{selector}[10m]")
     samples = [(float(ts), float(v)) for ts, v in result[0]["values"]]
