@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+from observability import catalog
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = REPO_ROOT / "BENCHMARKS.md"
 SECTION_START = "<!-- gpu-poller:start -->"
@@ -192,7 +194,8 @@ async def _scrape_loop(host: str, port: int, deadline: float, latencies: list[fl
             await writer.drain()
             response = await asyncio.wait_for(reader.read(), timeout=30)
             writer.close()
-            if not response.startswith(b"HTTP/1.0 200") or b"ml_gpu_poller_devices" not in response:
+            page_ok = catalog.GPU_POLLER_DEVICES.name.encode() in response
+            if not response.startswith(b"HTTP/1.0 200") or not page_ok:
                 errors.append(response[:80].decode(errors="replace"))
                 continue
         except (TimeoutError, OSError) as err:

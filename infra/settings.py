@@ -18,6 +18,7 @@ from typing import Any, Literal, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 from observability.config import DatasourceUids, ObservabilityConfig
+from observability.rules.detection import detection_budget
 
 PROJECT = "foxhunt-observability"
 ScrapeMode = Literal["annotations", "operator"]
@@ -25,6 +26,7 @@ ScrapeDelivery = Literal["configmap", "secret"]
 SCRAPE_MODES: tuple[ScrapeMode, ...] = ("annotations", "operator")
 SCRAPE_DELIVERIES: tuple[ScrapeDelivery, ...] = ("configmap", "secret")
 ENVIRONMENTS = ("dev", "staging", "prod")
+MAX_SCRAPE_INTERVAL_SECONDS = 15
 SUPPORTED_KUBERNETES_MINORS = range(27, 38)  # 1.27 .. 1.37: schemas kubernetes-validate ships
 
 # Secret config keys: a value for these must be a Pulumi secret (`pulumi config set --secret`).
@@ -509,12 +511,25 @@ def load_settings(source: ConfigSource, secret: SecretReader) -> Settings:
         object_name=r.dns_name("scrape.objectName", sc.get("objectName", "prometheus-annotation-scrape")),
         operator_selector=r.label_map("scrape.operatorSelector", sc.get("operatorSelector")),
     )
-    for key, seconds in (
-        ("scrape.intervalSeconds", scrape.interval_seconds),
-        ("scrape.evaluationIntervalSeconds", scrape.evaluation_interval_seconds),
-    ):
-        if seconds > 15:
-            r.problem(key, seconds, "at most 15 so critical failures (NaN, OOM, GPU errors) are detected within 30 s")
+    # The 30-second promise for critical failures: the rules module owns the check on the evaluation
+    # interval (it derives every critical `for` from it); here only the sampling half is added, since
+    # a failure waits up to one scrape interval before any rule can see it.
+    try:
+        detection_budget(
+            ObservabilityConfig(
+                scrape_interval_seconds=scrape.interval_seconds,
+                evaluation_interval_seconds=scrape.evaluation_interval_seconds,
+            )
+        )
+    except ValueError as exc:
+        r.problem("scrape.evaluationIntervalSeconds", scrape.evaluation_interval_seconds, f"an interval that {exc}")
+    if scrape.interval_seconds > MAX_SCRAPE_INTERVAL_SECONDS:
+        r.problem(
+            "scrape.intervalSeconds",
+            scrape.interval_seconds,
+            f"at most {MAX_SCRAPE_INTERVAL_SECONDS} so a critical failure (NaN, OOM, GPU error) is sampled "
+            "in time to be detected within 30 s",
+        )
 
     po = r.mapping(
         "poller",

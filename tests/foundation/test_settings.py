@@ -76,6 +76,7 @@ BAD_CONFIGS = [
     ("unsupported-kubernetes", {"kubernetesVersion": "1.19.0"}, "kubernetesVersion = '1.19.0': expected a version 1.27.x to 1.37.x"),
     ("image-not-by-digest", mutated("trainingJob", ["image"], "registry.foxhunt.internal/ml/train:latest"), "trainingJob.image = 'registry.foxhunt.internal/ml/train:latest': expected an image reference pinned by digest"),
     ("scrape-too-slow-for-30s", mutated("scrape", ["intervalSeconds"], 60), "scrape.intervalSeconds = 60: expected at most 15"),
+    ("evaluation-too-slow-for-30s", mutated("scrape", ["evaluationIntervalSeconds"], 45), "scrape.evaluationIntervalSeconds = 45: expected an interval that critical failures cannot be detected within critical_detection_seconds=30"),
     ("unknown-key", {"grafanaUrl": "http://grafana"}, "grafanaUrl is not a known setting"),
     ("typo-in-nested-key", mutated("poller", ["minIntervalSecs"], 5), "poller.minIntervalSecs is not a known setting"),
     ("services-empty", {"services": []}, "services = []: expected a non-empty list"),
