@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench._prometheus import PrometheusApi
-from dashboards.queries import PanelQuery, duration_seconds
+from dashboards.queries import PanelQuery, dashboard_variables, duration_seconds, substitute_variables
 
 
 @dataclass(frozen=True)
@@ -91,6 +91,33 @@ class PanelTiming:
     instant: Timing
     range: Timing
 
+    @property
+    def judged(self) -> Timing:
+        """The query Grafana runs for this target: instant targets (tables, stats) only ever run
+        as one instant query, every other target as a range query."""
+        return self.instant if self.query.instant else self.range
+
+
+_LABEL_VALUES = re.compile(r"^label_values\((?P<selector>.+),\s*(?P<label>\w+)\)$")
+
+
+def first_label_values(dashboard: dict[str, Any], api: PrometheusApi) -> dict[str, str]:
+    """What Grafana selects on load for each query variable that has neither "All" nor a saved
+    value: the first of its label values (the variables here sort alphabetically), in the order
+    the variables are listed, so a variable that filters by an earlier one sees its choice."""
+    chosen = dashboard_variables(dashboard)
+    for variable in dashboard.get("templating", {}).get("list", []):
+        if variable.get("type") != "query" or variable.get("includeAll") or variable["name"] in chosen:
+            continue
+        match = _LABEL_VALUES.match(str(variable.get("query", "")))
+        if match is None:
+            raise ValueError(f"variable {variable['name']}: not a label_values() query: {variable.get('query')!r}")
+        selector = substitute_variables(match["selector"], chosen)
+        values = api.get(f"/api/v1/label/{match['label']}/values", {"match[]": selector})
+        if values:
+            chosen[variable["name"]] = sorted(values)[0]
+    return chosen
+
 
 def time_panel(api: PrometheusApi, query: PanelQuery, at: float, repeat: int) -> PanelTiming:
     expr = query.substituted
@@ -105,41 +132,10 @@ def time_panel(api: PrometheusApi, query: PanelQuery, at: float, repeat: int) ->
 class GroupTiming:
     name: str
     rules: int
-    total: Timing  # sum over the group's rules of one instant query each
+    total: Timing  # the group's evaluation time as Prometheus' rule manager measured it
     slowest_rule: str
     slowest_rule_ms: float
-
-
-def time_rule_group(api: PrometheusApi, group: dict[str, Any], at: float, repeat: int) -> GroupTiming:
-    """A group's evaluation cost: its rules' expressions as instant queries at `at`, summed."""
-    exprs = [str(rule["expr"]) for rule in group["rules"]]
-    per_rule = [0.0] * len(exprs)
-    totals: list[float] = []
-    series = 0
-    try:
-        for expr in exprs:  # warm-up
-            run_query(api, "/api/v1/query", {"query": expr, "time": f"{at:.3f}"})
-        for _ in range(repeat):
-            total = 0.0
-            series = 0
-            for i, expr in enumerate(exprs):
-                started = time.perf_counter()
-                series += run_query(api, "/api/v1/query", {"query": expr, "time": f"{at:.3f}"})
-                elapsed = time.perf_counter() - started
-                per_rule[i] += elapsed
-                total += elapsed
-            totals.append(total)
-    except QueryFailed as error:
-        return GroupTiming(str(group["name"]), len(exprs), Timing.failed(str(error)), "", math.nan)
-    slowest = max(range(len(exprs)), key=lambda i: per_rule[i])
-    rule = group["rules"][slowest]
-    return GroupTiming(
-        name=str(group["name"]),
-        rules=len(exprs),
-        total=Timing.of(totals, series),
-        slowest_rule=str(rule.get("record") or rule.get("alert")),
-        slowest_rule_ms=per_rule[slowest] / repeat * 1000,
-    )
+    rule_ms: tuple[tuple[str, float], ...] = ()  # each rule's mean evaluation time
 
 
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")

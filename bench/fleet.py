@@ -2,13 +2,16 @@
 
 `python -m bench fleet` (part of `make bench`) or `python -m bench.fleet --nodes 100,1000`:
 for each fleet size, synthesize and backfill an hour of data (`_fleet_data`), backfill the
-recording rules, start Prometheus on it, time every dashboard panel's query and every rule
-group (`_query_timing`), and write the "Fleet scale" section of BENCHMARKS.md (`_fleet_report`).
+recording rules, start Prometheus on it and time every dashboard panel's query
+(`_query_timing`); then let a fresh Prometheus scrape the same fleet live (`_fleet_live`) with
+every rule group loaded, and read how long its rule manager takes for each group. Writes the
+"Fleet scale" section of BENCHMARKS.md (`_fleet_report`).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import platform
 import shutil
@@ -21,13 +24,16 @@ from pathlib import Path
 import yaml
 
 from bench._fleet_data import FleetShape, backfill, data_end
+from bench._fleet_live import FleetExporter, baseline_group, collect_group_evaluations, group_timings, targets
 from bench._fleet_report import ScaleResult, render, write_section
-from bench._prometheus import PrometheusError, PrometheusServer, binary, config_yaml
-from bench._query_timing import Timing, recording_levels, time_panel, time_rule_group
+from bench._fleet_values import Patterns
+from bench._prometheus import PrometheusApi, PrometheusError, PrometheusServer, binary, config_yaml
+from bench._query_timing import GroupTiming, Timing, first_label_values, recording_levels, time_panel
 from dashboards import build_all
 from dashboards.queries import PanelQuery, panel_queries
 from observability.config import ObservabilityConfig
 from observability.rules import rule_groups
+from observability.rules.render import dump_groups
 
 ROOT = Path(__file__).resolve().parent.parent
 # Equal minimum and maximum block durations: Prometheus never compacts the backfilled blocks into
@@ -39,8 +45,21 @@ PROMETHEUS_ARGS = (
 )
 
 
-def prometheus_queries(cfg: ObservabilityConfig) -> list[PanelQuery]:
-    return [q for d in build_all(cfg).values() for q in panel_queries(d) if q.datasource_type == "prometheus"]
+# Live rule evaluation: wait until the widest rate window a GPU rule reads ([2m]) is full, then
+# record this many evaluations of every group.
+LIVE_WARMUP_SECONDS = 150
+LIVE_EVALUATIONS = 6
+
+
+def prometheus_queries(cfg: ObservabilityConfig, api: PrometheusApi) -> list[PanelQuery]:
+    """Every Prometheus target of every dashboard, its variables as Grafana sets them on load."""
+    queries = []
+    for dashboard in build_all(cfg).values():
+        chosen = first_label_values(dashboard, api)
+        for query in panel_queries(dashboard):
+            if query.datasource_type == "prometheus":
+                queries.append(dataclasses.replace(query, variables={**query.variables, **chosen}))
+    return queries
 
 
 def _server(workdir: Path, data_dir: Path, name: str) -> PrometheusServer:
@@ -100,7 +119,7 @@ def wait_compacted(prometheus: PrometheusServer, timeout: float = 900.0) -> floa
     return time.perf_counter() - started
 
 
-def run_scale(root: Path, cfg: ObservabilityConfig, shape: FleetShape, repeat: int) -> ScaleResult:
+def run_scale(root: Path, cfg: ObservabilityConfig, shape: FleetShape, repeat: int, warmup: float) -> ScaleResult:
     workdir = root / f"fleet-{shape.nodes}"
     data_dir = workdir / "data"
     end = data_end(time.time(), shape)
@@ -115,18 +134,47 @@ def run_scale(root: Path, cfg: ObservabilityConfig, shape: FleetShape, repeat: i
         compaction = wait_compacted(prometheus)
         print(f"  compacted in {compaction:.0f}s; timing panels and rule groups ...", flush=True)
         panels = []
-        for query in prometheus_queries(cfg):
+        for query in prometheus_queries(cfg, prometheus.api):
             panels.append(time_panel(prometheus.api, query, end, repeat))
             print(
                 f"    {_describe(panels[-1].range)} {query.dashboard_uid} / {query.panel_title} ({query.ref_id})",
                 flush=True,
             )
-        groups = []
-        for group in rule_groups(cfg):
-            groups.append(time_rule_group(prometheus.api, group, end, repeat))
-            print(f"    {_describe(groups[-1].total)} rule group {group['name']}", flush=True)
+    shutil.rmtree(workdir, ignore_errors=True)
+    groups = time_rule_groups_live(workdir, cfg, shape, warmup)
     shutil.rmtree(workdir, ignore_errors=True)
     return ScaleResult(shape, backfilled, rules_seconds, compaction, panels, groups)
+
+
+def time_rule_groups_live(
+    workdir: Path, cfg: ObservabilityConfig, shape: FleetShape, warmup: float
+) -> list[GroupTiming]:
+    """Every rule group (and the baseline) evaluated by Prometheus on a live scrape of the fleet."""
+    interval = shape.interval_seconds
+    samples = int((warmup + 30 * LIVE_EVALUATIONS * interval) // interval) + 8
+    fleet = targets(cfg, shape, Patterns(samples, interval, int(time.time())))
+    groups = [*rule_groups(cfg), baseline_group(cfg)]
+    print(f"  live: {len(fleet)} targets scraped every {interval}s, {len(groups)} rule groups ...", flush=True)
+    with FleetExporter(fleet, interval) as exporter:
+        config = config_yaml(
+            exporter.scrape_configs(),
+            ["rules.yml"],
+            scrape_interval=f"{interval}s",
+            evaluation_interval=f"{cfg.evaluation_interval_seconds}s",
+        )
+        with PrometheusServer(workdir / "prometheus-live", config, {"rules.yml": dump_groups(groups)}) as prometheus:
+            exporter.wait_scraped(prometheus.api, timeout=3 * interval + 30)
+            time.sleep(warmup)
+            evaluations = collect_group_evaluations(
+                prometheus.api,
+                [str(g["name"]) for g in groups],
+                LIVE_EVALUATIONS,
+                timeout=(LIVE_EVALUATIONS + 4) * interval * 2,
+            )
+            timed = group_timings(prometheus.api, evaluations, groups)
+    for group in timed:
+        print(f"    {_describe(group.total)} rule group {group.name}", flush=True)
+    return timed
 
 
 def _describe(timing: Timing) -> str:
@@ -145,6 +193,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpus-per-node", type=int, default=8)
     parser.add_argument("--jobs", type=int, default=50, help="concurrent training jobs")
     parser.add_argument("--repeat", type=int, default=7, help="timed runs per query after a warm-up")
+    parser.add_argument(
+        "--live-warmup",
+        type=float,
+        default=LIVE_WARMUP_SECONDS,
+        help="seconds of live scraping before rule evaluations are recorded",
+    )
     parser.add_argument("--workdir", type=Path, default=None, help="default: a temporary directory")
     parser.add_argument("--no-write", action="store_true", help="print the section instead of writing BENCHMARKS.md")
     args = parser.parse_args(argv if argv is not None else [])
@@ -152,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     sizes = sorted({int(n) for n in args.nodes.split(",") if n})
     with tempfile.TemporaryDirectory(prefix="fleet-bench-", dir=args.workdir) as scratch:
         results = [
-            run_scale(Path(scratch), cfg, FleetShape(n, args.gpus_per_node, args.jobs), args.repeat) for n in sizes
+            run_scale(Path(scratch), cfg, FleetShape(n, args.gpus_per_node, args.jobs), args.repeat, args.live_warmup)
+            for n in sizes
         ]
     command = "make bench" if argv is None else "python -m bench.fleet " + " ".join(argv)
     section = render(results, command, _machine(), args.repeat)

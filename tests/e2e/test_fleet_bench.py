@@ -3,32 +3,47 @@ file backfills with promtool and answers queries, recording rules are ordered, t
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
+import time
 from collections import Counter
 from collections.abc import Iterable
 
 import pytest
 
 from bench._fleet_data import BLOCK_SECONDS, FleetShape, all_series, backfill, data_end, timestamps, write_openmetrics
+from bench._fleet_live import (
+    BASELINE_GROUP,
+    FleetExporter,
+    GroupEvaluations,
+    baseline_group,
+    collect_group_evaluations,
+    group_timings,
+    targets,
+)
 from bench._fleet_report import BEGIN, END, ScaleResult, render, write_section
-from bench._fleet_series import HistogramSpec, SeriesSpec, poller_series, training_job_series
-from bench._prometheus import PrometheusServer, config_yaml
+from bench._fleet_series import HistogramSpec, SeriesSpec, job_id, poller_series, training_job_series
+from bench._fleet_values import Patterns
+from bench._prometheus import PrometheusApi, PrometheusServer, config_yaml
 from bench._query_timing import (
     GroupTiming,
     PanelTiming,
     Timing,
+    first_label_values,
     recording_levels,
     run_query,
     time_call,
     time_panel,
 )
 from bench.fleet import PROMETHEUS_ARGS
+from dashboards import build_all
 from dashboards.queries import PanelQuery
 from observability import catalog
 from observability.catalog import Producer
 from observability.config import ObservabilityConfig
 from observability.rules import rule_groups
+from observability.rules.render import dump_groups
 
 from .conftest import load_harness
 
@@ -181,3 +196,71 @@ def test_the_report_flags_missed_goals_and_wide_panels_and_shows_growth(tmp_path
 def test_histogram_specs_use_catalog_histograms():
     _, histograms = training_job_series(CFG, 0)
     assert histograms and all(isinstance(h, HistogramSpec) and h.metric.buckets for h in histograms)
+
+
+@pytest.mark.slow
+def test_prometheus_scrapes_the_live_fleet_and_times_every_rule_group_in_engine(tmp_path):
+    shape = FleetShape(nodes=2, gpus_per_node=2, training_jobs=2)
+    fleet = targets(CFG, shape, Patterns(40, 1, 1_700_000_000))
+    expected: Counter[str] = Counter()
+    for spec in all_series(CFG, shape):
+        if isinstance(spec, SeriesSpec):
+            if spec.name != catalog.UP.name:
+                expected[spec.name] += 1
+        else:
+            expected[spec.metric.count] += 1
+    groups = [*rule_groups(CFG), baseline_group(CFG)]
+    with FleetExporter(fleet, 1) as exporter:
+        config = config_yaml(exporter.scrape_configs(), ["rules.yml"], scrape_interval="1s",
+                             evaluation_interval="1s")
+        with PrometheusServer(tmp_path / "p", config, {"rules.yml": dump_groups(groups)}) as prometheus:
+            api = prometheus.api
+            exporter.wait_scraped(api, timeout=30)
+            time.sleep(3)
+            # Every series the backfill writes, scraped with the same label sets.
+            for name, count in expected.items():
+                assert len(api.query(f'{{__name__="{name}"}}')) == count, name
+            poller_up = api.query(f'{catalog.UP.name}{{service="{CFG.gpu_poller_service}"}}')
+            assert {s["metric"]["pod"] for s in poller_up} == {"gpu-poller-0000", "gpu-poller-0001"}
+            node = api.query(f'{catalog.GPU_UTILIZATION_PERCENT.name}{{gpu_id="1", node="gpu-node-0001"}}')
+            assert node[0]["metric"]["instance"] == "10.0.0.2:9400"  # the target's labels, not the exporter's
+            # Grafana's first choice for variables without "All".
+            dashboards = build_all(CFG)
+            assert first_label_values(dashboards["foxhunt-training-cockpit"], api)["node"] == "gpu-node-0000"
+            jobs = first_label_values(dashboards["ml-training-comprehensive"], api)
+            assert jobs["job_id"] == min(job_id(i) for i in range(2))
+            names = [str(g["name"]) for g in groups]
+            evaluations = collect_group_evaluations(api, names, 3, timeout=60, poll_seconds=0.5)
+            timed = group_timings(api, evaluations, groups)
+    assert [g.name for g in timed] == names
+    for group, timing in zip(groups, timed, strict=True):
+        assert not timing.total.error, (group["name"], timing.total.error)
+        assert timing.rules == len(group["rules"]) and timing.total.runs >= 3
+        assert 0 < timing.total.median_ms <= timing.total.p95_ms
+        assert [rule for rule, _ in timing.rule_ms] == [r.get("record") or r.get("alert") for r in group["rules"]]
+    baseline = timed[-1]
+    assert baseline.name == BASELINE_GROUP and baseline.total.series == 2  # two counts recorded
+
+
+def test_a_broken_rule_is_reported_not_timed():
+    samples = {"g": GroupEvaluations(["r"], [0.01], [[0.01]], health_errors=("bad expr",))}
+    unused = PrometheusApi(1)  # never asked: nothing is counted for a broken or missing group
+    [timed] = group_timings(unused, samples, [{"name": "g", "rules": [{"record": "r", "expr": "x"}]}])
+    assert timed.total.error == "bad expr"
+    [missing] = group_timings(unused, {}, [{"name": "h", "rules": []}])
+    assert missing.total.error == "never evaluated"
+
+
+def test_instant_targets_are_judged_by_their_instant_query_and_groups_by_fleet_reads():
+    result = fake_result(1000, 400.0, 80.0)
+    table = result.panels[0]
+    instant_query = dataclasses.replace(table.query, instant=True)
+    result.panels[0] = PanelTiming(instant_query, table.expr, Timing(20.0, 30.0, 5), Timing(5000.0, 6000.0, 5))
+    result.groups.append(GroupTiming(BASELINE_GROUP, 2, Timing(45.0, 50.0, 2), "b", 40.0,
+                                     (("bench:gpu:count", 40.0), ("bench:node:count", 5.0))))
+    section = render([fake_result(100, 30.0, 5.0), result], "make bench", "2 cores")
+    assert "| instant | 5 |" in section and "**misses goal**" in section  # the group, not the panel
+    assert "1 of 1 panel queries meet" in section and "0 of 1 rule groups meet" in section
+    assert "| 2.0 |" in section  # 80 ms = two whole-fleet GPU reads of 40 ms
+    assert "`bench:gpu:count` 40 ms" in section
+    assert f"| {BASELINE_GROUP} |" not in section  # the baseline is a yardstick, not a group

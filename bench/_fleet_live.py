@@ -1,0 +1,239 @@
+"""A live fleet: serve the synthetic fleet's `/metrics` pages so that Prometheus scrapes it.
+
+Rule groups are timed the way Prometheus runs them in production: evaluated by its own rule
+manager, on its own schedule, against the in-memory head block that the scrapes fill. (Backfilled
+blocks are on-disk blocks, which no production rule evaluation reads; instant queries over HTTP
+add the API's own cost.) Every target of `_fleet_data.all_series` becomes one scrape target: the
+GPU pollers (one per node), the training jobs, the ML service and Tempo's metrics generator; the
+series and values are the same as the backfill's, so both halves of the benchmark see one fleet.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from bench._fleet_data import FleetShape, all_series
+from bench._fleet_series import HistogramSpec, SeriesSpec
+from bench._fleet_values import Patterns, le_text
+from bench._prometheus import PrometheusApi
+from bench._query_timing import GroupTiming, Timing
+from observability import catalog
+from observability.config import ObservabilityConfig
+
+TARGET_KEYS = ("job", "instance", "namespace", "pod", "service")
+NO_JOB = "tempo-metrics-generator"  # Tempo remote-writes its series; here it is one more target
+BASELINE_GROUP = "bench-baseline (not deployed)"
+
+
+def baseline_group(cfg: ObservabilityConfig) -> dict[str, Any]:
+    """The cheapest rules that read every GPU's (and every node's) series once: what any rule over
+    the whole fleet costs at least on this machine, evaluated alongside the real groups."""
+    gpu, node = catalog.GPU_UTILIZATION_PERCENT.name, catalog.GPU_POLLER_DEVICES.name
+    return {
+        "name": BASELINE_GROUP,
+        "interval": f"{cfg.evaluation_interval_seconds}s",
+        "rules": [
+            {"record": f"bench:{gpu}:count", "expr": f"count({gpu})"},
+            {"record": f"bench:{node}:count", "expr": f"count({node})"},
+        ],
+    }
+
+
+def _sample_line(name: str, labels: Sequence[tuple[str, str]], extra: str = "") -> str:
+    inner = ",".join(f'{k}="{v}"' for k, v in labels)
+    if extra:
+        inner = f"{inner},{extra}" if inner else extra
+    return f"{name}{{{inner}}} "
+
+
+@dataclass
+class Target:
+    labels: dict[str, str]  # the target's own labels: job, instance, namespace, pod, service
+    lines: list[tuple[str, list[str]]]  # (`name{labels} `, a value per sample index)
+
+
+def targets(cfg: ObservabilityConfig, shape: FleetShape, patterns: Patterns) -> list[Target]:
+    """Every series of the fleet, grouped into the scrape targets that expose them."""
+    by_target: dict[tuple[tuple[str, str], ...], Target] = {}
+    for spec in all_series(cfg, shape):
+        own = tuple((k, v) for k, v in spec.labels if k in TARGET_KEYS)
+        target = by_target.get(own)
+        if target is None:
+            target = by_target[own] = Target(dict(own), [])
+        if isinstance(spec, SeriesSpec):
+            if spec.name == catalog.UP.name:
+                continue  # Prometheus writes `up` itself
+            target.lines.append((_sample_line(spec.name, spec.labels), patterns.values(spec.pattern, spec.key)))
+            continue
+        _add_histogram(target, spec, patterns)
+    return list(by_target.values())
+
+
+def _add_histogram(target: Target, spec: HistogramSpec, patterns: Patterns) -> None:
+    values = patterns.histogram(spec.pattern, spec.key, spec.metric.buckets)
+    metric = spec.metric
+    for le in (*metric.buckets, math.inf):
+        text = le_text(le)
+        target.lines.append((_sample_line(metric.bucket, spec.labels, f'le="{text}"'), values[text]))
+    target.lines.append((_sample_line(metric.sum, spec.labels), values["sum"]))
+    target.lines.append((_sample_line(metric.count, spec.labels), values["count"]))
+
+
+class FleetExporter:
+    """One HTTP server on 127.0.0.1 serving `/t/<index>` for every target; the values advance one
+    sample per scrape interval from the moment it starts (and hold at the last one)."""
+
+    def __init__(self, fleet: list[Target], interval_seconds: int) -> None:
+        self.targets = fleet
+        self._interval = interval_seconds
+        self._started = time.monotonic()
+        exporter = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = exporter.page(self.path)
+                if body is None:
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.port = int(self._server.server_address[1])
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def page(self, path: str) -> bytes | None:
+        prefix = "/t/"
+        if not path.startswith(prefix) or not path[len(prefix) :].isdigit():
+            return None
+        index = int(path[len(prefix) :])
+        if index >= len(self.targets):
+            return None
+        lines = self.targets[index].lines
+        at = min(int((time.monotonic() - self._started) // self._interval), len(lines[0][1]) - 1) if lines else 0
+        return "".join(f"{prefix_}{values[at]}\n" for prefix_, values in lines).encode()
+
+    def scrape_configs(self) -> list[dict[str, Any]]:
+        """One scrape config per job; a static target per fleet target, its labels as the target's."""
+        by_job: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for index, target in enumerate(self.targets):
+            labels = {k: v for k, v in target.labels.items() if k != "job"}
+            labels.setdefault("instance", f"{NO_JOB}:{index}")
+            labels["__metrics_path__"] = f"/t/{index}"
+            by_job[target.labels.get("job", NO_JOB)].append({"targets": [f"127.0.0.1:{self.port}"], "labels": labels})
+        return [
+            {"job_name": job, "honor_labels": True, "static_configs": groups} for job, groups in sorted(by_job.items())
+        ]
+
+    def wait_scraped(self, api: PrometheusApi, timeout: float) -> None:
+        """Wait until Prometheus has scraped every target successfully."""
+        deadline = time.monotonic() + timeout
+        up = 0
+        while time.monotonic() < deadline:
+            answer = api.query(f"count({catalog.UP.name} == 1)")
+            up = int(float(answer[0]["value"][1])) if answer else 0
+            if up >= len(self.targets):
+                return
+            time.sleep(2)
+        raise RuntimeError(f"only {up} of {len(self.targets)} fleet targets scraped after {timeout:.0f}s")
+
+    def __enter__(self) -> FleetExporter:
+        self._started = time.monotonic()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+@dataclass
+class GroupEvaluations:
+    rules: list[str]
+    totals: list[float]
+    per_rule: list[list[float]]
+    alerts: int = 0  # active (pending or firing) alerts at the last evaluation
+    health_errors: tuple[str, ...] = ()
+
+
+def collect_group_evaluations(
+    api: PrometheusApi, names: Sequence[str], evaluations: int, timeout: float, poll_seconds: float = 3.0
+) -> dict[str, GroupEvaluations]:
+    """Poll `/api/v1/rules` until each group in `names` has `evaluations` distinct evaluations
+    recorded (or `timeout` passes: a group missing then is reported as never evaluated)."""
+    seen: dict[str, set[str]] = defaultdict(set)
+    samples: dict[str, GroupEvaluations] = {}
+    deadline = time.monotonic() + timeout
+    while True:
+        for group in api.get("/api/v1/rules")["groups"]:
+            name = str(group["name"])
+            stamp = str(group.get("lastEvaluation", ""))
+            if stamp.startswith("0001-") or stamp in seen[name]:
+                continue
+            seen[name].add(stamp)
+            rules = group["rules"]
+            entry = samples.setdefault(name, GroupEvaluations([str(r["name"]) for r in rules], [], [[] for _ in rules]))
+            entry.totals.append(float(group["evaluationTime"]))
+            for i, rule in enumerate(rules):
+                entry.per_rule[i].append(float(rule.get("evaluationTime", 0.0)))
+            entry.alerts = sum(len(rule.get("alerts") or []) for rule in rules if rule.get("type") == "alerting")
+            entry.health_errors = tuple(str(r.get("lastError", "")) for r in rules if r.get("health") == "err")
+        if all(name in samples and len(samples[name].totals) >= evaluations for name in names):
+            return samples
+        if time.monotonic() > deadline:
+            return samples
+        time.sleep(poll_seconds)
+
+
+def _series_out(api: PrometheusApi, entry: GroupEvaluations, group: dict[str, Any]) -> int:
+    """Series a group writes: its recording rules' series now, plus its active alerts."""
+    records = [str(r["record"]) for r in group["rules"] if "record" in r]
+    written = 0
+    for record in records:
+        answer = api.query(f'count({{__name__="{record}"}})')
+        written += int(float(answer[0]["value"][1])) if answer else 0
+    return written + entry.alerts
+
+
+def group_timings(
+    api: PrometheusApi, samples: dict[str, GroupEvaluations], groups: Sequence[dict[str, Any]]
+) -> list[GroupTiming]:
+    """Median and p95 of each group's recorded evaluations, in the order of `groups`."""
+    out = []
+    for group in groups:
+        name = str(group["name"])
+        entry = samples.get(name)
+        if entry is None or not entry.totals:
+            out.append(GroupTiming(name, 0, Timing.failed("never evaluated"), "", math.nan))
+            continue
+        if entry.health_errors:
+            out.append(GroupTiming(name, len(entry.rules), Timing.failed(entry.health_errors[0]), "", math.nan))
+            continue
+        means = [statistics.fmean(r) for r in entry.per_rule]
+        slowest = max(range(len(means)), key=lambda i: means[i])
+        out.append(
+            GroupTiming(
+                name=name,
+                rules=len(entry.rules),
+                total=Timing.of(entry.totals, _series_out(api, entry, group)),
+                slowest_rule=entry.rules[slowest],
+                slowest_rule_ms=means[slowest] * 1000,
+                rule_ms=tuple((rule, mean * 1000) for rule, mean in zip(entry.rules, means, strict=True)),
+            )
+        )
+    return out
