@@ -32,6 +32,16 @@ PATH_ANNOTATION = "prometheus.io/path"
 SCHEME_ANNOTATION = "prometheus.io/scheme"
 SERVICE_LABEL = "app.kubernetes.io/name"  # pod label that becomes the `service` target label
 
+# A finished process's last values (a training job's duration, its final status) reach Prometheus
+# only if it is scraped once more before it exits: the instrumentation waits for that scrape, at
+# most this many seconds (the env the training job template sets; 0 or unset: no wait).
+FINAL_SCRAPE_WAIT_ENV = "FOXHUNT_METRICS_FINAL_SCRAPE_WAIT_SECONDS"
+
+
+def final_scrape_wait_seconds(cfg: ObservabilityConfig) -> int:
+    """Two scrape intervals: one scrape may fail, the next one still sees the final values."""
+    return 2 * cfg.scrape_interval_seconds
+
 JOB_NAME = "foxhunt-annotated-pods"
 POD_MONITOR_NAME = "foxhunt-annotated-pods"
 # Key of the scrape config in the delivered object. A ConfigMap holds a `scrape_configs:` document

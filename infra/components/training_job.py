@@ -36,7 +36,7 @@ from infra.components.common import (
 )
 from infra.settings import Settings
 from observability.config import ObservabilityConfig
-from observability.scrape_config import pod_scrape_annotations
+from observability.scrape_config import FINAL_SCRAPE_WAIT_ENV, final_scrape_wait_seconds, pod_scrape_annotations
 
 TYPE = "foxhunt:observability:TrainingJobTemplate"
 COMPONENT = "training"
@@ -60,7 +60,12 @@ def training_env(settings: Settings, cfg: ObservabilityConfig) -> list[dict[str,
         settings,
         cfg.training_job_service,
         extra_attributes=[("ml.model_type", job.model_type), ("k8s.job.name", f"$({JOB_NAME_ENV})")],
-        extra_env=[field_env(JOB_NAME_ENV, "metadata.labels['batch.kubernetes.io/job-name']")],
+        extra_env=[
+            field_env(JOB_NAME_ENV, "metadata.labels['batch.kubernetes.io/job-name']"),
+            # The trainer's metrics server waits up to this long for a last scrape before exiting,
+            # so the job's duration and final status are recorded (observability.instrument).
+            {"name": FINAL_SCRAPE_WAIT_ENV, "value": str(final_scrape_wait_seconds(cfg))},
+        ],
     )
 
 

@@ -10,6 +10,8 @@
     job.record_nan_detection("loss")
     job.record_checkpoint_save(True, seconds, size_bytes)
     job.finish("completed")
+    server.close()                                   # first waits for one more scrape when the job
+                                                     # template sets FOXHUNT_METRICS_FINAL_SCRAPE_WAIT_SECONDS
 """
 
 from observability.instrument.exposition import (

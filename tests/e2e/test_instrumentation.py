@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import re
+import threading
+import time
 
 import pytest
 from prometheus_client import REGISTRY
@@ -20,7 +22,8 @@ from observability.instrument import (
     TrainingMetrics,
     render_text,
 )
-from observability.instrument.exposition import format_value
+from observability.instrument.exposition import ScrapeLog, final_scrape_wait_from_env, format_value
+from observability.scrape_config import FINAL_SCRAPE_WAIT_ENV
 
 from .conftest import http_get
 
@@ -268,3 +271,61 @@ def test_metrics_server_serves_the_text_format_whatever_the_scraper_asks_for():
         assert http_get(server.port, "/nope")[0] == 404
     finally:
         server.close()
+
+
+def test_close_waits_for_a_scrape_that_starts_after_it_and_sees_the_final_values():
+    metrics = TrainingMetrics()
+    server = metrics.serve(0, "127.0.0.1")
+    job = metrics.start_job("dqn", "final-1", folds_planned=1)
+    job.finish("completed")
+    bodies: list[str] = []
+
+    def scrape_later() -> None:
+        time.sleep(0.3)
+        bodies.append(http_get(server.port, "/metrics")[1].decode())
+
+    scraper = threading.Thread(target=scrape_later)
+    scraper.start()
+    started = time.monotonic()
+    assert server.close(final_scrape_wait=10) is True
+    waited = time.monotonic() - started
+    scraper.join()
+    assert 0.25 < waited < 5
+    assert 'ml_training_job_duration_seconds_count{model_type="dqn",status="completed"} 1.0' in bodies[0]
+
+
+def test_close_gives_up_after_the_wait_when_nobody_scrapes():
+    server = TrainingMetrics().serve(0, "127.0.0.1")
+    started = time.monotonic()
+    assert server.close(final_scrape_wait=0.4) is False
+    assert 0.35 < time.monotonic() - started < 3
+
+
+def test_a_scrape_already_running_when_close_is_called_does_not_count():
+    log = ScrapeLog()
+    in_flight = log.start()  # began before the job's final values were set
+    finisher = threading.Timer(0.1, log.finish, (in_flight,))
+    finisher.start()
+    assert log.wait_for_next(0.5) is False
+    finisher.join()
+    later = threading.Timer(0.1, lambda: log.finish(log.start()))
+    later.start()
+    assert log.wait_for_next(5) is True
+    later.join()
+
+
+@pytest.mark.parametrize("value", ["soon", "-1", "nan", "7200"])
+def test_a_bad_final_scrape_wait_stops_the_trainer_at_start(monkeypatch, value):
+    monkeypatch.setenv(FINAL_SCRAPE_WAIT_ENV, value)
+    with pytest.raises(ValueError, match=f"{FINAL_SCRAPE_WAIT_ENV}=.*expected seconds between 0 and 3600"):
+        TrainingMetrics().serve(0, "127.0.0.1")
+
+
+def test_the_final_scrape_wait_comes_from_the_env_the_job_template_sets(monkeypatch):
+    assert final_scrape_wait_from_env({}) == 0.0
+    assert final_scrape_wait_from_env({FINAL_SCRAPE_WAIT_ENV: " 30 "}) == 30.0
+    monkeypatch.setenv(FINAL_SCRAPE_WAIT_ENV, "0.3")
+    server = TrainingMetrics().serve(0, "127.0.0.1")
+    started = time.monotonic()
+    assert server.close() is False  # nobody scrapes: the env's 0.3 s, then it stops
+    assert 0.25 < time.monotonic() - started < 3

@@ -32,6 +32,7 @@ from observability.config import ObservabilityConfig
 from observability.instrument import MetricsServer
 from observability.rules import rule_groups, rules_file_yaml
 from observability.scrape_config import (
+    FINAL_SCRAPE_WAIT_ENV,
     JOB_NAME,
     PATH_ANNOTATION,
     PORT_ANNOTATION,
@@ -285,3 +286,28 @@ def test_every_dashboard_query_runs_and_the_fed_ones_return_series(stack):
         time.sleep(1)
         waiting = [q for q in waiting if 0 in run(q)]
     assert [(q.dashboard_uid, q.panel_title, q.ref_id, q.substituted) for q in waiting] == []
+
+
+def test_a_job_that_ends_between_scrapes_still_reports_its_duration(tmp_path):
+    """The job template's final-scrape wait: a trainer that finishes long before Prometheus' next
+    scrape (every 3 s here) stays until that scrape has read its duration and status, then exits."""
+    trainer = TrainerProcess(tmp_path, "--job-id", "e2e-final", "--model-type", "tft", "--folds", "1",
+                             "--epochs-per-fold", "1", "--epoch-seconds", "0.01",
+                             env={FINAL_SCRAPE_WAIT_ENV: "20"})
+    try:
+        trainer.wait_ready()
+        target = pod_target(trainer.port, "training", "train-e2e-final", CFG.training_job_service)
+        (tmp_path / "targets.json").write_text(json.dumps([target]))
+        scrape = {
+            "job_name": JOB_NAME,
+            "scrape_interval": "3s",
+            "file_sd_configs": [{"files": [str(tmp_path / "targets.json")], "refresh_interval": "1s"}],
+            "relabel_configs": annotation_relabel_configs(),
+        }
+        with PrometheusServer(tmp_path / "prometheus", config_yaml([scrape], [])) as prometheus:
+            assert trainer.process.wait(timeout=30) == 0  # exits once scraped, well within the wait
+            duration = f'{catalog.TRAINING_JOB_DURATION_SECONDS.count}{{pod="train-e2e-final", status="completed"}}'
+            answer = wait_until("the final scrape", lambda: prometheus.api.query(duration), timeout=10)
+            assert answer[0]["value"][1] == "1"
+    finally:
+        trainer.stop()

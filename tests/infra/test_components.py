@@ -269,6 +269,9 @@ def test_training_cronjob_is_a_suspended_template_with_otel_env_for_the_stacks_t
     assert field_ref(container, training_job.JOB_NAME_ENV) == "metadata.labels['batch.kubernetes.io/job-name']"
     names = [e["name"] for e in container["env"]]
     assert names.index(training_job.JOB_NAME_ENV) < names.index("OTEL_RESOURCE_ATTRIBUTES")
+    # The trainer waits for one more scrape before exiting: two of this stack's scrape intervals.
+    wait = {e["name"]: e.get("value") for e in container["env"]}[scrape_config.FINAL_SCRAPE_WAIT_ENV]
+    assert wait == str(2 * cfg.scrape_interval_seconds) == {"prod": "20"}.get(stack, "30")
 
 
 @pytest.mark.parametrize("stack", STACKS)
