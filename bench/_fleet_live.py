@@ -27,30 +27,22 @@ from bench._prometheus import PrometheusApi
 from bench._query_timing import GroupTiming, Timing
 from observability import catalog
 from observability.config import ObservabilityConfig
-from observability.rules import rule_groups
 
 TARGET_KEYS = ("job", "instance", "namespace", "pod", "service")
 NO_JOB = "tempo-metrics-generator"  # Tempo remote-writes its series; here it is one more target
 BASELINE_GROUP = "bench-baseline (not deployed)"
-# The alert with the most active instances in the synthetic fleet (every GPU above 95 % busy): its
-# copy without annotations in the baseline shows what the annotations cost per active alert.
-STORM_ALERT = "GPUUtilizationCritical"
 
 
 def baseline_group(cfg: ObservabilityConfig) -> dict[str, Any]:
-    """Yardsticks evaluated alongside the real groups: the cheapest rules that read every GPU's
-    (and every node's) series once, what any rule over the whole fleet costs at least on this
-    machine; and STORM_ALERT with its labels but without its annotations."""
+    """The cheapest rules that read every GPU's (and every node's) series once: what any rule over
+    the whole fleet costs at least on this machine, evaluated alongside the real groups."""
     gpu, node = catalog.GPU_UTILIZATION_PERCENT.name, catalog.GPU_POLLER_DEVICES.name
-    [storm] = [r for g in rule_groups(cfg) for r in g["rules"] if r.get("alert") == STORM_ALERT]
-    bare = {k: v for k, v in storm.items() if k != "annotations"} | {"alert": f"Bench{STORM_ALERT}WithoutAnnotations"}
     return {
         "name": BASELINE_GROUP,
         "interval": f"{cfg.evaluation_interval_seconds}s",
         "rules": [
             {"record": f"bench:{gpu}:count", "expr": f"count({gpu})"},
             {"record": f"bench:{node}:count", "expr": f"count({node})"},
-            bare,
         ],
     }
 

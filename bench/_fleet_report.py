@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench._fleet_data import BackfillStats, FleetShape
-from bench._fleet_live import BASELINE_GROUP, STORM_ALERT
+from bench._fleet_live import BASELINE_GROUP
 from bench._query_timing import MIN_REPEAT, ONE_RUN_SECONDS, SLOW_QUERY_SECONDS, GroupTiming, PanelTiming, Timing
 
 BEGIN = "<!-- fleet-scale:begin (written by `python -m bench fleet`) -->"
@@ -192,15 +192,11 @@ def _baseline_lines(big: ScaleResult, small: ScaleResult) -> list[str]:
         if baseline is None:
             continue
         costs = ", ".join(f"`{rule}` {_ms(ms)} ms" for rule, ms in baseline.rule_ms)
-        gpus = result.shape.nodes * result.shape.gpus_per_node
         lines.append(
             f"- Baseline at {result.shape.nodes} nodes, evaluated alongside the groups (not deployed): {costs} "
-            f"(the counts read every GPU's series of one metric once: {gpus:,} "
-            f"series; every node's: {result.shape.nodes:,}; the last rule is {STORM_ALERT} without its annotations)."
+            f"(reading every GPU's series of one metric once: {result.shape.nodes * result.shape.gpus_per_node:,} "
+            f"series; every node's: {result.shape.nodes:,})."
         )
-        storm = next((g for g in _real_groups(result.groups) if STORM_ALERT in dict(g.rule_ms)), None)
-        if storm is not None:
-            lines.append(f"  {STORM_ALERT} itself, in its group: {_ms(dict(storm.rule_ms)[STORM_ALERT])} ms.")
     if lines:
         lines.append(
             "- Fleet reads = group median / the baseline's GPU read: how many whole-fleet GPU reads a group's "

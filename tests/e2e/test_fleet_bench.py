@@ -15,7 +15,6 @@ import pytest
 from bench._fleet_data import BLOCK_SECONDS, FleetShape, all_series, backfill, data_end, timestamps, write_openmetrics
 from bench._fleet_live import (
     BASELINE_GROUP,
-    STORM_ALERT,
     FleetExporter,
     GroupEvaluations,
     baseline_group,
@@ -240,12 +239,7 @@ def test_prometheus_scrapes_the_live_fleet_and_times_every_rule_group_in_engine(
         assert 0 < timing.total.median_ms <= timing.total.p95_ms
         assert [rule for rule, _ in timing.rule_ms] == [r.get("record") or r.get("alert") for r in group["rules"]]
     baseline = timed[-1]
-    assert baseline.name == BASELINE_GROUP and baseline.total.series >= 2  # two counts, and any storm alerts
-    assert baseline.rule_ms[-1][0] == f"Bench{STORM_ALERT}WithoutAnnotations"
-    [storm] = [r for g in groups for r in g["rules"] if r.get("alert") == STORM_ALERT]
-    [bare] = [r for r in groups[-1]["rules"] if "alert" in r]
-    assert "annotations" not in bare and (bare["expr"], bare["for"], bare["labels"]) == (
-        storm["expr"], storm["for"], storm["labels"])
+    assert baseline.name == BASELINE_GROUP and baseline.total.series == 2  # two counts recorded
 
 
 def test_a_broken_rule_is_reported_not_timed():
