@@ -14,7 +14,7 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,7 +80,8 @@ def all_series(cfg: ObservabilityConfig, shape: FleetShape) -> Iterator[SeriesSp
         yield from group[1]
 
 
-def _prefix(name: str, labels: tuple[tuple[str, str], ...], extra: str = "") -> str:
+def series_text(name: str, labels: Sequence[tuple[str, str]], extra: str = "") -> str:
+    """`name{l1="v1",...,extra}` as a sample line starts, in OpenMetrics and the text format."""
     inner = ",".join(f'{k}="{v}"' for k, v in labels)
     if extra:
         inner = f"{inner},{extra}" if inner else extra
@@ -151,9 +152,9 @@ def _histogram_texts(spec: HistogramSpec, bodies: _Bodies) -> list[str]:
     out = []
     for le in (*metric.buckets, float("inf")):
         le_label = f'le="{le_text(le)}"'
-        out.append(texts[le_text(le)].replace(PLACEHOLDER, _prefix(metric.bucket, spec.labels, le_label)))
-    out.append(texts["sum"].replace(PLACEHOLDER, _prefix(metric.sum, spec.labels)))
-    out.append(texts["count"].replace(PLACEHOLDER, _prefix(metric.count, spec.labels)))
+        out.append(texts[le_text(le)].replace(PLACEHOLDER, series_text(metric.bucket, spec.labels, le_label)))
+    out.append(texts["sum"].replace(PLACEHOLDER, series_text(metric.sum, spec.labels)))
+    out.append(texts["count"].replace(PLACEHOLDER, series_text(metric.count, spec.labels)))
     return out
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from bench._fleet_data import FleetShape, all_series
+from bench._fleet_data import FleetShape, all_series, series_text
 from bench._fleet_series import HistogramSpec, SeriesSpec
 from bench._fleet_values import Patterns, le_text
 from bench._prometheus import PrometheusApi
@@ -48,10 +48,7 @@ def baseline_group(cfg: ObservabilityConfig) -> dict[str, Any]:
 
 
 def _sample_line(name: str, labels: Sequence[tuple[str, str]], extra: str = "") -> str:
-    inner = ",".join(f'{k}="{v}"' for k, v in labels)
-    if extra:
-        inner = f"{inner},{extra}" if inner else extra
-    return f"{name}{{{inner}}} "
+    return series_text(name, labels, extra) + " "
 
 
 @dataclass
