@@ -59,7 +59,14 @@ def _panel_key(p: PanelTiming) -> tuple[str, int, str]:
     return (p.query.dashboard_uid, p.query.panel_id, p.query.ref_id)
 
 
-def render(results: Sequence[ScaleResult], command: str, machine: str, repeat: int = 7) -> str:
+def render(
+    results: Sequence[ScaleResult],
+    command: str,
+    machine: str,
+    repeat: int = 7,
+    live_warmup_seconds: float = 150.0,
+    live_evaluations: int = 6,
+) -> str:
     big = max(results, key=lambda r: r.shape.nodes)
     small = min(results, key=lambda r: r.shape.nodes)
     small_panels = {_panel_key(p): p for p in small.panels}
@@ -87,9 +94,11 @@ def render(results: Sequence[ScaleResult], command: str, machine: str, repeat: i
         "",
         "Rule groups are timed the way they run in production: a fresh Prometheus scrapes the same fleet "
         "live (one target per poller, training job and service, every series the backfill holds), "
-        "every rule group loaded at the stack's evaluation interval; after the rate windows fill, the "
-        "evaluation time Prometheus' rule manager records for each group (`/api/v1/rules`, in-engine, "
-        "against the in-memory head block, all groups running concurrently as they do in production).",
+        "every rule group loaded at the stack's evaluation interval; after the rate windows fill "
+        f"({live_warmup_seconds:.0f} s of scraping), the evaluation time Prometheus' rule manager records "
+        "for each group (`/api/v1/rules`, in-engine, against the in-memory head block, all groups running "
+        f"concurrently as they do in production), median and nearest-rank p95 of {live_evaluations} "
+        "evaluations.",
         "",
         "| nodes | GPUs | series | samples | OpenMetrics text | generate | promtool "
         "| recording-rule backfill | compaction |",

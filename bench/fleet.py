@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
             for n in sizes
         ]
     command = "make bench" if argv is None else "python -m bench.fleet " + " ".join(argv)
-    section = render(results, command, _machine(), args.repeat)
+    section = render(results, command, _machine(), args.repeat, args.live_warmup, LIVE_EVALUATIONS)
     if args.no_write:
         print(section)
     else:

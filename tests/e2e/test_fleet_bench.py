@@ -258,7 +258,9 @@ def test_instant_targets_are_judged_by_their_instant_query_and_groups_by_fleet_r
     result.panels[0] = PanelTiming(instant_query, table.expr, Timing(20.0, 30.0, 5), Timing(5000.0, 6000.0, 5))
     result.groups.append(GroupTiming(BASELINE_GROUP, 2, Timing(45.0, 50.0, 2), "b", 40.0,
                                      (("bench:gpu:count", 40.0), ("bench:node:count", 5.0))))
-    section = render([fake_result(100, 30.0, 5.0), result], "make bench", "2 cores")
+    section = render([fake_result(100, 30.0, 5.0), result], "make bench", "2 cores",
+                     live_warmup_seconds=150, live_evaluations=6)
+    assert "(150 s of scraping)" in section and "p95 of 6 evaluations" in section
     assert "| instant | 5 |" in section and "**misses goal**" in section  # the group, not the panel
     assert "1 of 1 panel queries meet" in section and "0 of 1 rule groups meet" in section
     assert "| 2.0 |" in section  # 80 ms = two whole-fleet GPU reads of 40 ms
