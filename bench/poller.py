@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import importlib.util
+import importlib
 import os
 import platform
 import resource
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -46,15 +45,9 @@ CONCURRENT_SCRAPERS = 50
 CONCURRENT_SECONDS = 10.0
 
 
-def _load(name: str, relative: str) -> ModuleType:
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / relative)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+def _load(module: str) -> ModuleType:
+    """A test harness module (plain imports: `python -m bench` runs from the repository root)."""
+    return importlib.import_module(module)
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -237,7 +230,7 @@ class ImageFigures:
 def measure_image() -> ImageFigures:
     if shutil.which("buildah") is None or shutil.which("debootstrap") is None or os.geteuid() != 0:
         return ImageFigures(None, None, "not measured: needs root, buildah and debootstrap")
-    images = _load("poller_image_harness", "tests/poller/image_harness.py")
+    images = _load("tests.poller.image_harness")
     store = Path(tempfile.mkdtemp(prefix="poller-image-bench-", dir="/var/tmp"))
     try:
         started = time.monotonic()
@@ -332,7 +325,7 @@ def write_section(section: str, path: Path = BENCHMARKS) -> None:
 
 def main() -> None:
     load = os.getloadavg()
-    harness = _load("fake_nvml_harness", "tests/poller/fake_nvml/fake_nvml_harness.py")
+    harness = _load("tests.poller.fake_nvml.fake_nvml_harness")
     with tempfile.TemporaryDirectory(prefix="bench-poller-") as tmp:
         work = Path(tmp)
         lib_dir = harness.build_fake_nvml(work / "subprocess-lib")

@@ -3,10 +3,8 @@ and the fake NVML harness of the poller tests (loaded by path)."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import os
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -23,75 +21,33 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_serv
 from bench._prometheus import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-HARNESS_PATH = REPO_ROOT / "tests" / "poller" / "fake_nvml" / "fake_nvml_harness.py"
+HARNESS_MODULE = "tests.poller.fake_nvml.fake_nvml_harness"
 
 
 def load_harness() -> ModuleType:
-    name = "fake_nvml_harness"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, HARNESS_PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    """The poller tests' fake NVML harness (a plain module; the repository root is on the import path)."""
+    return importlib.import_module(HARNESS_MODULE)
 
 
 def http_get(port: int, path: str, timeout: float = 5.0) -> tuple[int, bytes, str]:
     return load_harness().http_get("127.0.0.1", port, path, timeout)  # type: ignore[no-any-return]
 
 
-class TrainerProcess:
+class TrainerProcess(load_harness().ServedProcess):  # type: ignore[misc]
     """`python -m examples.synthetic_trainer` on a free loopback port, stopped by PID."""
 
+    READY_TIMEOUT = 30.0  # it imports OpenTelemetry's SDK first
+    STOP_TIMEOUT = 15.0
+
     def __init__(self, work_dir: Path, *args: str, env: dict[str, str] | None = None) -> None:
-        self.port = free_port()
-        self.log_path = work_dir / f"trainer-{self.port}.log"
-        self._log = self.log_path.open("wb")
-        command = [sys.executable, "-m", "examples.synthetic_trainer", "--listen", f"127.0.0.1:{self.port}", *args]
+        port = free_port()
+        command = [sys.executable, "-m", "examples.synthetic_trainer", "--listen", f"127.0.0.1:{port}", *args]
         environment = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
         environment.update(env or {})
-        self.process = subprocess.Popen(
-            command, cwd=REPO_ROOT, stdout=self._log, stderr=subprocess.STDOUT, env=environment
-        )
-
-    def wait_ready(self, timeout: float = 30.0) -> TrainerProcess:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"trainer exited with {self.process.returncode}:\n{self.log()}")
-            try:
-                if http_get(self.port, "/healthz", timeout=1.0)[0] == 200:
-                    return self
-            except OSError:
-                pass
-            time.sleep(0.05)
-        raise TimeoutError(f"trainer not ready after {timeout}s:\n{self.log()}")
-
-    def metrics(self) -> str:
-        status, body, _ = http_get(self.port, "/metrics")
-        assert status == 200
-        return body.decode()
+        super().__init__("trainer", command, work_dir, environment, port)
 
     def signal(self, signum: int) -> None:
         os.kill(self.process.pid, signum)
-
-    def log(self) -> str:
-        if not self._log.closed:
-            self._log.flush()
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self, timeout: float = 15.0) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self._log.close()
-        return self.process.returncode
 
 
 @pytest.fixture
@@ -102,7 +58,8 @@ def start_trainer(tmp_path: Path) -> Iterator[Callable[..., TrainerProcess]]:
     def start(*args: str, env: dict[str, str] | None = None) -> TrainerProcess:
         trainer = TrainerProcess(tmp_path, *args, env=env)
         started.append(trainer)
-        return trainer.wait_ready()
+        trainer.wait_ready()
+        return trainer
 
     yield start
     for trainer in started:

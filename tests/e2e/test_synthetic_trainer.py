@@ -105,7 +105,7 @@ def test_fault_plan_rejects_nonsense(settings):
 
 
 def scraped(trainer: TrainerProcess, name: str, **labels: str) -> float | None:
-    for family in text_string_to_metric_families(trainer.metrics()):
+    for family in text_string_to_metric_families(trainer.scrape()):
         for s in family.samples:
             if s.name in (name, name + "_total") and all(s.labels.get(k) == v for k, v in labels.items()):
                 return s.value

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
+import importlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -11,19 +10,12 @@ from typing import Any
 
 import pytest
 
-HARNESS_PATH = Path(__file__).parent / "fake_nvml" / "fake_nvml_harness.py"
+HARNESS_MODULE = "tests.poller.fake_nvml.fake_nvml_harness"
 
 
 def load_harness() -> ModuleType:
-    name = "fake_nvml_harness"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, HARNESS_PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    """The fake NVML harness (a plain module; the repository root is on the import path)."""
+    return importlib.import_module(HARNESS_MODULE)
 
 
 @pytest.fixture(scope="session")

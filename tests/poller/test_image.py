@@ -4,7 +4,7 @@ non-root user against the fake NVML library, scraped from the host, stopped with
 from __future__ import annotations
 
 import contextlib
-import importlib.util
+import importlib
 import os
 import shutil
 import signal
@@ -23,18 +23,7 @@ HADOLINT = Path(sys.executable).parent / "hadolint"
 MAX_IMAGE_BYTES = 150 * 1000 * 1000  # the goal: under 150 MB uncompressed
 
 
-def load(name: str, path: Path) -> ModuleType:
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-image_harness = load("poller_image_harness", Path(__file__).parent / "image_harness.py")
+image_harness: ModuleType = importlib.import_module("tests.poller.image_harness")
 
 
 def test_dockerfile_is_hadolint_clean() -> None:

@@ -1,10 +1,9 @@
 """Build and drive the fake `libnvidia-ml.so.1`, and run the poller against it.
 
-Importable by path from any test (or benchmark) that needs GPU metrics without a GPU:
+Importable from any test (or benchmark) that needs GPU metrics without a GPU (the repository root
+is on the import path):
 
-    import importlib.util, sys
-    spec = importlib.util.spec_from_file_location("fake_nvml_harness", "tests/poller/fake_nvml/fake_nvml_harness.py")
-    harness = importlib.util.module_from_spec(spec); sys.modules[spec.name] = harness; spec.loader.exec_module(harness)
+    from tests.poller.fake_nvml import fake_nvml_harness as harness
 
     lib_dir = harness.build_fake_nvml(tmp_path / "lib")            # gcc; returns the directory
     config = harness.FakeNvml(gpus=[harness.FakeGpu(), harness.hot_gpu()])  # GPU 1 at 90 C
@@ -234,7 +233,55 @@ class MetricsEndpoint:
         return ""
 
 
-class PollerProcess(MetricsEndpoint):
+class ServedProcess(MetricsEndpoint):
+    """A server started as a subprocess on a free loopback port, its output in a log file: ready
+    once `/healthz` answers 200, stopped with SIGTERM (killed by PID after a timeout)."""
+
+    READY_TIMEOUT = 15.0
+    STOP_TIMEOUT = 10.0
+
+    def __init__(self, name: str, command: Sequence[str], work_dir: Path, env: Mapping[str, str], port: int) -> None:
+        super().__init__("127.0.0.1", port)
+        self.name = name
+        self.log_path = work_dir / f"{name}-{port}.log"
+        self._log = self.log_path.open("wb")
+        self.process = subprocess.Popen(
+            list(command), cwd=REPO_ROOT, stdout=self._log, stderr=subprocess.STDOUT, env=dict(env)
+        )
+
+    def wait_ready(self, timeout: float | None = None) -> None:
+        timeout = self.READY_TIMEOUT if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.process.returncode}:\n{self.log()}")
+            try:
+                if http_get(self.host, self.port, "/healthz", timeout=1.0)[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise TimeoutError(f"{self.name} not ready on {self.url} after {timeout}s:\n{self.log()}")
+
+    def log(self) -> str:
+        if not self._log.closed:
+            self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, timeout: float | None = None) -> int:
+        """SIGTERM, wait, return the exit code (kills by PID after `timeout`)."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(self.STOP_TIMEOUT if timeout is None else timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+        return self.process.returncode
+
+
+class PollerProcess(ServedProcess):
     """`python -m poller` as a subprocess on a free loopback port; stopped with SIGTERM."""
 
     def __init__(
@@ -248,15 +295,11 @@ class PollerProcess(MetricsEndpoint):
         env: Mapping[str, str] | None = None,
         python: str = sys.executable,
     ) -> None:
-        super().__init__("127.0.0.1", free_port())
+        port = free_port()
         self.node = node
-        self.log_path = work_dir / f"poller-{self.port}.log"
-        command = [python, "-m", "poller", "--listen", f"{self.host}:{self.port}", *args]
-        self._log = self.log_path.open("wb")
-        self.process = subprocess.Popen(
-            command, cwd=REPO_ROOT, stdout=self._log, stderr=subprocess.STDOUT,
-            env=poller_env(lib_dir, config, {"NODE_NAME": node, **(env or {})}),
-        )
+        command = [python, "-m", "poller", "--listen", f"127.0.0.1:{port}", *args]
+        environment = poller_env(lib_dir, config, {"NODE_NAME": node, **(env or {})})
+        super().__init__("poller", command, work_dir, environment, port)
 
     def __enter__(self) -> PollerProcess:
         self.wait_ready()
@@ -264,33 +307,3 @@ class PollerProcess(MetricsEndpoint):
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
         self.stop()
-
-    def wait_ready(self, timeout: float = 15.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"poller exited with {self.process.returncode}:\n{self.log()}")
-            try:
-                if http_get(self.host, self.port, "/healthz", timeout=1.0)[0] == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.05)
-        raise TimeoutError(f"poller not ready on {self.url} after {timeout}s:\n{self.log()}")
-
-    def log(self) -> str:
-        if not self._log.closed:
-            self._log.flush()
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self, timeout: float = 10.0) -> int:
-        """SIGTERM, wait, return the exit code (kills by PID after `timeout`)."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self._log.close()
-        return self.process.returncode
