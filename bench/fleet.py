@@ -151,7 +151,10 @@ def time_rule_groups_live(
 ) -> list[GroupTiming]:
     """Every rule group (and the baseline) evaluated by Prometheus on a live scrape of the fleet."""
     interval = shape.interval_seconds
-    samples = int((warmup + 30 * LIVE_EVALUATIONS * interval) // interval) + 8
+    scrape_wait = 3 * interval + 30  # the first scrape of every target
+    collect_wait = (LIVE_EVALUATIONS + 4) * interval * 2  # evaluations, with slack for slow groups
+    # Values for every scrape of the live phase (they hold at the last one after that).
+    samples = int((scrape_wait + warmup + collect_wait) // interval) + 1
     fleet = targets(cfg, shape, Patterns(samples, interval, int(time.time())))
     groups = [*rule_groups(cfg), baseline_group(cfg)]
     print(f"  live: {len(fleet)} targets scraped every {interval}s, {len(groups)} rule groups ...", flush=True)
@@ -163,13 +166,13 @@ def time_rule_groups_live(
             evaluation_interval=f"{cfg.evaluation_interval_seconds}s",
         )
         with PrometheusServer(workdir / "prometheus-live", config, {"rules.yml": dump_groups(groups)}) as prometheus:
-            exporter.wait_scraped(prometheus.api, timeout=3 * interval + 30)
+            exporter.wait_scraped(prometheus.api, timeout=scrape_wait)
             time.sleep(warmup)
             evaluations = collect_group_evaluations(
                 prometheus.api,
                 [str(g["name"]) for g in groups],
                 LIVE_EVALUATIONS,
-                timeout=(LIVE_EVALUATIONS + 4) * interval * 2,
+                timeout=collect_wait,
             )
             timed = group_timings(prometheus.api, evaluations, groups)
     for group in timed:
