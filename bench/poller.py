@@ -127,7 +127,10 @@ def measure_cpu(harness: ModuleType, work: Path) -> CpuFigures:
         subprocess.run(["/bin/true"], check=True)
         spawn.append((_rusage_cpu_seconds() - before) * 1e6)
     return CpuFigures(
-        Distribution.of(poller), Distribution.of(reference), Distribution.of(spawn), len(first),
+        Distribution.of(poller),
+        Distribution.of(reference),
+        Distribution.of(spawn),
+        len(first),
         sum(1 for line in first.splitlines() if line and not line.startswith(b"#")),
     )
 
@@ -208,15 +211,18 @@ def measure_concurrency(harness: ModuleType, lib_dir: Path, work: Path, min_inte
         deadline = started + CONCURRENT_SECONDS
 
         async def run_all() -> None:
-            await asyncio.gather(*(
-                _scrape_loop(poller.host, poller.port, deadline, latencies, errors)
-                for _ in range(CONCURRENT_SCRAPERS)
-            ))
+            await asyncio.gather(
+                *(
+                    _scrape_loop(poller.host, poller.port, deadline, latencies, errors)
+                    for _ in range(CONCURRENT_SCRAPERS)
+                )
+            )
 
         asyncio.run(run_all())
         seconds = time.monotonic() - started
-    return ConcurrencyFigures(min_interval, len(latencies), len(errors), Distribution.of(latencies or [0.0]),
-                              max(latencies or [0.0]), seconds)
+    return ConcurrencyFigures(
+        min_interval, len(latencies), len(errors), Distribution.of(latencies or [0.0]), max(latencies or [0.0]), seconds
+    )
 
 
 @dataclass(frozen=True)
@@ -236,8 +242,9 @@ def measure_image() -> ImageFigures:
         started = time.monotonic()
         image = images.build_poller_image(store)
         seconds = time.monotonic() - started
-        return ImageFigures(image.size_bytes, seconds, f"Layers (bytes, base first): {list(image.layer_sizes)}",
-                            image.layer_sizes)
+        return ImageFigures(
+            image.size_bytes, seconds, f"Layers (bytes, base first): {list(image.layer_sizes)}", image.layer_sizes
+        )
     finally:
         images.Buildah(store).remove_store()
 
@@ -249,8 +256,13 @@ def _time(label: str, function: Callable[[], object]) -> object:
     return result
 
 
-def render_section(cpu: CpuFigures, rss: RssFigures, concurrency: list[ConcurrencyFigures], image: ImageFigures,
-                   load: tuple[float, float, float]) -> str:
+def render_section(
+    cpu: CpuFigures,
+    rss: RssFigures,
+    concurrency: list[ConcurrencyFigures],
+    image: ImageFigures,
+    load: tuple[float, float, float],
+) -> str:
     mib = 1024.0
     lines = [
         SECTION_START,
@@ -332,8 +344,10 @@ def main() -> None:
         cpu = _time("collection CPU time", lambda: measure_cpu(harness, work))
         rss = _time("resident memory", lambda: measure_rss(harness, lib_dir, work))
         concurrency = [
-            _time(f"{CONCURRENT_SCRAPERS} scrapers, min interval {m:g}",
-                  lambda m=m: measure_concurrency(harness, lib_dir, work, m))  # type: ignore[misc]
+            _time(
+                f"{CONCURRENT_SCRAPERS} scrapers, min interval {m:g}",
+                lambda m=m: measure_concurrency(harness, lib_dir, work, m),  # type: ignore[misc]
+            )
             for m in (0.0, 5.0)
         ]
     image = _time("image", measure_image)

@@ -44,29 +44,50 @@ def _targets_up(title: str, description: str, service: str) -> panels.PanelBuild
 def _scrape_targets(cfg: ObservabilityConfig) -> Row:
     every_service = (*cfg.platform_services, cfg.training_job_service, cfg.gpu_poller_service)
     platform = cfg.platform_services or (cfg.training_service,)
-    return Row("Scrape Targets", [
-        panels.stat(
-            Common("Platform Services Up",
-                   "Lowest scrape health over each annotated platform service's targets (UP only if all answer).",
-                   "none", w=12, h=6, thresholds=ALL_UP, mappings=UP_DOWN),
-            [Query(promql.by("min", ("service",), _up(platform)), "{{service}}")],
-            background=True,
-        ),
-        _targets_up("Training Job Targets", "Training job pods whose /metrics answer (up) and do not (down).",
-                    cfg.training_job_service),
-        _targets_up("GPU Poller Targets", "GPU poller pods whose /metrics answer (up) and do not (down).",
-                    cfg.gpu_poller_service),
-        panels.timeseries(
-            Common("Targets Up by Service", "Scrape targets answering, per service, over time.", "short", w=12, min=0),
-            [Query(promql.by("sum", ("service",), _up(every_service)), "{{service}}")],
-        ),
-        panels.prometheus_table(
-            Common("Targets Down", "Every scrape target of the project's services that did not answer its last scrape.",
-                   "none", w=12),
-            [Query(f"{_up(every_service)} == 0", instant=True, format="table")],
-            hidden_columns=("Value", "__name__"),
-        ),
-    ])
+    return Row(
+        "Scrape Targets",
+        [
+            panels.stat(
+                Common(
+                    "Platform Services Up",
+                    "Lowest scrape health over each annotated platform service's targets (UP only if all answer).",
+                    "none",
+                    w=12,
+                    h=6,
+                    thresholds=ALL_UP,
+                    mappings=UP_DOWN,
+                ),
+                [Query(promql.by("min", ("service",), _up(platform)), "{{service}}")],
+                background=True,
+            ),
+            _targets_up(
+                "Training Job Targets",
+                "Training job pods whose /metrics answer (up) and do not (down).",
+                cfg.training_job_service,
+            ),
+            _targets_up(
+                "GPU Poller Targets",
+                "GPU poller pods whose /metrics answer (up) and do not (down).",
+                cfg.gpu_poller_service,
+            ),
+            panels.timeseries(
+                Common(
+                    "Targets Up by Service", "Scrape targets answering, per service, over time.", "short", w=12, min=0
+                ),
+                [Query(promql.by("sum", ("service",), _up(every_service)), "{{service}}")],
+            ),
+            panels.prometheus_table(
+                Common(
+                    "Targets Down",
+                    "Every scrape target of the project's services that did not answer its last scrape.",
+                    "none",
+                    w=12,
+                ),
+                [Query(f"{_up(every_service)} == 0", instant=True, format="table")],
+                hidden_columns=("Value", "__name__"),
+            ),
+        ],
+    )
 
 
 def _node_gauge(metric: catalog.Metric) -> str:
@@ -89,49 +110,99 @@ def _poller_health() -> Row:
     duration = promql.gauge(catalog.GPU_POLLER_COLLECTION_DURATION_SECONDS, (NODE,))
     devices = _node_gauge(catalog.GPU_POLLER_DEVICES)
     failures = promql.by("sum", ("node",), promql.rate(catalog.GPU_POLLER_COLLECTION_FAILURES_TOTAL, (NODE,)))
-    return Row("GPU Poller Health", [
-        panels.stat(
-            Common("Nodes with NVML Down", "Nodes whose poller could not reach NVML in its last collection.",
-                   "short", w=4, thresholds=Thresholds(GREEN, ((1, RED),))),
-            [Query(f"count({nvml_down}) or vector(0)", "NVML down", instant=True)],
-            background=True,
-        ),
-        panels.prometheus_table(
-            Common("NVML Up per Node",
-                   "Only the nodes whose poller cannot reach NVML now (value 0); empty while every node is up.",
-                   "none", w=8, thresholds=ALL_UP, mappings=UP_DOWN),
-            [Query(nvml_down, instant=True, format="table")],
-        ),
-        panels.timeseries(
-            Common("Collection Duration",
-                   "Wall time of the pollers' last NVML collection pass: slowest node, 95th percentile and median "
-                   "over the nodes.", "s", w=12, min=0),
-            [Query(promql.by("max", (), duration), "slowest node"),
-             Query(f"quantile(0.95, {duration})", "p95"),
-             Query(f"quantile(0.5, {duration})", "median")],
-        ),
-        panels.timeseries(
-            Common("Collection Failures", "Failed NVML calls or passes per second over the fleet, by reason.", "cps",
-                   w=8, min=0, thresholds=ERRORS),
-            [Query(rec.GPU_POLLER_COLLECTION_FAILURES_RATE.record, "{{reason}}")],
-            threshold_style=panels.ThresholdStyle.AREA,
-        ),
-        _worst("Slowest Collections", f"The {WORST} nodes whose last NVML collection took longest.", "s",
-               promql.by("max", ("node",), duration)),
-        _worst("Most Collection Failures", f"The {WORST} nodes failing the most NVML calls per second now.", "cps",
-               f"{failures} > 0"),
-        panels.stat(
-            Common("GPUs per Node", "GPUs the pollers found in their last collection: fleet total and the fewest "
-                   "on any node.", "short", w=8, min=0),
-            [Query(promql.by("sum", (), devices), "GPUs in the fleet", instant=True),
-             Query(promql.by("min", (), devices), "fewest on a node", instant=True)],
-        ),
-        panels.prometheus_table(
-            Common("Driver Versions", "Nodes running each NVML, driver and CUDA driver version.", "short", w=16),
-            [Query(promql.by("count", ("driver_version", "nvml_version", "cuda_driver_version"),
-                             promql.gauge(catalog.GPU_DRIVER_INFO, (NODE,))), instant=True, format="table")],
-        ),
-    ])
+    return Row(
+        "GPU Poller Health",
+        [
+            panels.stat(
+                Common(
+                    "Nodes with NVML Down",
+                    "Nodes whose poller could not reach NVML in its last collection.",
+                    "short",
+                    w=4,
+                    thresholds=Thresholds(GREEN, ((1, RED),)),
+                ),
+                [Query(f"count({nvml_down}) or vector(0)", "NVML down", instant=True)],
+                background=True,
+            ),
+            panels.prometheus_table(
+                Common(
+                    "NVML Up per Node",
+                    "Only the nodes whose poller cannot reach NVML now (value 0); empty while every node is up.",
+                    "none",
+                    w=8,
+                    thresholds=ALL_UP,
+                    mappings=UP_DOWN,
+                ),
+                [Query(nvml_down, instant=True, format="table")],
+            ),
+            panels.timeseries(
+                Common(
+                    "Collection Duration",
+                    "Wall time of the pollers' last NVML collection pass: slowest node, 95th percentile and median "
+                    "over the nodes.",
+                    "s",
+                    w=12,
+                    min=0,
+                ),
+                [
+                    Query(promql.by("max", (), duration), "slowest node"),
+                    Query(f"quantile(0.95, {duration})", "p95"),
+                    Query(f"quantile(0.5, {duration})", "median"),
+                ],
+            ),
+            panels.timeseries(
+                Common(
+                    "Collection Failures",
+                    "Failed NVML calls or passes per second over the fleet, by reason.",
+                    "cps",
+                    w=8,
+                    min=0,
+                    thresholds=ERRORS,
+                ),
+                [Query(rec.GPU_POLLER_COLLECTION_FAILURES_RATE.record, "{{reason}}")],
+                threshold_style=panels.ThresholdStyle.AREA,
+            ),
+            _worst(
+                "Slowest Collections",
+                f"The {WORST} nodes whose last NVML collection took longest.",
+                "s",
+                promql.by("max", ("node",), duration),
+            ),
+            _worst(
+                "Most Collection Failures",
+                f"The {WORST} nodes failing the most NVML calls per second now.",
+                "cps",
+                f"{failures} > 0",
+            ),
+            panels.stat(
+                Common(
+                    "GPUs per Node",
+                    "GPUs the pollers found in their last collection: fleet total and the fewest on any node.",
+                    "short",
+                    w=8,
+                    min=0,
+                ),
+                [
+                    Query(promql.by("sum", (), devices), "GPUs in the fleet", instant=True),
+                    Query(promql.by("min", (), devices), "fewest on a node", instant=True),
+                ],
+            ),
+            panels.prometheus_table(
+                Common("Driver Versions", "Nodes running each NVML, driver and CUDA driver version.", "short", w=16),
+                [
+                    Query(
+                        promql.by(
+                            "count",
+                            ("driver_version", "nvml_version", "cuda_driver_version"),
+                            promql.gauge(catalog.GPU_DRIVER_INFO, (NODE,)),
+                        ),
+                        instant=True,
+                        format="table",
+                    )
+                ],
+            ),
+        ],
+    )
 
 
 def _gpu_hardware() -> Row:
@@ -144,76 +215,136 @@ def _gpu_hardware() -> Row:
 
     def worst_gpus(title: str, what: str, metric: catalog.Metric) -> panels.PanelBuilder:
         per_gpu = promql.by("sum", ("node", "gpu_id"), promql.rate(metric, (NODE,)))
-        return _worst(title, f"The {WORST} GPUs with the most {what} per second now (only GPUs that have any).",
-                      "cps", f"{per_gpu} > 0")
+        return _worst(
+            title,
+            f"The {WORST} GPUs with the most {what} per second now (only GPUs that have any).",
+            "cps",
+            f"{per_gpu} > 0",
+        )
 
     power = promql.gauge(catalog.GPU_POWER_WATTS, (NODE,))
-    return Row("GPU Hardware Health", [
-        errors("ECC Errors", "ECC errors per second over the fleet, corrected and uncorrected.",
-               rec.GPU_ECC_ERRORS_RATE, "ecc_type"),
-        errors("XID Errors", "XID error events per second over the fleet, by XID code (codes that occurred).",
-               rec.GPU_XID_ERRORS_RATE, "xid"),
-        errors("GPU Errors by Type", "GPU hardware errors per second over the fleet (xid, ecc_uncorrected, "
-               "gpu_lost).", rec.GPU_ERRORS_RATE, "error_type"),
-        worst_gpus("GPUs with ECC Errors", "ECC errors", catalog.GPU_ECC_ERRORS_TOTAL),
-        worst_gpus("GPUs with XID Errors", "XID errors", catalog.GPU_XID_ERRORS_TOTAL),
-        worst_gpus("GPUs with Hardware Errors", "hardware errors of any type", catalog.GPU_ERRORS_TOTAL),
-        panels.timeseries(
-            Common("Clock Throttle Reasons", "GPUs of the fleet with each clock-throttle reason active.", "short",
-                   w=8, min=0),
-            [Query(rec.GPU_CLOCK_THROTTLE_SUM.record, "{{reason}}")],
-            stacked=True,
-        ),
-        panels.timeseries(
-            Common("SM and Memory Clocks",
-                   "SM clock (solid) and memory clock (dashed) over the fleet: the median GPU and the slowest one.",
-                   "hertz", w=8, min=0),
-            [Query(rec.GPU_SM_CLOCK_P50.record, "SM median"), Query(rec.GPU_SM_CLOCK_MIN.record, "SM slowest GPU"),
-             Query(rec.GPU_MEMORY_CLOCK_P50.record, "memory median"),
-             Query(rec.GPU_MEMORY_CLOCK_MIN.record, "memory slowest GPU")],
-            dashed_refs=("C", "D"),
-        ),
-        panels.timeseries(
-            Common("Power Draw vs Limit", "Power drawn by all GPUs of the fleet (solid) against the sum of their "
-                   "limits (dashed).", "watt", w=8, min=0),
-            [Query(rec.GPU_POWER_SUM.record, "fleet draw"), Query(rec.GPU_POWER_LIMIT_SUM.record, "fleet limit")],
-            dashed_refs=("B",),
-        ),
-        _worst("Highest Power Draw", f"The {WORST} GPUs drawing the most power now.", "watt",
-               promql.by("max", ("node", "gpu_id"), power), w=24),
-    ])
+    return Row(
+        "GPU Hardware Health",
+        [
+            errors(
+                "ECC Errors",
+                "ECC errors per second over the fleet, corrected and uncorrected.",
+                rec.GPU_ECC_ERRORS_RATE,
+                "ecc_type",
+            ),
+            errors(
+                "XID Errors",
+                "XID error events per second over the fleet, by XID code (codes that occurred).",
+                rec.GPU_XID_ERRORS_RATE,
+                "xid",
+            ),
+            errors(
+                "GPU Errors by Type",
+                "GPU hardware errors per second over the fleet (xid, ecc_uncorrected, gpu_lost).",
+                rec.GPU_ERRORS_RATE,
+                "error_type",
+            ),
+            worst_gpus("GPUs with ECC Errors", "ECC errors", catalog.GPU_ECC_ERRORS_TOTAL),
+            worst_gpus("GPUs with XID Errors", "XID errors", catalog.GPU_XID_ERRORS_TOTAL),
+            worst_gpus("GPUs with Hardware Errors", "hardware errors of any type", catalog.GPU_ERRORS_TOTAL),
+            panels.timeseries(
+                Common(
+                    "Clock Throttle Reasons",
+                    "GPUs of the fleet with each clock-throttle reason active.",
+                    "short",
+                    w=8,
+                    min=0,
+                ),
+                [Query(rec.GPU_CLOCK_THROTTLE_SUM.record, "{{reason}}")],
+                stacked=True,
+            ),
+            panels.timeseries(
+                Common(
+                    "SM and Memory Clocks",
+                    "SM clock (solid) and memory clock (dashed) over the fleet: the median GPU and the slowest one.",
+                    "hertz",
+                    w=8,
+                    min=0,
+                ),
+                [
+                    Query(rec.GPU_SM_CLOCK_P50.record, "SM median"),
+                    Query(rec.GPU_SM_CLOCK_MIN.record, "SM slowest GPU"),
+                    Query(rec.GPU_MEMORY_CLOCK_P50.record, "memory median"),
+                    Query(rec.GPU_MEMORY_CLOCK_MIN.record, "memory slowest GPU"),
+                ],
+                dashed_refs=("C", "D"),
+            ),
+            panels.timeseries(
+                Common(
+                    "Power Draw vs Limit",
+                    "Power drawn by all GPUs of the fleet (solid) against the sum of their limits (dashed).",
+                    "watt",
+                    w=8,
+                    min=0,
+                ),
+                [Query(rec.GPU_POWER_SUM.record, "fleet draw"), Query(rec.GPU_POWER_LIMIT_SUM.record, "fleet limit")],
+                dashed_refs=("B",),
+            ),
+            _worst(
+                "Highest Power Draw",
+                f"The {WORST} GPUs drawing the most power now.",
+                "watt",
+                promql.by("max", ("node", "gpu_id"), power),
+                w=24,
+            ),
+        ],
+    )
 
 
 def _trace_health() -> Row:
     calls, errors = rec.SPAN_CALLS_RATE5M.record, rec.SPAN_ERRORS_RATE5M.record
-    return Row("Trace Health", [
-        panels.timeseries(
-            Common("Spans per Second", "Spans Tempo's metrics generator received per second, per service.", "cps",
-                   w=12, min=0),
-            [Query(calls, "{{service}}"), Query(f"sum({calls})", "all services")],
-        ),
-        panels.timeseries(
-            Common("Span Error Rate", "Share of spans with error status, per service and overall.", "percentunit",
-                   w=12, min=0, max=1, thresholds=Thresholds(GREEN, ((0.01, YELLOW), (0.05, RED)))),
-            [Query(rec.SPAN_ERROR_RATIO_RATE5M.record, "{{service}}"),
-             Query(f"sum({errors}) / sum({calls})", "all services")],
-            threshold_style=panels.ThresholdStyle.LINE,
-        ),
-    ])
+    return Row(
+        "Trace Health",
+        [
+            panels.timeseries(
+                Common(
+                    "Spans per Second",
+                    "Spans Tempo's metrics generator received per second, per service.",
+                    "cps",
+                    w=12,
+                    min=0,
+                ),
+                [Query(calls, "{{service}}"), Query(f"sum({calls})", "all services")],
+            ),
+            panels.timeseries(
+                Common(
+                    "Span Error Rate",
+                    "Share of spans with error status, per service and overall.",
+                    "percentunit",
+                    w=12,
+                    min=0,
+                    max=1,
+                    thresholds=Thresholds(GREEN, ((0.01, YELLOW), (0.05, RED))),
+                ),
+                [
+                    Query(rec.SPAN_ERROR_RATIO_RATE5M.record, "{{service}}"),
+                    Query(f"sum({errors}) / sum({calls})", "all services"),
+                ],
+                threshold_style=panels.ThresholdStyle.LINE,
+            ),
+        ],
+    )
 
 
 def build(cfg: ObservabilityConfig) -> dict[str, Any]:
-    return assemble(DashboardSpec(
-        uid=UID,
-        title=TITLE,
-        description="Health of what foxhunt-observability deploys: scrape targets, GPU poller, GPUs, tracing.",
-        tags=("infra", "gpu", "traces"),
-        variables=[
-            variables.prometheus_datasource(cfg.datasource_uids.prometheus),
-            variables.label_values("node", "GPU node", catalog.GPU_POLLER_NVML_UP.name, "node"),
-        ],
-        rows=[_scrape_targets(cfg), _poller_health(), _gpu_hardware(), _trace_health()],
-        min_interval=f"{cfg.scrape_interval_seconds}s",
-        refresh="30s",
-        time_from="now-6h",
-    ))
+    return assemble(
+        DashboardSpec(
+            uid=UID,
+            title=TITLE,
+            description="Health of what foxhunt-observability deploys: scrape targets, GPU poller, GPUs, tracing.",
+            tags=("infra", "gpu", "traces"),
+            variables=[
+                variables.prometheus_datasource(cfg.datasource_uids.prometheus),
+                variables.label_values("node", "GPU node", catalog.GPU_POLLER_NVML_UP.name, "node"),
+            ],
+            rows=[_scrape_targets(cfg), _poller_health(), _gpu_hardware(), _trace_health()],
+            min_interval=f"{cfg.scrape_interval_seconds}s",
+            refresh="30s",
+            time_from="now-6h",
+        )
+    )

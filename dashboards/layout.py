@@ -122,7 +122,10 @@ def assemble(spec: DashboardSpec) -> dict[str, Any]:
     )
     for title, url in spec.links:
         builder = builder.link(
-            dashboard_builder.DashboardLink(title).type(dashboard_model.DashboardLinkType.LINK).url(url).target_blank(True)
+            dashboard_builder.DashboardLink(title)
+            .type(dashboard_model.DashboardLinkType.LINK)
+            .url(url)
+            .target_blank(True)
         )
     model = builder.build()
     model.panels = _place_rows(spec.rows, spec.min_interval)

@@ -60,8 +60,11 @@ def dashboard_metadata(d: Dashboard) -> list[str]:
 
 
 def panel_descriptions(d: Dashboard) -> list[str]:
-    return [f"panel {p.get('id')} {p.get('title')!r} has no description" for p in _content_panels(d)
-            if not str(p.get("description", "")).strip() or not str(p.get("title", "")).strip()]
+    return [
+        f"panel {p.get('id')} {p.get('title')!r} has no description"
+        for p in _content_panels(d)
+        if not str(p.get("description", "")).strip() or not str(p.get("title", "")).strip()
+    ]
 
 
 def panel_units(d: Dashboard) -> list[str]:
@@ -109,8 +112,11 @@ def target_ref_ids(d: Dashboard) -> list[str]:
 
 def panel_ids(d: Dashboard) -> list[str]:
     ids = [p.get("id") for p in _panels(d)]
-    found = [f"panel {p.get('title')!r} has id {p.get('id')!r}" for p in _panels(d)
-             if not isinstance(p.get("id"), int) or p["id"] < 1]
+    found = [
+        f"panel {p.get('title')!r} has id {p.get('id')!r}"
+        for p in _panels(d)
+        if not isinstance(p.get("id"), int) or p["id"] < 1
+    ]
     duplicates = sorted({i for i in ids if ids.count(i) > 1 and isinstance(i, int)})
     if duplicates:
         found.append(f"duplicate panel ids {duplicates}")

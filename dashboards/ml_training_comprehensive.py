@@ -43,185 +43,332 @@ def _job(metric: catalog.Metric) -> str:
 
 def _high_level_status() -> Row:
     nan_count = f"ceil({promql.by('sum', (), promql.increase(catalog.TRAINING_NAN_COUNT, (MODEL, JOB)))})"
-    return Row("High-Level Status", [
-        panels.stat(
-            Common("Training Jobs by Status", "Running, pending and failed training jobs.", "short", w=6),
-            [Query(promql.by("sum", ("status",), promql.gauge(
-                catalog.TRAINING_JOBS_BY_STATUS, (promql.regex_matcher("status", "running|pending|failed"),))),
-                "{{status}}")],
-        ),
-        panels.gauge(
-            Common("Training Speed", "Epochs per second; below 0.1 is the TrainingSlowdown warning, 0.5 is good.",
-                   "none", w=6, min=0, max=1, thresholds=TRAINING_SPEED, decimals=2),
-            [Query(_job(catalog.TRAINING_EPOCHS_PER_SECOND), JOB_LEGEND)],
-        ),
-        panels.stat(
-            Common("NaN Detection Count",
-                   "CRITICAL: NaN values detected in the selected jobs (most in one rate interval of the range); "
-                   "red as soon as any appears.",
-                   "short", w=6, thresholds=NAN_RED_ABOVE_ZERO),
-            [Query(nan_count, "NaN")],
-            calcs=("max",), background=True,
-        ),
-        panels.timeseries(
-            Common("Training Loss Curves", "Mean training loss of every model type, overlaid.", "none", w=6),
-            [Query(promql.by("avg", ("model_type",), promql.gauge(catalog.TRAINING_LOSS, (MODEL,))),
-                   "{{model_type}}")],
-        ),
-    ])
+    return Row(
+        "High-Level Status",
+        [
+            panels.stat(
+                Common("Training Jobs by Status", "Running, pending and failed training jobs.", "short", w=6),
+                [
+                    Query(
+                        promql.by(
+                            "sum",
+                            ("status",),
+                            promql.gauge(
+                                catalog.TRAINING_JOBS_BY_STATUS,
+                                (promql.regex_matcher("status", "running|pending|failed"),),
+                            ),
+                        ),
+                        "{{status}}",
+                    )
+                ],
+            ),
+            panels.gauge(
+                Common(
+                    "Training Speed",
+                    "Epochs per second; below 0.1 is the TrainingSlowdown warning, 0.5 is good.",
+                    "none",
+                    w=6,
+                    min=0,
+                    max=1,
+                    thresholds=TRAINING_SPEED,
+                    decimals=2,
+                ),
+                [Query(_job(catalog.TRAINING_EPOCHS_PER_SECOND), JOB_LEGEND)],
+            ),
+            panels.stat(
+                Common(
+                    "NaN Detection Count",
+                    "CRITICAL: NaN values detected in the selected jobs (most in one rate interval of the range); "
+                    "red as soon as any appears.",
+                    "short",
+                    w=6,
+                    thresholds=NAN_RED_ABOVE_ZERO,
+                ),
+                [Query(nan_count, "NaN")],
+                calcs=("max",),
+                background=True,
+            ),
+            panels.timeseries(
+                Common("Training Loss Curves", "Mean training loss of every model type, overlaid.", "none", w=6),
+                [
+                    Query(
+                        promql.by("avg", ("model_type",), promql.gauge(catalog.TRAINING_LOSS, (MODEL,))),
+                        "{{model_type}}",
+                    )
+                ],
+            ),
+        ],
+    )
 
 
 def _loss_monitoring() -> Row:
-    return Row("Loss Monitoring", [
-        panels.timeseries(
-            Common("Training Loss Curves", "Training loss of every job of the selected model types "
-                   "(MAMBA-2, DQN, PPO, TFT).", "none", w=12, h=9),
-            [Query(promql.gauge(catalog.TRAINING_LOSS, (MODEL,)), JOB_LEGEND)],
-        ),
-        panels.timeseries(
-            Common("Validation Loss Curves",
-                   "Validation loss (solid) against training loss (dashed): a widening gap means overfitting.",
-                   "none", w=12, h=9),
-            [Query(_job(catalog.TRAINING_VALIDATION_LOSS), f"{JOB_LEGEND} validation"),
-             Query(_job(catalog.TRAINING_LOSS), f"{JOB_LEGEND} training")],
-            dashed_refs=("B",),
-        ),
-    ])
+    return Row(
+        "Loss Monitoring",
+        [
+            panels.timeseries(
+                Common(
+                    "Training Loss Curves",
+                    "Training loss of every job of the selected model types (MAMBA-2, DQN, PPO, TFT).",
+                    "none",
+                    w=12,
+                    h=9,
+                ),
+                [Query(promql.gauge(catalog.TRAINING_LOSS, (MODEL,)), JOB_LEGEND)],
+            ),
+            panels.timeseries(
+                Common(
+                    "Validation Loss Curves",
+                    "Validation loss (solid) against training loss (dashed): a widening gap means overfitting.",
+                    "none",
+                    w=12,
+                    h=9,
+                ),
+                [
+                    Query(_job(catalog.TRAINING_VALIDATION_LOSS), f"{JOB_LEGEND} validation"),
+                    Query(_job(catalog.TRAINING_LOSS), f"{JOB_LEGEND} training"),
+                ],
+                dashed_refs=("B",),
+            ),
+        ],
+    )
 
 
 def _gpu_monitoring() -> Row:
     # Per GPU, then only the fullest TOP of them (an instant query: one pass over the 8,000 GPUs).
-    memory = (f"100 * {promql.gauge(catalog.GPU_MEMORY_USED_BYTES)}"
-              f" / {promql.gauge(catalog.GPU_MEMORY_TOTAL_BYTES)}")
-    return Row("GPU Monitoring", [
-        panels.timeseries(
-            Common("GPU Utilization Timeline",
-                   f"GPU utilization: fleet median, the {TOP} busiest and the {TOP} idlest GPUs; red below 30% "
-                   "(waste) and above 95% (bottleneck), green from 60% to 95%.",
-                   "percent", w=12, min=0, max=100, thresholds=GPU_UTILIZATION),
-            [Query(rec.GPU_UTILIZATION_P50.record, "fleet median"),
-             Query(rec.GPU_UTILIZATION_TOP.record, GPU_LEGEND),
-             Query(rec.GPU_UTILIZATION_BOTTOM.record, f"{GPU_LEGEND} idle")],
-            fill_opacity=20, threshold_style=panels.ThresholdStyle.LINE_AND_AREA,
-        ),
-        panels.stat(
-            Common("GPU Memory Usage", f"Device memory in use on the {TOP} fullest GPUs now; critical (red) at 95%.",
-                   "percent", w=12, min=0, max=100, thresholds=GPU_MEMORY),
-            [Query(f"topk({TOP}, {memory})", GPU_LEGEND, instant=True)],
-            background=True,
-        ),
-    ])
+    memory = f"100 * {promql.gauge(catalog.GPU_MEMORY_USED_BYTES)} / {promql.gauge(catalog.GPU_MEMORY_TOTAL_BYTES)}"
+    return Row(
+        "GPU Monitoring",
+        [
+            panels.timeseries(
+                Common(
+                    "GPU Utilization Timeline",
+                    f"GPU utilization: fleet median, the {TOP} busiest and the {TOP} idlest GPUs; red below 30% "
+                    "(waste) and above 95% (bottleneck), green from 60% to 95%.",
+                    "percent",
+                    w=12,
+                    min=0,
+                    max=100,
+                    thresholds=GPU_UTILIZATION,
+                ),
+                [
+                    Query(rec.GPU_UTILIZATION_P50.record, "fleet median"),
+                    Query(rec.GPU_UTILIZATION_TOP.record, GPU_LEGEND),
+                    Query(rec.GPU_UTILIZATION_BOTTOM.record, f"{GPU_LEGEND} idle"),
+                ],
+                fill_opacity=20,
+                threshold_style=panels.ThresholdStyle.LINE_AND_AREA,
+            ),
+            panels.stat(
+                Common(
+                    "GPU Memory Usage",
+                    f"Device memory in use on the {TOP} fullest GPUs now; critical (red) at 95%.",
+                    "percent",
+                    w=12,
+                    min=0,
+                    max=100,
+                    thresholds=GPU_MEMORY,
+                ),
+                [Query(f"topk({TOP}, {memory})", GPU_LEGEND, instant=True)],
+                background=True,
+            ),
+        ],
+    )
 
 
 def _training_progress() -> Row:
-    return Row("Training Progress", [
-        panels.gauge(
-            Common("Training Progress Gauge", "Completion of each selected job, 0 to 100%.", "percent",
-                   w=8, min=0, max=100, thresholds=PROGRESS),
-            [Query(_job(catalog.TRAINING_PROGRESS_PERCENT), JOB_LEGEND)],
-        ),
-        panels.stat(
-            Common("Current Epoch", "Epoch each selected job is training.", "none", w=8, decimals=0),
-            [Query(_job(catalog.TRAINING_CURRENT_EPOCH), JOB_LEGEND)],
-        ),
-        panels.gauge(
-            Common("Model Accuracy Gauge", "Validation accuracy: red below 0.85, yellow to 0.90, green above.",
-                   "percentunit", w=8, min=0, max=1, thresholds=ACCURACY),
-            [Query(_job(catalog.MODEL_ACCURACY), JOB_LEGEND)],
-        ),
-    ])
+    return Row(
+        "Training Progress",
+        [
+            panels.gauge(
+                Common(
+                    "Training Progress Gauge",
+                    "Completion of each selected job, 0 to 100%.",
+                    "percent",
+                    w=8,
+                    min=0,
+                    max=100,
+                    thresholds=PROGRESS,
+                ),
+                [Query(_job(catalog.TRAINING_PROGRESS_PERCENT), JOB_LEGEND)],
+            ),
+            panels.stat(
+                Common("Current Epoch", "Epoch each selected job is training.", "none", w=8, decimals=0),
+                [Query(_job(catalog.TRAINING_CURRENT_EPOCH), JOB_LEGEND)],
+            ),
+            panels.gauge(
+                Common(
+                    "Model Accuracy Gauge",
+                    "Validation accuracy: red below 0.85, yellow to 0.90, green above.",
+                    "percentunit",
+                    w=8,
+                    min=0,
+                    max=1,
+                    thresholds=ACCURACY,
+                ),
+                [Query(_job(catalog.MODEL_ACCURACY), JOB_LEGEND)],
+            ),
+        ],
+    )
 
 
 def _performance() -> Row:
-    return Row("Performance Metrics", [
-        panels.timeseries(
-            Common("GPU Temperature", f"GPU temperature, fleet median and the {TOP} hottest GPUs: green below 75 °C, "
-                   "yellow to 85 °C, red above.", "celsius",
-                   w=12, thresholds=TEMPERATURE),
-            [Query(rec.GPU_TEMPERATURE_P50.record, "fleet median"),
-             Query(rec.GPU_TEMPERATURE_TOP.record, GPU_LEGEND)],
-            threshold_style=panels.ThresholdStyle.LINE,
-        ),
-        panels.timeseries(
-            Common("Training Iteration Duration", "95th percentile duration of a training iteration.", "s", w=12),
-            [Query(promql.selector(rec.ITERATION_SECONDS_P95.record, (MODEL, JOB)), f"p95 {JOB_LEGEND}")],
-        ),
-    ])
+    return Row(
+        "Performance Metrics",
+        [
+            panels.timeseries(
+                Common(
+                    "GPU Temperature",
+                    f"GPU temperature, fleet median and the {TOP} hottest GPUs: green below 75 °C, "
+                    "yellow to 85 °C, red above.",
+                    "celsius",
+                    w=12,
+                    thresholds=TEMPERATURE,
+                ),
+                [
+                    Query(rec.GPU_TEMPERATURE_P50.record, "fleet median"),
+                    Query(rec.GPU_TEMPERATURE_TOP.record, GPU_LEGEND),
+                ],
+                threshold_style=panels.ThresholdStyle.LINE,
+            ),
+            panels.timeseries(
+                Common("Training Iteration Duration", "95th percentile duration of a training iteration.", "s", w=12),
+                [Query(promql.selector(rec.ITERATION_SECONDS_P95.record, (MODEL, JOB)), f"p95 {JOB_LEGEND}")],
+            ),
+        ],
+    )
 
 
 def _checkpoints() -> Row:
     def per_model(metric: catalog.Metric) -> str:
         return promql.by("sum", ("model_type",), promql.rate(metric, (MODEL, JOB)))
 
-    return Row("Checkpoint Management", [
-        panels.timeseries(
-            Common("Checkpoint Creation Events", "Checkpoint saves per second (green) and failures per second (red).",
-                   "cps", w=12, min=0),
-            [Query(per_model(catalog.CHECKPOINT_SAVES_TOTAL), "saves {{model_type}}"),
-             Query(per_model(catalog.CHECKPOINT_SAVE_FAILURES_TOTAL), "failures {{model_type}}")],
-            colours_by_ref={"A": GREEN, "B": RED},
-        ),
-        panels.timeseries(
-            Common("Checkpoint Save Duration", "95th percentile checkpoint save time.", "s", w=12),
-            [Query(promql.recorded_quantile(0.95, rec.CHECKPOINT_SAVE_DURATION_SECONDS_BUCKET_RATE5M.record, (MODEL,),
-                                            ("model_type",)), "p95 {{model_type}}")],
-        ),
-    ])
+    return Row(
+        "Checkpoint Management",
+        [
+            panels.timeseries(
+                Common(
+                    "Checkpoint Creation Events",
+                    "Checkpoint saves per second (green) and failures per second (red).",
+                    "cps",
+                    w=12,
+                    min=0,
+                ),
+                [
+                    Query(per_model(catalog.CHECKPOINT_SAVES_TOTAL), "saves {{model_type}}"),
+                    Query(per_model(catalog.CHECKPOINT_SAVE_FAILURES_TOTAL), "failures {{model_type}}"),
+                ],
+                colours_by_ref={"A": GREEN, "B": RED},
+            ),
+            panels.timeseries(
+                Common("Checkpoint Save Duration", "95th percentile checkpoint save time.", "s", w=12),
+                [
+                    Query(
+                        promql.recorded_quantile(
+                            0.95, rec.CHECKPOINT_SAVE_DURATION_SECONDS_BUCKET_RATE5M.record, (MODEL,), ("model_type",)
+                        ),
+                        "p95 {{model_type}}",
+                    )
+                ],
+            ),
+        ],
+    )
 
 
 def _advanced() -> Row:
-    return Row("Advanced Metrics", [
-        panels.timeseries(
-            Common("Model Convergence Rate", "Change of the training loss per epoch; negative means improving.",
-                   "none", w=12),
-            [Query(_job(catalog.TRAINING_CONVERGENCE_RATE), JOB_LEGEND)],
-        ),
-        panels.timeseries(
-            Common("Data Loading Performance", "95th percentile time to load a batch.", "s", w=12),
-            [Query(promql.recorded_quantile(0.95, rec.TRAINING_DATA_LOADING_SECONDS_BUCKET_RATE5M.record, (MODEL,),
-                                            ("model_type",)), "p95 {{model_type}}")],
-        ),
-    ])
+    return Row(
+        "Advanced Metrics",
+        [
+            panels.timeseries(
+                Common(
+                    "Model Convergence Rate",
+                    "Change of the training loss per epoch; negative means improving.",
+                    "none",
+                    w=12,
+                ),
+                [Query(_job(catalog.TRAINING_CONVERGENCE_RATE), JOB_LEGEND)],
+            ),
+            panels.timeseries(
+                Common("Data Loading Performance", "95th percentile time to load a batch.", "s", w=12),
+                [
+                    Query(
+                        promql.recorded_quantile(
+                            0.95, rec.TRAINING_DATA_LOADING_SECONDS_BUCKET_RATE5M.record, (MODEL,), ("model_type",)
+                        ),
+                        "p95 {{model_type}}",
+                    )
+                ],
+            ),
+        ],
+    )
 
 
 def _error_tracking() -> Row:
     failures = promql.by("sum", ("error_type",), promql.increase(catalog.TRAINING_FAILURES_TOTAL, (MODEL,)))
-    return Row("Error Tracking", [
-        panels.stat(
-            Common("Training Failures by Type",
-                   "Training failures by error type (most in one rate interval of the range); red if any.",
-                   "short", w=12, thresholds=FAILURES_RED_ABOVE_ZERO),
-            [Query(f"ceil({failures})", "{{error_type}}")],
-            calcs=("max",), background=True,
-        ),
-        panels.stat(
-            Common("GPU Errors", "CRITICAL: GPU hardware errors per second; red above 0.01 errors/s.", "cps",
-                   w=12, thresholds=GPU_ERRORS, decimals=3),
-            [Query(rec.GPU_ERRORS_RATE.record, "{{error_type}}")],
-            calcs=("max",), background=True,
-        ),
-    ])
+    return Row(
+        "Error Tracking",
+        [
+            panels.stat(
+                Common(
+                    "Training Failures by Type",
+                    "Training failures by error type (most in one rate interval of the range); red if any.",
+                    "short",
+                    w=12,
+                    thresholds=FAILURES_RED_ABOVE_ZERO,
+                ),
+                [Query(f"ceil({failures})", "{{error_type}}")],
+                calcs=("max",),
+                background=True,
+            ),
+            panels.stat(
+                Common(
+                    "GPU Errors",
+                    "CRITICAL: GPU hardware errors per second; red above 0.01 errors/s.",
+                    "cps",
+                    w=12,
+                    thresholds=GPU_ERRORS,
+                    decimals=3,
+                ),
+                [Query(rec.GPU_ERRORS_RATE.record, "{{error_type}}")],
+                calcs=("max",),
+                background=True,
+            ),
+        ],
+    )
 
 
 def build(cfg: ObservabilityConfig) -> dict[str, Any]:
-    return assemble(DashboardSpec(
-        uid=UID,
-        title=TITLE,
-        description="Training status, losses, GPUs, progress, checkpoints and errors of ML training jobs (seed 001).",
-        tags=("training", "gpu", "ml"),
-        variables=[
-            variables.prometheus_datasource(cfg.datasource_uids.prometheus),
-            variables.label_values("model_type", "Model type", catalog.TRAINING_LOSS.name, "model_type",
-                                   multi=True, include_all=True),
-            variables.label_values("job_id", "Job",
-                                   promql.selector(catalog.TRAINING_LOSS.name, (MODEL,)), "job_id",
-                                   multi=False, include_all=False),
-        ],
-        rows=[
-            _high_level_status(), _loss_monitoring(), _gpu_monitoring(), _training_progress(),
-            _performance(), _checkpoints(), _advanced(), _error_tracking(),
-        ],
-        min_interval=f"{cfg.scrape_interval_seconds}s",
-        refresh="10s",
-        time_from="now-1h",
-    ))
+    return assemble(
+        DashboardSpec(
+            uid=UID,
+            title=TITLE,
+            description="Training status, losses, GPUs, progress, checkpoints and errors of ML training jobs.",
+            tags=("training", "gpu", "ml"),
+            variables=[
+                variables.prometheus_datasource(cfg.datasource_uids.prometheus),
+                variables.label_values(
+                    "model_type", "Model type", catalog.TRAINING_LOSS.name, "model_type", multi=True, include_all=True
+                ),
+                variables.label_values(
+                    "job_id",
+                    "Job",
+                    promql.selector(catalog.TRAINING_LOSS.name, (MODEL,)),
+                    "job_id",
+                    multi=False,
+                    include_all=False,
+                ),
+            ],
+            rows=[
+                _high_level_status(),
+                _loss_monitoring(),
+                _gpu_monitoring(),
+                _training_progress(),
+                _performance(),
+                _checkpoints(),
+                _advanced(),
+                _error_tracking(),
+            ],
+            min_interval=f"{cfg.scrape_interval_seconds}s",
+            refresh="10s",
+            time_from="now-1h",
+        )
+    )

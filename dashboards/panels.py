@@ -220,7 +220,9 @@ def timeseries(
     panel = _common(timeseries_builder.Panel(), c, PROMETHEUS)
     panel = panel.targets(prometheus_targets(queries)).legend(_legend(table_legend)).fill_opacity(fill_opacity)
     panel = panel.tooltip(
-        common_builder.VizTooltipOptions().mode(common_model.TooltipDisplayMode.MULTI).sort(common_model.SortOrder.DESCENDING)
+        common_builder.VizTooltipOptions()
+        .mode(common_model.TooltipDisplayMode.MULTI)
+        .sort(common_model.SortOrder.DESCENDING)
     )
     if bars:
         panel = panel.draw_style(common_model.GraphDrawStyle.BARS)

@@ -175,17 +175,19 @@ def panel_queries(dashboard: Mapping[str, Any]) -> list[PanelQuery]:
                 expr = ""
             if expr is None:
                 continue
-            queries.append(PanelQuery(
-                dashboard_uid=str(dashboard["uid"]),
-                panel_id=int(panel["id"]),
-                panel_title=str(panel.get("title", "")),
-                ref_id=str(target.get("refId", "")),
-                datasource_type=kind,
-                datasource_uid=_resolve(str(datasource.get("uid", "")), defaults),
-                expr=str(expr),
-                step=interval,
-                time_range=time_range,
-                instant=bool(target.get("instant", False)) and not bool(target.get("range", False)),
-                variables={**defaults, **builtin_values(interval, time_range)},
-            ))
+            queries.append(
+                PanelQuery(
+                    dashboard_uid=str(dashboard["uid"]),
+                    panel_id=int(panel["id"]),
+                    panel_title=str(panel.get("title", "")),
+                    ref_id=str(target.get("refId", "")),
+                    datasource_type=kind,
+                    datasource_uid=_resolve(str(datasource.get("uid", "")), defaults),
+                    expr=str(expr),
+                    step=interval,
+                    time_range=time_range,
+                    instant=bool(target.get("instant", False)) and not bool(target.get("range", False)),
+                    variables={**defaults, **builtin_values(interval, time_range)},
+                )
+            )
     return queries

@@ -1,7 +1,7 @@
 """Generate `dashboards/README.md` from the dashboards themselves, so it never drifts.
 
-    python -m dashboards.readme            # write dashboards/README.md
-    python -m dashboards.readme --check    # exit 1 when the committed README is out of date
+python -m dashboards.readme            # write dashboards/README.md
+python -m dashboards.readme --check    # exit 1 when the committed README is out of date
 """
 
 from __future__ import annotations

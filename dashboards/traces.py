@@ -65,104 +65,176 @@ def _trace_id_links(cfg: ObservabilityConfig) -> list[dict[str, Any]]:
 
 
 def _service_map() -> Row:
-    return Row("Service Map", [
-        panels.service_map(Common(
-            "Service Map",
-            "Services and the calls between them, from Tempo's service graph (request rate, errors, latency).",
-            w=24, h=12,
-        )),
-    ])
+    return Row(
+        "Service Map",
+        [
+            panels.service_map(
+                Common(
+                    "Service Map",
+                    "Services and the calls between them, from Tempo's service graph (request rate, errors, latency).",
+                    w=24,
+                    h=12,
+                )
+            ),
+        ],
+    )
 
 
 def _trace_search(cfg: ObservabilityConfig) -> Row:
-    return Row("Trace Search", [
-        panels.trace_table(
-            Common("Trace Search",
-                   "Traces matching the service, operation, minimum duration and status filters (TraceQL). "
-                   "A trace id opens the trace or its logs.",
-                   w=24, h=10),
-            TraceQuery(TRACE_SEARCH, limit=50),
-            column_links={"traceID": _trace_id_links(cfg)},
-        ),
-    ])
+    return Row(
+        "Trace Search",
+        [
+            panels.trace_table(
+                Common(
+                    "Trace Search",
+                    "Traces matching the service, operation, minimum duration and status filters (TraceQL). "
+                    "A trace id opens the trace or its logs.",
+                    w=24,
+                    h=10,
+                ),
+                TraceQuery(TRACE_SEARCH, limit=50),
+                column_links={"traceID": _trace_id_links(cfg)},
+            ),
+        ],
+    )
 
 
 def _trace_metrics() -> Row:
-    return Row("Trace Metrics", [
-        panels.heatmap(
-            Common("Trace Duration Histogram", "Distribution of span durations of the selected services.", "s", w=12),
-            [Query(promql.bucket_increase(catalog.SPANMETRICS_LATENCY, (SERVICE,)), "{{le}}", format="heatmap")],
-        ),
-        panels.timeseries(
-            Common("Error Rate by Service", "Share of spans with error status, per service (5 minute window).",
-                   "percentunit", w=12, min=0, max=1, thresholds=Thresholds(GREEN, ((0.01, YELLOW), (0.05, RED)))),
-            [Query(promql.selector(rec.SPAN_ERROR_RATIO_RATE5M.record, (SERVICE,)), "{{service}}")],
-            threshold_style=panels.ThresholdStyle.LINE,
-        ),
-        panels.timeseries(
-            Common("Span Rate by Service", "Spans received per second, per service (5 minute window).", "cps",
-                   w=8, min=0),
-            [Query(promql.selector(rec.SPAN_CALLS_RATE5M.record, (SERVICE,)), "{{service}}")],
-        ),
-        panels.timeseries(
-            Common("Span Duration p95 by Service", "95th percentile span duration, per service (5 minute window).",
-                   "s", w=8),
-            [Query(promql.recorded_quantile(0.95, rec.SPAN_LATENCY_BUCKET_RATE5M.record, (SERVICE,), ("service",)),
-                   "{{service}}")],
-        ),
-        panels.timeseries(
-            Common("Requests Between Services",
-                   "Calls per second on each edge of the service graph (solid) and the failed ones (dashed).",
-                   "reqps", w=8, min=0),
-            [Query(promql.selector(rec.SERVICE_GRAPH_REQUEST_RATE5M.record, (SERVER,)), "{{client}} → {{server}}"),
-             Query(promql.selector(rec.SERVICE_GRAPH_REQUEST_FAILED_RATE5M.record, (SERVER,)),
-                   "{{client}} → {{server}} failed")],
-            dashed_refs=("B",),
-        ),
-        panels.timeseries(
-            Common("Server Latency p95 Between Services",
-                   "95th percentile server-side duration of calls on each edge of the service graph.", "s", w=24),
-            [Query(promql.recorded_quantile(0.95, rec.SERVICE_GRAPH_REQUEST_SERVER_SECONDS_BUCKET_RATE5M.record,
-                                            (SERVER,), ("client", "server")), "{{client}} → {{server}}")],
-        ),
-    ])
+    return Row(
+        "Trace Metrics",
+        [
+            panels.heatmap(
+                Common(
+                    "Trace Duration Histogram", "Distribution of span durations of the selected services.", "s", w=12
+                ),
+                [Query(promql.bucket_increase(catalog.SPANMETRICS_LATENCY, (SERVICE,)), "{{le}}", format="heatmap")],
+            ),
+            panels.timeseries(
+                Common(
+                    "Error Rate by Service",
+                    "Share of spans with error status, per service (5 minute window).",
+                    "percentunit",
+                    w=12,
+                    min=0,
+                    max=1,
+                    thresholds=Thresholds(GREEN, ((0.01, YELLOW), (0.05, RED))),
+                ),
+                [Query(promql.selector(rec.SPAN_ERROR_RATIO_RATE5M.record, (SERVICE,)), "{{service}}")],
+                threshold_style=panels.ThresholdStyle.LINE,
+            ),
+            panels.timeseries(
+                Common(
+                    "Span Rate by Service",
+                    "Spans received per second, per service (5 minute window).",
+                    "cps",
+                    w=8,
+                    min=0,
+                ),
+                [Query(promql.selector(rec.SPAN_CALLS_RATE5M.record, (SERVICE,)), "{{service}}")],
+            ),
+            panels.timeseries(
+                Common(
+                    "Span Duration p95 by Service",
+                    "95th percentile span duration, per service (5 minute window).",
+                    "s",
+                    w=8,
+                ),
+                [
+                    Query(
+                        promql.recorded_quantile(0.95, rec.SPAN_LATENCY_BUCKET_RATE5M.record, (SERVICE,), ("service",)),
+                        "{{service}}",
+                    )
+                ],
+            ),
+            panels.timeseries(
+                Common(
+                    "Requests Between Services",
+                    "Calls per second on each edge of the service graph (solid) and the failed ones (dashed).",
+                    "reqps",
+                    w=8,
+                    min=0,
+                ),
+                [
+                    Query(
+                        promql.selector(rec.SERVICE_GRAPH_REQUEST_RATE5M.record, (SERVER,)), "{{client}} → {{server}}"
+                    ),
+                    Query(
+                        promql.selector(rec.SERVICE_GRAPH_REQUEST_FAILED_RATE5M.record, (SERVER,)),
+                        "{{client}} → {{server}} failed",
+                    ),
+                ],
+                dashed_refs=("B",),
+            ),
+            panels.timeseries(
+                Common(
+                    "Server Latency p95 Between Services",
+                    "95th percentile server-side duration of calls on each edge of the service graph.",
+                    "s",
+                    w=24,
+                ),
+                [
+                    Query(
+                        promql.recorded_quantile(
+                            0.95,
+                            rec.SERVICE_GRAPH_REQUEST_SERVER_SECONDS_BUCKET_RATE5M.record,
+                            (SERVER,),
+                            ("client", "server"),
+                        ),
+                        "{{client}} → {{server}}",
+                    )
+                ],
+            ),
+        ],
+    )
 
 
 def _logs() -> Row:
-    return Row("Logs for Trace", [
-        panels.logs(
-            Common("Logs for Selected Trace",
-                   "Log lines that carry the trace id in `$trace_id` (set it from the trace search table).",
-                   w=24, h=10),
-            LogQuery('{namespace=~".+"} |= "$trace_id"'),
-        ),
-    ])
+    return Row(
+        "Logs for Trace",
+        [
+            panels.logs(
+                Common(
+                    "Logs for Selected Trace",
+                    "Log lines that carry the trace id in `$trace_id` (set it from the trace search table).",
+                    w=24,
+                    h=10,
+                ),
+                LogQuery('{namespace=~".+"} |= "$trace_id"'),
+            ),
+        ],
+    )
 
 
 def build(cfg: ObservabilityConfig) -> dict[str, Any]:
-    return assemble(DashboardSpec(
-        uid=UID,
-        title=TITLE,
-        description="Service map, trace search, span durations and error rates, and the logs of a trace.",
-        tags=("traces", "tempo"),
-        variables=[
-            variables.prometheus_datasource(cfg.datasource_uids.prometheus),
-            variables.tempo_datasource(cfg.datasource_uids.tempo),
-            variables.loki_datasource(cfg.datasource_uids.loki),
-            variables.label_values("service", "Service", catalog.SPANMETRICS_CALLS_TOTAL.name, "service"),
-            variables.label_values(
-                "operation", "Operation",
-                promql.selector(catalog.SPANMETRICS_CALLS_TOTAL.name, (SERVICE,)), "span_name",
-            ),
-            variables.custom(
-                "min_duration", "Min duration", [(d, d) for d in MIN_DURATIONS],
-                "Shortest trace span duration the search returns.",
-            ),
-            variables.custom("status", "Status", STATUS_CHOICES, "Span status the search requires."),
-            variables.textbox("trace_id", "Trace id", "Trace whose log lines the logs panel shows."),
-        ],
-        rows=[_service_map(), _trace_search(cfg), _trace_metrics(), _logs()],
-        min_interval=f"{cfg.scrape_interval_seconds}s",
-        refresh="1m",
-        time_from="now-1h",
-    ))
+    return assemble(
+        DashboardSpec(
+            uid=UID,
+            title=TITLE,
+            description="Service map, trace search, span durations and error rates, and the logs of a trace.",
+            tags=("traces", "tempo"),
+            variables=[
+                variables.prometheus_datasource(cfg.datasource_uids.prometheus),
+                variables.tempo_datasource(cfg.datasource_uids.tempo),
+                variables.loki_datasource(cfg.datasource_uids.loki),
+                variables.label_values("service", "Service", catalog.SPANMETRICS_CALLS_TOTAL.name, "service"),
+                variables.label_values(
+                    "operation",
+                    "Operation",
+                    promql.selector(catalog.SPANMETRICS_CALLS_TOTAL.name, (SERVICE,)),
+                    "span_name",
+                ),
+                variables.custom(
+                    "min_duration",
+                    "Min duration",
+                    [(d, d) for d in MIN_DURATIONS],
+                    "Shortest trace span duration the search returns.",
+                ),
+                variables.custom("status", "Status", STATUS_CHOICES, "Span status the search requires."),
+                variables.textbox("trace_id", "Trace id", "Trace whose log lines the logs panel shows."),
+            ],
+            rows=[_service_map(), _trace_search(cfg), _trace_metrics(), _logs()],
+            min_interval=f"{cfg.scrape_interval_seconds}s",
+            refresh="1m",
+            time_from="now-1h",
+        )
+    )

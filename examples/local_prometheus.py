@@ -61,8 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     cfg = ObservabilityConfig(scrape_interval_seconds=args.interval, evaluation_interval_seconds=args.interval)
     config = write(args.directory, cfg, args.trainer, args.poller)
     data = args.directory / "data"
-    print(f"prometheus --config.file={shlex.quote(str(config))} --storage.tsdb.path={shlex.quote(str(data))} "
-          "--web.listen-address=127.0.0.1:9090")
+    print(
+        f"prometheus --config.file={shlex.quote(str(config))} --storage.tsdb.path={shlex.quote(str(data))} "
+        "--web.listen-address=127.0.0.1:9090"
+    )
     return 0
 
 

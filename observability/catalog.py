@@ -34,15 +34,50 @@ SEED_NAME_NOTE = "(Seed name kept: users' binaries already emit it; {why}.)"
 
 # Latency-style buckets in seconds, from 5 ms to 10 min: training iterations, checkpoints, loads.
 DURATION_BUCKETS: tuple[float, ...] = (
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+    600.0,
 )
 # Request latency buckets in seconds for online inference (p99 alert threshold at 100 ms).
 INFERENCE_BUCKETS: tuple[float, ...] = (
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
 )
 # Whole training jobs: minutes to a day.
 JOB_DURATION_BUCKETS: tuple[float, ...] = (
-    60.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0, 86400.0,
+    60.0,
+    300.0,
+    600.0,
+    1800.0,
+    3600.0,
+    7200.0,
+    14400.0,
+    28800.0,
+    86400.0,
 )
 # Prediction confidence is a ratio in [0, 1].
 CONFIDENCE_BUCKETS: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)
@@ -109,55 +144,77 @@ TRAINING_CURRENT_EPOCH = Metric(
     "ml_training_current_epoch", MetricType.GAUGE, "", "Current training epoch number.", JOB, _T
 )
 TRAINING_PROGRESS_PERCENT = Metric(
-    "ml_training_progress_percent", MetricType.GAUGE, "percent",
-    "Training progress from 0 to 100. "
-    + SEED_NAME_NOTE.format(why="a percentage, not the base-unit ratio 0-1"),
-    JOB, _T,
+    "ml_training_progress_percent",
+    MetricType.GAUGE,
+    "percent",
+    "Training progress from 0 to 100. " + SEED_NAME_NOTE.format(why="a percentage, not the base-unit ratio 0-1"),
+    JOB,
+    _T,
 )
 TRAINING_EPOCHS_PER_SECOND = Metric(
     "ml_training_epochs_per_second", MetricType.GAUGE, "epochs/s", "Training speed in epochs per second.", JOB, _T
 )
 TRAINING_ITERATION_SECONDS = Metric(
-    "ml_training_iteration_seconds", MetricType.HISTOGRAM, "seconds",
-    "Duration of one training iteration.", JOB, _T, DURATION_BUCKETS,
+    "ml_training_iteration_seconds",
+    MetricType.HISTOGRAM,
+    "seconds",
+    "Duration of one training iteration.",
+    JOB,
+    _T,
+    DURATION_BUCKETS,
 )
 TRAINING_CONVERGENCE_RATE = Metric(
-    "ml_training_convergence_rate", MetricType.GAUGE, "",
-    "Change of the training loss per epoch (negative means improving).", JOB, _T,
+    "ml_training_convergence_rate",
+    MetricType.GAUGE,
+    "",
+    "Change of the training loss per epoch (negative means improving).",
+    JOB,
+    _T,
 )
 
 # --- B. NaN detection and training errors ---------------------------------------------------
 TRAINING_NAN_COUNT = Metric(
-    "ml_training_nan_count", MetricType.COUNTER, "",
+    "ml_training_nan_count",
+    MetricType.COUNTER,
+    "",
     "NaN values detected, by tensor type (loss, gradient, activation). "
     + SEED_NAME_NOTE.format(why="a counter without the `_total` suffix"),
-    (*JOB, "tensor_type"), _T,
+    (*JOB, "tensor_type"),
+    _T,
 )
 TRAINING_GRADIENT_EXPLOSION_TOTAL = Metric(
     "ml_training_gradient_explosion_total", MetricType.COUNTER, "", "Gradient explosion events.", JOB, _T
 )
 TRAINING_FAILURES_TOTAL = Metric(
-    "ml_training_failures_total", MetricType.COUNTER, "",
-    "Training failures by error type (nan, oom, timeout, config).", ("model_type", "error_type"), _T,
+    "ml_training_failures_total",
+    MetricType.COUNTER,
+    "",
+    "Training failures by error type (nan, oom, timeout, config).",
+    ("model_type", "error_type"),
+    _T,
 )
 
 # --- C. GPU monitoring (seed 001 names; emitted by the NVML poller) -------------------------
 GPU_UTILIZATION_PERCENT = Metric(
-    "ml_gpu_utilization_percent", MetricType.GAUGE, "percent",
+    "ml_gpu_utilization_percent",
+    MetricType.GAUGE,
+    "percent",
     "Percent of time over the last sample period during which a kernel ran on the GPU (0-100). "
     + SEED_NAME_NOTE.format(why="a percentage, not a ratio"),
-    GPU, _G,
+    GPU,
+    _G,
 )
 GPU_MEMORY_UTILIZATION_PERCENT = Metric(
-    "ml_gpu_memory_utilization_percent", MetricType.GAUGE, "percent",
+    "ml_gpu_memory_utilization_percent",
+    MetricType.GAUGE,
+    "percent",
     "Percent of time over the last sample period during which device memory was read or written "
     "(0-100), as NVML reports it; named like its seed sibling ml_gpu_utilization_percent.",
-    GPU, _G,
+    GPU,
+    _G,
 )
 GPU_MEMORY_USED_BYTES = Metric("ml_gpu_memory_used_bytes", MetricType.GAUGE, "bytes", "GPU memory used.", GPU, _G)
-GPU_MEMORY_TOTAL_BYTES = Metric(
-    "ml_gpu_memory_total_bytes", MetricType.GAUGE, "bytes", "Total GPU memory.", GPU, _G
-)
+GPU_MEMORY_TOTAL_BYTES = Metric("ml_gpu_memory_total_bytes", MetricType.GAUGE, "bytes", "Total GPU memory.", GPU, _G)
 GPU_TEMPERATURE_CELSIUS = Metric(
     "ml_gpu_temperature_celsius", MetricType.GAUGE, "celsius", "GPU core temperature.", GPU, _G
 )
@@ -170,39 +227,68 @@ GPU_MEMORY_CLOCK_HERTZ = Metric(
     "ml_gpu_memory_clock_hertz", MetricType.GAUGE, "hertz", "Current memory clock.", GPU, _G
 )
 GPU_CLOCK_THROTTLE_ACTIVE = Metric(
-    "ml_gpu_clock_throttle_active", MetricType.GAUGE, "",
-    "1 while the named clock-throttle (event) reason is active, else 0.", (*GPU, "reason"), _G,
+    "ml_gpu_clock_throttle_active",
+    MetricType.GAUGE,
+    "",
+    "1 while the named clock-throttle (event) reason is active, else 0.",
+    (*GPU, "reason"),
+    _G,
 )
 GPU_ECC_ERRORS_TOTAL = Metric(
-    "ml_gpu_ecc_errors_total", MetricType.COUNTER, "",
+    "ml_gpu_ecc_errors_total",
+    MetricType.COUNTER,
+    "",
     "ECC errors since the driver loaded (volatile), by ecc_type corrected or uncorrected.",
-    (*GPU, "ecc_type"), _G,
+    (*GPU, "ecc_type"),
+    _G,
 )
 GPU_XID_ERRORS_TOTAL = Metric(
-    "ml_gpu_xid_errors_total", MetricType.COUNTER, "",
+    "ml_gpu_xid_errors_total",
+    MetricType.COUNTER,
+    "",
     "XID events since the poller started, by XID code; a code's series appears on its first occurrence.",
-    (*GPU, "xid"), _G,
+    (*GPU, "xid"),
+    _G,
 )
 GPU_ERRORS_TOTAL = Metric(
-    "ml_gpu_errors_total", MetricType.COUNTER, "",
-    "GPU hardware errors by error type (xid, ecc_uncorrected, gpu_lost).", (*GPU, "error_type"), _G,
+    "ml_gpu_errors_total",
+    MetricType.COUNTER,
+    "",
+    "GPU hardware errors by error type (xid, ecc_uncorrected, gpu_lost).",
+    (*GPU, "error_type"),
+    _G,
 )
 GPU_DRIVER_INFO = Metric(
-    "ml_gpu_driver_info", MetricType.INFO, "",
+    "ml_gpu_driver_info",
+    MetricType.INFO,
+    "",
     "NVML and driver versions on the node (value always 1).",
-    ("node", "driver_version", "nvml_version", "cuda_driver_version"), _G,
+    ("node", "driver_version", "nvml_version", "cuda_driver_version"),
+    _G,
 )
 GPU_POLLER_NVML_UP = Metric(
-    "ml_gpu_poller_nvml_up", MetricType.GAUGE, "",
-    "1 when the last collection reached NVML, 0 when NVML is missing or failing.", ("node",), _G,
+    "ml_gpu_poller_nvml_up",
+    MetricType.GAUGE,
+    "",
+    "1 when the last collection reached NVML, 0 when NVML is missing or failing.",
+    ("node",),
+    _G,
 )
 GPU_POLLER_COLLECTION_DURATION_SECONDS = Metric(
-    "ml_gpu_poller_collection_duration_seconds", MetricType.GAUGE, "seconds",
-    "Wall time of the last NVML collection pass.", ("node",), _G,
+    "ml_gpu_poller_collection_duration_seconds",
+    MetricType.GAUGE,
+    "seconds",
+    "Wall time of the last NVML collection pass.",
+    ("node",),
+    _G,
 )
 GPU_POLLER_COLLECTION_FAILURES_TOTAL = Metric(
-    "ml_gpu_poller_collection_failures_total", MetricType.COUNTER, "",
-    "Failed NVML calls or passes by reason (init, gpu_lost, query, event).", ("node", "reason"), _G,
+    "ml_gpu_poller_collection_failures_total",
+    MetricType.COUNTER,
+    "",
+    "Failed NVML calls or passes by reason (init, gpu_lost, query, event).",
+    ("node", "reason"),
+    _G,
 )
 GPU_POLLER_DEVICES = Metric(
     "ml_gpu_poller_devices", MetricType.GAUGE, "", "GPUs reported by the last collection.", ("node",), _G
@@ -213,12 +299,21 @@ CHECKPOINT_SAVES_TOTAL = Metric(
     "ml_checkpoint_saves_total", MetricType.COUNTER, "", "Successful checkpoint saves.", JOB, _T
 )
 CHECKPOINT_SAVE_FAILURES_TOTAL = Metric(
-    "ml_checkpoint_save_failures_total", MetricType.COUNTER, "", "Checkpoint save failures by error type.",
-    (*JOB, "error_type"), _T,
+    "ml_checkpoint_save_failures_total",
+    MetricType.COUNTER,
+    "",
+    "Checkpoint save failures by error type.",
+    (*JOB, "error_type"),
+    _T,
 )
 CHECKPOINT_SAVE_DURATION_SECONDS = Metric(
-    "ml_checkpoint_save_duration_seconds", MetricType.HISTOGRAM, "seconds", "Checkpoint save duration.",
-    ("model_type",), _T, DURATION_BUCKETS,
+    "ml_checkpoint_save_duration_seconds",
+    MetricType.HISTOGRAM,
+    "seconds",
+    "Checkpoint save duration.",
+    ("model_type",),
+    _T,
+    DURATION_BUCKETS,
 )
 CHECKPOINT_SIZE_BYTES = Metric(
     "ml_checkpoint_size_bytes", MetricType.GAUGE, "bytes", "Size of the latest checkpoint.", JOB, _T
@@ -237,10 +332,12 @@ TRAINING_MEMORY_USED_BYTES = Metric(
     "ml_training_memory_used_bytes", MetricType.GAUGE, "bytes", "System memory used by the training job.", JOB, _T
 )
 TRAINING_CPU_USAGE_PERCENT = Metric(
-    "ml_training_cpu_usage_percent", MetricType.GAUGE, "percent",
-    "CPU usage of the training job (100 = one core). "
-    + SEED_NAME_NOTE.format(why="a percentage, not CPU seconds"),
-    JOB, _T,
+    "ml_training_cpu_usage_percent",
+    MetricType.GAUGE,
+    "percent",
+    "CPU usage of the training job (100 = one core). " + SEED_NAME_NOTE.format(why="a percentage, not CPU seconds"),
+    JOB,
+    _T,
 )
 TRAINING_ACTIVE_WORKERS = Metric(
     "ml_training_active_workers", MetricType.GAUGE, "", "Active training workers.", ("model_type",), _T
@@ -251,22 +348,40 @@ TRAINING_DATA_BATCHES_TOTAL = Metric(
     "ml_training_data_batches_total", MetricType.COUNTER, "", "Data batches processed.", JOB, _T
 )
 TRAINING_DATA_LOADING_SECONDS = Metric(
-    "ml_training_data_loading_seconds", MetricType.HISTOGRAM, "seconds", "Data loading duration.",
-    ("model_type",), _T, DURATION_BUCKETS,
+    "ml_training_data_loading_seconds",
+    MetricType.HISTOGRAM,
+    "seconds",
+    "Data loading duration.",
+    ("model_type",),
+    _T,
+    DURATION_BUCKETS,
 )
 FEATURE_ENGINEERING_ERRORS_TOTAL = Metric(
-    "ml_feature_engineering_errors_total", MetricType.COUNTER, "", "Feature engineering errors.",
-    ("model_type", "error_type"), _T,
+    "ml_feature_engineering_errors_total",
+    MetricType.COUNTER,
+    "",
+    "Feature engineering errors.",
+    ("model_type", "error_type"),
+    _T,
 )
 
 # --- H. Job lifecycle -------------------------------------------------------------------------
 TRAINING_JOBS_BY_STATUS = Metric(
-    "ml_training_jobs_by_status", MetricType.GAUGE, "",
-    "Training jobs by status (pending, running, completed, failed, stopped, paused).", ("status",), _T,
+    "ml_training_jobs_by_status",
+    MetricType.GAUGE,
+    "",
+    "Training jobs by status (pending, running, completed, failed, stopped, paused).",
+    ("status",),
+    _T,
 )
 TRAINING_JOB_DURATION_SECONDS = Metric(
-    "ml_training_job_duration_seconds", MetricType.HISTOGRAM, "seconds", "Total training job duration.",
-    ("model_type", "status"), _T, JOB_DURATION_BUCKETS,
+    "ml_training_job_duration_seconds",
+    MetricType.HISTOGRAM,
+    "seconds",
+    "Total training job duration.",
+    ("model_type", "status"),
+    _T,
+    JOB_DURATION_BUCKETS,
 )
 
 # --- Per-fold view (seed 000, component 2): one series per fold, label `fold` -----------------
@@ -291,12 +406,21 @@ TRAINING_FOLDS_COMPLETED_TOTAL = Metric(
 
 # --- ML services (the metrics the seed-001 alerts query) --------------------------------------
 INFERENCE_LATENCY_SECONDS = Metric(
-    "ml_inference_latency_seconds", MetricType.HISTOGRAM, "seconds", "Online inference request latency.",
-    ("service", "model_type"), _S, INFERENCE_BUCKETS,
+    "ml_inference_latency_seconds",
+    MetricType.HISTOGRAM,
+    "seconds",
+    "Online inference request latency.",
+    ("service", "model_type"),
+    _S,
+    INFERENCE_BUCKETS,
 )
 MODEL_LOADING_FAILURES_TOTAL = Metric(
-    "ml_model_loading_failures_total", MetricType.COUNTER, "", "Model loading failures by error type.",
-    ("service", "model_type", "error_type"), _S,
+    "ml_model_loading_failures_total",
+    MetricType.COUNTER,
+    "",
+    "Model loading failures by error type.",
+    ("service", "model_type", "error_type"),
+    _S,
 )
 MODEL_CACHE_HITS_TOTAL = Metric(
     "ml_model_cache_hits_total", MetricType.COUNTER, "", "Model cache hits.", ("service", "model_type"), _S
@@ -308,61 +432,115 @@ MODEL_DRIFT_SCORE = Metric(
     "ml_model_drift_score", MetricType.GAUGE, "", "Model drift score (0 = no drift).", ("service", "model_type"), _S
 )
 FEATURE_DISTRIBUTION_DISTANCE = Metric(
-    "ml_feature_distribution_distance", MetricType.GAUGE, "",
+    "ml_feature_distribution_distance",
+    MetricType.GAUGE,
+    "",
     "Distance between the live and the training distribution of a feature.",
-    ("service", "model_type", "feature"), _S,
+    ("service", "model_type", "feature"),
+    _S,
 )
 PREDICTION_CONFIDENCE = Metric(
-    "ml_prediction_confidence", MetricType.HISTOGRAM, "ratio", "Confidence (0-1) of served predictions.",
-    ("service", "model_type"), _S, CONFIDENCE_BUCKETS,
+    "ml_prediction_confidence",
+    MetricType.HISTOGRAM,
+    "ratio",
+    "Confidence (0-1) of served predictions.",
+    ("service", "model_type"),
+    _S,
+    CONFIDENCE_BUCKETS,
 )
 TRAINING_DATA_LAST_UPDATE_TIMESTAMP_SECONDS = Metric(
-    "ml_training_data_last_update_timestamp_seconds", MetricType.GAUGE, "seconds",
-    "Unix time of the latest update of a training data set.", ("dataset",), _S,
+    "ml_training_data_last_update_timestamp_seconds",
+    MetricType.GAUGE,
+    "seconds",
+    "Unix time of the latest update of a training data set.",
+    ("dataset",),
+    _S,
 )
 FEATURE_EXTRACTION_DURATION_SECONDS = Metric(
-    "ml_feature_extraction_duration_seconds", MetricType.HISTOGRAM, "seconds", "Feature extraction latency.",
-    ("service", "model_type"), _S, DURATION_BUCKETS,
+    "ml_feature_extraction_duration_seconds",
+    MetricType.HISTOGRAM,
+    "seconds",
+    "Feature extraction latency.",
+    ("service", "model_type"),
+    _S,
+    DURATION_BUCKETS,
 )
 S3_ERRORS_TOTAL = Metric(
-    "ml_s3_errors_total", MetricType.COUNTER, "", "S3 request errors by operation and error type.",
-    ("service", "operation", "error_type"), _S,
+    "ml_s3_errors_total",
+    MetricType.COUNTER,
+    "",
+    "S3 request errors by operation and error type.",
+    ("service", "operation", "error_type"),
+    _S,
 )
 MODEL_STORAGE_USED_BYTES = Metric(
-    "ml_model_storage_used_bytes", MetricType.GAUGE, "bytes", "Bytes used on model storage.",
-    ("service", "volume"), _S,
+    "ml_model_storage_used_bytes",
+    MetricType.GAUGE,
+    "bytes",
+    "Bytes used on model storage.",
+    ("service", "volume"),
+    _S,
 )
 MODEL_STORAGE_CAPACITY_BYTES = Metric(
-    "ml_model_storage_capacity_bytes", MetricType.GAUGE, "bytes", "Capacity of model storage.",
-    ("service", "volume"), _S,
+    "ml_model_storage_capacity_bytes",
+    MetricType.GAUGE,
+    "bytes",
+    "Capacity of model storage.",
+    ("service", "volume"),
+    _S,
 )
 
 # --- Scrape health (produced by Prometheus itself for every target) ---------------------------
 UP = Metric(
-    "up", MetricType.GAUGE, "", "1 if the last scrape of the target succeeded, else 0.",
-    ("job", "instance", "namespace", "pod", "service"), Producer.PROMETHEUS,
+    "up",
+    MetricType.GAUGE,
+    "",
+    "1 if the last scrape of the target succeeded, else 0.",
+    ("job", "instance", "namespace", "pod", "service"),
+    Producer.PROMETHEUS,
 )
 
 # --- Tempo metrics generator (span metrics and service graphs) --------------------------------
 SPANMETRICS_CALLS_TOTAL = Metric(
-    "traces_spanmetrics_calls_total", MetricType.COUNTER, "", "Spans received, by service and status.",
-    ("service", "span_name", "span_kind", "status_code"), _M,
+    "traces_spanmetrics_calls_total",
+    MetricType.COUNTER,
+    "",
+    "Spans received, by service and status.",
+    ("service", "span_name", "span_kind", "status_code"),
+    _M,
 )
 SPANMETRICS_LATENCY = Metric(
-    "traces_spanmetrics_latency", MetricType.HISTOGRAM, "seconds", "Span duration.",
-    ("service", "span_name", "span_kind", "status_code"), _M, DURATION_BUCKETS,
+    "traces_spanmetrics_latency",
+    MetricType.HISTOGRAM,
+    "seconds",
+    "Span duration.",
+    ("service", "span_name", "span_kind", "status_code"),
+    _M,
+    DURATION_BUCKETS,
 )
 SERVICE_GRAPH_REQUEST_TOTAL = Metric(
-    "traces_service_graph_request_total", MetricType.COUNTER, "", "Requests between two services.",
-    ("client", "server", "connection_type"), _M,
+    "traces_service_graph_request_total",
+    MetricType.COUNTER,
+    "",
+    "Requests between two services.",
+    ("client", "server", "connection_type"),
+    _M,
 )
 SERVICE_GRAPH_REQUEST_FAILED_TOTAL = Metric(
-    "traces_service_graph_request_failed_total", MetricType.COUNTER, "", "Failed requests between two services.",
-    ("client", "server", "connection_type"), _M,
+    "traces_service_graph_request_failed_total",
+    MetricType.COUNTER,
+    "",
+    "Failed requests between two services.",
+    ("client", "server", "connection_type"),
+    _M,
 )
 SERVICE_GRAPH_REQUEST_SERVER_SECONDS = Metric(
-    "traces_service_graph_request_server_seconds", MetricType.HISTOGRAM, "seconds",
-    "Server-side duration of requests between two services.", ("client", "server", "connection_type"), _M,
+    "traces_service_graph_request_server_seconds",
+    MetricType.HISTOGRAM,
+    "seconds",
+    "Server-side duration of requests between two services.",
+    ("client", "server", "connection_type"),
+    _M,
     DURATION_BUCKETS,
 )
 
@@ -372,17 +550,38 @@ ALL_METRICS: tuple[Metric, ...] = tuple(v for v in dict(globals()).values() if i
 SEED_001_METRIC_NAMES: frozenset[str] = frozenset(
     m.name
     for m in (
-        TRAINING_LOSS, TRAINING_VALIDATION_LOSS, TRAINING_CURRENT_EPOCH, TRAINING_PROGRESS_PERCENT,
-        TRAINING_EPOCHS_PER_SECOND, TRAINING_ITERATION_SECONDS, TRAINING_CONVERGENCE_RATE,
-        TRAINING_NAN_COUNT, TRAINING_GRADIENT_EXPLOSION_TOTAL, TRAINING_FAILURES_TOTAL,
-        GPU_UTILIZATION_PERCENT, GPU_MEMORY_USED_BYTES, GPU_MEMORY_TOTAL_BYTES, GPU_TEMPERATURE_CELSIUS,
-        GPU_POWER_WATTS, GPU_ERRORS_TOTAL,
-        CHECKPOINT_SAVES_TOTAL, CHECKPOINT_SAVE_FAILURES_TOTAL, CHECKPOINT_SAVE_DURATION_SECONDS,
+        TRAINING_LOSS,
+        TRAINING_VALIDATION_LOSS,
+        TRAINING_CURRENT_EPOCH,
+        TRAINING_PROGRESS_PERCENT,
+        TRAINING_EPOCHS_PER_SECOND,
+        TRAINING_ITERATION_SECONDS,
+        TRAINING_CONVERGENCE_RATE,
+        TRAINING_NAN_COUNT,
+        TRAINING_GRADIENT_EXPLOSION_TOTAL,
+        TRAINING_FAILURES_TOTAL,
+        GPU_UTILIZATION_PERCENT,
+        GPU_MEMORY_USED_BYTES,
+        GPU_MEMORY_TOTAL_BYTES,
+        GPU_TEMPERATURE_CELSIUS,
+        GPU_POWER_WATTS,
+        GPU_ERRORS_TOTAL,
+        CHECKPOINT_SAVES_TOTAL,
+        CHECKPOINT_SAVE_FAILURES_TOTAL,
+        CHECKPOINT_SAVE_DURATION_SECONDS,
         CHECKPOINT_SIZE_BYTES,
-        MODEL_ACCURACY, MODEL_F1_SCORE, MODEL_PRECISION, MODEL_RECALL,
-        TRAINING_MEMORY_USED_BYTES, TRAINING_CPU_USAGE_PERCENT, TRAINING_ACTIVE_WORKERS,
-        TRAINING_DATA_BATCHES_TOTAL, TRAINING_DATA_LOADING_SECONDS, FEATURE_ENGINEERING_ERRORS_TOTAL,
-        TRAINING_JOBS_BY_STATUS, TRAINING_JOB_DURATION_SECONDS,
+        MODEL_ACCURACY,
+        MODEL_F1_SCORE,
+        MODEL_PRECISION,
+        MODEL_RECALL,
+        TRAINING_MEMORY_USED_BYTES,
+        TRAINING_CPU_USAGE_PERCENT,
+        TRAINING_ACTIVE_WORKERS,
+        TRAINING_DATA_BATCHES_TOTAL,
+        TRAINING_DATA_LOADING_SECONDS,
+        FEATURE_ENGINEERING_ERRORS_TOTAL,
+        TRAINING_JOBS_BY_STATUS,
+        TRAINING_JOB_DURATION_SECONDS,
     )
 )
 

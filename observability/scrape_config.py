@@ -42,6 +42,7 @@ def final_scrape_wait_seconds(cfg: ObservabilityConfig) -> int:
     """Two scrape intervals: one scrape may fail, the next one still sees the final values."""
     return 2 * cfg.scrape_interval_seconds
 
+
 JOB_NAME = "foxhunt-annotated-pods"
 POD_MONITOR_NAME = "foxhunt-annotated-pods"
 # Key of the scrape config in the delivered object. A ConfigMap holds a `scrape_configs:` document

@@ -75,16 +75,19 @@ def _parser() -> argparse.ArgumentParser:
         description="NVML GPU poller: a Prometheus exporter of the catalog's ml_gpu_* metrics.",
     )
     parser.add_argument(
-        "--listen", metavar="HOST:PORT",
+        "--listen",
+        metavar="HOST:PORT",
         help=f"address to serve /metrics and /healthz on (env {ENV_LISTEN}; default {DEFAULT_LISTEN})",
     )
     parser.add_argument(
-        "--min-interval", metavar="SECONDS",
+        "--min-interval",
+        metavar="SECONDS",
         help="serve the last NVML pass to scrapes that come sooner than this after it; 0 = a pass per "
         f"scrape (env {ENV_MIN_INTERVAL}; default {DEFAULT_MIN_INTERVAL_SECONDS:g})",
     )
     parser.add_argument(
-        "--node-name", metavar="NAME",
+        "--node-name",
+        metavar="NAME",
         help=f"value of the `node` label (env {ENV_NODE_NAME}, from the downward API; default: host name)",
     )
     parser.add_argument(
@@ -124,8 +127,9 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> PollerSet
     level, source = pick(args.log_level, "--log-level", ENV_LOG_LEVEL, "INFO")
     if level.upper() not in LOG_LEVELS:
         raise SettingsError(f"{source}: {level!r} is not one of {', '.join(LOG_LEVELS)}")
-    return PollerSettings(host=host, port=port, min_interval_seconds=min_interval, node_name=node,
-                          log_level=level.upper())
+    return PollerSettings(
+        host=host, port=port, min_interval_seconds=min_interval, node_name=node, log_level=level.upper()
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -92,7 +92,8 @@ def build_families(node: str, result: PassResult, counters: CountersSnapshot) ->
         families.append(gauge)
 
     throttle = GaugeMetricFamily(
-        catalog.GPU_CLOCK_THROTTLE_ACTIVE.name, catalog.GPU_CLOCK_THROTTLE_ACTIVE.help,
+        catalog.GPU_CLOCK_THROTTLE_ACTIVE.name,
+        catalog.GPU_CLOCK_THROTTLE_ACTIVE.help,
         labels=catalog.GPU_CLOCK_THROTTLE_ACTIVE.labels,
     )
     for sample, labels in labelled:
@@ -129,11 +130,14 @@ def build_families(node: str, result: PassResult, counters: CountersSnapshot) ->
         info = InfoMetricFamily(
             catalog.GPU_DRIVER_INFO.name.removesuffix("_info"), catalog.GPU_DRIVER_INFO.help, labels=["node"]
         )
-        info.add_metric([node], {
-            "driver_version": result.driver.driver_version,
-            "nvml_version": result.driver.nvml_version,
-            "cuda_driver_version": result.driver.cuda_driver_version,
-        })
+        info.add_metric(
+            [node],
+            {
+                "driver_version": result.driver.driver_version,
+                "nvml_version": result.driver.nvml_version,
+                "cuda_driver_version": result.driver.cuda_driver_version,
+            },
+        )
         families.append(info)
 
     def node_gauge(metric: catalog.Metric, value: float) -> GaugeMetricFamily:
@@ -144,7 +148,8 @@ def build_families(node: str, result: PassResult, counters: CountersSnapshot) ->
     families.append(node_gauge(catalog.GPU_POLLER_NVML_UP, 1 if result.nvml_up else 0))
     families.append(node_gauge(catalog.GPU_POLLER_COLLECTION_DURATION_SECONDS, result.duration_seconds))
     failures = CounterMetricFamily(
-        catalog.GPU_POLLER_COLLECTION_FAILURES_TOTAL.name, catalog.GPU_POLLER_COLLECTION_FAILURES_TOTAL.help,
+        catalog.GPU_POLLER_COLLECTION_FAILURES_TOTAL.name,
+        catalog.GPU_POLLER_COLLECTION_FAILURES_TOTAL.help,
         labels=catalog.GPU_POLLER_COLLECTION_FAILURES_TOTAL.labels,
     )
     for reason, count in counters.failures:

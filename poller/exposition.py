@@ -194,7 +194,7 @@ class TextPageWriter:
         if driver is not None:
             append(_DRIVER_HEADER)
             append(
-                f'{catalog.GPU_DRIVER_INFO.name}{{{self._node_label},'
+                f"{catalog.GPU_DRIVER_INFO.name}{{{self._node_label},"
                 f'driver_version="{escape_label_value(driver.driver_version)}",'
                 f'nvml_version="{escape_label_value(driver.nvml_version)}",'
                 f'cuda_driver_version="{escape_label_value(driver.cuda_driver_version)}"}} 1\n'

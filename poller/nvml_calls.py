@@ -64,8 +64,9 @@ def _utilization(lib: Any, handle: Any) -> FieldCall:
         sample.utilization_percent = rates.gpu
         sample.memory_utilization_percent = rates.memory
 
-    return FieldCall("utilization", nvml_function(lib, "nvmlDeviceGetUtilizationRates"),
-                     (handle, ctypes.byref(rates)), store)
+    return FieldCall(
+        "utilization", nvml_function(lib, "nvmlDeviceGetUtilizationRates"), (handle, ctypes.byref(rates)), store
+    )
 
 
 def _memory(lib: Any, handle: Any) -> FieldCall:
@@ -84,8 +85,12 @@ def _temperature(lib: Any, handle: Any) -> FieldCall:
     def store(sample: GpuSample) -> None:
         sample.temperature_celsius = celsius.value
 
-    return FieldCall("temperature", nvml_function(lib, "nvmlDeviceGetTemperature"),
-                     (handle, pynvml.NVML_TEMPERATURE_GPU, ctypes.byref(celsius)), store)
+    return FieldCall(
+        "temperature",
+        nvml_function(lib, "nvmlDeviceGetTemperature"),
+        (handle, pynvml.NVML_TEMPERATURE_GPU, ctypes.byref(celsius)),
+        store,
+    )
 
 
 def _power(lib: Any, handle: Any) -> FieldCall:
@@ -103,8 +108,9 @@ def _power_limit(lib: Any, handle: Any) -> FieldCall:
     def store(sample: GpuSample) -> None:
         sample.power_limit_watts = milliwatts.value / 1000.0
 
-    return FieldCall("power_limit", nvml_function(lib, "nvmlDeviceGetEnforcedPowerLimit"),
-                     (handle, ctypes.byref(milliwatts)), store)
+    return FieldCall(
+        "power_limit", nvml_function(lib, "nvmlDeviceGetEnforcedPowerLimit"), (handle, ctypes.byref(milliwatts)), store
+    )
 
 
 def _sm_clock(lib: Any, handle: Any) -> FieldCall:
@@ -113,8 +119,12 @@ def _sm_clock(lib: Any, handle: Any) -> FieldCall:
     def store(sample: GpuSample) -> None:
         sample.sm_clock_hertz = megahertz.value * 1_000_000
 
-    return FieldCall("sm_clock", nvml_function(lib, "nvmlDeviceGetClockInfo"),
-                     (handle, pynvml.NVML_CLOCK_SM, ctypes.byref(megahertz)), store)
+    return FieldCall(
+        "sm_clock",
+        nvml_function(lib, "nvmlDeviceGetClockInfo"),
+        (handle, pynvml.NVML_CLOCK_SM, ctypes.byref(megahertz)),
+        store,
+    )
 
 
 def _memory_clock(lib: Any, handle: Any) -> FieldCall:
@@ -123,8 +133,12 @@ def _memory_clock(lib: Any, handle: Any) -> FieldCall:
     def store(sample: GpuSample) -> None:
         sample.memory_clock_hertz = megahertz.value * 1_000_000
 
-    return FieldCall("memory_clock", nvml_function(lib, "nvmlDeviceGetClockInfo"),
-                     (handle, pynvml.NVML_CLOCK_MEM, ctypes.byref(megahertz)), store)
+    return FieldCall(
+        "memory_clock",
+        nvml_function(lib, "nvmlDeviceGetClockInfo"),
+        (handle, pynvml.NVML_CLOCK_MEM, ctypes.byref(megahertz)),
+        store,
+    )
 
 
 def _clock_event_reasons(lib: Any, handle: Any) -> FieldCall:
@@ -144,9 +158,12 @@ def _ecc_corrected(lib: Any, handle: Any) -> FieldCall:
     def store(sample: GpuSample) -> None:
         sample.ecc_corrected_total = count.value
 
-    return FieldCall("ecc_corrected", nvml_function(lib, "nvmlDeviceGetTotalEccErrors"),
-                     (handle, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_VOLATILE_ECC, ctypes.byref(count)),
-                     store)
+    return FieldCall(
+        "ecc_corrected",
+        nvml_function(lib, "nvmlDeviceGetTotalEccErrors"),
+        (handle, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_VOLATILE_ECC, ctypes.byref(count)),
+        store,
+    )
 
 
 def _ecc_uncorrected(lib: Any, handle: Any) -> FieldCall:
@@ -155,13 +172,24 @@ def _ecc_uncorrected(lib: Any, handle: Any) -> FieldCall:
     def store(sample: GpuSample) -> None:
         sample.ecc_uncorrected_total = count.value
 
-    return FieldCall("ecc_uncorrected", nvml_function(lib, "nvmlDeviceGetTotalEccErrors"),
-                     (handle, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC,
-                      ctypes.byref(count)), store)
+    return FieldCall(
+        "ecc_uncorrected",
+        nvml_function(lib, "nvmlDeviceGetTotalEccErrors"),
+        (handle, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC, ctypes.byref(count)),
+        store,
+    )
 
 
 # Every NVML field read per GPU per pass, in page order.
 FIELD_CALLS: tuple[Callable[[Any, Any], FieldCall], ...] = (
-    _utilization, _memory, _temperature, _power, _power_limit, _sm_clock, _memory_clock, _clock_event_reasons,
-    _ecc_corrected, _ecc_uncorrected,
+    _utilization,
+    _memory,
+    _temperature,
+    _power,
+    _power_limit,
+    _sm_clock,
+    _memory_clock,
+    _clock_event_reasons,
+    _ecc_corrected,
+    _ecc_uncorrected,
 )

@@ -168,15 +168,21 @@ class NvmlSource:
             error = self._nvml.NVMLError(code)
             if code in UNSUPPORTED_CODES:
                 unsupported.append(call)
-                LOG.info("GPU %d (%s): %s not available (%s); omitted", device.gpu.index, device.gpu.uuid,
-                         call.name, error)
+                LOG.info(
+                    "GPU %d (%s): %s not available (%s); omitted", device.gpu.index, device.gpu.uuid, call.name, error
+                )
                 continue
             self._counters.record_failure("query")
             key = (device.gpu.index, call.name, code)
             if key not in self._logged_field_errors:
                 self._logged_field_errors.add(key)
-                LOG.warning("GPU %d (%s): reading %s failed (%s); omitted from this pass",
-                            device.gpu.index, device.gpu.uuid, call.name, error)
+                LOG.warning(
+                    "GPU %d (%s): reading %s failed (%s); omitted from this pass",
+                    device.gpu.index,
+                    device.gpu.uuid,
+                    call.name,
+                    error,
+                )
         for call in unsupported:  # not asked again until NVML re-initialises
             device.calls.remove(call)
         self._count_new_uncorrected(sample)
@@ -201,8 +207,12 @@ class NvmlSource:
         self._lost[index] = gpu
         if gpu is not None:
             self._counters.record_error(gpu, "gpu_lost")
-        LOG.error("GPU %d (%s) is lost (%s); its series are dropped until NVML re-initialises and it answers",
-                  index, gpu.uuid if gpu else "uuid unknown", err)
+        LOG.error(
+            "GPU %d (%s) is lost (%s); its series are dropped until NVML re-initialises and it answers",
+            index,
+            gpu.uuid if gpu else "uuid unknown",
+            err,
+        )
 
     def _gpu_lost(self, session: Session, device: Device, err: Exception) -> None:
         self._mark_lost(device.gpu.index, device.gpu, err)
@@ -254,9 +264,14 @@ class NvmlSource:
         if self._down_logged:
             LOG.info("NVML is back")
         self._down_logged = False
-        LOG.info("NVML up: driver %s, NVML %s, CUDA %s, %d GPU(s) answering: %s", session.driver.driver_version,
-                 session.driver.nvml_version, session.driver.cuda_driver_version, len(session.devices),
-                 ", ".join(f"{d.gpu.index}={d.gpu.uuid}" for d in session.devices) or "none")
+        LOG.info(
+            "NVML up: driver %s, NVML %s, CUDA %s, %d GPU(s) answering: %s",
+            session.driver.driver_version,
+            session.driver.nvml_version,
+            session.driver.cuda_driver_version,
+            len(session.devices),
+            ", ".join(f"{d.gpu.index}={d.gpu.uuid}" for d in session.devices) or "none",
+        )
 
     def _init_failed(self, why: str) -> None:
         self._counters.record_failure("init")

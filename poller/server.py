@@ -112,8 +112,13 @@ def serve(settings: PollerSettings) -> int:
     watcher.start()
     http_thread = threading.Thread(target=server.serve_forever, args=(0.25,), name="http", daemon=True)
     http_thread.start()
-    LOG.info("serving /metrics and /healthz on %s:%d (node %s, min interval %gs)", settings.host,
-             server.server_address[1], settings.node_name, settings.min_interval_seconds)
+    LOG.info(
+        "serving /metrics and /healthz on %s:%d (node %s, min interval %gs)",
+        settings.host,
+        server.server_address[1],
+        settings.node_name,
+        settings.min_interval_seconds,
+    )
     while not stop.wait(1.0):
         pass
 

@@ -1,17 +1,17 @@
 """Instrumentation for Python trainers: catalog metrics over prometheus-client, tracing over OpenTelemetry.
 
-    from observability.instrument import TrainingMetrics, init_observability
+from observability.instrument import TrainingMetrics, init_observability
 
-    init_observability("train_baseline_rl")          # OTLP if $OTEL_EXPORTER_OTLP_ENDPOINT, else console
-    metrics = TrainingMetrics()                      # a dedicated registry
-    server = metrics.serve(9094)                     # /metrics and /healthz
-    job = metrics.start_job("dqn", job_id, folds_planned=5)
-    job.record_training_iteration(epoch, train_loss, val_loss, seconds)
-    job.record_nan_detection("loss")
-    job.record_checkpoint_save(True, seconds, size_bytes)
-    job.finish("completed")
-    server.close()                                   # first waits for one more scrape when the job
-                                                     # template sets FOXHUNT_METRICS_FINAL_SCRAPE_WAIT_SECONDS
+init_observability("train_baseline_rl")          # OTLP if $OTEL_EXPORTER_OTLP_ENDPOINT, else console
+metrics = TrainingMetrics()                      # a dedicated registry
+server = metrics.serve(9094)                     # /metrics and /healthz
+job = metrics.start_job("dqn", job_id, folds_planned=5)
+job.record_training_iteration(epoch, train_loss, val_loss, seconds)
+job.record_nan_detection("loss")
+job.record_checkpoint_save(True, seconds, size_bytes)
+job.finish("completed")
+server.close()                                   # first waits for one more scrape when the job
+                                                 # template sets FOXHUNT_METRICS_FINAL_SCRAPE_WAIT_SECONDS
 """
 
 from observability.instrument.exposition import (

@@ -225,9 +225,7 @@ class JobMetrics:
         self._m.failures.labels(model_type=self.model_type, error_type=error_type).inc()
 
     # --- checkpoints ------------------------------------------------------------------------------
-    def record_checkpoint_save(
-        self, success: bool, duration: float, size: int, error_type: str | None = None
-    ) -> None:
+    def record_checkpoint_save(self, success: bool, duration: float, size: int, error_type: str | None = None) -> None:
         """A checkpoint save attempt; a failed one counts under `error_type` (default io_error)."""
         m, job = self._m, self._job
         if success:

@@ -101,9 +101,7 @@ def _fleet_rate(metric: catalog.Metric, label: str, help_text: str) -> Recording
 GPU_EXTREMES = 5
 GPU_COUNTER_WINDOW = "2m"
 
-GPU_UTILIZATION_P50 = _fleet(
-    catalog.GPU_UTILIZATION_PERCENT, "p50", "Median GPU utilization (0-100) over the fleet."
-)
+GPU_UTILIZATION_P50 = _fleet(catalog.GPU_UTILIZATION_PERCENT, "p50", "Median GPU utilization (0-100) over the fleet.")
 GPU_UTILIZATION_TOP = _extreme(catalog.GPU_UTILIZATION_PERCENT, "topk", GPU_EXTREMES, "highest utilization")
 GPU_UTILIZATION_BOTTOM = _extreme(catalog.GPU_UTILIZATION_PERCENT, "bottomk", GPU_EXTREMES, "lowest utilization")
 GPU_TEMPERATURE_P50 = _fleet(
@@ -125,7 +123,8 @@ GPU_XID_ERRORS_RATE = _fleet_rate(
     catalog.GPU_XID_ERRORS_TOTAL, "xid", "XID error events per second across the fleet, per XID code that occurred."
 )
 GPU_POLLER_COLLECTION_FAILURES_RATE = _fleet_rate(
-    catalog.GPU_POLLER_COLLECTION_FAILURES_TOTAL, "reason",
+    catalog.GPU_POLLER_COLLECTION_FAILURES_TOTAL,
+    "reason",
     "Failed NVML calls or collection passes per second across the fleet, per reason.",
 )
 
@@ -136,9 +135,7 @@ GPU_CLOCK_THROTTLE_SUM = RecordingRule(
 )
 GPU_SM_CLOCK_P50 = _fleet(catalog.GPU_SM_CLOCK_HERTZ, "p50", "Median SM clock over the fleet, Hz.")
 GPU_SM_CLOCK_MIN = _fleet(catalog.GPU_SM_CLOCK_HERTZ, "min", "Slowest SM clock of any GPU of the fleet, Hz.")
-GPU_MEMORY_CLOCK_P50 = _fleet(
-    catalog.GPU_MEMORY_CLOCK_HERTZ, "p50", "Median memory clock over the fleet, Hz."
-)
+GPU_MEMORY_CLOCK_P50 = _fleet(catalog.GPU_MEMORY_CLOCK_HERTZ, "p50", "Median memory clock over the fleet, Hz.")
 GPU_MEMORY_CLOCK_MIN = _fleet(
     catalog.GPU_MEMORY_CLOCK_HERTZ, "min", "Slowest memory clock of any GPU of the fleet, Hz."
 )
@@ -233,6 +230,8 @@ TRACES_GROUP = "foxhunt-dashboards-traces.rules"
 GPU_FLEET_GROUP = "foxhunt-dashboards-gpu-fleet.rules"
 GPU_ERRORS_GROUP = "foxhunt-dashboards-gpu-errors.rules"
 GPU_HEALTH_GROUP = "foxhunt-dashboards-gpu-health.rules"
+
+
 def dashboard_recording_groups(cfg: ObservabilityConfig) -> list[dict[str, Any]]:
     """The rule groups (Prometheus rule-file format) the dashboards depend on."""
     interval = f"{cfg.evaluation_interval_seconds}s"

@@ -124,9 +124,7 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             expr=_memory_ratio_above(MEMORY_HIGH_RATIO),
             for_seconds=300,
             summary="A GPU has had more than 90% of its memory in use for 5 minutes.",
-            description=(
-                f"{_GPU} has {{{{ $value | humanizePercentage }}}} of its memory in use, above 90% for 5m."
-            ),
+            description=(f"{_GPU} has {{{{ $value | humanizePercentage }}}} of its memory in use, above 90% for 5m."),
             impact="Little memory headroom: a larger batch or a memory spike will fail with out-of-memory",
             action=(
                 "Find the job on the GPU and its batch size",

@@ -71,8 +71,7 @@ def pipeline_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             queries=(
                 RunbookQuery(
                     "Errors per second by type",
-                    f"sum by (model_type, error_type) "
-                    f"(rate({catalog.FEATURE_ENGINEERING_ERRORS_TOTAL.name}[5m]))",
+                    f"sum by (model_type, error_type) (rate({catalog.FEATURE_ENGINEERING_ERRORS_TOTAL.name}[5m]))",
                 ),
                 RunbookQuery(
                     "Batches processed per second",
@@ -102,8 +101,7 @@ def pipeline_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
                 RunbookQuery("p95 per service and model", recording.FEATURE_EXTRACTION_P95.record),
                 RunbookQuery(
                     "Extractions per second",
-                    f"sum by (service, model_type) "
-                    f"(rate({catalog.FEATURE_EXTRACTION_DURATION_SECONDS.count}[5m]))",
+                    f"sum by (service, model_type) (rate({catalog.FEATURE_EXTRACTION_DURATION_SECONDS.count}[5m]))",
                 ),
             ),
         ),

@@ -31,9 +31,7 @@ _RATE_WINDOW = duration(RATE_WINDOW_SECONDS)
 GPU_MEMORY_USED_RATIO = RecordingRule(
     record="node_gpu:ml_gpu_memory_used_over_total:ratio",
     expr=(
-        f"{gauge(catalog.GPU_MEMORY_USED_BYTES, GPU_LABELS)}\n"
-        f"/\n"
-        f"{gauge(catalog.GPU_MEMORY_TOTAL_BYTES, GPU_LABELS)}"
+        f"{gauge(catalog.GPU_MEMORY_USED_BYTES, GPU_LABELS)}\n/\n{gauge(catalog.GPU_MEMORY_TOTAL_BYTES, GPU_LABELS)}"
     ),
     help="Fraction (0-1) of each GPU's memory in use (not recorded; query `.expr`).",
 )

@@ -48,8 +48,7 @@ def storage_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
                 ),
                 RunbookQuery(
                     "Checkpoint save failures at the same time",
-                    f"sum by (model_type, error_type) "
-                    f"(increase({catalog.CHECKPOINT_SAVE_FAILURES_TOTAL.name}[30m]))",
+                    f"sum by (model_type, error_type) (increase({catalog.CHECKPOINT_SAVE_FAILURES_TOTAL.name}[30m]))",
                 ),
             ),
             rationale="Counts every S3 error type: the seed's threshold is on all S3 errors of a service.",

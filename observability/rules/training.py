@@ -117,9 +117,7 @@ def performance_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             ),
             locating_labels=SERVICE_MODEL_LABELS,
             queries=(
-                RunbookQuery(
-                    "p99 latency per service and model", recording.INFERENCE_LATENCY_P99.record
-                ),
+                RunbookQuery("p99 latency per service and model", recording.INFERENCE_LATENCY_P99.record),
                 RunbookQuery(
                     "Request rate per service and model",
                     f"sum {by(SERVICE_MODEL_LABELS)} (rate({catalog.INFERENCE_LATENCY_SECONDS.count}[5m]))",
@@ -127,8 +125,7 @@ def performance_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
                 RunbookQuery("Cache miss ratio", recording.MODEL_CACHE_MISS_RATIO.record),
             ),
             rationale=(
-                "Reads the p99 recording rule (5m rate window); a service with no requests has no p99 and "
-                "stays silent."
+                "Reads the p99 recording rule (5m rate window); a service with no requests has no p99 and stays silent."
             ),
         ),
     )
@@ -194,8 +191,7 @@ def availability_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             queries=(
                 RunbookQuery(
                     "Failures per second by error type",
-                    f"sum by (service, model_type, error_type) "
-                    f"(rate({catalog.MODEL_LOADING_FAILURES_TOTAL.name}[5m]))",
+                    f"sum by (service, model_type, error_type) (rate({catalog.MODEL_LOADING_FAILURES_TOTAL.name}[5m]))",
                 ),
                 RunbookQuery(
                     "S3 errors by operation",

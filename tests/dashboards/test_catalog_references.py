@@ -83,8 +83,9 @@ def test_matchers_use_labels_the_metric_has(stack_dashboards):
                 continue
             metric = catalog.by_name(use.name)
             allowed = set(metric.labels) | TARGET_LABELS | ({"le"} if use.name.endswith("_bucket") else set())
-            wrong += [f"{where}: {use.name} has no label {label}" for label in use.matcher_labels
-                      if label not in allowed]
+            wrong += [
+                f"{where}: {use.name} has no label {label}" for label in use.matcher_labels if label not in allowed
+            ]
     assert wrong == []
 
 
@@ -104,8 +105,7 @@ def test_coverage_check_notices_a_missing_metric(default_dashboards):
     from observability.config import ObservabilityConfig
 
     infra = default_dashboards["foxhunt-infra-cockpit"]
-    infra["panels"] = [p for p in infra["panels"]
-                       if catalog.GPU_POLLER_DEVICES.name not in str(p.get("targets", ""))]
+    infra["panels"] = [p for p in infra["panels"] if catalog.GPU_POLLER_DEVICES.name not in str(p.get("targets", ""))]
     names = {n for _, expr in prometheus_exprs(default_dashboards) for n in series_names(expr)}
     assert catalog.GPU_POLLER_DEVICES.name not in catalog_metrics_read(names, recording_rules(ObservabilityConfig()))
 

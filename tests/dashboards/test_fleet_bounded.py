@@ -95,8 +95,12 @@ def test_every_gpu_poller_metric_is_still_read_by_some_target(default_dashboards
     from dashboards.promql_ast import series_names
 
     names: set[str] = set()
-    pending = [q.substituted for d in default_dashboards.values() for q in panel_queries(d)
-               if q.datasource_type == "prometheus"]
+    pending = [
+        q.substituted
+        for d in default_dashboards.values()
+        for q in panel_queries(d)
+        if q.datasource_type == "prometheus"
+    ]
     while pending:
         for name in series_names(pending.pop()):
             if name in RECORDS and name not in names:

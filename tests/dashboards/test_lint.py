@@ -81,7 +81,9 @@ def _break_histogram_le(d):
 
 
 def _break_histogram_outside_quantile(d):
-    _first(d, "timeseries")["targets"][0]["expr"] = "sum by (le) (model_type:ml_training_data_loading_seconds_bucket:rate5m)"
+    _first(d, "timeseries")["targets"][0]["expr"] = (
+        "sum by (le) (model_type:ml_training_data_loading_seconds_bucket:rate5m)"
+    )
 
 
 def _break_variable(d):

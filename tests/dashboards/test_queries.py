@@ -14,15 +14,20 @@ from dashboards.queries import builtin_values, format_duration, panel_queries, s
         ("rate(x[$__rate_interval])", None, "rate(x[1m])"),
         ("rate(x[${__rate_interval}])", {"__rate_interval": "2m"}, "rate(x[2m])"),
         ("increase(x[$__interval]) / $__interval_ms", None, "increase(x[15s]) / 15000"),
-        ("sum_over_time(x[$__range]) / $__range_s", {"__range": "6h", "__range_s": "21600"},
-         "sum_over_time(x[6h]) / 21600"),
-        ('x{a=~"$model", b=~"${job:regex}", c="[[fold]]"}', {"model": "dqn", "job": "j1", "fold": "3"},
-         'x{a=~"dqn", b=~"j1", c="3"}'),
+        (
+            "sum_over_time(x[$__range]) / $__range_s",
+            {"__range": "6h", "__range_s": "21600"},
+            "sum_over_time(x[6h]) / 21600",
+        ),
+        (
+            'x{a=~"$model", b=~"${job:regex}", c="[[fold]]"}',
+            {"model": "dqn", "job": "j1", "fold": "3"},
+            'x{a=~"dqn", b=~"j1", c="3"}',
+        ),
         ('x{a=~"$model_type"}', {"model": "dqn"}, 'x{a=~".*"}'),  # $model_type is not $model
         ('x{a=~"$unknown"}', None, 'x{a=~".*"}'),
         ('x{a=~"^foo$"}', None, 'x{a=~"^foo$"}'),  # a regex anchor is not a variable
-        ("x[$__rate_interval] offset $__interval", {"__interval": "30s", "__rate_interval": "2m"},
-         "x[2m] offset 30s"),
+        ("x[$__rate_interval] offset $__interval", {"__interval": "30s", "__rate_interval": "2m"}, "x[2m] offset 30s"),
     ],
 )
 def test_substitute_variables(expr, values, expected):
@@ -40,13 +45,22 @@ def test_rate_interval_follows_grafana(step, scrape, rate_interval):
 
 def test_format_duration_is_exact():
     assert [format_duration(s) for s in (0.5, 15, 60, 90, 3600, 5400, 86400, 604800)] == [
-        "500ms", "15s", "1m", "90s", "1h", "90m", "1d", "1w",
+        "500ms",
+        "15s",
+        "1m",
+        "90s",
+        "1h",
+        "90m",
+        "1d",
+        "1w",
     ]
 
 
 def test_variable_names():
     assert variable_names('rate(x{a=~"$model", b="${job:csv}"}[$__rate_interval])') == {
-        "model", "job", "__rate_interval",
+        "model",
+        "job",
+        "__rate_interval",
     }
 
 
@@ -76,8 +90,17 @@ def test_instant_table_targets_are_marked_instant(default_dashboards):
     infra = default_dashboards["foxhunt-infra-cockpit"]
     instant = {q.panel_title for q in panel_queries(infra) if q.instant}
     assert instant == {
-        "Targets Down", "Driver Versions", "NVML Up per Node", "Nodes with NVML Down", "GPUs per Node", "Slowest Collections", "Most Collection Failures",
-        "GPUs with ECC Errors", "GPUs with XID Errors", "GPUs with Hardware Errors", "Highest Power Draw",
+        "Targets Down",
+        "Driver Versions",
+        "NVML Up per Node",
+        "Nodes with NVML Down",
+        "GPUs per Node",
+        "Slowest Collections",
+        "Most Collection Failures",
+        "GPUs with ECC Errors",
+        "GPUs with XID Errors",
+        "GPUs with Hardware Errors",
+        "Highest Power Draw",
     }
     tables = {p["title"] for p in infra["panels"] if p["type"] == "table"}
     assert tables | {"Nodes with NVML Down", "GPUs per Node"} == instant, "tables and fleet counts show the state now"

@@ -43,8 +43,14 @@ TRAINING_COCKPIT = [
     ("Timing", "Data Load Seconds Histogram"),
 ]
 TRAINING_COCKPIT_ROWS = [
-    "Active Jobs", "Training Progress", "GPU Resources", "Model Quality",
-    "Checkpoints", "Data Pipeline", "Errors", "Timing",
+    "Active Jobs",
+    "Training Progress",
+    "GPU Resources",
+    "Model Quality",
+    "Checkpoints",
+    "Data Pipeline",
+    "Errors",
+    "Timing",
 ]
 TRACES = [
     ("Service Map", "Service Map"),
@@ -107,8 +113,12 @@ def steps(p: dict[str, Any]) -> list[tuple[float | None, str]]:
 
 
 def reads(p: dict[str, Any], dashboard: dict[str, Any]) -> set[str]:
-    return {n for q in panel_queries(dashboard) if q.panel_id == p["id"] and q.datasource_type == "prometheus"
-            for n in series_names(q.substituted)}
+    return {
+        n
+        for q in panel_queries(dashboard)
+        if q.panel_id == p["id"] and q.datasource_type == "prometheus"
+        for n in series_names(q.substituted)
+    }
 
 
 def variables(dashboard: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -209,8 +219,9 @@ def test_comprehensive_thresholds_and_colours(default_dashboards):
     assert steps(temperature) == [(None, "green"), (75, "yellow"), (85, "red")]
     assert temperature["fieldConfig"]["defaults"]["unit"] == "celsius"
     events = panel(d, "Checkpoint Management", "Checkpoint Creation Events")
-    colours = {o["matcher"]["options"]: o["properties"][0]["value"]["fixedColor"]
-               for o in events["fieldConfig"]["overrides"]}
+    colours = {
+        o["matcher"]["options"]: o["properties"][0]["value"]["fixedColor"] for o in events["fieldConfig"]["overrides"]
+    }
     assert colours == {"A": "green", "B": "red"}
     assert steps(panel(d, "Error Tracking", "Training Failures by Type"))[-1] == (1, "red")
     assert steps(panel(d, "Error Tracking", "GPU Errors")) == [(None, "green"), (0.01, "red")]
@@ -227,4 +238,3 @@ def test_comprehensive_variables_refresh_range_and_legends(default_dashboards):
         if p["type"] == "timeseries":
             legend = p["options"]["legend"]
             assert legend["displayMode"] == "table" and legend["calcs"] == ["lastNotNull", "min"], p["title"]
-

@@ -65,9 +65,7 @@ def test_synthesized_poller_series_are_exactly_what_the_real_poller_exports(tmp_
     harness.FakeNvml(gpus=[harness.FakeGpu() for _ in range(8)]).write(config)
     with harness.PollerProcess(lib, config, tmp_path, node="n1") as poller:
         real = Counter((name, shape_of(labels.items())) for name, labels, _ in poller.samples())
-    synthesized = Counter(
-        (s.name, shape_of(s.labels)) for s in poller_series(CFG, 0, 8) if s.name != catalog.UP.name
-    )
+    synthesized = Counter((s.name, shape_of(s.labels)) for s in poller_series(CFG, 0, 8) if s.name != catalog.UP.name)
     assert synthesized == real
 
 
@@ -114,7 +112,7 @@ def test_the_openmetrics_text_is_what_promtool_wants(tmp_path):
     assert len(lines) == stats.samples == stats.series * 120
     stamps = {int(line.rsplit(" ", 1)[1]) for line in lines}
     assert stamps == set(timestamps(shape, end)[120:])  # seconds, the second half of the hour
-    assert all(re.fullmatch(r'[a-z_:]+\{[^}]*\} \S+ \d+', line) for line in lines[:5000])
+    assert all(re.fullmatch(r"[a-z_:]+\{[^}]*\} \S+ \d+", line) for line in lines[:5000])
 
 
 @pytest.mark.slow
@@ -123,21 +121,25 @@ def test_backfilled_fleet_answers_queries(tmp_path):
     end = data_end(1_700_000_000, shape)
     stats = backfill(tmp_path / "work", tmp_path / "data", CFG, shape, end)
     assert stats.samples == stats.series * 240
-    with PrometheusServer(tmp_path / "prometheus", config_yaml([], []), data_dir=tmp_path / "data",
-                          extra_args=PROMETHEUS_ARGS) as prometheus:
+    with PrometheusServer(
+        tmp_path / "prometheus", config_yaml([], []), data_dir=tmp_path / "data", extra_args=PROMETHEUS_ARGS
+    ) as prometheus:
         api = prometheus.api
         assert len(api.query(catalog.GPU_UTILIZATION_PERCENT.name, end)) == 6
         up = api.query(f"count by (service) ({catalog.UP.name})", end)
         assert {s["metric"]["service"]: s["value"][1] for s in up} == {
-            CFG.gpu_poller_service: "3", CFG.training_job_service: "2", CFG.training_service: "1"
+            CFG.gpu_poller_service: "3",
+            CFG.training_job_service: "2",
+            CFG.training_service: "1",
         }
         points = api.query_range(catalog.GPU_TEMPERATURE_CELSIUS.name, end - 3600, end, "15s")
         assert {len(s["values"]) for s in points} == {240}
         rate = api.query(f"sum(rate({catalog.TRAINING_DATA_BATCHES_TOTAL.name}[5m]))", end)
         assert 2 * 5 < float(rate[0]["value"][1]) < 2 * 15  # two jobs at about 10 batches/s
 
-        panel = PanelQuery("uid", 1, "t", "A", "prometheus", "prometheus", catalog.GPU_TEMPERATURE_CELSIUS.name,
-                           "15s", "1h")
+        panel = PanelQuery(
+            "uid", 1, "t", "A", "prometheus", "prometheus", catalog.GPU_TEMPERATURE_CELSIUS.name, "15s", "1h"
+        )
         timed = time_panel(api, panel, end, repeat=2)
         assert (timed.instant.series, timed.range.series, timed.range.runs) == (6, 6, 2)
         assert 0 < timed.range.median_ms <= timed.range.p95_ms
@@ -165,11 +167,21 @@ def test_recording_levels_refuse_a_cycle():
 
 
 def fake_result(nodes: int, panel_ms: float, group_ms: float) -> ScaleResult:
-    query = PanelQuery("uid", 1, "GPU utilisation", "A", "prometheus", "prometheus", "x{a=\"b|c\"}", "15s", "1h")
+    query = PanelQuery("uid", 1, "GPU utilisation", "A", "prometheus", "prometheus", 'x{a="b|c"}', "15s", "1h")
     panel = PanelTiming(query, query.expr, Timing(1.0, 2.0, 5), Timing(panel_ms, panel_ms * 2, nodes * 8))
     group = GroupTiming("ml_gpu.recording", 2, Timing(group_ms, group_ms, nodes), "node_gpu:x:max", group_ms / 2)
-    stats = type("S", (), {"series": nodes * 300, "samples": nodes * 72000, "bytes": nodes * 10**7,
-                           "generate_seconds": 1.0, "promtool_seconds": 2.0, "wall_seconds": 3.0})()
+    stats = type(
+        "S",
+        (),
+        {
+            "series": nodes * 300,
+            "samples": nodes * 72000,
+            "bytes": nodes * 10**7,
+            "generate_seconds": 1.0,
+            "promtool_seconds": 2.0,
+            "wall_seconds": 3.0,
+        },
+    )()
     return ScaleResult(FleetShape(nodes), stats, 4.0, 60.0, [panel], [group])
 
 
@@ -181,8 +193,9 @@ def test_the_report_flags_missed_goals_and_wide_panels_and_shows_growth(tmp_path
     assert "13.3x" in section  # 400 / 30
     assert 'x{a="b\\|c"}' in section  # pipes escaped inside the table
     failed = fake_result(1000, 1.0, 1.0)
-    failed.panels[0] = PanelTiming(failed.panels[0].query, "x", Timing.failed("TimeoutError: timed out"),
-                                   Timing.failed("TimeoutError: timed out"))
+    failed.panels[0] = PanelTiming(
+        failed.panels[0].query, "x", Timing.failed("TimeoutError: timed out"), Timing.failed("TimeoutError: timed out")
+    )
     broken = render([fake_result(100, 30.0, 5.0), failed], "make bench", "2 cores")
     assert "**timeout**" in broken and "**fails**: TimeoutError" in broken and "0 of 1 panel queries" in broken
     path = tmp_path / "BENCHMARKS.md"
@@ -211,8 +224,7 @@ def test_prometheus_scrapes_the_live_fleet_and_times_every_rule_group_in_engine(
             expected[spec.metric.count] += 1
     groups = [*rule_groups(CFG), baseline_group(CFG)]
     with FleetExporter(fleet, 1) as exporter:
-        config = config_yaml(exporter.scrape_configs(), ["rules.yml"], scrape_interval="1s",
-                             evaluation_interval="1s")
+        config = config_yaml(exporter.scrape_configs(), ["rules.yml"], scrape_interval="1s", evaluation_interval="1s")
         with PrometheusServer(tmp_path / "p", config, {"rules.yml": dump_groups(groups)}) as prometheus:
             api = prometheus.api
             exporter.wait_scraped(api, timeout=30)
@@ -256,10 +268,14 @@ def test_instant_targets_are_judged_by_their_instant_query_and_groups_by_fleet_r
     table = result.panels[0]
     instant_query = dataclasses.replace(table.query, instant=True)
     result.panels[0] = PanelTiming(instant_query, table.expr, Timing(20.0, 30.0, 5), Timing(5000.0, 6000.0, 5))
-    result.groups.append(GroupTiming(BASELINE_GROUP, 2, Timing(45.0, 50.0, 2), "b", 40.0,
-                                     (("bench:gpu:count", 40.0), ("bench:node:count", 5.0))))
-    section = render([fake_result(100, 30.0, 5.0), result], "make bench", "2 cores",
-                     live_warmup_seconds=150, live_evaluations=6)
+    result.groups.append(
+        GroupTiming(
+            BASELINE_GROUP, 2, Timing(45.0, 50.0, 2), "b", 40.0, (("bench:gpu:count", 40.0), ("bench:node:count", 5.0))
+        )
+    )
+    section = render(
+        [fake_result(100, 30.0, 5.0), result], "make bench", "2 cores", live_warmup_seconds=150, live_evaluations=6
+    )
     assert "(150 s of scraping)" in section and "p95 of 6 evaluations" in section
     assert "| instant | 5 |" in section and "**misses goal**" in section  # the group, not the panel
     assert "1 of 1 panel queries meet" in section and "0 of 1 rule groups meet" in section

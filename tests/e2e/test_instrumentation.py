@@ -93,8 +93,11 @@ def test_parsed_back_every_family_and_label_set_is_the_catalogs():
     parsed = {}
     for family in families:
         # prometheus-client's parser names a counter family without `_total`.
-        metric = catalog.by_name(family.name + "_total" if family.type == "counter" and
-                                 family.name + "_total" in {m.name for m in TRAINING_METRICS} else family.name)
+        metric = catalog.by_name(
+            family.name + "_total"
+            if family.type == "counter" and family.name + "_total" in {m.name for m in TRAINING_METRICS}
+            else family.name
+        )
         parsed[metric.name] = family
         assert family.type == metric.type.value
         assert family.documentation == metric.help
@@ -246,8 +249,10 @@ def test_each_trainer_has_its_own_registry_and_the_global_one_is_untouched():
     assert all(not f.name.startswith("ml_") for f in REGISTRY.collect())
 
 
-@pytest.mark.parametrize(("number", "text"), [(float("nan"), "NaN"), (float("inf"), "+Inf"), (-math.inf, "-Inf"),
-                                              (3.0, "3.0"), (0.1, "0.1"), (1e21, "1e+21")])
+@pytest.mark.parametrize(
+    ("number", "text"),
+    [(float("nan"), "NaN"), (float("inf"), "+Inf"), (-math.inf, "-Inf"), (3.0, "3.0"), (0.1, "0.1"), (1e21, "1e+21")],
+)
 def test_format_value(number, text):
     assert format_value(number) == text
 

@@ -116,11 +116,37 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     try:
         poller = harness.PollerProcess(lib, nvml_config, work, node=NODE)
         stoppers.append(poller.stop)
-        faulty = TrainerProcess(work, "--job-id", FAULTY_JOB, "--model-type", "dqn", "--folds", "1000",
-                                "--epochs-per-fold", "4", "--epoch-seconds", "0.25", "--checkpoint-every", "1")
+        faulty = TrainerProcess(
+            work,
+            "--job-id",
+            FAULTY_JOB,
+            "--model-type",
+            "dqn",
+            "--folds",
+            "1000",
+            "--epochs-per-fold",
+            "4",
+            "--epoch-seconds",
+            "0.25",
+            "--checkpoint-every",
+            "1",
+        )
         stoppers.append(faulty.stop)
-        done = TrainerProcess(work, "--job-id", DONE_JOB, "--model-type", "ppo", "--folds", "2",
-                              "--epochs-per-fold", "2", "--epoch-seconds", "0.05", "--linger", "-1")
+        done = TrainerProcess(
+            work,
+            "--job-id",
+            DONE_JOB,
+            "--model-type",
+            "ppo",
+            "--folds",
+            "2",
+            "--epochs-per-fold",
+            "2",
+            "--epoch-seconds",
+            "0.05",
+            "--linger",
+            "-1",
+        )
         stoppers.append(done.stop)
         service = MetricsServer(CollectorRegistry(), 0, "127.0.0.1")  # stands for the ML training service
         stoppers.append(service.close)
@@ -174,11 +200,14 @@ def test_scrape_discovery_sets_namespace_pod_and_service(stack):
     assert {s["metric"]["job"] for s in up} == {JOB_NAME}
     temperature = stack.prometheus.api.query(catalog.GPU_TEMPERATURE_CELSIUS.name)
     assert {(s["metric"]["node"], s["metric"]["gpu_id"], s["value"][1]) for s in temperature} == {
-        (NODE, "0", "40"), (NODE, "1", "90")
+        (NODE, "0", "40"),
+        (NODE, "1", "90"),
     }
     assert {s["metric"]["service"] for s in temperature} == {CFG.gpu_poller_service}
     loss = stack.prometheus.api.query(f'{catalog.TRAINING_LOSS.name}{{job_id="{FAULTY_JOB}"}}')
-    assert [(s["metric"]["namespace"], s["metric"]["service"]) for s in loss] == [("training", CFG.training_job_service)]
+    assert [(s["metric"]["namespace"], s["metric"]["service"]) for s in loss] == [
+        ("training", CFG.training_job_service)
+    ]
 
 
 def test_every_rule_is_loaded_and_healthy(stack):
@@ -247,7 +276,7 @@ def raw_inputs(expr: str) -> set[str]:
 
 
 def test_raw_inputs_follow_recording_rules():
-    expr = 'histogram_quantile(0.95, sum by (le) (model_type:ml_checkpoint_save_duration_seconds_bucket:rate5m))'
+    expr = "histogram_quantile(0.95, sum by (le) (model_type:ml_checkpoint_save_duration_seconds_bucket:rate5m))"
     assert raw_inputs(expr) == {catalog.CHECKPOINT_SAVE_DURATION_SECONDS.bucket}
     assert raw_inputs("sum(up)") == {"up"}
 
@@ -291,9 +320,20 @@ def test_every_dashboard_query_runs_and_the_fed_ones_return_series(stack):
 def test_a_job_that_ends_between_scrapes_still_reports_its_duration(tmp_path):
     """The job template's final-scrape wait: a trainer that finishes long before Prometheus' next
     scrape (every 3 s here) stays until that scrape has read its duration and status, then exits."""
-    trainer = TrainerProcess(tmp_path, "--job-id", "e2e-final", "--model-type", "tft", "--folds", "1",
-                             "--epochs-per-fold", "1", "--epoch-seconds", "0.01",
-                             env={FINAL_SCRAPE_WAIT_ENV: "20"})
+    trainer = TrainerProcess(
+        tmp_path,
+        "--job-id",
+        "e2e-final",
+        "--model-type",
+        "tft",
+        "--folds",
+        "1",
+        "--epochs-per-fold",
+        "1",
+        "--epoch-seconds",
+        "0.01",
+        env={FINAL_SCRAPE_WAIT_ENV: "20"},
+    )
     try:
         trainer.wait_ready()
         target = pod_target(trainer.port, "training", "train-e2e-final", CFG.training_job_service)

@@ -73,8 +73,7 @@ def test_scheduled_faults_nan_and_checkpoint_failure(tmp_path):
 
 
 def test_stop_on_nan_fails_the_job(tmp_path):
-    status, metrics = run(tmp_path, FaultPlan(nan_epochs=frozenset({2})), folds=2, epochs_per_fold=3,
-                          stop_on_nan=True)
+    status, metrics = run(tmp_path, FaultPlan(nan_epochs=frozenset({2})), folds=2, epochs_per_fold=3, stop_on_nan=True)
     assert status == "failed"
     assert sample(metrics, catalog.TRAINING_FAILURES_TOTAL.name, model_type="dqn", error_type="nan") == 1
     assert sample(metrics, catalog.TRAINING_JOBS_BY_STATUS.name, status="failed") == 1
@@ -124,22 +123,48 @@ def wait_value(trainer: TrainerProcess, expected: float, name: str, *, timeout: 
 
 
 def test_the_cli_serves_metrics_and_takes_faults_by_signal(start_trainer):
-    trainer = start_trainer("--job-id", "cli-job", "--model-type", "ppo", "--folds", "100", "--epoch-seconds", "0.05",
-                            "--checkpoint-every", "1")
+    trainer = start_trainer(
+        "--job-id",
+        "cli-job",
+        "--model-type",
+        "ppo",
+        "--folds",
+        "100",
+        "--epoch-seconds",
+        "0.05",
+        "--checkpoint-every",
+        "1",
+    )
     job = {"model_type": "ppo", "job_id": "cli-job"}
     assert scraped(trainer, catalog.TRAINING_NAN_COUNT.name, **job, tensor_type="loss") == 0
     trainer.signal(signal.SIGUSR1)
     wait_value(trainer, 1, catalog.TRAINING_NAN_COUNT.name, model_type="ppo", job_id="cli-job", tensor_type="loss")
     trainer.signal(signal.SIGUSR2)
-    wait_value(trainer, 1, catalog.CHECKPOINT_SAVE_FAILURES_TOTAL.name, model_type="ppo", job_id="cli-job", error_type="io_error")
+    wait_value(
+        trainer,
+        1,
+        catalog.CHECKPOINT_SAVE_FAILURES_TOTAL.name,
+        model_type="ppo",
+        job_id="cli-job",
+        error_type="io_error",
+    )
     assert trainer.stop() == 1  # SIGTERM: the job ends as stopped
     assert "job cli-job stopped" in trainer.log()
 
 
 def test_the_cli_traces_to_the_otlp_endpoint_of_the_job_template(start_trainer, otlp_collector):
     collector, port = otlp_collector
-    trainer = start_trainer("--folds", "1", "--epochs-per-fold", "2", "--epoch-seconds", "0", "--linger", "-1",
-                            env={"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}"})
+    trainer = start_trainer(
+        "--folds",
+        "1",
+        "--epochs-per-fold",
+        "2",
+        "--epoch-seconds",
+        "0",
+        "--linger",
+        "-1",
+        env={"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}"},
+    )
     wait_value(trainer, 1, catalog.TRAINING_JOBS_BY_STATUS.name, status="completed")
     assert trainer.stop() == 0  # the provider flushes its spans at exit
     for name in ("epoch", "checkpoint_save", "data_load", "fold", "training_job"):
@@ -150,8 +175,9 @@ def test_the_local_prometheus_config_is_valid_for_promtool(tmp_path):
     from examples.local_prometheus import main
 
     assert main([str(tmp_path), "--poller", "127.0.0.1:9400"]) == 0
-    done = subprocess.run(["promtool", "check", "config", str(tmp_path / "prometheus.yml")], capture_output=True,
-                          text=True, check=False)
+    done = subprocess.run(
+        ["promtool", "check", "config", str(tmp_path / "prometheus.yml")], capture_output=True, text=True, check=False
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "rules found" in done.stdout
     config = yaml.safe_load((tmp_path / "prometheus.yml").read_text())

@@ -82,8 +82,9 @@ def test_init_observability_installs_the_global_provider(otlp_collector):
         "    pass\n"
     )
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}", "PATH": "/usr/bin:/bin"}
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
-                          timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     assert f"via OTLP gRPC to http://127.0.0.1:{port}" in done.stderr  # the startup log line
     assert collector.wait_for_span("hyperopt_trial")["service.name"] == "train_baseline_supervised"

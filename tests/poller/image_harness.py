@@ -38,8 +38,15 @@ SUITE = "bookworm"
 BASE_PACKAGES = ("python3",)
 # Removed from the debootstrap tree: nothing at run time reads them.
 TRIMMED = (
-    "var/cache/apt/archives", "var/cache/apt/pkgcache.bin", "var/cache/apt/srcpkgcache.bin", "var/lib/apt/lists",
-    "usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale", "var/log",
+    "var/cache/apt/archives",
+    "var/cache/apt/pkgcache.bin",
+    "var/cache/apt/srcpkgcache.bin",
+    "var/lib/apt/lists",
+    "usr/share/doc",
+    "usr/share/man",
+    "usr/share/info",
+    "usr/share/locale",
+    "var/log",
 )
 BASE_RECIPE_VERSION = 1  # bump when the recipe changes in a way the key does not capture
 BASE_IMAGE = "localhost/poller-base:offline"
@@ -69,16 +76,17 @@ def apt_sources() -> list[dict[str, list[str]]]:
         for line in path.read_text().splitlines():
             words = re.sub(r"\[[^]]*\]", "", line.split("#", 1)[0]).split()
             if len(words) >= 3 and words[0] in ("deb", "deb-src"):
-                entries.append({"types": [words[0]], "uris": [words[1]], "suites": [words[2]],
-                                "components": words[3:]})
+                entries.append({"types": [words[0]], "uris": [words[1]], "suites": [words[2]], "components": words[3:]})
     return entries
 
 
 def debian_mirror(suite: str = SUITE) -> str:
     """The URI of the apt source that serves `suite` itself (not -updates or -security), main."""
     for entry in apt_sources():
-        if "deb" in entry.get("types", []) and suite in entry.get("suites", []) and (
-            "main" in entry.get("components", [])
+        if (
+            "deb" in entry.get("types", [])
+            and suite in entry.get("suites", [])
+            and ("main" in entry.get("components", []))
         ):
             return entry["uris"][0]
     raise RuntimeError(f"no apt source serves Debian {suite} main; debootstrap needs one (see /etc/apt/sources*)")
@@ -110,8 +118,17 @@ def base_rootfs_tar(cache_root: Path = CACHE_ROOT) -> Path:
         with tempfile.TemporaryDirectory(dir=cache_root, prefix="debootstrap-") as work:
             rootfs = Path(work) / "rootfs"
             subprocess.run(
-                ["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", SUITE, str(rootfs), mirror],
-                check=True, capture_output=True, text=True,
+                [
+                    "debootstrap",
+                    "--variant=minbase",
+                    f"--include={','.join(BASE_PACKAGES)}",
+                    SUITE,
+                    str(rootfs),
+                    mirror,
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
             )
             for relative in TRIMMED:
                 path = rootfs / relative
@@ -133,9 +150,22 @@ def wheelhouse(cache_root: Path = CACHE_ROOT) -> Path:
         if not target.exists():
             partial = Path(tempfile.mkdtemp(dir=cache_root, prefix="wheels-"))
             subprocess.run(
-                [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "--no-deps",
-                 "-r", str(REQUIREMENTS), "-d", str(partial)],
-                check=True, capture_output=True, text=True,
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--quiet",
+                    "--only-binary=:all:",
+                    "--no-deps",
+                    "-r",
+                    str(REQUIREMENTS),
+                    "-d",
+                    str(partial),
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
             )
             partial.chmod(0o755)
             os.replace(partial, target)
@@ -165,8 +195,15 @@ class Buildah:
 
     def __init__(self, store: Path) -> None:
         self.store = store
-        self.prefix = ["buildah", "--root", str(store / "root"), "--runroot", str(store / "runroot"),
-                       "--storage-driver", "vfs"]
+        self.prefix = [
+            "buildah",
+            "--root",
+            str(store / "root"),
+            "--runroot",
+            str(store / "runroot"),
+            "--storage-driver",
+            "vfs",
+        ]
         self.env = {**os.environ, "BUILDAH_ISOLATION": "chroot"}
 
     def command(self, *args: str) -> list[str]:
@@ -199,7 +236,9 @@ class BuiltImage:
         return sum(self.layer_sizes)
 
 
-def build_poller_image(store: Path, tag: str = "localhost/gpu-poller:test", cache_root: Path = CACHE_ROOT) -> BuiltImage:
+def build_poller_image(
+    store: Path, tag: str = "localhost/gpu-poller:test", cache_root: Path = CACHE_ROOT
+) -> BuiltImage:
     """Build poller/Dockerfile offline into the buildah store at `store`."""
     buildah = Buildah(store)
     base_tar = base_rootfs_tar(cache_root)
@@ -218,9 +257,21 @@ def build_poller_image(store: Path, tag: str = "localhost/gpu-poller:test", cach
     buildah("commit", "--quiet", "--rm", container, BUILD_IMAGE)
 
     buildah(
-        "bud", "--isolation", "chroot", "--format", "docker", "--layers=false",
-        "--build-arg", f"BUILD_IMAGE={BUILD_IMAGE}", "--build-arg", f"BASE_IMAGE={BASE_IMAGE}",
-        "-f", str(DOCKERFILE), "-t", tag, str(REPO_ROOT),
+        "bud",
+        "--isolation",
+        "chroot",
+        "--format",
+        "docker",
+        "--layers=false",
+        "--build-arg",
+        f"BUILD_IMAGE={BUILD_IMAGE}",
+        "--build-arg",
+        f"BASE_IMAGE={BASE_IMAGE}",
+        "-f",
+        str(DOCKERFILE),
+        "-t",
+        tag,
+        str(REPO_ROOT),
         cwd=REPO_ROOT,
     )
     inspected = json.loads(buildah("inspect", "--type", "image", tag))

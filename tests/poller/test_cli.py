@@ -28,10 +28,18 @@ def test_node_name_falls_back_to_the_host_name() -> None:
 
 
 def test_environment_then_flags_win() -> None:
-    env = {"POLLER_LISTEN": "127.0.0.1:9500", "POLLER_MIN_INTERVAL": "2.5", "NODE_NAME": "a", "POLLER_LOG_LEVEL": "debug"}
+    env = {
+        "POLLER_LISTEN": "127.0.0.1:9500",
+        "POLLER_MIN_INTERVAL": "2.5",
+        "NODE_NAME": "a",
+        "POLLER_LOG_LEVEL": "debug",
+    }
     settings = parse_settings([], env)
     assert (settings.host, settings.port, settings.min_interval_seconds, settings.log_level) == (
-        "127.0.0.1", 9500, 2.5, "DEBUG"
+        "127.0.0.1",
+        9500,
+        2.5,
+        "DEBUG",
     )
     settings = parse_settings(["--listen", "[::1]:9601", "--min-interval", "0", "--node-name", "b"], env)
     assert (settings.host, settings.port, settings.min_interval_seconds, settings.node_name) == ("::1", 9601, 0.0, "b")
@@ -61,7 +69,11 @@ def test_bad_values_are_refused_with_the_culprit_named(argv: list[str], env: dic
 
 def run_poller(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "poller", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=30,
+        [sys.executable, "-m", "poller", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
         env={"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": "/nonexistent"},
     )
 
@@ -92,8 +104,11 @@ def test_port_in_use_exits_1_with_a_clear_error() -> None:
 
 @pytest.mark.parametrize(
     ("listen", "url"),
-    [("0.0.0.0:9400", "http://127.0.0.1:9400/healthz"), ("[::]:9401", "http://[::1]:9401/healthz"),
-     ("10.0.0.5:9402", "http://10.0.0.5:9402/healthz")],
+    [
+        ("0.0.0.0:9400", "http://127.0.0.1:9400/healthz"),
+        ("[::]:9401", "http://[::1]:9401/healthz"),
+        ("10.0.0.5:9402", "http://10.0.0.5:9402/healthz"),
+    ],
 )
 def test_healthcheck_probes_the_listen_port_on_loopback(listen: str, url: str) -> None:
     assert probe_url(listen) == url

@@ -19,7 +19,7 @@ from poller.exposition import TextPageWriter, format_value
 from poller.model import DriverInfo, GpuIdentity, GpuSample, PassResult
 
 GPU0 = GpuIdentity(0, "GPU-aaaa", "NVIDIA A100-SXM4-80GB")
-GPU1 = GpuIdentity(1, 'GPU-bb"b\\', "Odd \"name\"\nwith newline")
+GPU1 = GpuIdentity(1, 'GPU-bb"b\\', 'Odd "name"\nwith newline')
 
 
 class StubSource:
@@ -43,8 +43,12 @@ class StubSource:
             if self.fail:
                 raise RuntimeError("bug in a pass")
             time.sleep(self.delay)
-            return PassResult(nvml_up=True, started_at=started, finished_at=time.monotonic(),
-                              samples=(full_sample(GPU0, temperature=self.calls),))
+            return PassResult(
+                nvml_up=True,
+                started_at=started,
+                finished_at=time.monotonic(),
+                samples=(full_sample(GPU0, temperature=self.calls),),
+            )
         finally:
             with self._lock:
                 self.running -= 1
@@ -52,10 +56,19 @@ class StubSource:
 
 def full_sample(gpu: GpuIdentity, temperature: int = 65) -> GpuSample:
     return GpuSample(
-        gpu, utilization_percent=97, memory_utilization_percent=41, memory_used_bytes=123 * 2**20,
-        memory_total_bytes=80 * 2**30, temperature_celsius=temperature, power_watts=312.5, power_limit_watts=400.0,
-        sm_clock_hertz=1_410_000_000, memory_clock_hertz=1_593_000_000, clock_event_reasons=0x44,
-        ecc_corrected_total=7, ecc_uncorrected_total=0,
+        gpu,
+        utilization_percent=97,
+        memory_utilization_percent=41,
+        memory_used_bytes=123 * 2**20,
+        memory_total_bytes=80 * 2**30,
+        temperature_celsius=temperature,
+        power_watts=312.5,
+        power_limit_watts=400.0,
+        sm_clock_hertz=1_410_000_000,
+        memory_clock_hertz=1_593_000_000,
+        clock_event_reasons=0x44,
+        ecc_corrected_total=7,
+        ecc_uncorrected_total=0,
     )
 
 
@@ -134,7 +147,10 @@ def make_page_inputs() -> tuple[PassResult, ErrorCounters]:
     counters.record_failure("gpu_lost")
     partial = GpuSample(GPU1, utilization_percent=3, temperature_celsius=30)  # unsupported fields stay None
     result = PassResult(
-        nvml_up=True, started_at=10.0, finished_at=10.0021, samples=(full_sample(GPU0), partial),
+        nvml_up=True,
+        started_at=10.0,
+        finished_at=10.0021,
+        samples=(full_sample(GPU0), partial),
         driver=DriverInfo("550.54.15", "12.550.54.15", "12.4"),
     )
     return result, counters
@@ -205,8 +221,12 @@ def test_page_content_labels_units_and_children() -> None:
     assert page[(catalog.GPU_POLLER_NVML_UP.name, node)] == 1
     assert page[(catalog.GPU_POLLER_DEVICES.name, node)] == 2
     assert page[(catalog.GPU_POLLER_COLLECTION_DURATION_SECONDS.name, node)] == pytest.approx(0.0021)
-    info = (("cuda_driver_version", "12.4"), ("driver_version", "550.54.15"), ("node", "node-1"),
-            ("nvml_version", "12.550.54.15"))
+    info = (
+        ("cuda_driver_version", "12.4"),
+        ("driver_version", "550.54.15"),
+        ("node", "node-1"),
+        ("nvml_version", "12.550.54.15"),
+    )
     assert page[(catalog.GPU_DRIVER_INFO.name, info)] == 1
 
 
@@ -280,8 +300,17 @@ def test_xid_codes_appear_on_first_occurrence_and_every_xid_counts_as_an_error()
     assert dict(counters.snapshot().gpus[1].errors) == {"xid": 1, "ecc_uncorrected": 0, "gpu_lost": 0}
 
 
-@pytest.mark.parametrize(("value", "text"), [(3, "3"), (312.5, "312.5"), (float("nan"), "NaN"),
-                                             (float("inf"), "+Inf"), (-float("inf"), "-Inf"), (1e-7, "1e-07")])
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (3, "3"),
+        (312.5, "312.5"),
+        (float("nan"), "NaN"),
+        (float("inf"), "+Inf"),
+        (-float("inf"), "-Inf"),
+        (1e-7, "1e-07"),
+    ],
+)
 def test_format_value(value: float, text: str) -> None:
     assert format_value(value) == text
 

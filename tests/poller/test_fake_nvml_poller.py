@@ -35,14 +35,27 @@ def test_values_units_and_labels_match_the_fake_driver(
     harness: ModuleType, fake_nvml_lib: Path, nvml_config: Path, start_poller: StartPoller
 ) -> None:
     gpus = [
-        harness.FakeGpu(name="NVIDIA A100-SXM4-80GB", uuid="GPU-1b2c3d4e-aaaa-bbbb-cccc-000000000001", util_gpu=97,
-                        util_memory=63, memory_total=85_899_345_920, memory_used=42_949_672_960, temperature=71,
-                        power_mw=312_456, power_limit_mw=400_000, clock_sm_mhz=1410, clock_mem_mhz=1593,
-                        clocks_event_reasons=0x4, ecc_corrected=12, ecc_uncorrected=1),
+        harness.FakeGpu(
+            name="NVIDIA A100-SXM4-80GB",
+            uuid="GPU-1b2c3d4e-aaaa-bbbb-cccc-000000000001",
+            util_gpu=97,
+            util_memory=63,
+            memory_total=85_899_345_920,
+            memory_used=42_949_672_960,
+            temperature=71,
+            power_mw=312_456,
+            power_limit_mw=400_000,
+            clock_sm_mhz=1410,
+            clock_mem_mhz=1593,
+            clocks_event_reasons=0x4,
+            ecc_corrected=12,
+            ecc_uncorrected=1,
+        ),
         harness.hot_gpu(),
     ]
-    harness.FakeNvml(gpus=gpus, driver_version="535.129.03", nvml_version="12.535.129.03",
-                     cuda_driver_version=12020).write(nvml_config)
+    harness.FakeNvml(
+        gpus=gpus, driver_version="535.129.03", nvml_version="12.535.129.03", cuda_driver_version=12020
+    ).write(nvml_config)
     poller = start_poller(fake_nvml_lib, nvml_config, node="gpu-node-3")
     text = poller.scrape()
     families = {f.name: f for f in text_string_to_metric_families(text)}
@@ -75,8 +88,14 @@ def test_values_units_and_labels_match_the_fake_driver(
     assert poller.value(catalog.GPU_CLOCK_THROTTLE_ACTIVE.name, reason="sw_thermal_slowdown", **hot) == 1
 
     info = families[catalog.GPU_DRIVER_INFO.name].samples
-    assert [s.labels for s in info] == [{"node": "gpu-node-3", "driver_version": "535.129.03",
-                                         "nvml_version": "12.535.129.03", "cuda_driver_version": "12.2"}]
+    assert [s.labels for s in info] == [
+        {
+            "node": "gpu-node-3",
+            "driver_version": "535.129.03",
+            "nvml_version": "12.535.129.03",
+            "cuda_driver_version": "12.2",
+        }
+    ]
     assert poller.value(UP) == 1
     assert poller.value(DEVICES) == 2
     assert 0 < poller.value(catalog.GPU_POLLER_COLLECTION_DURATION_SECONDS.name) < 1
@@ -159,8 +178,13 @@ def test_unsupported_fields_are_omitted_and_the_rest_reported(
     not_supported = harness.NVML_ERROR_NOT_SUPPORTED
     consumer = harness.FakeGpu(
         name="NVIDIA GeForce RTX 4090",
-        errors={"power": not_supported, "ecc_corrected": not_supported, "ecc_uncorrected": not_supported,
-                "clocks_event_reasons": not_supported, "supported_events": not_supported},
+        errors={
+            "power": not_supported,
+            "ecc_corrected": not_supported,
+            "ecc_uncorrected": not_supported,
+            "clocks_event_reasons": not_supported,
+            "supported_events": not_supported,
+        },
     )
     harness.FakeNvml(gpus=[consumer, harness.FakeGpu()]).write(nvml_config)
     poller = start_poller(fake_nvml_lib, nvml_config)
@@ -223,8 +247,13 @@ def old_driver_libs(harness: ModuleType, tmp_path_factory: pytest.TempPathFactor
         ),
         "bare": harness.build_fake_nvml(
             base / "bare",
-            omit=["nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons",
-                  "nvmlDeviceGetTotalEccErrors", "nvmlSystemGetCudaDriverVersion", "nvmlEventSetCreate"],
+            omit=[
+                "nvmlDeviceGetCurrentClocksEventReasons",
+                "nvmlDeviceGetCurrentClocksThrottleReasons",
+                "nvmlDeviceGetTotalEccErrors",
+                "nvmlSystemGetCudaDriverVersion",
+                "nvmlEventSetCreate",
+            ],
         ),
     }
 
@@ -249,8 +278,9 @@ def test_functions_missing_from_the_driver_omit_their_fields_only(
     assert poller.value(TEMP) == 90
     assert poller.value(catalog.GPU_SM_CLOCK_HERTZ.name) == 1_980_000_000
     info = [labels for name, labels, _ in poller.samples() if name == catalog.GPU_DRIVER_INFO.name]
-    assert info == [{"node": poller.node, "driver_version": "550.54.15", "nvml_version": "12.550.54.15",
-                     "cuda_driver_version": ""}]
+    assert info == [
+        {"node": poller.node, "driver_version": "550.54.15", "nvml_version": "12.550.54.15", "cuda_driver_version": ""}
+    ]
     assert "NVML events unavailable" in poller.log()
     assert poller.value(FAILURES, reason="query") == 0
 
@@ -277,7 +307,9 @@ def test_every_xid_is_counted_by_code_and_repeats_are_visible(
     assert poller.value(ERRORS, gpu_id="1", error_type="xid") == 1
     # Only the codes that occurred have series: none on GPU 2 (no XID events) or for other codes.
     assert sorted((s[1]["gpu_id"], s[1]["xid"]) for s in poller.samples() if s[0] == XIDS) == [
-        ("0", "79"), ("0", "999"), ("1", "13")
+        ("0", "79"),
+        ("0", "999"),
+        ("1", "13"),
     ]
 
     config.xids.append((0, 79))  # the same XID again: the counter moves (dcgm-exporter's gauge would not)

@@ -88,11 +88,27 @@ def test_image_builds_offline_runs_as_non_root_and_serves_metrics(
     listen = f"127.0.0.1:{port}"
     run = subprocess.Popen(
         buildah.command(
-            "run", "--volume", f"{shared}:/opt/fake-nvml:ro", "--env", "LD_LIBRARY_PATH=/opt/fake-nvml",
-            "--env", "FAKE_NVML_CONFIG=/opt/fake-nvml/nvml.conf", "--env", "NODE_NAME=image-node",
-            container, "--", *config["Entrypoint"], "--listen", listen, "--min-interval", "0",
+            "run",
+            "--volume",
+            f"{shared}:/opt/fake-nvml:ro",
+            "--env",
+            "LD_LIBRARY_PATH=/opt/fake-nvml",
+            "--env",
+            "FAKE_NVML_CONFIG=/opt/fake-nvml/nvml.conf",
+            "--env",
+            "NODE_NAME=image-node",
+            container,
+            "--",
+            *config["Entrypoint"],
+            "--listen",
+            listen,
+            "--min-interval",
+            "0",
         ),
-        env=buildah.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env=buildah.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     poller_pid = None
     try:
@@ -100,8 +116,12 @@ def test_image_builds_offline_runs_as_non_root_and_serves_metrics(
         while time.monotonic() < deadline and poller_pid is None:
             assert run.poll() is None, run.communicate()[0]
             poller_pid = next(
-                (pid for pid in image_harness.descendants(run.pid)
-                 if image_harness.process_cmdline(pid)[:3] == config["Entrypoint"]), None,
+                (
+                    pid
+                    for pid in image_harness.descendants(run.pid)
+                    if image_harness.process_cmdline(pid)[:3] == config["Entrypoint"]
+                ),
+                None,
             )
             time.sleep(0.1)
         assert poller_pid is not None, "the poller process did not start"
@@ -115,9 +135,13 @@ def test_image_builds_offline_runs_as_non_root_and_serves_metrics(
                 time.sleep(0.2)
         assert status == 200
         probe = subprocess.run(
-            buildah.command("run", "--env", f"POLLER_LISTEN={listen}", container, "--",
-                            *config["Healthcheck"]["Test"][1:]),
-            env=buildah.env, capture_output=True, text=True, timeout=60,
+            buildah.command(
+                "run", "--env", f"POLLER_LISTEN={listen}", container, "--", *config["Healthcheck"]["Test"][1:]
+            ),
+            env=buildah.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         assert probe.returncode == 0, probe.stderr
 
@@ -144,8 +168,10 @@ def test_image_builds_offline_runs_as_non_root_and_serves_metrics(
     mount = Path(buildah("mount", container))
     try:
         written = sorted(
-            str(path.relative_to(mount)) for path in mount.rglob("*")
-            if not path.is_symlink() and path.lstat().st_mtime > marker
+            str(path.relative_to(mount))
+            for path in mount.rglob("*")
+            if not path.is_symlink()
+            and path.lstat().st_mtime > marker
             and path.relative_to(mount).parts[0] not in ("proc", "sys", "dev", "run")
         )
     finally:

@@ -61,7 +61,9 @@ def _samples(scrape: int, phase: int, first_bad: int, end: int, good: float, bad
     return " ".join(grid)
 
 
-def _input(alert: str, text_for: tuple[float, float], scrape: int, phase: int, first_bad: int, end: int) -> dict[str, str]:
+def _input(
+    alert: str, text_for: tuple[float, float], scrape: int, phase: int, first_bad: int, end: int
+) -> dict[str, str]:
     good, bad = text_for
     samples = _samples(scrape, phase, first_bad, end, good, bad)
     if alert == "TrainingNaNDetected":

@@ -248,7 +248,9 @@ def record_group(case: RecordCase, cfg: ObservabilityConfig) -> dict[str, Any]:
             {
                 "expr": case.record,
                 "eval_time": case.at,
-                "exp_samples": [{"labels": series(case.record, labels), "value": value} for labels, value in case.samples],
+                "exp_samples": [
+                    {"labels": series(case.record, labels), "value": value} for labels, value in case.samples
+                ],
             }
         ],
     }
@@ -324,4 +326,3 @@ def poller_target(node: str = "gpu-node-1", pod: str = "gpu-poller-abcde") -> di
 
 def seconds(text: str) -> int:
     return _duration_seconds(text)
-

@@ -52,14 +52,25 @@ def config_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _routes_test(config_file: Path, expected: str, labels: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [_tool("amtool"), "config", "routes", "test", f"--config.file={config_file}", f"--verify.receivers={expected}",
-         *(f"{k}={v}" for k, v in labels.items())],
-        capture_output=True, text=True, check=False,
+        [
+            _tool("amtool"),
+            "config",
+            "routes",
+            "test",
+            f"--config.file={config_file}",
+            f"--verify.receivers={expected}",
+            *(f"{k}={v}" for k, v in labels.items()),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
     )
 
 
 def test_amtool_check_config_passes(config_file):
-    proc = subprocess.run([_tool("amtool"), "check-config", str(config_file)], capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [_tool("amtool"), "check-config", str(config_file)], capture_output=True, text=True, check=False
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "3 inhibit rules" in proc.stdout and "3 receivers" in proc.stdout
 
@@ -114,7 +125,13 @@ def test_inhibition_of_an_unknown_alert_is_rejected(monkeypatch):
 
 @pytest.mark.parametrize(
     "bad",
-    ["", "hooks.example.invalid/page", "ftp://hooks.example.invalid/x", "https://", "https://hooks.example.invalid/a b"],
+    [
+        "",
+        "hooks.example.invalid/page",
+        "ftp://hooks.example.invalid/x",
+        "https://",
+        "https://hooks.example.invalid/a b",
+    ],
 )
 def test_receiver_urls_must_be_http_urls_and_are_never_echoed(bad):
     with pytest.raises(ValueError) as error:
@@ -141,8 +158,12 @@ def _crd_matcher_to_text(matcher: dict[str, str]) -> str:
 
 def _crd_route_to_classic(route: dict[str, Any]) -> dict[str, Any]:
     classic: dict[str, Any] = {"receiver": route["receiver"]}
-    for crd_key, key in (("groupBy", "group_by"), ("groupWait", "group_wait"), ("groupInterval", "group_interval"),
-                         ("repeatInterval", "repeat_interval")):
+    for crd_key, key in (
+        ("groupBy", "group_by"),
+        ("groupWait", "group_wait"),
+        ("groupInterval", "group_interval"),
+        ("repeatInterval", "repeat_interval"),
+    ):
         if crd_key in route:
             classic[key] = route[crd_key]
     if "matchers" in route:
@@ -157,9 +178,11 @@ def test_crd_spec_is_the_same_tree_as_the_classic_config():
     classic = alertmanager_config(CFG, RECEIVERS)
     assert _crd_route_to_classic(spec["route"]) == classic["route"]
     inhibit = [
-        {"source_matchers": [_crd_matcher_to_text(m) for m in r["sourceMatch"]],
-         "target_matchers": [_crd_matcher_to_text(m) for m in r["targetMatch"]],
-         **({"equal": r["equal"]} if "equal" in r else {})}
+        {
+            "source_matchers": [_crd_matcher_to_text(m) for m in r["sourceMatch"]],
+            "target_matchers": [_crd_matcher_to_text(m) for m in r["targetMatch"]],
+            **({"equal": r["equal"]} if "equal" in r else {}),
+        }
         for r in spec["inhibitRules"]
     ]
     assert inhibit == classic["inhibit_rules"]
@@ -196,9 +219,15 @@ def alertmanager_url(config_file, tmp_path_factory) -> Iterator[str]:
     storage = tmp_path_factory.mktemp("alertmanager-data")
     log = (storage / "alertmanager.log").open("w")
     proc = subprocess.Popen(
-        [_tool("prometheus-alertmanager"), f"--config.file={config_file}", f"--storage.path={storage}",
-         f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="],
-        stdout=log, stderr=subprocess.STDOUT,
+        [
+            _tool("prometheus-alertmanager"),
+            f"--config.file={config_file}",
+            f"--storage.path={storage}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--cluster.listen-address=",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -251,7 +280,9 @@ def test_a_real_alertmanager_applies_the_inhibitions(alertmanager_url):
         for name, labels, _ in SCENARIO
     ]
     request = urllib.request.Request(
-        f"{alertmanager_url}/api/v2/alerts", data=json.dumps(alerts).encode(), method="POST",
+        f"{alertmanager_url}/api/v2/alerts",
+        data=json.dumps(alerts).encode(),
+        method="POST",
         headers={"Content-Type": "application/json"},
     )
     with urllib.request.urlopen(request, timeout=5) as response:

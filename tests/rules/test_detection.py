@@ -43,7 +43,10 @@ def test_worst_case_latency_fits_the_budget(scrape, evaluation, budget):
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"evaluation_interval_seconds": 60}, r"cannot be detected within critical_detection_seconds=30.*evaluation_interval_seconds=60"),
+        (
+            {"evaluation_interval_seconds": 60},
+            r"cannot be detected within critical_detection_seconds=30.*evaluation_interval_seconds=60",
+        ),
         ({"evaluation_interval_seconds": 45, "critical_detection_seconds": 40}, r"critical_detection_seconds=40"),
         ({"scrape_interval_seconds": 0}, r"scrape_interval_seconds must be positive"),
         ({"evaluation_interval_seconds": -15}, r"evaluation_interval_seconds must be positive"),

@@ -60,10 +60,26 @@ def _description_drops_gpu(groups: list[dict[str, Any]]) -> None:
 
 
 MUTATIONS = {
-    "threshold made inclusive": (_threshold_inclusive, "GPUUtilizationLow", {"GPUUtilizationLow: exactly 30% stays silent"}),
-    "seed's NaN expression": (_seed_nan_expression, "TrainingNaNDetected", {"TrainingNaNDetected: resolves 10m after the last NaN instead of firing forever"}),
-    "seed's 1m for on GPU memory": (_seed_memory_for, "GPUMemoryExhausted", {"GPUMemoryExhausted: 96% on two consecutive scrapes fires"}),
-    "description without the GPU": (_description_drops_gpu, "GPUTemperatureHigh", {"GPUTemperatureHigh: 86 °C for 2m fires"}),
+    "threshold made inclusive": (
+        _threshold_inclusive,
+        "GPUUtilizationLow",
+        {"GPUUtilizationLow: exactly 30% stays silent"},
+    ),
+    "seed's NaN expression": (
+        _seed_nan_expression,
+        "TrainingNaNDetected",
+        {"TrainingNaNDetected: resolves 10m after the last NaN instead of firing forever"},
+    ),
+    "seed's 1m for on GPU memory": (
+        _seed_memory_for,
+        "GPUMemoryExhausted",
+        {"GPUMemoryExhausted: 96% on two consecutive scrapes fires"},
+    ),
+    "description without the GPU": (
+        _description_drops_gpu,
+        "GPUTemperatureHigh",
+        {"GPUTemperatureHigh: 86 °C for 2m fires"},
+    ),
 }
 
 

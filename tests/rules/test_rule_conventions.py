@@ -33,16 +33,29 @@ SEED_GROUPS = {
     "ml_training_performance": ("TrainingNaNDetected", "TrainingSlowdown", "MLInferenceLatencyHigh"),
     "ml_training_availability": ("MLTrainingServiceDown", "ModelLoadingFailures", "ModelCacheMissesHigh"),
     "ml_gpu_resources": (
-        "GPUUtilizationLow", "GPUUtilizationCritical", "GPUMemoryUsageHigh", "GPUMemoryExhausted",
-        "GPUTemperatureHigh", "GPUErrorsDetected",
+        "GPUUtilizationLow",
+        "GPUUtilizationCritical",
+        "GPUMemoryUsageHigh",
+        "GPUMemoryExhausted",
+        "GPUTemperatureHigh",
+        "GPUErrorsDetected",
     ),
-    "ml_model_quality": ("ModelDriftDetected", "FeatureDistributionShift", "PredictionConfidenceLow", "MLModelAccuracyDegraded"),
+    "ml_model_quality": (
+        "ModelDriftDetected",
+        "FeatureDistributionShift",
+        "PredictionConfidenceLow",
+        "MLModelAccuracyDegraded",
+    ),
     "ml_data_pipeline": ("TrainingDataStale", "FeatureEngineeringErrors", "FeatureExtractionLatencyHigh"),
     "ml_storage": ("S3ConnectionErrors", "CheckpointSaveFailures", "ModelStorageUsageHigh"),
 }
 SEED_CRITICAL = {
-    "TrainingNaNDetected", "GPUMemoryExhausted", "GPUTemperatureHigh", "CheckpointSaveFailures",
-    "MLModelAccuracyDegraded", "GPUErrorsDetected",
+    "TrainingNaNDetected",
+    "GPUMemoryExhausted",
+    "GPUTemperatureHigh",
+    "CheckpointSaveFailures",
+    "MLModelAccuracyDegraded",
+    "GPUErrorsDetected",
 }
 SEED_HIGH = {"MLTrainingServiceDown", "ModelLoadingFailures"}
 INFO = {"GPUUtilizationLow", "GPUUtilizationCritical"}  # the seed's table has two info alerts
@@ -98,11 +111,56 @@ def test_alert_has_severity_summary_description_and_runbook(alert):
     [
         ({"labels": {}}, "severity None"),
         ({"labels": {"severity": "page"}}, "severity 'page'"),
-        ({"annotations": {"description": "x {{ $labels.node }}", "impact": "i", "action": "a", "runbook_url": CFG.runbook_base_url + "#a"}}, "summary is missing"),
-        ({"annotations": {"summary": "S.", "impact": "i", "action": "a", "runbook_url": CFG.runbook_base_url + "#a"}}, "description is missing"),
-        ({"annotations": {"summary": "S.", "description": "static", "impact": "i", "action": "a", "runbook_url": CFG.runbook_base_url + "#a"}}, "description must be a template"),
-        ({"annotations": {"summary": "S.", "description": "{{ $labels.node }}", "impact": "i", "action": "a"}}, "runbook_url is missing"),
-        ({"annotations": {"summary": "On {{ $labels.node }}.", "description": "{{ $labels.node }}", "impact": "i", "action": "a", "runbook_url": CFG.runbook_base_url + "#a"}}, "one static sentence"),
+        (
+            {
+                "annotations": {
+                    "description": "x {{ $labels.node }}",
+                    "impact": "i",
+                    "action": "a",
+                    "runbook_url": CFG.runbook_base_url + "#a",
+                }
+            },
+            "summary is missing",
+        ),
+        (
+            {
+                "annotations": {
+                    "summary": "S.",
+                    "impact": "i",
+                    "action": "a",
+                    "runbook_url": CFG.runbook_base_url + "#a",
+                }
+            },
+            "description is missing",
+        ),
+        (
+            {
+                "annotations": {
+                    "summary": "S.",
+                    "description": "static",
+                    "impact": "i",
+                    "action": "a",
+                    "runbook_url": CFG.runbook_base_url + "#a",
+                }
+            },
+            "description must be a template",
+        ),
+        (
+            {"annotations": {"summary": "S.", "description": "{{ $labels.node }}", "impact": "i", "action": "a"}},
+            "runbook_url is missing",
+        ),
+        (
+            {
+                "annotations": {
+                    "summary": "On {{ $labels.node }}.",
+                    "description": "{{ $labels.node }}",
+                    "impact": "i",
+                    "action": "a",
+                    "runbook_url": CFG.runbook_base_url + "#a",
+                }
+            },
+            "one static sentence",
+        ),
     ],
 )
 def test_the_annotation_check_catches_a_broken_alert(broken, problem):
@@ -146,10 +204,30 @@ def test_training_service_down_uses_the_up_metric_and_the_configured_service():
     assert "ml-training-service" not in alert.expr
 
 
-_SERIES_NAME = re.compile(r"(?<![\w:.\"])([a-z_][a-z0-9_]*(?::[a-z0-9_]+)*)(?=\s*[{\[)]|\s*$|\s+(?:offset|>|<|==|/|or|unless|\+))")
+_SERIES_NAME = re.compile(
+    r"(?<![\w:.\"])([a-z_][a-z0-9_]*(?::[a-z0-9_]+)*)(?=\s*[{\[)]|\s*$|\s+(?:offset|>|<|==|/|or|unless|\+))"
+)
 _PROMQL_WORDS = {
-    "sum", "max", "min", "avg", "count", "by", "rate", "increase", "offset", "or", "unless", "and", "absent",
-    "time", "histogram_quantile", "max_over_time", "topk", "changes", "delta", "le",
+    "sum",
+    "max",
+    "min",
+    "avg",
+    "count",
+    "by",
+    "rate",
+    "increase",
+    "offset",
+    "or",
+    "unless",
+    "and",
+    "absent",
+    "time",
+    "histogram_quantile",
+    "max_over_time",
+    "topk",
+    "changes",
+    "delta",
+    "le",
 }
 
 

@@ -92,7 +92,10 @@ def test_seed_action_text_is_kept():
     assert rules["TrainingNaNDetected"]["annotations"]["action"] == (
         "1. Stop training immediately 2. Check learning rate 3. Review data normalization 4. Inspect gradient clipping"
     )
-    assert rules["TrainingNaNDetected"]["annotations"]["impact"] == "Training unstable - model will produce invalid results"
+    assert (
+        rules["TrainingNaNDetected"]["annotations"]["impact"]
+        == "Training unstable - model will produce invalid results"
+    )
     assert rules["TrainingSlowdown"]["annotations"]["action"] == (
         "1. Check GPU utilization 2. Profile data loading 3. Review batch size"
     )

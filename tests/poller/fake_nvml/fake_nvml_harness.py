@@ -55,8 +55,20 @@ def build_fake_nvml(out_dir: Path, omit: Iterable[str] = ()) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / SONAME
     command = [
-        "gcc", "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden", "-pthread",
-        f"-Wl,-soname,{SONAME}", *(f"-DOMIT_{name}" for name in omit), "-o", str(target), str(SOURCE),
+        "gcc",
+        "-shared",
+        "-fPIC",
+        "-O2",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        "-fvisibility=hidden",
+        "-pthread",
+        f"-Wl,-soname,{SONAME}",
+        *(f"-DOMIT_{name}" for name in omit),
+        "-o",
+        str(target),
+        str(SOURCE),
     ]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
@@ -94,7 +106,9 @@ class FakeGpu:
 def hot_gpu(temperature: int = 90, **settings: object) -> FakeGpu:
     """A GPU running hot (90 C by default) and thermally throttled, fully busy."""
     values: dict[str, object] = {
-        "temperature": temperature, "util_gpu": 100, "clocks_event_reasons": 0x40 | 0x20,
+        "temperature": temperature,
+        "util_gpu": 100,
+        "clocks_event_reasons": 0x40 | 0x20,
         "power_mw": 690_000,
     }
     values.update(settings)
@@ -206,7 +220,8 @@ class MetricsEndpoint:
     def values(self, name: str, **labels: str) -> list[float]:
         """Values of the samples named `name` whose labels include `labels`."""
         return [
-            value for sample_name, sample_labels, value in self.samples()
+            value
+            for sample_name, sample_labels, value in self.samples()
             if sample_name == name and all(sample_labels.get(k) == v for k, v in labels.items())
         ]
 
