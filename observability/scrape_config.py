@@ -157,6 +157,8 @@ def shard_relabel_configs(shard: int, shards: int) -> list[dict[str, Any]]:
 
     They run last, on the final `__address__` (pod IP and annotated port), so the container ports
     of one pod, which relabel to one address, land on the same shard and fold into one target.
+    The remainder label is dropped again: a target's labels, and with them the phase at which
+    Prometheus scrapes it within the interval, are the same as without shards.
     """
     if not 1 <= shards <= MAX_SHARDS:
         raise ValueError(f"shards = {shards}: expected a whole number from 1 to {MAX_SHARDS}")
@@ -167,6 +169,7 @@ def shard_relabel_configs(shard: int, shards: int) -> list[dict[str, Any]]:
     return [
         {"source_labels": ["__address__"], "target_label": SHARD_HASH_LABEL, "modulus": shards, "action": "hashmod"},
         {"source_labels": [SHARD_HASH_LABEL], "regex": str(shard), "action": "keep"},
+        {"regex": SHARD_HASH_LABEL, "action": "labeldrop"},
     ]
 
 

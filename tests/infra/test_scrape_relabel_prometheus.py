@@ -307,8 +307,9 @@ def test_one_shard_adds_no_relabelling_and_each_shard_keeps_its_own_remainder() 
     assert not any(r["action"] == "hashmod" for r in one)
     for shard in range(4):
         rules = annotation_scrape_configs(ObservabilityConfig(shards=4), ["x"], shard)[0]["relabel_configs"]
-        assert rules[:-2] == one
-        assert rules[-2:] == [
+        assert rules[:-3] == one
+        assert rules[-3:] == [
             {"source_labels": ["__address__"], "target_label": "__tmp_hash", "modulus": 4, "action": "hashmod"},
             {"source_labels": ["__tmp_hash"], "regex": str(shard), "action": "keep"},
+            {"regex": "__tmp_hash", "action": "labeldrop"},
         ]
