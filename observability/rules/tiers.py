@@ -47,13 +47,13 @@ class Tier(enum.Enum):
 # poller runs once per node (a DaemonSet), so `node` pins its target; a training job is one pod,
 # so `job_id` pins its target. A service's series have no such label of their own (replicas), and
 # Tempo's metrics generator remote-writes its series instead of being scraped: nothing pins them.
+# Any other producer (Prometheus' own series, an exporter reporting on many objects) is pinned by
+# the target labels only.
 _TARGET = "target"
 TARGET_LABELS: tuple[str, ...] = ("instance", "pod")
 PRODUCER_KEYS: Mapping[Producer, tuple[str, ...]] = {
     Producer.GPU_POLLER: ("node",),
     Producer.TRAINING_JOB: ("job_id",),
-    Producer.ML_SERVICE: (),
-    Producer.PROMETHEUS: (),
 }
 UNSCRAPED_PRODUCERS: frozenset[Producer] = frozenset({Producer.TEMPO_METRICS_GENERATOR})
 
@@ -109,7 +109,7 @@ def _series_keys() -> dict[str, frozenset[Key]]:
         if metric.producer in UNSCRAPED_PRODUCERS:
             found: frozenset[Key] = frozenset()
         else:
-            own = PRODUCER_KEYS[metric.producer]
+            own = PRODUCER_KEYS.get(metric.producer, ())
             found = frozenset({*((label, metric.producer.value) for label in own), *_target_keys()})
         for name in metric.series_names:
             keys[name] = found

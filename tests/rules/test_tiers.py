@@ -15,7 +15,14 @@ import yaml
 
 from observability import catalog
 from observability.config import ObservabilityConfig
-from observability.rules import Tier, rule_groups, rules_file_yaml, tier_rule_groups, tier_rules_yaml
+from observability.rules import (
+    CRITICAL_DETECTION_ALERTS,
+    Tier,
+    rule_groups,
+    rules_file_yaml,
+    tier_rule_groups,
+    tier_rules_yaml,
+)
 from observability.rules.tiers import (
     DECLARED,
     Declared,
@@ -211,3 +218,10 @@ def test_promtool_loads_both_tier_files(tmp_path: Path) -> None:
         files.append(str(path))
     proc = subprocess.run(["promtool", "check", "rules", *files], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr + proc.stdout
+
+
+def test_the_30_second_alerts_run_on_the_shards() -> None:
+    """The global tier sees a shard's samples one remote-write delay late: the alerts bound by the
+    30-second detection promise must be evaluated where their series are scraped."""
+    tier = {p.name: p.tier for p in place(rule_groups(CFG))}
+    assert {tier[name] for name in CRITICAL_DETECTION_ALERTS} == {Tier.SHARD}
