@@ -22,6 +22,7 @@ import resource
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -98,16 +99,23 @@ def run_shards(root: Path, shape: FleetShape, shards: int, warmup: float) -> Sha
         try:
             topology.wait_scraping(len(fleet), timeout=120)
             time.sleep(warmup)
-            per_shard = []
-            counts = []
-            for shard in topology.shards:
-                names = [str(g["name"]) for g in tiers[Tier.SHARD]]
-                samples_seen = collect_group_evaluations(shard.api, names, EVALUATIONS, timeout=collect_wait)
-                per_shard.append(tuple(group_timings(shard.api, samples_seen, tiers[Tier.SHARD])))
-                counts.append(len(shard.api.get("/api/v1/targets", {"state": "active"})["activeTargets"]))
-            names = [str(g["name"]) for g in global_groups]
-            seen = collect_group_evaluations(topology.global_tier.api, names, EVALUATIONS, timeout=collect_wait)
-            global_timed = tuple(group_timings(topology.global_tier.api, seen, global_groups))
+            shard_names = [str(g["name"]) for g in tiers[Tier.SHARD]]
+            global_names = [str(g["name"]) for g in global_groups]
+            # Every server's evaluations are recorded over the same minutes (one thread each).
+            with ThreadPoolExecutor(max_workers=len(topology.shards) + 1) as pool:
+                shard_seen = [
+                    pool.submit(collect_group_evaluations, s.api, shard_names, EVALUATIONS, collect_wait)
+                    for s in topology.shards
+                ]
+                global_seen = pool.submit(
+                    collect_group_evaluations, topology.global_tier.api, global_names, EVALUATIONS, collect_wait
+                )
+                per_shard = [
+                    tuple(group_timings(s.api, seen.result(), tiers[Tier.SHARD]))
+                    for s, seen in zip(topology.shards, shard_seen, strict=True)
+                ]
+                global_timed = tuple(group_timings(topology.global_tier.api, global_seen.result(), global_groups))
+            counts = [len(s.api.get("/api/v1/targets", {"state": "active"})["activeTargets"]) for s in topology.shards]
         finally:
             topology.stop()
     run = ShardRun(shards, tuple(counts), tuple(per_shard), global_timed)
@@ -130,7 +138,11 @@ def _cell(timing: GroupTiming | None, read: float) -> str:
         return "-"
     if timing.total.error:
         return f"failed: {timing.total.error[:40]}"
-    return f"{timing.total.median_ms:.0f} ms ({_reads(timing.total.median_ms, read)})"
+    return f"{_ms(timing.total.median_ms)} ms ({_reads(timing.total.median_ms, read)})"
+
+
+def _ms(value: float) -> str:
+    return f"{value:.1f}" if value < 10 else f"{value:.0f}"
 
 
 def render(runs: list[ShardRun], shape: FleetShape, command: str, machine: str, warmup: float) -> str:
@@ -169,18 +181,18 @@ def render(runs: list[ShardRun], shape: FleetShape, command: str, machine: str, 
     lines += ["", "| per evaluation | " + " | ".join(f"{r.shards} shard(s)" for r in runs) + " |"]
     lines.append("|---|" + "---:|" * len(runs))
     lines.append("| targets per shard | " + " | ".join(", ".join(map(str, r.targets_per_shard)) for r in runs) + " |")
-    lines.append("| whole-fleet read (baseline), ms | " + " | ".join(f"{r.fleet_read_ms:.0f}" for r in runs) + " |")
+    lines.append("| whole-fleet read (baseline), ms | " + " | ".join(_ms(r.fleet_read_ms) for r in runs) + " |")
     for label, pick in (("slowest shard's shard tier", max), ("fastest shard's shard tier", min)):
         cells = []
         for r in runs:
             totals = [sum(t.total.median_ms for t in shard if not t.total.error) for shard in r.per_shard]
             value = pick(totals) if totals else math.nan
-            cells.append(f"{value:.0f} ms ({_reads(value, r.fleet_read_ms)})")
+            cells.append(f"{_ms(value)} ms ({_reads(value, r.fleet_read_ms)})")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     cells = []
     for r in runs:
         value = sum(t.total.median_ms for t in r.global_tier if t.name != BASELINE_GROUP and not t.total.error)
-        cells.append(f"{value:.0f} ms ({_reads(value, r.fleet_read_ms)})")
+        cells.append(f"{_ms(value)} ms ({_reads(value, r.fleet_read_ms)})")
     lines.append("| global tier | " + " | ".join(cells) + " |")
     lines += ["", END]
     return "\n".join(lines) + "\n"
