@@ -15,11 +15,11 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType
 
-from poller.cli import PollerSettings
 from poller.collector import SharedPass
 from poller.error_counters import ErrorCounters
 from poller.exposition import CONTENT_TYPE, TextPageWriter
 from poller.nvml_source import NvmlSource
+from poller.settings import PollerSettings
 from poller.xid_events import XidEventWatcher
 
 LOG = logging.getLogger(__name__)
