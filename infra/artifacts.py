@@ -9,11 +9,19 @@ from infra.generated import generated, stack_datasources_yaml
 from infra.program import component_args
 from infra.result import dump_yaml
 from infra.settings import Settings
-from observability.scrape_config import scrape_config_yaml
+from observability.rules import Tier
+from observability.scrape_config import shard_key, shard_scrape_configs
 
 RULES_PATH = "prometheus/rules.yaml"
-SCRAPE_CONFIG_PATH = "prometheus/scrape-config.yaml"
+# The same rules, split into the tier every scrape shard evaluates and the global tier.
+TIER_RULES_PATHS = {Tier.SHARD: "prometheus/rules-shard.yaml", Tier.GLOBAL: "prometheus/rules-global.yaml"}
+SCRAPE_CONFIG_PATH = "prometheus/scrape-config.yaml"  # one per shard with several shards
 DATASOURCES_PATH = "grafana/datasources.yaml"
+
+
+def scrape_config_paths(shards: int) -> list[str]:
+    """`prometheus/scrape-config.yaml`, or `prometheus/scrape-config-shard-<i>.yaml` per shard."""
+    return [shard_key(SCRAPE_CONFIG_PATH, i, shards) for i in range(shards)]
 
 
 def artifact_files(settings: Settings) -> dict[str, str]:
@@ -23,7 +31,8 @@ def artifact_files(settings: Settings) -> dict[str, str]:
     args = component_args(settings)
     files = {
         RULES_PATH: gen.rules_yaml,
-        SCRAPE_CONFIG_PATH: scrape_config_yaml(cfg, list(args.scrape_discovery.watched_namespaces)),
+        **{TIER_RULES_PATHS[tier]: text for tier, text in gen.tier_yaml.items()},
+        **shard_scrape_configs(cfg, list(args.scrape_discovery.watched_namespaces), SCRAPE_CONFIG_PATH),
         DATASOURCES_PATH: stack_datasources_yaml(settings),
         job_manifest_path(args.training_job): dump_yaml(job_manifest(args.training_job)),
     }

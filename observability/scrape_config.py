@@ -214,8 +214,9 @@ def additional_scrape_configs_yaml(cfg: ObservabilityConfig, namespaces: Sequenc
 def shard_scrape_configs(
     cfg: ObservabilityConfig, namespaces: Sequence[str], key: str = CONFIGMAP_KEY
 ) -> dict[str, str]:
-    """Key -> scrape config document of every shard (ConfigMap keys or rendered file names)."""
-    render = scrape_config_yaml if key == CONFIGMAP_KEY else additional_scrape_configs_yaml
+    """Key -> scrape config document of every shard: `scrape_configs:` documents under ConfigMap keys
+    or rendered file names (any key but the Secret's), bare lists under the Secret's key."""
+    render = additional_scrape_configs_yaml if key == SECRET_KEY else scrape_config_yaml
     return {shard_key(key, i, cfg.shards): render(cfg, namespaces, i) for i in range(cfg.shards)}
 
 

@@ -21,6 +21,7 @@ from infra.settings.model import (
     Namespaces,
     PinnedImage,
     PollerSettings,
+    PrometheusSettings,
     Resources,
     ScrapeSettings,
     ServiceSettings,
@@ -30,6 +31,7 @@ from infra.settings.model import (
 from infra.settings.reading import Reader, SecretReader
 from observability.config import ObservabilityConfig
 from observability.rules.detection import detection_budget
+from observability.scrape_config import MAX_SHARDS
 
 _DIGEST_REF = re.compile(r"^[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)+@sha256:[0-9a-f]{64}$")
 RECEIVER_KEYS = ("alertPageWebhookUrl", "alertChatWebhookUrl", "alertLowPriorityWebhookUrl")
@@ -257,3 +259,21 @@ def alerting(r: Reader, secret: SecretReader) -> AlertingReceivers:
         if r.source.get(key) is None:
             r.problems.append(f"{key} is missing: set it with `pulumi config set --secret {key} https://...`")
     return receivers
+
+
+def prometheus(r: Reader, environment_name: str) -> PrometheusSettings:
+    """`cluster` (the external label; default `foxhunt-<environment>`) and `prometheus.shards` /
+    `prometheus.clusters` (docs/scaling.md)."""
+    cluster = r.dns_name("cluster", r.raw("cluster") or f"foxhunt-{environment_name or 'dev'}")
+    pr = r.mapping("prometheus", r.raw("prometheus"), {"shards", "clusters"})
+    shards = r.integer("prometheus.shards", pr.get("shards", 1), 1, MAX_SHARDS)
+    listed = pr.get("clusters", [cluster])
+    if not isinstance(listed, list) or not listed:
+        r.problem("prometheus.clusters", listed, "a non-empty list of cluster names (DNS-1123 labels)")
+        return PrometheusSettings(shards, cluster, (cluster,))
+    clusters = tuple(r.dns_name(f"prometheus.clusters[{i}]", name) for i, name in enumerate(listed))
+    if len(set(clusters)) != len(clusters):
+        r.problem("prometheus.clusters", listed, "each cluster once")
+    if cluster and cluster not in clusters:
+        r.problem("prometheus.clusters", listed, f"a list that includes this stack's cluster {cluster!r}")
+    return PrometheusSettings(shards, cluster, clusters)
