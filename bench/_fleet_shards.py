@@ -30,13 +30,13 @@ import yaml
 from bench._fleet_live import NO_JOB
 from bench._prometheus import PrometheusServer
 from observability.config import ObservabilityConfig
+from observability.prometheus_config import REMOTE_WRITE_PATH, external_labels
 from observability.rules import Tier, tier_rules_yaml
 from observability.scrape_config import shard_relabel_configs
 
 Page = Callable[[int], bytes | None]  # None: 404
 
 RULE_FILES = {Tier.SHARD: "rules-shard.yaml", Tier.GLOBAL: "rules-global.yaml"}
-REMOTE_WRITE_PATH = "/api/v1/write"
 # Send what a shard appended within 50 ms (the default waits up to 5 s for a full batch): the
 # global tier then evaluates over data at most a fraction of a scrape interval old.
 REMOTE_WRITE_QUEUE = {"batch_send_deadline": "50ms", "max_samples_per_send": 5000, "capacity": 20000}
@@ -166,7 +166,7 @@ def _config(
             "scrape_interval": interval,
             "scrape_timeout": interval,
             "evaluation_interval": f"{cfg.evaluation_interval_seconds}s",
-            "external_labels": {"cluster": cfg.cluster},
+            "external_labels": external_labels(cfg),
         },
         "rule_files": [str(p) for p in rule_files],
         "scrape_configs": scrape,

@@ -26,6 +26,7 @@ import pulumi_kubernetes as k8s
 
 from infra.components.common import child, metadata
 from infra.settings import ScrapeMode
+from observability.prometheus_config import TIER_LABEL, RuleFiles
 from observability.rules import Tier
 
 TYPE = "foxhunt:observability:AlertRules"
@@ -33,7 +34,6 @@ APP = "foxhunt-rules"
 COMPONENT = "alerting"
 OBJECT_NAME = "foxhunt-ml-rules"
 CONFIGMAP_KEY = "foxhunt-rules.yaml"
-TIER_LABEL = "foxhunt.io/rule-tier"
 
 
 def tier_object_name(tier: Tier) -> str:
@@ -42,6 +42,10 @@ def tier_object_name(tier: Tier) -> str:
 
 def tier_configmap_key(tier: Tier) -> str:
     return f"foxhunt-rules-{tier.value}.yaml"
+
+
+# The ConfigMap's keys, as a Prometheus that mounts it next to its config finds them.
+RULE_FILES = RuleFiles(CONFIGMAP_KEY, tier_configmap_key(Tier.SHARD), tier_configmap_key(Tier.GLOBAL))
 
 
 @dataclass(frozen=True)

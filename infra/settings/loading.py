@@ -77,7 +77,7 @@ def load_settings(source: ConfigSource, secret: SecretReader) -> Settings:
     grafana = sections.grafana(r, namespaces)
     runbook_base_url = sections.runbook_base_url(r)
     alerting = sections.alerting(r, secret)
-    prometheus = sections.prometheus(r, environment)
+    prometheus = sections.prometheus(r, environment, endpoints)
     if isinstance(poller.image, ImageBuild) and source.get("registryPassword") is None:
         r.problems.append(
             "registryPassword is missing: the poller image is built and pushed, so set it with "

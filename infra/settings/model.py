@@ -145,6 +145,7 @@ class PrometheusSettings:
     shards: int = 1  # Prometheus scrape shards; 1 is one server evaluating every rule
     cluster: str = ""  # the `cluster` external label of every Prometheus of the stack
     clusters: tuple[str, ...] = ()  # every cluster the dashboards' global tier holds (this one included)
+    remote_write_url: str = ""  # where the shards remote-write to (the global tier's receiver)
 
 
 @dataclass(frozen=True)

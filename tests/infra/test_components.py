@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -669,3 +670,68 @@ def test_one_shard_renders_the_single_rules_object_and_both_tier_files(
     )
     assert artifacts.scrape_config_paths(1) == [artifacts.SCRAPE_CONFIG_PATH]
     assert all("foxhunt.io/rule-tier" not in r["metadata"]["labels"] for r in objects(result, "PrometheusRule"))
+
+
+def _checkable(config_text: str, tmp_path: Path) -> Path:
+    """The config with Kubernetes discovery swapped for file discovery (Debian's build lacks it)."""
+    document = yaml.safe_load(config_text)
+    for job in document.get("scrape_configs") or []:
+        job.pop("kubernetes_sd_configs")
+        job["file_sd_configs"] = [{"files": [str(tmp_path / "none.json")]}]
+    path = tmp_path / "prometheus.yml"
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def test_every_server_of_a_sharded_stack_gets_a_config_promtool_accepts(
+    sharded: dict[str, RenderResult], tmp_path: Path
+) -> None:
+    result = sharded["dev"]
+    settings = result.settings
+    (rules_map,) = [c for c in objects(result, "ConfigMap") if c["metadata"]["name"] == "foxhunt-ml-rules"]
+    names = ["prometheus-shard-0.yml", "prometheus-shard-1.yml", "prometheus-shard-2.yml", "prometheus-global.yml"]
+    scrape_files = artifacts.scrape_config_paths(3)
+    for key, rules_text in rules_map["data"].items():  # mounted next to the config
+        (tmp_path / key).write_text(rules_text)
+    for name in names:
+        text = result.files[f"prometheus/{name}"]
+        document = yaml.safe_load(text)
+        assert document["global"]["external_labels"] == {"cluster": "foxhunt-dev"}
+        assert set(document["rule_files"]) <= set(rules_map["data"])
+        if name == "prometheus-global.yml":
+            assert "scrape_configs" not in document and "remote_write" not in document
+            assert document["rule_files"] == ["foxhunt-rules-global.yaml"]
+        else:
+            shard = int(name.removesuffix(".yml").rsplit("-", 1)[1])
+            assert document["rule_files"] == ["foxhunt-rules-shard.yaml"]
+            assert document["scrape_configs"] == yaml.safe_load(result.files[scrape_files[shard]])["scrape_configs"]
+            assert document["remote_write"] == [{"url": settings.prometheus.remote_write_url}]
+            assert settings.prometheus.remote_write_url == f"{settings.endpoints.prometheus}/api/v1/write"
+        proc = subprocess.run(
+            ["promtool", "check", "config", str(_checkable(text, tmp_path))], capture_output=True, text=True, timeout=60
+        )
+        assert proc.returncode == 0, name + proc.stdout + proc.stderr
+
+
+def test_one_shard_annotations_stack_gets_one_server_config(rendered: dict[str, RenderResult]) -> None:
+    document = yaml.safe_load(rendered["dev"].files["prometheus/prometheus.yml"])
+    assert document["global"]["external_labels"] == {"cluster": "foxhunt-dev"}
+    assert document["rule_files"] == ["foxhunt-rules.yaml"]
+    assert "remote_write" not in document
+    assert not any(p.startswith("prometheus/prometheus-") for p in rendered["dev"].files)
+
+
+def test_sharded_operator_stack_says_what_the_prometheus_resources_set(sharded: dict[str, RenderResult]) -> None:
+    result = sharded["prod"]
+    specs = yaml.safe_load(result.files[artifacts.OPERATOR_SPECS_PATH])
+    shards, global_tier = specs["prometheus-shards"], specs["prometheus-global"]
+    assert shards["shards"] == 3 and global_tier["enableRemoteWriteReceiver"] is True
+    assert shards["externalLabels"] == global_tier["externalLabels"] == {"cluster": "foxhunt-prod"}
+    for spec, rule in ((shards, "foxhunt-ml-rules-shard"), (global_tier, "foxhunt-ml-rules-global")):
+        (selected,) = [
+            r for r in objects(result, "PrometheusRule")
+            if spec["ruleSelector"]["matchLabels"].items() <= r["metadata"]["labels"].items()
+        ]  # fmt: skip
+        assert selected["metadata"]["name"] == rule
+    pod_monitor = one(result, "PodMonitor")
+    assert shards["podMonitorSelector"]["matchLabels"].items() <= pod_monitor["metadata"]["labels"].items()
