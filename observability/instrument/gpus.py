@@ -20,6 +20,7 @@ Discovery, first answer wins:
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
 import logging
@@ -76,10 +77,8 @@ def nvml_uuids() -> tuple[str, ...] | None:
         LOG.warning("NVML answered init but not the device list (%s); falling back to %s", error, VISIBLE_DEVICES_ENV)
         return None
     finally:
-        try:
+        with contextlib.suppress(pynvml.NVMLError):
             pynvml.nvmlShutdown()
-        except pynvml.NVMLError:
-            pass
 
 
 def from_visible_devices(value: str | None) -> Discovery:
