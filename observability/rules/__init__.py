@@ -1,4 +1,5 @@
-"""Alert and recording rules of the ML training platform (seed 001: 22 alerts in 6 groups).
+"""Alert and recording rules of the ML training platform (seed 001's 22 alerts in 6 groups, plus
+GPUMemoryExhaustionPredicted; per-job GPU views in `jobs`).
 
 Public interface:
 - `rule_groups(cfg)`: every rule group (recording groups, the dashboards' recording groups, the six
@@ -15,11 +16,12 @@ from collections.abc import Callable
 from typing import Any
 
 from observability.config import ObservabilityConfig
-from observability.rules import gpu, pipeline, quality, storage, training
+from observability.rules import gpu, jobs, pipeline, quality, storage, training
 from observability.rules.detection import CRITICAL_DETECTION_ALERTS, detection_budget
 from observability.rules.model import AlertRule, RecordingRule, RunbookQuery, Severity
 from observability.rules.promql import duration
-from observability.rules.recording import RECORDING_RULES, recording_groups
+from observability.rules.recording import RECORDING_RULES as _ALERT_RECORDING_RULES
+from observability.rules.recording import recording_groups
 from observability.rules.render import dump_groups
 
 __all__ = [
@@ -33,6 +35,7 @@ __all__ = [
     "RunbookQuery",
     "Severity",
     "alert_groups",
+    "jobs",
     "alert_rules",
     "rule_groups",
     "rules_file_yaml",
@@ -77,13 +80,17 @@ def rule_groups(cfg: ObservabilityConfig) -> list[dict[str, Any]]:
         {"name": name, "interval": interval, "rules": [alert.to_rule(cfg) for alert in alerts]}
         for name, alerts in alert_groups(cfg)
     ]
-    return [*recording_groups(cfg), *_dashboard_groups(cfg), *alerting]
+    return [*recording_groups(cfg), *jobs.job_groups(cfg), *_dashboard_groups(cfg), *alerting]
 
 
 def rules_file_yaml(cfg: ObservabilityConfig) -> str:
     """The whole rules file (`groups:` ...) as YAML, byte-identical for equal configs."""
     return dump_groups(rule_groups(cfg))
 
+
+# Every recording rule that alerts and the per-job views read (the dashboards' own are in
+# dashboard_recording); the price-dependent ones as the default config renders them.
+RECORDING_RULES: tuple[RecordingRule, ...] = (*_ALERT_RECORDING_RULES, *jobs.job_rules(ObservabilityConfig()))
 
 ALERT_GROUP_NAMES: tuple[str, ...] = tuple(name for name, _ in _ALERT_GROUP_BUILDERS)
 ALERTS_BY_GROUP: dict[str, tuple[str, ...]] = {

@@ -72,7 +72,7 @@ def test_amtool_check_config_passes(config_file):
         [_tool("amtool"), "check-config", str(config_file)], capture_output=True, text=True, check=False
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "3 inhibit rules" in proc.stdout and "3 receivers" in proc.stdout
+    assert f"{len(am.INHIBITIONS)} inhibit rules" in proc.stdout and "3 receivers" in proc.stdout
 
 
 def test_amtool_check_config_passes_for_every_stack(tmp_path):
@@ -256,16 +256,24 @@ def alertmanager_url(config_file, tmp_path_factory) -> Iterator[str]:
 GPU_A = {"node": "gpu-node-1", "gpu_id": "0", "uuid": "GPU-a", "gpu_name": "NVIDIA H100"}
 GPU_B = {"node": "gpu-node-1", "gpu_id": "1", "uuid": "GPU-b", "gpu_name": "NVIDIA H100"}
 GPU_C = {"node": "gpu-node-2", "gpu_id": "0", "uuid": "GPU-c", "gpu_name": "NVIDIA H100"}
+GPU_D = {"node": "gpu-node-2", "gpu_id": "1", "uuid": "GPU-d", "gpu_name": "NVIDIA H100"}
 JOB = {"namespace": "training", "model_type": "dqn", "job_id": "job-1"}
+HOLDER_A = {"model_type": "dqn", "job_id": "job-1"}
+HOLDER_C = {"model_type": "ppo", "job_id": "job-2"}
+OTHER_JOB = {"model_type": "ppo", "job_id": "job-3"}
 SEVERITY = {a.name: a.severity.value for a in alert_rules(CFG)}
 
 # (alert name, labels, muted?)
 SCENARIO = [
-    ("GPUMemoryExhausted", GPU_A, False),
-    ("GPUMemoryUsageHigh", GPU_A, True),  # same GPU as the critical one
+    ("GPUMemoryExhausted", {**GPU_A, **HOLDER_A}, False),
+    ("GPUMemoryUsageHigh", {**GPU_A, **HOLDER_A}, True),  # same GPU as the critical one
+    ("GPUMemoryExhaustionPredicted", {**GPU_A, **HOLDER_A}, True),  # it has run out: no need to predict it
     ("GPUMemoryUsageHigh", GPU_B, False),  # a neighbour GPU is not muted
-    ("GPUErrorsDetected", GPU_C, False),
-    ("GPUUtilizationLow", GPU_C, True),
+    ("GPUMemoryExhaustionPredicted", GPU_B, False),
+    ("GPUErrorsDetected", {**GPU_C, **HOLDER_C}, False),
+    ("GPUUtilizationLow", HOLDER_C, True),  # the job holding the failing GPU
+    ("GPUErrorsDetected", GPU_D, False),  # a failing GPU no job holds...
+    ("GPUUtilizationCritical", OTHER_JOB, False),  # ...mutes no job's alert
     ("MLTrainingServiceDown", {"namespace": "foxhunt", "service": "ml-training-service"}, False),
     ("TrainingSlowdown", JOB, True),
     ("ModelLoadingFailures", {"namespace": "foxhunt", "service": "ml-inference-service", "model_type": "tft"}, True),
@@ -290,9 +298,10 @@ def test_a_real_alertmanager_applies_the_inhibitions(alertmanager_url):
     with urllib.request.urlopen(f"{alertmanager_url}/api/v2/alerts", timeout=5) as response:
         got = json.load(response)
     assert len(got) == len(SCENARIO)
-    muted = {
-        (a["labels"]["alertname"], a["labels"].get("gpu_id"), a["labels"].get("node")): bool(a["status"]["inhibitedBy"])
-        for a in got
-    }
+
+    def key(labels: dict[str, str]) -> tuple[str | None, ...]:
+        return tuple(labels.get(k) for k in ("alertname", "gpu_id", "node", "job_id"))
+
+    muted = {key(a["labels"]): bool(a["status"]["inhibitedBy"]) for a in got}
     for name, labels, expected in SCENARIO:
-        assert muted[(name, labels.get("gpu_id"), labels.get("node"))] is expected, name
+        assert muted[key({"alertname": name, **labels})] is expected, (name, labels)
