@@ -122,9 +122,7 @@ JOB_POWER = RecordingRule(
 JOB_ENERGY_RATE = RecordingRule(
     f"model_type_job_id:ml_gpu_energy_joules:rate{ENERGY_RATE_WINDOW}",
     f"sum {_JOB} (\n"
-    + attributed(
-        f"sum {by(GPU_LABELS)} (rate({catalog.GPU_ENERGY_JOULES_TOTAL.name}[{ENERGY_RATE_WINDOW}]))"
-    )
+    + attributed(f"sum {by(GPU_LABELS)} (rate({catalog.GPU_ENERGY_JOULES_TOTAL.name}[{ENERGY_RATE_WINDOW}]))")
     + "\n)",
     f"Energy (J/s = W) the GPUs of each training job consumed, over {ENERGY_RATE_WINDOW} (NVML energy counter).",
 )
@@ -195,7 +193,9 @@ def _number(value: float) -> str:
 
 def gpu_hourly_price(cfg: ObservabilityConfig, per_gpu: str) -> str:
     """Each series of `per_gpu` (which has `gpu_name`) replaced by its GPU's price per hour."""
-    branches = [f"({per_gpu}{{gpu_name={_string(name)}}} * 0 + {_number(price)})" for name, price in cfg.gpu_hourly_cost]
+    branches = [
+        f"({per_gpu}{{gpu_name={_string(name)}}} * 0 + {_number(price)})" for name, price in cfg.gpu_hourly_cost
+    ]
     branches.append(f"({per_gpu} * 0 + {_number(cfg.gpu_hourly_cost_default)})")
     return "\nor\n".join(branches)
 
@@ -226,9 +226,7 @@ def cost_rules(cfg: ObservabilityConfig) -> tuple[RecordingRule, ...]:
         f"Estimated cost ({cfg.currency}) of each training job so far: GPU-hours at their price plus energy.",
     )
     interval = cfg.evaluation_interval_seconds
-    model_gpus = RecordingRule(
-        MODEL_GPUS, f"sum by (model_type) ({JOB_GPUS.record})", "GPUs held per model type."
-    )
+    model_gpus = RecordingRule(MODEL_GPUS, f"sum by (model_type) ({JOB_GPUS.record})", "GPUs held per model type.")
     model_hourly = RecordingRule(
         MODEL_HOURLY_COST,
         f"sum by (model_type) ({hourly.record})",
