@@ -35,8 +35,8 @@ __all__ = [
     "RunbookQuery",
     "Severity",
     "alert_groups",
-    "jobs",
     "alert_rules",
+    "jobs",
     "rule_groups",
     "rules_file_yaml",
 ]

@@ -24,7 +24,7 @@ from observability.config import ObservabilityConfig
 from observability.rules import jobs, recording
 from observability.rules.detection import critical_for_seconds, event_window_seconds
 from observability.rules.model import AlertRule, RunbookQuery, Severity
-from observability.rules.promql import by, counter_increased, duration, gauge
+from observability.rules.promql import by, counter_increased, duration
 
 GROUP = "ml_gpu_resources"
 GPU_LABELS = recording.GPU_LABELS
@@ -149,7 +149,9 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
                 f'{_JOB} has kept its GPUs {{{{ printf "%.1f" $value }}}}% busy on average, above '
                 f"{UTILIZATION_HIGH_PERCENT}% for 5m. GPUs by node: {_JOB_PLACEMENT}list them: {_JOB_GPUS_QUERY}."
             ),
-            impact="The GPUs are the job's bottleneck: no headroom for bursts, and a second job sharing them slows down",
+            impact=(
+                "The GPUs are the job's bottleneck: no headroom for bursts, and a second job sharing them slows down"
+            ),
             action=(
                 "Check the power draw and clock throttle reasons of the job's GPUs",
                 "Check whether more than one job shares the GPUs",
@@ -327,7 +329,8 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
                 RunbookQuery("Memory in use on this GPU over the last hour", _memory_ratio_one_gpu_last("1h")),
                 RunbookQuery(
                     "Seconds until the trend of the last 10 minutes reaches the total (negative: never)",
-                    f"({catalog.GPU_MEMORY_TOTAL_BYTES.name}{_ONE_GPU} - {catalog.GPU_MEMORY_USED_BYTES.name}{_ONE_GPU})"
+                    f"({catalog.GPU_MEMORY_TOTAL_BYTES.name}{_ONE_GPU}"
+                    f" - {catalog.GPU_MEMORY_USED_BYTES.name}{_ONE_GPU})"
                     f" / deriv({catalog.GPU_MEMORY_USED_BYTES.name}{_ONE_GPU}[10m])",
                 ),
             ),

@@ -244,7 +244,6 @@ _PROMQL_WORDS = {
     "changes",
     "delta",
     "le",
-    "topk",
     "predict_linear",
     "last_over_time",
     "sum_over_time",
