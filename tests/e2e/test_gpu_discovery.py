@@ -8,6 +8,7 @@ import logging
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,7 +27,9 @@ def fake_nvml(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return load_harness().build_fake_nvml(tmp_path_factory.mktemp("fake-nvml"))  # type: ignore[no-any-return]
 
 
-def discover_in_a_container(tmp_path: Path, lib_dir: Path | None, visible_devices: str | None) -> tuple[dict, str]:
+def discover_in_a_container(
+    tmp_path: Path, lib_dir: Path | None, visible_devices: str | None
+) -> tuple[dict[str, Any], str]:
     """`python -m observability.instrument.gpus` as a container would run it: (its JSON, its log)."""
     harness = load_harness()
     config = tmp_path / "nvml.conf"
