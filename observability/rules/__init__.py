@@ -8,6 +8,9 @@ Public interface:
   holds and `promtool check rules` loads).
 - `alert_groups(cfg)` / `alert_rules(cfg)`: the typed alerts, for runbooks, policies and tests.
 - `ALERT_NAMES`, `ALERT_GROUP_NAMES`, `ALERTS_BY_GROUP`: names to enumerate without a config.
+- `tier_rule_groups(cfg)` / `tier_rules_yaml(cfg)`: the same rules split into the shard tier and
+  the global tier (`observability.rules.tiers`: every rule's tier derived from its expression),
+  what `rules-shard.yaml` and `rules-global.yaml` hold. Together they are exactly `rule_groups`.
 """
 
 from __future__ import annotations
@@ -17,12 +20,14 @@ from typing import Any
 
 from observability.config import ObservabilityConfig
 from observability.rules import gpu, jobs, pipeline, quality, storage, training
+from observability.rules.dashboard_recording import dashboard_recording_groups
 from observability.rules.detection import CRITICAL_DETECTION_ALERTS, detection_budget
 from observability.rules.model import AlertRule, RecordingRule, RunbookQuery, Severity
 from observability.rules.promql import duration
 from observability.rules.recording import RECORDING_RULES as _ALERT_RECORDING_RULES
 from observability.rules.recording import recording_groups
 from observability.rules.render import dump_groups
+from observability.rules.tiers import Tier, split_groups
 
 __all__ = [
     "ALERTS_BY_GROUP",
@@ -34,11 +39,14 @@ __all__ = [
     "RecordingRule",
     "RunbookQuery",
     "Severity",
+    "Tier",
     "alert_groups",
     "alert_rules",
     "jobs",
     "rule_groups",
     "rules_file_yaml",
+    "tier_rule_groups",
+    "tier_rules_yaml",
 ]
 
 _ALERT_GROUP_BUILDERS: tuple[tuple[str, Callable[[ObservabilityConfig], tuple[AlertRule, ...]]], ...] = (
@@ -64,14 +72,6 @@ def alert_rules(cfg: ObservabilityConfig) -> list[AlertRule]:
     return [alert for _, alerts in alert_groups(cfg) for alert in alerts]
 
 
-def _dashboard_groups(cfg: ObservabilityConfig) -> list[dict[str, Any]]:
-    # Owned by the dashboards work (issue 5); imported late so neither module depends on the
-    # other at import time.
-    from observability.rules.dashboard_recording import dashboard_recording_groups
-
-    return list(dashboard_recording_groups(cfg))
-
-
 def rule_groups(cfg: ObservabilityConfig) -> list[dict[str, Any]]:
     """Every rule group, recording groups first, as Prometheus rule-file dicts (fixed order)."""
     detection_budget(cfg)
@@ -80,7 +80,7 @@ def rule_groups(cfg: ObservabilityConfig) -> list[dict[str, Any]]:
         {"name": name, "interval": interval, "rules": [alert.to_rule(cfg) for alert in alerts]}
         for name, alerts in alert_groups(cfg)
     ]
-    return [*recording_groups(cfg), *jobs.job_groups(cfg), *_dashboard_groups(cfg), *alerting]
+    return [*recording_groups(cfg), *jobs.job_groups(cfg), *dashboard_recording_groups(cfg), *alerting]
 
 
 def rules_file_yaml(cfg: ObservabilityConfig) -> str:
@@ -91,6 +91,17 @@ def rules_file_yaml(cfg: ObservabilityConfig) -> str:
 # Every recording rule that alerts and the per-job views read (the dashboards' own are in
 # dashboard_recording); the price-dependent ones as the default config renders them.
 RECORDING_RULES: tuple[RecordingRule, ...] = (*_ALERT_RECORDING_RULES, *jobs.job_rules(ObservabilityConfig()))
+
+
+def tier_rule_groups(cfg: ObservabilityConfig) -> dict[Tier, list[dict[str, Any]]]:
+    """The rule groups of each tier (a group with rules of both tiers is in both, same name)."""
+    return split_groups(rule_groups(cfg))
+
+
+def tier_rules_yaml(cfg: ObservabilityConfig) -> dict[Tier, str]:
+    """The rules file of each tier, byte-identical for equal configs."""
+    return {tier: dump_groups(groups) for tier, groups in tier_rule_groups(cfg).items()}
+
 
 ALERT_GROUP_NAMES: tuple[str, ...] = tuple(name for name, _ in _ALERT_GROUP_BUILDERS)
 ALERTS_BY_GROUP: dict[str, tuple[str, ...]] = {

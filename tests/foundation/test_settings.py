@@ -10,17 +10,25 @@ from typing import Any
 import pytest
 import yaml
 
-from infra import render
-from infra.settings import DictConfigSource, ImageBuild, PinnedImage, SettingsError, load_settings
+from infra import REPO_ROOT
+from infra.settings import (
+    DictConfigSource,
+    ImageBuild,
+    PinnedImage,
+    SettingsError,
+    load_settings,
+    read_stack_config,
+    validate_stack,
+)
 
 
 def stack_entries(stack: str) -> dict[str, Any]:
-    document = yaml.safe_load((render.REPO_ROOT / f"Pulumi.{stack}.yaml").read_text())
+    document = yaml.safe_load((REPO_ROOT / f"Pulumi.{stack}.yaml").read_text())
     return {k.split(":", 1)[1]: v for k, v in document["config"].items()}
 
 
 def load(stack: str = "dev", **overrides: Any) -> Any:
-    return render.validate_stack(render.read_stack_config(stack, overrides=overrides))
+    return validate_stack(read_stack_config(stack, overrides=overrides))
 
 
 def mutated(key: str, path: list[Any], value: Any, stack: str = "dev") -> dict[str, Any]:
@@ -85,6 +93,14 @@ BAD_CONFIGS = [
     ("plaintext-webhook", {"alertPageWebhookUrl": "https://hooks.example.invalid/T0/B0/x"}, "alertPageWebhookUrl is a credential given in plaintext"),
     ("password-in-url", mutated("endpoints", ["loki"], "http://admin:foxhunt123@loki:3100"), "no credentials in a URL"),
     ("credential-in-nested-key", mutated("poller", ["image", "password"], "hunter2"), "poller.image.password looks like a credential given in plaintext"),
+    ("shards-zero", {"prometheus": {"shards": 0}}, "prometheus.shards = 0: expected a whole number from 1 to 64"),
+    ("shards-too-many", {"prometheus": {"shards": 65}}, "prometheus.shards = 65: expected a whole number from 1 to 64"),
+    ("shards-fraction", {"prometheus": {"shards": 2.5}}, "prometheus.shards = 2.5: expected a whole number from 1 to 64"),
+    ("shards-typo", {"prometheus": {"shard": 2}}, "prometheus.shard is not a known setting"),
+    ("cluster-not-a-dns-label", {"cluster": "EU_1"}, "cluster = 'EU_1': expected a DNS-1123 label"),
+    ("clusters-without-this-one", {"cluster": "eu-1", "prometheus": {"clusters": ["us-1"]}}, "prometheus.clusters = [\"us-1\"]: expected a list that includes this stack's cluster 'eu-1'"),
+    ("remote-write-not-a-url", {"prometheus": {"shards": 2, "remoteWriteUrl": "global:9090"}}, "prometheus.remoteWriteUrl = 'global:9090': expected a URL"),
+    ("clusters-bad-name", {"prometheus": {"clusters": ["foxhunt-dev", "US 1"]}}, "prometheus.clusters[1] = 'US 1': expected a DNS-1123 label"),
 ]  # fmt: skip
 
 
@@ -109,7 +125,7 @@ def test_every_problem_is_reported_at_once() -> None:
 
 
 def test_missing_required_secret_names_the_command_to_set_it() -> None:
-    config = render.read_stack_config("dev")
+    config = read_stack_config("dev")
     values = {k: v for k, v in config.values.items() if k != "alertChatWebhookUrl"}
     source = DictConfigSource("dev", values, config.secret_keys)
     with pytest.raises(SettingsError, match=r"pulumi config set --secret alertChatWebhookUrl"):
@@ -117,7 +133,7 @@ def test_missing_required_secret_names_the_command_to_set_it() -> None:
 
 
 def test_secure_values_are_secrets_and_never_plaintext() -> None:
-    config = render.read_stack_config("dev", overrides={"alertPageWebhookUrl": {"secure": "v1:abc"}})
+    config = read_stack_config("dev", overrides={"alertPageWebhookUrl": {"secure": "v1:abc"}})
     assert "alertPageWebhookUrl" in config.secret_keys
     assert config.values["alertPageWebhookUrl"].startswith("https://alerts.invalid/")
     load(alertPageWebhookUrl={"secure": "v1:abc"})
@@ -133,6 +149,17 @@ def test_pinned_poller_image_needs_no_registry_password() -> None:
 
 
 def test_objects_reach_the_program_as_json_like_the_cli_passes_them() -> None:
-    config = render.read_stack_config("dev")
+    config = read_stack_config("dev")
     assert json.loads(config.values["services"])[0]["name"] == "api-gateway"
     assert config.pulumi_config()["foxhunt-observability:environment"] == "dev"
+
+
+def test_one_shard_and_the_environment_s_cluster_by_default() -> None:
+    cfg = load().observability_config()
+    assert (cfg.shards, cfg.cluster, cfg.clusters) == (1, "foxhunt-dev", ("foxhunt-dev",))
+
+
+def test_shards_and_clusters_reach_the_observability_config() -> None:
+    settings = load(cluster="eu-1", prometheus={"shards": "4", "clusters": ["eu-1", "us-1"]})
+    cfg = settings.observability_config()
+    assert (cfg.shards, cfg.cluster, cfg.clusters) == (4, "eu-1", ("eu-1", "us-1"))

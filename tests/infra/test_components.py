@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from infra import artifacts, render
+from infra import REPO_ROOT, artifacts, components, generated, program, render
+from infra.checks import ALL_CHECKS
 from infra.components import alert_routing, common, gpu_poller, grafana, training_job
 from infra.components.service_scrape import PATCH_FIELD_MANAGER_ANNOTATION
-from infra.settings import PROJECT, ImageBuild, PinnedImage
+from infra.mock_engine import run_program
+from infra.result import RenderResult
+from infra.settings import PROJECT, ImageBuild, PinnedImage, placeholder_secret, read_stack_config, validate_stack
 from observability import scrape_config
+from observability.rules import Tier
 from observability.scrape_config import PATH_ANNOTATION, PORT_ANNOTATION, SCRAPE_ANNOTATION, SERVICE_LABEL
 from tests.infra.support import STACKS, is_secret, objects, one, run_raw
 
@@ -78,7 +84,7 @@ def check_otel_env(container: dict[str, Any], endpoint: str, service: str, envir
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_every_resource_is_a_child_of_one_component(rendered: dict[str, render.RenderResult], stack: str) -> None:
+def test_every_resource_is_a_child_of_one_component(rendered: dict[str, RenderResult], stack: str) -> None:
     resources = rendered[stack].run.resources
     components = {r.urn: r for r in resources if r.type in COMPONENT_TYPES}
     assert {r.type for r in components.values()} == COMPONENT_TYPES
@@ -92,7 +98,7 @@ def test_every_resource_is_a_child_of_one_component(rendered: dict[str, render.R
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_objects_have_explicit_names_namespaces_and_common_labels(
-    rendered: dict[str, render.RenderResult], stack: str
+    rendered: dict[str, RenderResult], stack: str
 ) -> None:
     result = rendered[stack]
     settings = result.settings
@@ -120,9 +126,7 @@ def test_objects_have_explicit_names_namespaces_and_common_labels(
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_every_service_gets_scrape_annotations_and_otel_env(
-    rendered: dict[str, render.RenderResult], stack: str
-) -> None:
+def test_every_service_gets_scrape_annotations_and_otel_env(rendered: dict[str, RenderResult], stack: str) -> None:
     result = rendered[stack]
     settings = result.settings
     patches = {p["metadata"]["name"]: p for p in objects(result, "Deployment")}
@@ -167,7 +171,7 @@ def test_patches_remove_their_fields_on_destroy_and_do_not_force_conflicts() -> 
 
 
 def test_annotations_mode_delivers_the_scrape_config_in_the_named_configmap(
-    rendered: dict[str, render.RenderResult],
+    rendered: dict[str, RenderResult],
 ) -> None:
     result = rendered["dev"]
     settings = result.settings
@@ -199,9 +203,7 @@ def test_annotations_mode_can_deliver_the_operators_additional_scrape_configs_se
 
 
 @pytest.mark.parametrize("stack", ["staging", "prod"])
-def test_operator_mode_uses_a_podmonitor_the_prometheus_selects(
-    rendered: dict[str, render.RenderResult], stack: str
-) -> None:
+def test_operator_mode_uses_a_podmonitor_the_prometheus_selects(rendered: dict[str, RenderResult], stack: str) -> None:
     result = rendered[stack]
     settings = result.settings
     monitor = one(result, "PodMonitor")
@@ -233,7 +235,7 @@ def test_operator_mode_uses_a_podmonitor_the_prometheus_selects(
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_training_cronjob_is_a_suspended_template_with_otel_env_for_the_stacks_tempo(
-    rendered: dict[str, render.RenderResult], stack: str
+    rendered: dict[str, RenderResult], stack: str
 ) -> None:
     result = rendered[stack]
     settings = result.settings
@@ -278,9 +280,7 @@ def test_training_cronjob_is_a_suspended_template_with_otel_env_for_the_stacks_t
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_the_job_template_file_carries_the_cronjobs_pod_template(
-    rendered: dict[str, render.RenderResult], stack: str
-) -> None:
+def test_the_job_template_file_carries_the_cronjobs_pod_template(rendered: dict[str, RenderResult], stack: str) -> None:
     result = rendered[stack]
     settings = result.settings
     path = f"kubernetes/job_{settings.namespaces.training}_{settings.training_job.name}.yaml"
@@ -340,9 +340,7 @@ def assert_pss_restricted(pod_spec: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_poller_daemonset_runs_restricted_on_gpu_nodes_only(
-    rendered: dict[str, render.RenderResult], stack: str
-) -> None:
+def test_poller_daemonset_runs_restricted_on_gpu_nodes_only(rendered: dict[str, RenderResult], stack: str) -> None:
     result = rendered[stack]
     settings = result.settings
     poller = settings.poller
@@ -383,9 +381,7 @@ def test_poller_daemonset_runs_restricted_on_gpu_nodes_only(
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_poller_image_is_built_and_pushed_or_pinned_by_digest(
-    rendered: dict[str, render.RenderResult], stack: str
-) -> None:
+def test_poller_image_is_built_and_pushed_or_pinned_by_digest(rendered: dict[str, RenderResult], stack: str) -> None:
     result = rendered[stack]
     settings = result.settings
     images = result.run.of_type("docker-build:index:Image")
@@ -405,15 +401,15 @@ def test_poller_image_is_built_and_pushed_or_pinned_by_digest(
         {
             "address": build.registry,
             "username": build.username,
-            "password": render.placeholder_secret(stack, "registryPassword"),
+            "password": placeholder_secret(stack, "registryPassword"),
         }
     ]
-    context = Path(render.REPO_ROOT) / inputs["context"]["location"]
-    assert context.resolve() == Path(render.REPO_ROOT).resolve()
-    assert (Path(render.REPO_ROOT) / inputs["dockerfile"]["location"]).resolve() == (
-        Path(render.REPO_ROOT) / "poller" / "Dockerfile"
+    context = Path(REPO_ROOT) / inputs["context"]["location"]
+    assert context.resolve() == Path(REPO_ROOT).resolve()
+    assert (Path(REPO_ROOT) / inputs["dockerfile"]["location"]).resolve() == (
+        Path(REPO_ROOT) / "poller" / "Dockerfile"
     ).resolve()
-    assert (Path(render.REPO_ROOT) / inputs["dockerfile"]["location"]).is_file()
+    assert (Path(REPO_ROOT) / inputs["dockerfile"]["location"]).is_file()
     # the DaemonSet runs the pushed digest, never the tag
     assert container["image"].startswith(f"{build.registry}/{build.repository}@sha256:")
     assert ":" + stack not in container["image"]
@@ -429,7 +425,7 @@ def test_registry_password_is_sent_as_a_secret() -> None:
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_poller_service_is_headless_and_selects_the_pods(rendered: dict[str, render.RenderResult], stack: str) -> None:
+def test_poller_service_is_headless_and_selects_the_pods(rendered: dict[str, RenderResult], stack: str) -> None:
     result = rendered[stack]
     service = one(result, "Service")
     pod_labels = one(result, "DaemonSet")["spec"]["template"]["metadata"]["labels"]
@@ -440,7 +436,7 @@ def test_poller_service_is_headless_and_selects_the_pods(rendered: dict[str, ren
     ]
 
 
-def test_training_pods_are_restricted_too(rendered: dict[str, render.RenderResult]) -> None:
+def test_training_pods_are_restricted_too(rendered: dict[str, RenderResult]) -> None:
     for result in rendered.values():
         assert_pss_restricted(one(result, "CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"])
 
@@ -452,7 +448,7 @@ def test_training_pods_are_restricted_too(rendered: dict[str, render.RenderResul
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_rules_are_delivered_by_mode_from_the_rendered_rule_groups(
-    rendered: dict[str, render.RenderResult], stack: str
+    rendered: dict[str, RenderResult], stack: str
 ) -> None:
     result = rendered[stack]
     settings = result.settings
@@ -472,9 +468,9 @@ def test_rules_are_delivered_by_mode_from_the_rendered_rule_groups(
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_receiver_urls_appear_only_in_secret_string_data(rendered: dict[str, render.RenderResult], stack: str) -> None:
+def test_receiver_urls_appear_only_in_secret_string_data(rendered: dict[str, RenderResult], stack: str) -> None:
     result = rendered[stack]
-    urls = [render.placeholder_secret(stack, k) for k in ("alertPageWebhookUrl", "alertChatWebhookUrl",
+    urls = [placeholder_secret(stack, k) for k in ("alertPageWebhookUrl", "alertChatWebhookUrl",
                                                            "alertLowPriorityWebhookUrl")]  # fmt: skip
     holders = []
     for path, manifest in result.manifests.items():
@@ -488,7 +484,10 @@ def test_receiver_urls_appear_only_in_secret_string_data(rendered: dict[str, ren
         if path not in result.manifests:
             assert not any(url in text for url in urls), path
     raw = run_raw(stack)
-    secrets = [r for r in raw if r.type == "kubernetes:core/v1:Secret" and "alertmanager" in r.name]
+    routing_secrets = (alert_routing.CONFIG_SECRET, alert_routing.RECEIVERS_SECRET)
+    secrets = [
+        r for r in raw if r.type == "kubernetes:core/v1:Secret" and r.inputs["metadata"]["name"] in routing_secrets
+    ]
     (secret,) = secrets
     string_data = secret.inputs["stringData"]
     assert is_secret(string_data) or all(is_secret(v) for v in string_data.values())
@@ -496,7 +495,7 @@ def test_receiver_urls_appear_only_in_secret_string_data(rendered: dict[str, ren
 
 @pytest.mark.parametrize("stack", ["staging", "prod"])
 def test_operator_mode_routes_through_an_alertmanagerconfig_reading_urls_from_the_secret(
-    rendered: dict[str, render.RenderResult], stack: str
+    rendered: dict[str, RenderResult], stack: str
 ) -> None:
     result = rendered[stack]
     config = one(result, "AlertmanagerConfig")
@@ -511,12 +510,12 @@ def test_operator_mode_routes_through_an_alertmanagerconfig_reading_urls_from_th
     assert config["spec"]["route"]["routes"], "no severity routes"
 
 
-def test_classic_mode_ships_a_whole_alertmanager_config(rendered: dict[str, render.RenderResult]) -> None:
+def test_classic_mode_ships_a_whole_alertmanager_config(rendered: dict[str, RenderResult]) -> None:
     result = rendered["dev"]
     secret = next(s for s in objects(result, "Secret") if s["metadata"]["name"] == alert_routing.CONFIG_SECRET)
     config = yaml.safe_load(secret["stringData"][alert_routing.CONFIG_KEY])
     urls = {c["url"] for r in config["receivers"] for c in r["webhook_configs"]}
-    assert urls == {render.placeholder_secret("dev", k) for k in ("alertPageWebhookUrl", "alertChatWebhookUrl",
+    assert urls == {placeholder_secret("dev", k) for k in ("alertPageWebhookUrl", "alertChatWebhookUrl",
                                                                   "alertLowPriorityWebhookUrl")}  # fmt: skip
     assert objects(result, "AlertmanagerConfig") == []
 
@@ -527,9 +526,7 @@ def test_classic_mode_ships_a_whole_alertmanager_config(rendered: dict[str, rend
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_grafana_datasources_and_one_configmap_per_dashboard(
-    rendered: dict[str, render.RenderResult], stack: str
-) -> None:
+def test_grafana_datasources_and_one_configmap_per_dashboard(rendered: dict[str, RenderResult], stack: str) -> None:
     result = rendered[stack]
     settings = result.settings
     configmaps = objects(result, "ConfigMap")
@@ -551,14 +548,14 @@ def test_grafana_datasources_and_one_configmap_per_dashboard(
 
 
 def test_a_dashboard_over_the_object_limit_fails_before_registering(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = artifacts.generated
+    real = generated.generated
 
-    def huge(cfg: Any) -> artifacts.Generated:
+    def huge(cfg: Any) -> generated.Generated:
         gen = real(cfg)
         big = json.dumps({"uid": "huge", "panels": ["x" * 1024] * 1100})
-        return artifacts.Generated(gen.rule_groups, gen.rules_yaml, {**gen.dashboards, "huge": big})
+        return dataclasses.replace(gen, dashboards={**gen.dashboards, "huge": big})
 
-    monkeypatch.setattr(artifacts, "generated", huge)
+    monkeypatch.setattr(generated, "generated", huge)
     with pytest.raises(Exception, match=r"dashboard 'huge'.*over the 1 MiB"):
         render.render_stack("dev")
 
@@ -569,7 +566,7 @@ def test_a_dashboard_over_the_object_limit_fails_before_registering(monkeypatch:
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_rendered_files_come_from_the_generators(rendered: dict[str, render.RenderResult], stack: str) -> None:
+def test_rendered_files_come_from_the_generators(rendered: dict[str, RenderResult], stack: str) -> None:
     from observability import rules
 
     result = rendered[stack]
@@ -582,7 +579,162 @@ def test_rendered_files_come_from_the_generators(rendered: dict[str, render.Rend
 
 
 def test_gpu_poller_build_context_is_relative(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.chdir(Path(render.REPO_ROOT) / "infra")
+    monkeypatch.chdir(Path(REPO_ROOT) / "infra")
     assert gpu_poller.build_context() == ".."
-    monkeypatch.chdir(render.REPO_ROOT)
+    monkeypatch.chdir(REPO_ROOT)
     assert gpu_poller.build_context() == "."
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_two_instances_of_every_component_register_without_colliding(
+    rendered: dict[str, RenderResult], stack: str
+) -> None:
+    """Children are named after their component, so a second instance under another name registers
+    its own children (Pulumi rejects two resources with the same URN)."""
+    settings = validate_stack(read_stack_config(stack))
+    args = program.component_args(settings)
+
+    def twice() -> None:
+        for suffix in ("a", "b"):
+            components.ServiceScrapeAnnotations(f"platform-services-{suffix}", args.service_scrape)
+            components.ScrapeDiscovery(f"scrape-discovery-{suffix}", args.scrape_discovery)
+            components.TrainingJobTemplate(f"training-job-{suffix}", args.training_job)
+            components.GpuPoller(f"gpu-poller-{suffix}", args.gpu_poller)
+            components.AlertRules(f"alert-rules-{suffix}", args.alert_rules)
+            components.AlertRouting(f"alert-routing-{suffix}", args.alert_routing)
+            components.GrafanaProvisioning(f"grafana-{suffix}", args.grafana)
+
+    run = run_program(twice, project=PROJECT, stack=stack, config={}, secret_keys=[])
+    assert len(run.resources) == 2 * len(rendered[stack].run.resources)
+    urns = [r.urn for r in run.resources]
+    assert len(set(urns)) == len(urns)
+
+
+# ------------------------------------------------------------------------------------------------
+# Scrape shards and rule tiers
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sharded() -> dict[str, RenderResult]:
+    """dev (annotations mode, ConfigMap) and prod (operator mode) rendered with 3 scrape shards."""
+    return {stack: render.render_stack(stack, overrides={"prometheus": {"shards": 3}}) for stack in ("dev", "prod")}
+
+
+def test_sharded_annotations_mode_delivers_one_scrape_config_and_the_rule_tiers_per_key(
+    sharded: dict[str, RenderResult],
+) -> None:
+    result = sharded["dev"]
+    settings = result.settings
+    (configmap,) = [c for c in objects(result, "ConfigMap") if c["metadata"]["name"] == settings.scrape.object_name]
+    paths = artifacts.scrape_config_paths(3)
+    assert sorted(configmap["data"]) == [f"scrape-config-shard-{i}.yaml" for i in range(3)]
+    assert artifacts.SCRAPE_CONFIG_PATH not in result.files
+    for shard, path in enumerate(paths):
+        text = configmap["data"][f"scrape-config-shard-{shard}.yaml"]
+        assert result.files[path] == text
+        (job,) = yaml.safe_load(text)["scrape_configs"]
+        assert job["job_name"] == scrape_config.JOB_NAME
+        assert {"source_labels": ["__tmp_hash"], "regex": str(shard), "action": "keep"} in job["relabel_configs"]
+    (rules_map,) = [c for c in objects(result, "ConfigMap") if c["metadata"]["name"] == "foxhunt-ml-rules"]
+    assert rules_map["data"] == {
+        f"foxhunt-rules-{tier.value}.yaml": result.files[artifacts.TIER_RULES_PATHS[tier]] for tier in Tier
+    }
+    assert objects(result, "PrometheusRule") == []
+    for name, check in ALL_CHECKS:
+        assert check(result) == [], name
+
+
+def test_sharded_operator_mode_labels_a_prometheus_rule_per_tier_and_keeps_the_pod_monitor(
+    sharded: dict[str, RenderResult], rendered: dict[str, RenderResult]
+) -> None:
+    result = sharded["prod"]
+    selector = result.settings.scrape.operator_selector
+    by_tier = {r["metadata"]["labels"]["foxhunt.io/rule-tier"]: r for r in objects(result, "PrometheusRule")}
+    assert sorted(by_tier) == ["global", "shard"]
+    for tier in Tier:
+        rule = by_tier[tier.value]
+        assert rule["metadata"]["name"] == f"foxhunt-ml-rules-{tier.value}"
+        assert selector.items() <= rule["metadata"]["labels"].items()
+        assert rule["spec"]["groups"] == yaml.safe_load(result.files[artifacts.TIER_RULES_PATHS[tier]])["groups"]
+    assert one(result, "PodMonitor")["spec"] == one(rendered["prod"], "PodMonitor")["spec"]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_one_shard_renders_the_single_rules_object_and_both_tier_files(
+    rendered: dict[str, RenderResult], stack: str
+) -> None:
+    result = rendered[stack]
+    whole = yaml.safe_load(result.files[artifacts.RULES_PATH])["groups"]
+    tiers = [yaml.safe_load(result.files[artifacts.TIER_RULES_PATHS[t]])["groups"] for t in Tier]
+    names = sorted(str(r.get("alert") or r.get("record")) for g in whole for r in g["rules"])
+    assert names == sorted(
+        str(r.get("alert") or r.get("record")) for groups in tiers for g in groups for r in g["rules"]
+    )
+    assert artifacts.scrape_config_paths(1) == [artifacts.SCRAPE_CONFIG_PATH]
+    assert all("foxhunt.io/rule-tier" not in r["metadata"]["labels"] for r in objects(result, "PrometheusRule"))
+
+
+def _checkable(config_text: str, tmp_path: Path) -> Path:
+    """The config with Kubernetes discovery swapped for file discovery (Debian's build lacks it)."""
+    document = yaml.safe_load(config_text)
+    for job in document.get("scrape_configs") or []:
+        job.pop("kubernetes_sd_configs")
+        job["file_sd_configs"] = [{"files": [str(tmp_path / "none.json")]}]
+    path = tmp_path / "prometheus.yml"
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def test_every_server_of_a_sharded_stack_gets_a_config_promtool_accepts(
+    sharded: dict[str, RenderResult], tmp_path: Path
+) -> None:
+    result = sharded["dev"]
+    settings = result.settings
+    (rules_map,) = [c for c in objects(result, "ConfigMap") if c["metadata"]["name"] == "foxhunt-ml-rules"]
+    names = ["prometheus-shard-0.yml", "prometheus-shard-1.yml", "prometheus-shard-2.yml", "prometheus-global.yml"]
+    scrape_files = artifacts.scrape_config_paths(3)
+    for key, rules_text in rules_map["data"].items():  # mounted next to the config
+        (tmp_path / key).write_text(rules_text)
+    for name in names:
+        text = result.files[f"prometheus/{name}"]
+        document = yaml.safe_load(text)
+        assert document["global"]["external_labels"] == {"cluster": "foxhunt-dev"}
+        assert set(document["rule_files"]) <= set(rules_map["data"])
+        if name == "prometheus-global.yml":
+            assert "scrape_configs" not in document and "remote_write" not in document
+            assert document["rule_files"] == ["foxhunt-rules-global.yaml"]
+        else:
+            shard = int(name.removesuffix(".yml").rsplit("-", 1)[1])
+            assert document["rule_files"] == ["foxhunt-rules-shard.yaml"]
+            assert document["scrape_configs"] == yaml.safe_load(result.files[scrape_files[shard]])["scrape_configs"]
+            assert document["remote_write"] == [{"url": settings.prometheus.remote_write_url}]
+            assert settings.prometheus.remote_write_url == f"{settings.endpoints.prometheus}/api/v1/write"
+        proc = subprocess.run(
+            ["promtool", "check", "config", str(_checkable(text, tmp_path))], capture_output=True, text=True, timeout=60
+        )
+        assert proc.returncode == 0, name + proc.stdout + proc.stderr
+
+
+def test_one_shard_annotations_stack_gets_one_server_config(rendered: dict[str, RenderResult]) -> None:
+    document = yaml.safe_load(rendered["dev"].files["prometheus/prometheus.yml"])
+    assert document["global"]["external_labels"] == {"cluster": "foxhunt-dev"}
+    assert document["rule_files"] == ["foxhunt-rules.yaml"]
+    assert "remote_write" not in document
+    assert not any(p.startswith("prometheus/prometheus-") for p in rendered["dev"].files)
+
+
+def test_sharded_operator_stack_says_what_the_prometheus_resources_set(sharded: dict[str, RenderResult]) -> None:
+    result = sharded["prod"]
+    specs = yaml.safe_load(result.files[artifacts.OPERATOR_SPECS_PATH])
+    shards, global_tier = specs["prometheus-shards"], specs["prometheus-global"]
+    assert shards["shards"] == 3 and global_tier["enableRemoteWriteReceiver"] is True
+    assert shards["externalLabels"] == global_tier["externalLabels"] == {"cluster": "foxhunt-prod"}
+    for spec, rule in ((shards, "foxhunt-ml-rules-shard"), (global_tier, "foxhunt-ml-rules-global")):
+        (selected,) = [
+            r for r in objects(result, "PrometheusRule")
+            if spec["ruleSelector"]["matchLabels"].items() <= r["metadata"]["labels"].items()
+        ]  # fmt: skip
+        assert selected["metadata"]["name"] == rule
+    pod_monitor = one(result, "PodMonitor")
+    assert shards["podMonitorSelector"]["matchLabels"].items() <= pod_monitor["metadata"]["labels"].items()
