@@ -149,6 +149,16 @@ class PrometheusSettings:
 
 
 @dataclass(frozen=True)
+class CostSettings:
+    """Prices behind the cost estimates (per-job and per-model-type recording rules, panels)."""
+
+    gpu_hourly_cost: tuple[tuple[str, float], ...]  # (gpu_name as NVML reports it, price per GPU-hour)
+    gpu_hourly_cost_default: float  # price per GPU-hour of any GPU not listed
+    energy_price_per_kwh: float
+    currency: str  # ISO 4217 code the prices are in
+
+
+@dataclass(frozen=True)
 class AlertingReceivers:
     page_webhook_url: SecretValue
     chat_webhook_url: SecretValue
@@ -172,6 +182,7 @@ class Settings:
     runbook_base_url: str
     common_labels: Mapping[str, str] = field(default_factory=dict)
     prometheus: PrometheusSettings = PrometheusSettings()
+    cost: CostSettings | None = None  # None: the prices of ObservabilityConfig's defaults
 
     def observability_config(self) -> ObservabilityConfig:
         """The one settings object that rules, dashboards and scrape config are generated from."""
@@ -186,4 +197,14 @@ class Settings:
             shards=self.prometheus.shards,
             cluster=self.prometheus.cluster,
             clusters=self.prometheus.clusters,
+            **(
+                {
+                    "gpu_hourly_cost": self.cost.gpu_hourly_cost,
+                    "gpu_hourly_cost_default": self.cost.gpu_hourly_cost_default,
+                    "energy_price_per_kwh": self.cost.energy_price_per_kwh,
+                    "currency": self.cost.currency,
+                }
+                if self.cost is not None
+                else {}
+            ),
         )

@@ -15,7 +15,7 @@ Discovery, first answer wins:
    Indices (`0,1`), `all` or MIG identifiers without NVML name no UUID: the job stays
    unattributed and says why in one log line.
 
-`python -m observability.instrument.gpus` prints what a container would report (JSON).
+`python -m observability.instrument` prints what a container would report (JSON).
 """
 
 from __future__ import annotations
@@ -121,7 +121,3 @@ def main() -> None:
             {"uuids": list(result.uuids), "source": result.source.value, "unattributed": result.unattributed_reason}
         )
     )
-
-
-if __name__ == "__main__":
-    main()

@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from observability import catalog
 from observability.catalog import Metric
-from observability.instrument import families
+from observability.instrument import families, gpus
 from observability.instrument.server import METRICS_PORT, MetricsServer
 from observability.instrument.trace_context import trace_exemplar
 
@@ -138,9 +138,6 @@ class TrainingMetrics:
         `gpu_uuids`: the NVML UUIDs of the GPUs the job holds; None (the default) discovers them
         from inside the container (`gpus.discover`), an empty sequence says the job has none.
         """
-        # Imported here so that `python -m observability.instrument.gpus` runs the module only once.
-        from observability.instrument import gpus
-
         held = gpus.discover().uuids if gpu_uuids is None else _check_uuids(gpu_uuids)
         with self._lock:
             key = (model_type, job_id)

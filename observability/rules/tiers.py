@@ -35,6 +35,7 @@ import promql_parser as pp
 
 from observability import catalog
 from observability.catalog import Producer
+from observability.rules.jobs import unattributed
 
 
 class Tier(enum.Enum):
@@ -281,8 +282,6 @@ def _tier_expr(rule: Mapping[str, Any]) -> str:
     name, expr = rule_name(rule), str(rule["expr"])
     if name not in ENRICHED_ON_SHARDS:
         return expr
-    from observability.rules.jobs import unattributed
-
     per_gpu = unattributed(expr)
     if per_gpu is None:
         raise TierError(f"{name} is in ENRICHED_ON_SHARDS but its expression is not jobs.attributed_or_unheld(...)")

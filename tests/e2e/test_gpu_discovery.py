@@ -30,7 +30,7 @@ def fake_nvml(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def discover_in_a_container(
     tmp_path: Path, lib_dir: Path | None, visible_devices: str | None
 ) -> tuple[dict[str, Any], str]:
-    """`python -m observability.instrument.gpus` as a container would run it: (its JSON, its log)."""
+    """`python -m observability.instrument` as a container would run it: (its JSON, its log)."""
     harness = load_harness()
     config = tmp_path / "nvml.conf"
     harness.FakeNvml(gpus=[harness.FakeGpu(uuid=UUID_A), harness.FakeGpu(uuid=UUID_B)]).write(config)
@@ -39,7 +39,7 @@ def discover_in_a_container(
     if visible_devices is not None:
         env["NVIDIA_VISIBLE_DEVICES"] = visible_devices
     done = subprocess.run(
-        [sys.executable, "-m", "observability.instrument.gpus"],
+        [sys.executable, "-m", "observability.instrument"],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,
