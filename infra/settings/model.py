@@ -158,6 +158,13 @@ class CostSettings:
     currency: str  # ISO 4217 code the prices are in
 
 
+_EXAMPLE = ObservabilityConfig()
+# A stack without prices gets ObservabilityConfig's example prices.
+DEFAULT_COST = CostSettings(
+    _EXAMPLE.gpu_hourly_cost, _EXAMPLE.gpu_hourly_cost_default, _EXAMPLE.energy_price_per_kwh, _EXAMPLE.currency
+)
+
+
 @dataclass(frozen=True)
 class AlertingReceivers:
     page_webhook_url: SecretValue
@@ -182,7 +189,7 @@ class Settings:
     runbook_base_url: str
     common_labels: Mapping[str, str] = field(default_factory=dict)
     prometheus: PrometheusSettings = PrometheusSettings()
-    cost: CostSettings | None = None  # None: the prices of ObservabilityConfig's defaults
+    cost: CostSettings = field(default_factory=lambda: DEFAULT_COST)
 
     def observability_config(self) -> ObservabilityConfig:
         """The one settings object that rules, dashboards and scrape config are generated from."""
@@ -197,14 +204,8 @@ class Settings:
             shards=self.prometheus.shards,
             cluster=self.prometheus.cluster,
             clusters=self.prometheus.clusters,
-            **(
-                {
-                    "gpu_hourly_cost": self.cost.gpu_hourly_cost,
-                    "gpu_hourly_cost_default": self.cost.gpu_hourly_cost_default,
-                    "energy_price_per_kwh": self.cost.energy_price_per_kwh,
-                    "currency": self.cost.currency,
-                }
-                if self.cost is not None
-                else {}
-            ),
+            gpu_hourly_cost=self.cost.gpu_hourly_cost,
+            gpu_hourly_cost_default=self.cost.gpu_hourly_cost_default,
+            energy_price_per_kwh=self.cost.energy_price_per_kwh,
+            currency=self.cost.currency,
         )

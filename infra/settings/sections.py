@@ -8,6 +8,7 @@ import re
 from typing import Any, Literal
 
 from infra.settings.model import (
+    DEFAULT_COST,
     DIGEST_EXPECTED,
     ENVIRONMENTS,
     MAX_SCRAPE_INTERVAL_SECONDS,
@@ -302,11 +303,8 @@ def cost(r: Reader) -> CostSettings:
     every other GPU), `energyPricePerKWh` and `currency` (ISO 4217): the prices of the cost
     estimates. All three or none (then ObservabilityConfig's example prices apply)."""
     given = {k: r.raw(k) for k in ("gpuHourlyCost", "energyPricePerKWh", "currency")}
-    defaults = ObservabilityConfig()
     if all(v is None for v in given.values()):
-        return CostSettings(
-            defaults.gpu_hourly_cost, defaults.gpu_hourly_cost_default, defaults.energy_price_per_kwh, defaults.currency
-        )
+        return DEFAULT_COST
     for key, value in given.items():
         if value is None:
             r.problems.append(f"{key} is missing: gpuHourlyCost, energyPricePerKWh and currency are set together")
