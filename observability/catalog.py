@@ -291,7 +291,21 @@ GPU_POLLER_COLLECTION_FAILURES_TOTAL = Metric(
     _G,
 )
 GPU_POLLER_DEVICES = Metric(
-    "ml_gpu_poller_devices", MetricType.GAUGE, "", "GPUs reported by the last collection.", ("node",), _G
+    "ml_gpu_poller_devices",
+    MetricType.GAUGE,
+    "",
+    "GPUs answering: read in the last collection (0 when NVML is down).",
+    ("node",),
+    _G,
+)
+GPU_POLLER_DEVICES_ENUMERATED = Metric(
+    "ml_gpu_poller_devices_enumerated",
+    MetricType.GAUGE,
+    "",
+    "GPUs NVML enumerates on the node, answering or not (0 when NVML is down); more than "
+    "ml_gpu_poller_devices means a GPU is present but cannot be queried (lost or failing).",
+    ("node",),
+    _G,
 )
 
 # --- D. Checkpoints ---------------------------------------------------------------------------
