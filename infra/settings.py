@@ -30,7 +30,8 @@ MAX_SCRAPE_INTERVAL_SECONDS = 15
 SUPPORTED_KUBERNETES_MINORS = range(27, 38)  # 1.27 .. 1.37: schemas kubernetes-validate ships
 
 # Secret config keys: a value for these must be a Pulumi secret (`pulumi config set --secret`).
-SECRET_KEYS = ("alertPageWebhookUrl", "alertChatWebhookUrl", "alertLowPriorityWebhookUrl", "registryPassword")
+RECEIVER_KEYS = ("alertPageWebhookUrl", "alertChatWebhookUrl", "alertLowPriorityWebhookUrl", "alertHeartbeatUrl")
+SECRET_KEYS = (*RECEIVER_KEYS, "registryPassword")
 _CREDENTIAL_KEY = re.compile(r"(password|passwd|secret|token|api[_-]?key|credential|webhook)", re.IGNORECASE)
 _URL_WITH_PASSWORD = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@", re.IGNORECASE)
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -181,6 +182,7 @@ class AlertingReceivers:
     page_webhook_url: SecretValue
     chat_webhook_url: SecretValue
     low_priority_webhook_url: SecretValue
+    heartbeat_url: SecretValue  # the dead man's switch that expects Watchdog every minute
 
 
 @dataclass(frozen=True)
@@ -199,6 +201,8 @@ class Settings:
     alerting: AlertingReceivers
     runbook_base_url: str
     common_labels: Mapping[str, str] = field(default_factory=dict)
+    # kube-state-metrics runs and is scraped with its own labels: health alerts compare GPU capacity.
+    kube_state_metrics: bool = False
 
     def observability_config(self) -> ObservabilityConfig:
         """The one settings object that rules, dashboards and scrape config are generated from."""
@@ -210,6 +214,7 @@ class Settings:
             platform_services=tuple(s.name for s in self.services),
             datasource_uids=DatasourceUids(),
             grafana_folder=self.grafana.folder,
+            kube_state_metrics=self.kube_state_metrics,
         )
 
 
@@ -463,7 +468,7 @@ def _leaves(path: str, value: Any) -> list[tuple[str, Any]]:
 
 KNOWN_KEYS = {
     "environment", "kubernetesVersion", "namespaces", "endpoints", "services", "scrape", "poller",
-    "trainingJob", "grafana", "runbookBaseUrl", *SECRET_KEYS,
+    "trainingJob", "grafana", "runbookBaseUrl", "kubeStateMetrics", *SECRET_KEYS,
 }  # fmt: skip
 
 
@@ -589,10 +594,17 @@ def load_settings(source: ConfigSource, secret: SecretReader) -> Settings:
         page_webhook_url=secret("alertPageWebhookUrl"),
         chat_webhook_url=secret("alertChatWebhookUrl"),
         low_priority_webhook_url=secret("alertLowPriorityWebhookUrl"),
+        heartbeat_url=secret("alertHeartbeatUrl"),
     )
-    for key in ("alertPageWebhookUrl", "alertChatWebhookUrl", "alertLowPriorityWebhookUrl"):
+    for key in RECEIVER_KEYS:
         if source.get(key) is None:
             r.problems.append(f"{key} is missing: set it with `pulumi config set --secret {key} https://...`")
+    kube_state_metrics = r.raw("kubeStateMetrics")
+    if kube_state_metrics is None:
+        kube_state_metrics = False
+    if not isinstance(kube_state_metrics, bool):
+        r.problem("kubeStateMetrics", kube_state_metrics, "true or false (whether kube-state-metrics runs)")
+        kube_state_metrics = False
     if isinstance(poller.image, ImageBuild) and source.get("registryPassword") is None:
         r.problems.append(
             "registryPassword is missing: the poller image is built and pushed, so set it with "
@@ -616,6 +628,7 @@ def load_settings(source: ConfigSource, secret: SecretReader) -> Settings:
         grafana=grafana,
         alerting=alerting,
         runbook_base_url=runbook,
+        kube_state_metrics=kube_state_metrics,
         common_labels={
             "app.kubernetes.io/part-of": PROJECT,
             "app.kubernetes.io/managed-by": "pulumi",

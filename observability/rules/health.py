@@ -27,6 +27,12 @@ from observability.rules.model import AlertRule, RunbookQuery, Severity
 from observability.rules.promql import by, duration, on
 
 GROUP = "ml_monitoring_health"
+# Names other modules route or inhibit on.
+WATCHDOG = "Watchdog"
+POLLER_DOWN = "GPUPollerDown"
+NVML_DOWN = "NVMLDown"
+GPUS_NOT_ANSWERING = "GPUsNotAnswering"
+COLLECTION_FAILING = "GPUPollerCollectionFailing"
 
 DOWN_FOR_SECONDS = 300  # poller down, NVML down, GPUs not answering
 COLLECTION_SLOW_SECONDS = 1.0
@@ -96,7 +102,7 @@ def health_alerts(cfg: ObservabilityConfig, project_groups: Sequence[str]) -> tu
     failure_window = duration(RULE_FAILURE_WINDOW_SECONDS)
     return (
         AlertRule(
-            name="GPUPollerDown",
+            name=POLLER_DOWN,
             group=GROUP,
             severity=Severity.HIGH,
             expr=_poller_down(cfg),
@@ -141,7 +147,7 @@ def health_alerts(cfg: ObservabilityConfig, project_groups: Sequence[str]) -> tu
             ),
         ),
         AlertRule(
-            name="NVMLDown",
+            name=NVML_DOWN,
             group=GROUP,
             severity=Severity.HIGH,
             expr=f"max {by(('node',))} ({catalog.GPU_POLLER_NVML_UP.name}) == 0",
@@ -177,7 +183,7 @@ def health_alerts(cfg: ObservabilityConfig, project_groups: Sequence[str]) -> tu
             ),
         ),
         AlertRule(
-            name="GPUsNotAnswering",
+            name=GPUS_NOT_ANSWERING,
             group=GROUP,
             severity=Severity.WARNING,
             expr=_gpus_not_answering(cfg),
@@ -220,7 +226,7 @@ def health_alerts(cfg: ObservabilityConfig, project_groups: Sequence[str]) -> tu
             ),
         ),
         AlertRule(
-            name="GPUPollerCollectionFailing",
+            name=COLLECTION_FAILING,
             group=GROUP,
             severity=Severity.WARNING,
             expr=(
@@ -367,7 +373,7 @@ def health_alerts(cfg: ObservabilityConfig, project_groups: Sequence[str]) -> tu
             ),
         ),
         AlertRule(
-            name="Watchdog",
+            name=WATCHDOG,
             group=GROUP,
             severity=Severity.INFO,
             expr="vector(1)",
