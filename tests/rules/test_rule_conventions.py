@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from infra import render as infra_render
+from infra.settings import available_stacks, read_stack_config, validate_stack
 from observability import catalog
 from observability.config import ObservabilityConfig
 from observability.rules import (
@@ -19,6 +19,7 @@ from observability.rules import (
     RECORDING_RULES,
     Severity,
     alert_rules,
+    project_group_names,
     recording,
     rule_groups,
     rules_file_yaml,
@@ -200,8 +201,6 @@ def test_aggregations_keep_the_locating_labels(alert):
 
 
 def test_health_alerts_watch_exactly_the_projects_rule_groups():
-    from observability.rules import project_group_names
-
     names = project_group_names(CFG)
     assert set(names) == {g["name"] for g in rule_groups(CFG)}
     for alert in alert_rules(CFG):
@@ -317,8 +316,8 @@ def test_nothing_newer_than_prometheus_2_42():
 
 def _stack_configs() -> dict[str, ObservabilityConfig]:
     stacks = {}
-    for stack in infra_render.available_stacks():
-        settings = infra_render.validate_stack(infra_render.read_stack_config(stack))
+    for stack in available_stacks():
+        settings = validate_stack(read_stack_config(stack))
         stacks[stack] = settings.observability_config()
     return stacks
 
