@@ -21,7 +21,7 @@ _URL_WITH_PASSWORD = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@", re.I
 
 KNOWN_KEYS = {
     "environment", "kubernetesVersion", "namespaces", "endpoints", "services", "scrape", "poller",
-    "trainingJob", "grafana", "runbookBaseUrl", "kubeStateMetrics", *SECRET_KEYS,
+    "trainingJob", "grafana", "runbookBaseUrl", "cluster", "prometheus", "kubeStateMetrics", *SECRET_KEYS,
 }  # fmt: skip
 
 
@@ -77,6 +77,7 @@ def load_settings(source: ConfigSource, secret: SecretReader) -> Settings:
     grafana = sections.grafana(r, namespaces)
     runbook_base_url = sections.runbook_base_url(r)
     alerting = sections.alerting(r, secret)
+    prometheus = sections.prometheus(r, environment, endpoints)
     kube_state_metrics = sections.kube_state_metrics(r)
     if isinstance(poller.image, ImageBuild) and source.get("registryPassword") is None:
         r.problems.append(
@@ -100,6 +101,7 @@ def load_settings(source: ConfigSource, secret: SecretReader) -> Settings:
         grafana=grafana,
         alerting=alerting,
         runbook_base_url=runbook_base_url,
+        prometheus=prometheus,
         kube_state_metrics=kube_state_metrics,
         common_labels={
             "app.kubernetes.io/part-of": PROJECT,
