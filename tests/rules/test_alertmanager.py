@@ -347,12 +347,21 @@ def test_a_real_alertmanager_applies_the_inhibitions(alertmanager_url):
     )
     with urllib.request.urlopen(request, timeout=5) as response:
         assert response.status == 200
-    with urllib.request.urlopen(f"{alertmanager_url}/api/v2/alerts", timeout=5) as response:
-        got = json.load(response)
+    expected = {(name, labels.get("gpu_id"), labels.get("node")): muted for name, labels, muted in SCENARIO}
+    # Alertmanager's inhibitor sees new alerts asynchronously: read until it has caught up (or time out).
+    deadline = time.monotonic() + 15
+    while True:
+        with urllib.request.urlopen(f"{alertmanager_url}/api/v2/alerts", timeout=5) as response:
+            got = json.load(response)
+        muted = {
+            (a["labels"]["alertname"], a["labels"].get("gpu_id"), a["labels"].get("node")): bool(
+                a["status"]["inhibitedBy"]
+            )
+            for a in got
+        }
+        if muted == expected or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     assert len(got) == len(SCENARIO)
-    muted = {
-        (a["labels"]["alertname"], a["labels"].get("gpu_id"), a["labels"].get("node")): bool(a["status"]["inhibitedBy"])
-        for a in got
-    }
-    for name, labels, expected in SCENARIO:
-        assert muted[(name, labels.get("gpu_id"), labels.get("node"))] is expected, name
+    for key, should_be_muted in expected.items():
+        assert muted[key] is should_be_muted, key
