@@ -12,6 +12,7 @@ from infra.settings.model import (
     DIGEST_EXPECTED,
     ENVIRONMENTS,
     MAX_SCRAPE_INTERVAL_SECONDS,
+    RECEIVER_KEYS,
     SCRAPE_DELIVERIES,
     SCRAPE_MODES,
     SUPPORTED_KUBERNETES_MINORS,
@@ -37,7 +38,6 @@ from observability.rules.detection import detection_budget
 from observability.scrape_config import MAX_SHARDS
 
 _DIGEST_REF = re.compile(r"^[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)+@sha256:[0-9a-f]{64}$")
-RECEIVER_KEYS = ("alertPageWebhookUrl", "alertChatWebhookUrl", "alertLowPriorityWebhookUrl")
 
 
 def environment(r: Reader) -> str:
@@ -328,3 +328,14 @@ def cost(r: Reader) -> CostSettings:
         r.problem("currency", currency, "an ISO 4217 currency code such as USD or EUR")
     listed = tuple(sorted((k, v) for k, v in prices.items() if k != GPU_HOURLY_COST_DEFAULT))
     return CostSettings(listed, prices.get(GPU_HOURLY_COST_DEFAULT, 0.0), energy, str(currency or ""))
+
+
+def kube_state_metrics(r: Reader) -> bool:
+    """Whether kube-state-metrics runs (the health alerts then check GPU nodes by capacity)."""
+    value = r.raw("kubeStateMetrics")
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        r.problem("kubeStateMetrics", value, "true or false (whether kube-state-metrics runs)")
+        return False
+    return value

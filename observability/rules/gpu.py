@@ -30,8 +30,11 @@ GROUP = "ml_gpu_resources"
 GPU_LABELS = recording.GPU_LABELS
 JOB_LABELS = jobs.JOB_LABELS
 HELD_GPU_LABELS = (*GPU_LABELS, *JOB_LABELS)
+# A GPU lost before the poller ever read its UUID has only its index (uuid and gpu_name are empty);
+# a GPU a training job holds names the job.
 _GPU = (
-    "GPU {{ $labels.gpu_id }} ({{ $labels.gpu_name }}, {{ $labels.uuid }}) on node {{ $labels.node }}"
+    "GPU {{ $labels.gpu_id }} ({{ if $labels.uuid }}{{ $labels.gpu_name }}, {{ $labels.uuid }}{{ else }}never "
+    "identified: lost before its UUID was read{{ end }}) on node {{ $labels.node }}"
     "{{ if $labels.job_id }}, held by job {{ $labels.job_id }} ({{ $labels.model_type }}),"
     "{{ else }}, held by no job,{{ end }}"
 )

@@ -12,6 +12,7 @@ from observability import catalog
 from observability.config import ObservabilityConfig
 from observability.rules import jobs, recording
 from observability.rules.promql import duration
+from tests.rules.health_cases import HEALTH_CASES
 from tests.rules.promtool_harness import (
     Case,
     Check,
@@ -758,6 +759,8 @@ CASES: tuple[Case, ...] = (
         },
         silent(600, 720),
     ),
+    # --- ml_monitoring_health (and the lost-at-first-pass GPU): tests/rules/health_cases.py -------
+    *HEALTH_CASES,
 )
 
 
