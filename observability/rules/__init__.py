@@ -65,6 +65,7 @@ def project_group_names(cfg: ObservabilityConfig) -> list[str]:
     """The name of every rule group the project renders (what the health group watches)."""
     return [
         *(group["name"] for group in recording_groups(cfg)),
+        *(group["name"] for group in jobs.job_groups(cfg)),
         *(group["name"] for group in dashboard_recording_groups(cfg)),
         *(name for name, _ in _ALERT_GROUP_BUILDERS),
     ]
