@@ -38,6 +38,26 @@ SERVICE_LABEL = "app.kubernetes.io/name"  # pod label that becomes the `service`
 FINAL_SCRAPE_WAIT_ENV = "FOXHUNT_METRICS_FINAL_SCRAPE_WAIT_SECONDS"
 
 
+# The training jobs' iteration and checkpoint histograms carry `trace_id` exemplars, served as
+# OpenMetrics to a scraper that asks for it (Prometheus does); Prometheus keeps exemplars only with
+# this feature enabled. Said where Prometheus' operators look: a comment on top of the scrape
+# config, an annotation on the scrape discovery object and on the training job template.
+EXEMPLAR_STORAGE_FEATURE = "exemplar-storage"
+PROMETHEUS_REQUIRES_ANNOTATION = "foxhunt.io/prometheus-requires"
+PROMETHEUS_REQUIREMENT = (
+    f"--enable-feature={EXEMPLAR_STORAGE_FEATURE} (Prometheus Operator: spec.enableFeatures: "
+    f"[{EXEMPLAR_STORAGE_FEATURE}]), to keep the trace_id exemplars of the training jobs' histograms"
+)
+
+
+def prometheus_requirement_annotations() -> dict[str, str]:
+    return {PROMETHEUS_REQUIRES_ANNOTATION: PROMETHEUS_REQUIREMENT}
+
+
+def _requirement_comment() -> str:
+    return f"# Prometheus needs {PROMETHEUS_REQUIREMENT}.\n"
+
+
 def final_scrape_wait_seconds(cfg: ObservabilityConfig) -> int:
     """Two scrape intervals: one scrape may fail, the next one still sees the final values."""
     return 2 * cfg.scrape_interval_seconds
@@ -155,12 +175,12 @@ def annotation_scrape_configs(cfg: ObservabilityConfig, namespaces: Sequence[str
 def scrape_config_yaml(cfg: ObservabilityConfig, namespaces: Sequence[str]) -> str:
     """A `scrape_configs:` document: `rendered/<stack>/prometheus/scrape-config.yaml` and the ConfigMap
     key (Prometheus loads it through `scrape_config_files`, `promtool check config` checks it)."""
-    return _dump({"scrape_configs": annotation_scrape_configs(cfg, namespaces)})
+    return _requirement_comment() + _dump({"scrape_configs": annotation_scrape_configs(cfg, namespaces)})
 
 
 def additional_scrape_configs_yaml(cfg: ObservabilityConfig, namespaces: Sequence[str]) -> str:
     """A bare list of scrape configs: the operator's additional-scrape-configs Secret key."""
-    return _dump(annotation_scrape_configs(cfg, namespaces))
+    return _requirement_comment() + _dump(annotation_scrape_configs(cfg, namespaces))
 
 
 _OPERATOR_KEYS = {

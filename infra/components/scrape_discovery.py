@@ -39,6 +39,7 @@ class ScrapeDiscovery(pulumi.ComponentResource):
         namespaces = watched_namespaces(settings)
         monitoring = settings.namespaces.monitoring
         scrape = settings.scrape
+        requirements = scrape_config.prometheus_requirement_annotations()
         self.resource: pulumi.CustomResource
         if scrape.mode == "operator":
             self.resource = k8s.apiextensions.CustomResource(
@@ -47,7 +48,7 @@ class ScrapeDiscovery(pulumi.ComponentResource):
                 kind="PodMonitor",
                 metadata=metadata(
                     settings, scrape_config.POD_MONITOR_NAME, monitoring, app=APP, component=COMPONENT,
-                    extra_labels=scrape.operator_selector,
+                    extra_labels=scrape.operator_selector, annotations=requirements,
                 ),
                 spec=scrape_config.pod_monitor_spec(cfg, namespaces),
                 opts=child(self),
@@ -55,7 +56,9 @@ class ScrapeDiscovery(pulumi.ComponentResource):
         elif scrape.delivery == "secret":
             self.resource = k8s.core.v1.Secret(
                 "annotation-scrape-config",
-                metadata=metadata(settings, scrape.object_name, monitoring, app=APP, component=COMPONENT),
+                metadata=metadata(
+                    settings, scrape.object_name, monitoring, app=APP, component=COMPONENT, annotations=requirements
+                ),
                 type="Opaque",
                 string_data={scrape_config.SECRET_KEY: scrape_config.additional_scrape_configs_yaml(cfg, namespaces)},
                 opts=child(self),
@@ -63,7 +66,9 @@ class ScrapeDiscovery(pulumi.ComponentResource):
         else:
             self.resource = k8s.core.v1.ConfigMap(
                 "annotation-scrape-config",
-                metadata=metadata(settings, scrape.object_name, monitoring, app=APP, component=COMPONENT),
+                metadata=metadata(
+                    settings, scrape.object_name, monitoring, app=APP, component=COMPONENT, annotations=requirements
+                ),
                 data={scrape_config.CONFIGMAP_KEY: scrape_config.scrape_config_yaml(cfg, namespaces)},
                 opts=child(self),
             )

@@ -36,7 +36,12 @@ from infra.components.common import (
 )
 from infra.settings import Settings
 from observability.config import ObservabilityConfig
-from observability.scrape_config import FINAL_SCRAPE_WAIT_ENV, final_scrape_wait_seconds, pod_scrape_annotations
+from observability.scrape_config import (
+    FINAL_SCRAPE_WAIT_ENV,
+    final_scrape_wait_seconds,
+    pod_scrape_annotations,
+    prometheus_requirement_annotations,
+)
 
 TYPE = "foxhunt:observability:TrainingJobTemplate"
 COMPONENT = "training"
@@ -119,7 +124,11 @@ def cronjob_manifest(settings: Settings, cfg: ObservabilityConfig) -> dict[str, 
         "kind": "CronJob",
         "metadata": metadata(
             settings, job.name, settings.namespaces.training, app=cfg.training_job_service, component=COMPONENT,
-            annotations={DELETION_POLICY_ANNOTATION: "orphan", "foxhunt.io/usage": usage(settings)},
+            annotations={
+                DELETION_POLICY_ANNOTATION: "orphan",
+                "foxhunt.io/usage": usage(settings),
+                **prometheus_requirement_annotations(),
+            },
         ),
         "spec": {
             "schedule": NEVER,
@@ -143,7 +152,10 @@ def job_manifest(settings: Settings, cfg: ObservabilityConfig) -> dict[str, Any]
     job = settings.training_job
     meta = metadata(
         settings, job.name, settings.namespaces.training, app=cfg.training_job_service, component=COMPONENT,
-        annotations={"foxhunt.io/usage": f"kubectl create -f <this file>, or: {usage(settings)}"},
+        annotations={
+            "foxhunt.io/usage": f"kubectl create -f <this file>, or: {usage(settings)}",
+            **prometheus_requirement_annotations(),
+        },
     )  # fmt: skip
     meta["generateName"] = f"{job.model_type}-training-"
     del meta["name"]

@@ -38,6 +38,7 @@ from bench._prometheus import PrometheusServer, config_yaml, free_port
 from infra import render
 from observability import catalog
 from observability.datasources import TRACE_ID_REGEX
+from observability.scrape_config import EXEMPLAR_STORAGE_FEATURE, PROMETHEUS_REQUIRES_ANNOTATION
 from tests.querylang.logql import log_queries
 
 from .conftest import REPO_ROOT, CollectorStub, http_get
@@ -91,6 +92,7 @@ class Rendered:
     job: dict[str, Any]
     datasources: dict[str, Any]
     traces_dashboard: dict[str, Any]
+    scrape_config: str
 
     @property
     def namespace(self) -> str:
@@ -114,6 +116,7 @@ def rendered() -> Rendered:
         job=yaml.safe_load(result.files[job_path]),
         datasources=yaml.safe_load(result.files["grafana/datasources.yaml"]),
         traces_dashboard=json.loads(result.files["dashboards/foxhunt-traces.json"]),
+        scrape_config=result.files["prometheus/scrape-config.yaml"],
     )
 
 
@@ -166,7 +169,6 @@ class Run:
 @pytest.fixture(scope="module")
 def run(rendered: Rendered, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
 
-
     work = tmp_path_factory.mktemp("links")
     collector = CollectorStub()
     receiver = grpc.server(ThreadPoolExecutor(max_workers=4))
@@ -199,7 +201,7 @@ def run(rendered: Rendered, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         prometheus = PrometheusServer(
             work / "prometheus",
             config_yaml([scrape], [], scrape_interval="1s", evaluation_interval="1s"),
-            extra_args=("--enable-feature=exemplar-storage",),
+            extra_args=(f"--enable-feature={EXEMPLAR_STORAGE_FEATURE}",),
         ).start()
         api = prometheus.api
         for trainer in trainers:
@@ -350,3 +352,9 @@ def test_prometheus_exemplars_of_both_histograms_name_received_traces(run: Run) 
     # Each exemplar's trace holds the span it was recorded in.
     assert iteration == {s.trace_id for s in run.spans if s.name == "epoch"}
     assert checkpoint == {s.trace_id for s in run.spans if s.name == "checkpoint_save"}
+
+
+def test_the_scrape_config_and_the_job_template_say_prometheus_needs_exemplar_storage(rendered: Rendered) -> None:
+    flag = f"--enable-feature={EXEMPLAR_STORAGE_FEATURE}"
+    assert rendered.scrape_config.startswith(f"# Prometheus needs {flag} ")
+    assert flag in rendered.job["metadata"]["annotations"][PROMETHEUS_REQUIRES_ANNOTATION]
