@@ -35,6 +35,7 @@ import yaml
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
 from bench._prometheus import PrometheusServer, config_yaml, free_port
+from dashboards.queries import builtin_values, substitute_variables
 from infra import render
 from observability import catalog
 from observability.datasources import TRACE_ID_REGEX
@@ -93,6 +94,7 @@ class Rendered:
     datasources: dict[str, Any]
     traces_dashboard: dict[str, Any]
     scrape_config: str
+    dashboards: dict[str, dict[str, Any]]
 
     @property
     def namespace(self) -> str:
@@ -117,6 +119,7 @@ def rendered() -> Rendered:
         datasources=yaml.safe_load(result.files["grafana/datasources.yaml"]),
         traces_dashboard=json.loads(result.files["dashboards/foxhunt-traces.json"]),
         scrape_config=result.files["prometheus/scrape-config.yaml"],
+        dashboards={p: json.loads(t) for p, t in result.files.items() if p.startswith("dashboards/")},
     )
 
 
@@ -124,6 +127,18 @@ def undo_grafana_escaping(text: str) -> str:
     """Grafana's provisioning reads `$$` as a literal `$` (and would expand `$VAR`: none is used here)."""
     assert not re.search(r"(?<!\$)\$(?!\$)", text.replace("$$", "")), f"unescaped $ in {text!r}"
     return text.replace("$$", "$")
+
+
+def exemplar_panel_queries(rendered: Rendered) -> list[str]:
+    """The PromQL of every dashboard target that asks for exemplars, with every template variable
+    at "All" (`.*`) and Grafana's built-ins at their defaults."""
+    queries = []
+    for dashboard in rendered.dashboards.values():
+        variables = {v["name"]: ".*" for v in dashboard.get("templating", {}).get("list", [])}
+        panels = [p for top in dashboard["panels"] for p in (top, *top.get("panels", []))]
+        for target in (t for p in panels for t in p.get("targets", []) if t.get("exemplar")):
+            queries.append(substitute_variables(target["expr"], {**variables, **builtin_values()}))
+    return queries
 
 
 def pod_env(rendered: Rendered, pod: str, collector_port: int) -> dict[str, str]:
@@ -161,7 +176,7 @@ class Trainer:
 class Run:
     trainers: tuple[Trainer, ...]
     spans: tuple[Span, ...]
-    exemplars: dict[str, set[str]]  # histogram bucket series -> exemplar trace IDs
+    exemplars: dict[str, set[str]]  # PromQL (a bucket series or a panel's query) -> exemplar trace IDs
     container: str
     namespace: str
 
@@ -207,7 +222,11 @@ def run(rendered: Rendered, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         for trainer in trainers:
             wait_for(f"{trainer.pod} to finish training", lambda t=trainer: "job finished" in t.stdout.read_text())
             assert http_get(trainer.port, "/healthz")[0] == 200
-        buckets = (catalog.TRAINING_ITERATION_SECONDS.bucket, catalog.CHECKPOINT_SAVE_DURATION_SECONDS.bucket)
+        buckets = (
+            catalog.TRAINING_ITERATION_SECONDS.bucket,
+            catalog.CHECKPOINT_SAVE_DURATION_SECONDS.bucket,
+            *exemplar_panel_queries(rendered),
+        )
         started = time.time() - 600
 
         def exemplars() -> dict[str, set[str]] | None:
@@ -358,3 +377,13 @@ def test_the_scrape_config_and_the_job_template_say_prometheus_needs_exemplar_st
     flag = f"--enable-feature={EXEMPLAR_STORAGE_FEATURE}"
     assert rendered.scrape_config.startswith(f"# Prometheus needs {flag} ")
     assert flag in rendered.job["metadata"]["annotations"][PROMETHEUS_REQUIRES_ANNOTATION]
+
+
+def test_dashboard_panels_that_show_exemplars_get_trace_ids_the_collector_received(
+    run: Run, rendered: Rendered
+) -> None:
+    queries = exemplar_panel_queries(rendered)
+    assert any(catalog.TRAINING_ITERATION_SECONDS.bucket in q for q in queries), queries
+    received = {s.trace_id for s in run.spans}
+    for query in queries:
+        assert run.exemplars[query] and run.exemplars[query] <= received, query
