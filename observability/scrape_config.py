@@ -62,7 +62,8 @@ def prometheus_requirement_annotations() -> dict[str, str]:
     return {PROMETHEUS_REQUIRES_ANNOTATION: PROMETHEUS_REQUIREMENT}
 
 
-def _requirement_comment() -> str:
+def requirement_comment() -> str:
+    """The YAML comment that heads every scrape and server config file."""
     return f"# Prometheus needs {PROMETHEUS_REQUIREMENT}.\n"
 
 
@@ -223,12 +224,12 @@ def scrape_config_yaml(cfg: ObservabilityConfig, namespaces: Sequence[str], shar
     """A `scrape_configs:` document: `rendered/<stack>/prometheus/scrape-config.yaml` (one per shard
     when sharded) and the ConfigMap key (Prometheus loads it through `scrape_config_files`,
     `promtool check config` checks it)."""
-    return _requirement_comment() + _dump({"scrape_configs": annotation_scrape_configs(cfg, namespaces, shard)})
+    return requirement_comment() + _dump({"scrape_configs": annotation_scrape_configs(cfg, namespaces, shard)})
 
 
 def additional_scrape_configs_yaml(cfg: ObservabilityConfig, namespaces: Sequence[str], shard: int = 0) -> str:
     """A bare list of scrape configs: the operator's additional-scrape-configs Secret key."""
-    return _requirement_comment() + _dump(annotation_scrape_configs(cfg, namespaces, shard))
+    return requirement_comment() + _dump(annotation_scrape_configs(cfg, namespaces, shard))
 
 
 def shard_scrape_configs(
