@@ -370,5 +370,5 @@ def test_a_real_alertmanager_applies_the_inhibitions(alertmanager_url):
             break
         time.sleep(0.2)
     assert len(got) == len(SCENARIO)
-    for key, should_be_muted in expected.items():
-        assert muted[key] is should_be_muted, key
+    for alert_key, should_be_muted in expected.items():
+        assert muted[alert_key] is should_be_muted, alert_key
