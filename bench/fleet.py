@@ -20,19 +20,21 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from bench._fleet_data import FleetShape, backfill, data_end
 from bench._fleet_live import FleetExporter, baseline_group, collect_group_evaluations, group_timings, targets
-from bench._fleet_report import ScaleResult, render, write_section
+from bench._fleet_report import GROUPS_BEGIN, GROUPS_END, ScaleResult, render, render_rule_groups, write_section
 from bench._fleet_values import Patterns
-from bench._prometheus import PrometheusApi, PrometheusError, PrometheusServer, binary, config_yaml
+from bench._previous_design import previous_gpu_group
+from bench._prometheus import PrometheusApi, PrometheusError, PrometheusServer, binary, config_yaml, free_port
 from bench._query_timing import GroupTiming, Timing, first_label_values, recording_levels, time_panel
 from dashboards import build_all
 from dashboards.queries import PanelQuery, panel_queries
 from observability.config import ObservabilityConfig
-from observability.rules import rule_groups
+from observability.rules import health, rule_groups
 from observability.rules.render import dump_groups
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -119,7 +121,11 @@ def wait_compacted(prometheus: PrometheusServer, timeout: float = 900.0) -> floa
     return time.perf_counter() - started
 
 
-def run_scale(root: Path, cfg: ObservabilityConfig, shape: FleetShape, repeat: int, warmup: float) -> ScaleResult:
+def run_scale(
+    root: Path, cfg: ObservabilityConfig, shape: FleetShape, repeat: int, warmup: float, previous: bool = False
+) -> ScaleResult:
+    """One fleet size; with `previous`, the GPU alert group of the previous design is timed as well,
+    alone with the baseline on a second live Prometheus (so it contends with nothing)."""
     workdir = root / f"fleet-{shape.nodes}"
     data_dir = workdir / "data"
     end = data_end(time.time(), shape)
@@ -143,29 +149,44 @@ def run_scale(root: Path, cfg: ObservabilityConfig, shape: FleetShape, repeat: i
     shutil.rmtree(workdir, ignore_errors=True)
     groups = time_rule_groups_live(workdir, cfg, shape, warmup)
     shutil.rmtree(workdir, ignore_errors=True)
-    return ScaleResult(shape, backfilled, rules_seconds, compaction, panels, groups)
+    before: list[GroupTiming] = []
+    if previous:
+        print("  live: the previous design's GPU alert group ...", flush=True)
+        before = time_rule_groups_live(workdir, cfg, shape, warmup, [previous_gpu_group(cfg), baseline_group(cfg)])
+        shutil.rmtree(workdir, ignore_errors=True)
+    return ScaleResult(shape, backfilled, rules_seconds, compaction, panels, groups, before)
 
 
 def time_rule_groups_live(
-    workdir: Path, cfg: ObservabilityConfig, shape: FleetShape, warmup: float
+    workdir: Path,
+    cfg: ObservabilityConfig,
+    shape: FleetShape,
+    warmup: float,
+    rule_groups_to_time: list[dict[str, Any]] | None = None,
 ) -> list[GroupTiming]:
-    """Every rule group (and the baseline) evaluated by Prometheus on a live scrape of the fleet."""
+    """Every rule group (and the baseline), or the given groups, evaluated by Prometheus on a live
+    scrape of the fleet."""
     interval = shape.interval_seconds
     scrape_wait = 3 * interval + 30  # the first scrape of every target
     collect_wait = (LIVE_EVALUATIONS + 4) * interval * 2  # evaluations, with slack for slow groups
     # Values for every scrape of the live phase (they hold at the last one after that).
     samples = int((scrape_wait + warmup + collect_wait) // interval) + 1
     fleet = targets(cfg, shape, Patterns(samples, interval, int(time.time())))
-    groups = [*rule_groups(cfg), baseline_group(cfg)]
+    groups = rule_groups_to_time or [*rule_groups(cfg), baseline_group(cfg)]
     print(f"  live: {len(fleet)} targets scraped every {interval}s, {len(groups)} rule groups ...", flush=True)
     with FleetExporter(fleet, interval) as exporter:
+        # Prometheus scrapes itself, as in production: the health group reads its rule-group metrics.
+        port = free_port()
+        self_scrape = {"job_name": "prometheus", "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}
         config = config_yaml(
-            exporter.scrape_configs(),
+            [*exporter.scrape_configs(), self_scrape],
             ["rules.yml"],
             scrape_interval=f"{interval}s",
             evaluation_interval=f"{cfg.evaluation_interval_seconds}s",
         )
-        with PrometheusServer(workdir / "prometheus-live", config, {"rules.yml": dump_groups(groups)}) as prometheus:
+        with PrometheusServer(
+            workdir / "prometheus-live", config, {"rules.yml": dump_groups(groups)}, port=port
+        ) as prometheus:
             exporter.wait_scraped(prometheus.api, timeout=scrape_wait)
             time.sleep(warmup)
             evaluations = collect_group_evaluations(
@@ -204,15 +225,41 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--workdir", type=Path, default=None, help="default: a temporary directory")
     parser.add_argument("--no-write", action="store_true", help="print the section instead of writing BENCHMARKS.md")
+    parser.add_argument(
+        "--rule-groups-only",
+        action="store_true",
+        help="only the live rule-group half (no backfill, no panels); writes its own section",
+    )
     args = parser.parse_args(argv if argv is not None else [])
     cfg = ObservabilityConfig()
     sizes = sorted({int(n) for n in args.nodes.split(",") if n})
+    command = "make bench" if argv is None else "python -m bench.fleet " + " ".join(argv)
+    if args.rule_groups_only:
+        with tempfile.TemporaryDirectory(prefix="fleet-groups-", dir=args.workdir) as scratch:
+            timed = []
+            for n in sizes:
+                shape = FleetShape(n, args.gpus_per_node, args.jobs)
+                print(f"fleet {n} nodes: rule groups on a live fleet ...", flush=True)
+                timed.append((shape, time_rule_groups_live(Path(scratch) / f"fleet-{n}", cfg, shape, args.live_warmup)))
+        section = render_rule_groups(timed, command, _machine(), args.live_warmup, LIVE_EVALUATIONS, health.GROUP)
+        if args.no_write:
+            print(section)
+        else:
+            write_section(ROOT / "BENCHMARKS.md", section, GROUPS_BEGIN, GROUPS_END)
+            print(f"fleet: wrote the rule-groups section of {ROOT / 'BENCHMARKS.md'}")
+        return 0
     with tempfile.TemporaryDirectory(prefix="fleet-bench-", dir=args.workdir) as scratch:
         results = [
-            run_scale(Path(scratch), cfg, FleetShape(n, args.gpus_per_node, args.jobs), args.repeat, args.live_warmup)
+            run_scale(
+                Path(scratch),
+                cfg,
+                FleetShape(n, args.gpus_per_node, args.jobs),
+                args.repeat,
+                args.live_warmup,
+                previous=n == max(sizes),
+            )
             for n in sizes
         ]
-    command = "make bench" if argv is None else "python -m bench.fleet " + " ".join(argv)
     section = render(results, command, _machine(), args.repeat, args.live_warmup, LIVE_EVALUATIONS)
     if args.no_write:
         print(section)

@@ -22,7 +22,7 @@ from prometheus_client.registry import Collector
 
 from observability import catalog
 from poller.error_counters import CountersSnapshot, ErrorCounters
-from poller.exported_metrics import ECC_TYPES, GPU_GAUGES, THROTTLE_REASONS
+from poller.exported_metrics import ECC_TYPES, GPU_COUNTERS, GPU_GAUGES, THROTTLE_REASONS
 from poller.model import GpuIdentity, PassResult
 
 LOG = logging.getLogger(__name__)
@@ -112,6 +112,14 @@ def build_families(node: str, result: PassResult, counters: CountersSnapshot) ->
                 ecc.add_metric([*labels, ecc_type], value)
     families.append(ecc)
 
+    for metric, attribute in GPU_COUNTERS:
+        family = CounterMetricFamily(metric.name, metric.help, labels=metric.labels)
+        for sample, labels in labelled:
+            value = getattr(sample, attribute)
+            if value is not None:
+                family.add_metric(labels, value)
+        families.append(family)
+
     xid = CounterMetricFamily(
         catalog.GPU_XID_ERRORS_TOTAL.name, catalog.GPU_XID_ERRORS_TOTAL.help, labels=catalog.GPU_XID_ERRORS_TOTAL.labels
     )
@@ -156,6 +164,7 @@ def build_families(node: str, result: PassResult, counters: CountersSnapshot) ->
         failures.add_metric([node, reason], count)
     families.append(failures)
     families.append(node_gauge(catalog.GPU_POLLER_DEVICES, len(result.samples)))
+    families.append(node_gauge(catalog.GPU_POLLER_DEVICES_ENUMERATED, result.enumerated))
     return families
 
 

@@ -4,7 +4,8 @@
 
 The CronJob never runs by itself (`spec.suspend: true`); it only holds the Job template: the
 trainer image (by digest), the OTEL env pointing at the stack's Tempo (OTLP gRPC), resource
-attributes with model type and job name, scrape annotations for the metrics port, GPU requests and
+attributes with model type and job name, `NVIDIA_DRIVER_CAPABILITIES=compute,utility` (NVML in the
+container, so the trainer can name the GPUs it holds), scrape annotations for the metrics port, GPU requests and
 limits, the NVIDIA runtime class, `restartPolicy: Never`, a backoff limit and a TTL after finish.
 The same Job (kind Job, same pod template) is written to `rendered/<stack>/kubernetes/` for
 `kubectl create -f` (it uses `generateName`, so it can be created repeatedly).
@@ -39,7 +40,13 @@ from infra.components.common import (
 )
 from infra.settings import TrainingJobSettings
 from observability.config import ObservabilityConfig
-from observability.scrape_config import FINAL_SCRAPE_WAIT_ENV, final_scrape_wait_seconds, pod_scrape_annotations
+from observability.instrument.gpus import DRIVER_CAPABILITIES, DRIVER_CAPABILITIES_ENV
+from observability.scrape_config import (
+    FINAL_SCRAPE_WAIT_ENV,
+    final_scrape_wait_seconds,
+    pod_scrape_annotations,
+    prometheus_requirement_annotations,
+)
 
 TYPE = "foxhunt:observability:TrainingJobTemplate"
 COMPONENT = "training"
@@ -76,6 +83,9 @@ def training_env(args: TrainingJobArgs) -> list[dict[str, Any]]:
             # The trainer's metrics server waits up to this long for a last scrape before exiting,
             # so the job's duration and final status are recorded (observability.instrument).
             {"name": FINAL_SCRAPE_WAIT_ENV, "value": str(final_scrape_wait_seconds(cfg))},
+            # `utility` makes the NVIDIA runtime mount libnvidia-ml, so the trainer names its GPUs
+            # by UUID through NVML (ml_training_job_gpu_info) without any privilege.
+            {"name": DRIVER_CAPABILITIES_ENV, "value": DRIVER_CAPABILITIES},
         ],
     )
 
@@ -133,7 +143,11 @@ def cronjob_manifest(args: TrainingJobArgs) -> dict[str, Any]:
         "kind": "CronJob",
         "metadata": metadata(
             args.common_labels, args.job.name, args.namespace, app=service, component=COMPONENT,
-            annotations={DELETION_POLICY_ANNOTATION: "orphan", "foxhunt.io/usage": usage(args)},
+            annotations={
+                DELETION_POLICY_ANNOTATION: "orphan",
+                "foxhunt.io/usage": usage(args),
+                **prometheus_requirement_annotations(),
+            },
         ),
         "spec": {
             "schedule": NEVER,
@@ -157,7 +171,10 @@ def job_manifest(args: TrainingJobArgs) -> dict[str, Any]:
     job = args.job
     meta = metadata(
         args.common_labels, job.name, args.namespace, app=args.cfg.training_job_service, component=COMPONENT,
-        annotations={"foxhunt.io/usage": f"kubectl create -f <this file>, or: {usage(args)}"},
+        annotations={
+            "foxhunt.io/usage": f"kubectl create -f <this file>, or: {usage(args)}",
+            **prometheus_requirement_annotations(),
+        },
     )  # fmt: skip
     meta["generateName"] = f"{job.model_type}-training-"
     del meta["name"]

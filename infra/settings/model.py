@@ -19,7 +19,9 @@ MAX_SCRAPE_INTERVAL_SECONDS = 15
 SUPPORTED_KUBERNETES_MINORS = range(27, 38)  # 1.27 .. 1.37: schemas kubernetes-validate ships
 
 # Secret config keys: a value for these must be a Pulumi secret (`pulumi config set --secret`).
-SECRET_KEYS = ("alertPageWebhookUrl", "alertChatWebhookUrl", "alertLowPriorityWebhookUrl", "registryPassword")
+# The receivers' URLs, in AlertingReceivers' field order (the heartbeat: Watchdog every minute).
+RECEIVER_KEYS = ("alertPageWebhookUrl", "alertChatWebhookUrl", "alertLowPriorityWebhookUrl", "alertHeartbeatUrl")
+SECRET_KEYS = (*RECEIVER_KEYS, "registryPassword")
 DIGEST_EXPECTED = "an image reference pinned by digest: REGISTRY/REPO@sha256:<64 hex>"
 
 SecretValue = Any  # a pulumi.Output[str] marked secret in a real run; a placeholder str offline
@@ -149,10 +151,28 @@ class PrometheusSettings:
 
 
 @dataclass(frozen=True)
+class CostSettings:
+    """Prices behind the cost estimates (per-job and per-model-type recording rules, panels)."""
+
+    gpu_hourly_cost: tuple[tuple[str, float], ...]  # (gpu_name as NVML reports it, price per GPU-hour)
+    gpu_hourly_cost_default: float  # price per GPU-hour of any GPU not listed
+    energy_price_per_kwh: float
+    currency: str  # ISO 4217 code the prices are in
+
+
+_EXAMPLE = ObservabilityConfig()
+# A stack without prices gets ObservabilityConfig's example prices.
+DEFAULT_COST = CostSettings(
+    _EXAMPLE.gpu_hourly_cost, _EXAMPLE.gpu_hourly_cost_default, _EXAMPLE.energy_price_per_kwh, _EXAMPLE.currency
+)
+
+
+@dataclass(frozen=True)
 class AlertingReceivers:
     page_webhook_url: SecretValue
     chat_webhook_url: SecretValue
     low_priority_webhook_url: SecretValue
+    heartbeat_url: SecretValue  # the dead man's switch that expects Watchdog every minute
 
 
 @dataclass(frozen=True)
@@ -172,6 +192,9 @@ class Settings:
     runbook_base_url: str
     common_labels: Mapping[str, str] = field(default_factory=dict)
     prometheus: PrometheusSettings = PrometheusSettings()
+    cost: CostSettings = field(default_factory=lambda: DEFAULT_COST)
+    # kube-state-metrics runs and is scraped with its own labels: health alerts compare GPU capacity.
+    kube_state_metrics: bool = False
 
     def observability_config(self) -> ObservabilityConfig:
         """The one settings object that rules, dashboards and scrape config are generated from."""
@@ -186,4 +209,9 @@ class Settings:
             shards=self.prometheus.shards,
             cluster=self.prometheus.cluster,
             clusters=self.prometheus.clusters,
+            gpu_hourly_cost=self.cost.gpu_hourly_cost,
+            gpu_hourly_cost_default=self.cost.gpu_hourly_cost_default,
+            energy_price_per_kwh=self.cost.energy_price_per_kwh,
+            currency=self.cost.currency,
+            kube_state_metrics=self.kube_state_metrics,
         )

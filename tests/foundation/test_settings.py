@@ -20,6 +20,7 @@ from infra.settings import (
     read_stack_config,
     validate_stack,
 )
+from observability.rules import rules_file_yaml
 
 
 def stack_entries(stack: str) -> dict[str, Any]:
@@ -91,6 +92,8 @@ BAD_CONFIGS = [
     ("gpu-count-zero", mutated("trainingJob", ["gpuCount"], 0), "trainingJob.gpuCount = 0: expected a whole number from 1 to 16"),
     ("bad-quantity", mutated("poller", ["resources", "memoryLimit"], "lots"), "poller.resources.memoryLimit = 'lots': expected a Kubernetes quantity"),
     ("plaintext-webhook", {"alertPageWebhookUrl": "https://hooks.example.invalid/T0/B0/x"}, "alertPageWebhookUrl is a credential given in plaintext"),
+    ("plaintext-heartbeat", {"alertHeartbeatUrl": "https://hooks.example.invalid/beat"}, "alertHeartbeatUrl is a credential given in plaintext"),
+    ("kube-state-metrics-not-a-bool", {"kubeStateMetrics": "maybe"}, "kubeStateMetrics = 'maybe': expected true or false"),
     ("password-in-url", mutated("endpoints", ["loki"], "http://admin:foxhunt123@loki:3100"), "no credentials in a URL"),
     ("credential-in-nested-key", mutated("poller", ["image", "password"], "hunter2"), "poller.image.password looks like a credential given in plaintext"),
     ("shards-zero", {"prometheus": {"shards": 0}}, "prometheus.shards = 0: expected a whole number from 1 to 64"),
@@ -101,6 +104,13 @@ BAD_CONFIGS = [
     ("clusters-without-this-one", {"cluster": "eu-1", "prometheus": {"clusters": ["us-1"]}}, "prometheus.clusters = [\"us-1\"]: expected a list that includes this stack's cluster 'eu-1'"),
     ("remote-write-not-a-url", {"prometheus": {"shards": 2, "remoteWriteUrl": "global:9090"}}, "prometheus.remoteWriteUrl = 'global:9090': expected a URL"),
     ("clusters-bad-name", {"prometheus": {"clusters": ["foxhunt-dev", "US 1"]}}, "prometheus.clusters[1] = 'US 1': expected a DNS-1123 label"),
+    ("gpu-price-negative", mutated("gpuHourlyCost", ["default"], -1), "gpuHourlyCost.default = -1: expected a price: a number of at least 0"),
+    ("gpu-price-text", mutated("gpuHourlyCost", ["NVIDIA H100 80GB HBM3"], "cheap"), "gpuHourlyCost.NVIDIA H100 80GB HBM3 = 'cheap': expected a price"),
+    ("gpu-price-no-default", {"gpuHourlyCost": {"NVIDIA H100 80GB HBM3": 3.0}}, "with a `default` for every other GPU"),
+    ("gpu-prices-not-a-mapping", {"gpuHourlyCost": [3.0]}, "gpuHourlyCost = [3.0]: expected an object"),
+    ("energy-price-negative", {"energyPricePerKWh": -0.1}, "energyPricePerKWh = -0.1: expected a price: a number of at least 0"),
+    ("currency-not-iso", {"currency": "dollars"}, "currency = 'dollars': expected an ISO 4217 currency code"),
+    ("cost-typo", {"gpuHourlyPrice": {"default": 1}}, "gpuHourlyPrice is not a known setting"),
 ]  # fmt: skip
 
 
@@ -130,6 +140,20 @@ def test_missing_required_secret_names_the_command_to_set_it() -> None:
     source = DictConfigSource("dev", values, config.secret_keys)
     with pytest.raises(SettingsError, match=r"pulumi config set --secret alertChatWebhookUrl"):
         load_settings(source, values.get)
+
+
+def test_missing_heartbeat_url_names_the_command_to_set_it() -> None:
+    config = read_stack_config("dev")
+    values = {k: v for k, v in config.values.items() if k != "alertHeartbeatUrl"}
+    source = DictConfigSource("dev", values, config.secret_keys)
+    with pytest.raises(SettingsError, match=r"pulumi config set --secret alertHeartbeatUrl"):
+        load_settings(source, values.get)
+
+
+def test_kube_state_metrics_reaches_the_rules_config() -> None:
+    assert load("dev").observability_config().kube_state_metrics is False
+    assert load("prod").observability_config().kube_state_metrics is True
+    assert load(kubeStateMetrics=True).observability_config().kube_state_metrics is True
 
 
 def test_secure_values_are_secrets_and_never_plaintext() -> None:
@@ -163,3 +187,19 @@ def test_shards_and_clusters_reach_the_observability_config() -> None:
     settings = load(cluster="eu-1", prometheus={"shards": "4", "clusters": ["eu-1", "us-1"]})
     cfg = settings.observability_config()
     assert (cfg.shards, cfg.cluster, cfg.clusters) == (4, "eu-1", ("eu-1", "us-1"))
+
+
+def test_prices_reach_the_observability_config() -> None:
+    cfg = load("prod").observability_config()
+    assert cfg.currency == "USD" and cfg.energy_price_per_kwh == 0.12 and cfg.gpu_hourly_cost_default == 2.0
+    assert dict(cfg.gpu_hourly_cost) == {"NVIDIA A100-SXM4-80GB": 2.9, "NVIDIA H100 80GB HBM3": 3.2}
+    cheap = load(gpuHourlyCost={"default": 0, "NVIDIA L4": 0.5}, energyPricePerKWh=0, currency="EUR")
+    cfg = cheap.observability_config()
+    assert (cfg.gpu_hourly_cost, cfg.gpu_hourly_cost_default, cfg.energy_price_per_kwh, cfg.currency) == (
+        (("NVIDIA L4", 0.5),),
+        0.0,
+        0.0,
+        "EUR",
+    )
+    rules = rules_file_yaml(cfg)
+    assert '{gpu_name="NVIDIA L4"} * 0 + 0.5' in rules and "EUR" not in rules
