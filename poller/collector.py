@@ -22,7 +22,7 @@ from prometheus_client.registry import Collector
 
 from observability import catalog
 from poller.error_counters import CountersSnapshot, ErrorCounters
-from poller.exported_metrics import ECC_TYPES, GPU_GAUGES, THROTTLE_REASONS
+from poller.exported_metrics import ECC_TYPES, GPU_GAUGES, INTERCONNECT_COUNTERS, THROTTLE_REASONS
 from poller.model import GpuIdentity, PassResult
 
 LOG = logging.getLogger(__name__)
@@ -111,6 +111,15 @@ def build_families(node: str, result: PassResult, counters: CountersSnapshot) ->
             if value is not None:
                 ecc.add_metric([*labels, ecc_type], value)
     families.append(ecc)
+
+    for metric, directions in INTERCONNECT_COUNTERS:
+        interconnect = CounterMetricFamily(metric.name, metric.help, labels=metric.labels)
+        for sample, labels in labelled:
+            for direction, attribute in directions:
+                value = getattr(sample, attribute)
+                if value is not None:
+                    interconnect.add_metric([*labels, direction], value)
+        families.append(interconnect)
 
     xid = CounterMetricFamily(
         catalog.GPU_XID_ERRORS_TOTAL.name, catalog.GPU_XID_ERRORS_TOTAL.help, labels=catalog.GPU_XID_ERRORS_TOTAL.labels

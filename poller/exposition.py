@@ -14,7 +14,7 @@ import math
 from observability import catalog
 from poller.collector import gpu_label_values
 from poller.error_counters import CountersSnapshot
-from poller.exported_metrics import ECC_TYPES, GPU_GAUGES, THROTTLE_REASONS
+from poller.exported_metrics import ECC_TYPES, GPU_GAUGES, INTERCONNECT_COUNTERS, THROTTLE_REASONS
 from poller.model import GpuIdentity, PassResult
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -59,6 +59,12 @@ class _GpuLines:
             (attribute, f'{catalog.GPU_ECC_ERRORS_TOTAL.name}{{{base},ecc_type="{ecc_type}"}} ')
             for ecc_type, attribute in ECC_TYPES
         )
+        self.interconnect = tuple(
+            tuple(
+                (attribute, f'{metric.name}{{{base},direction="{direction}"}} ') for direction, attribute in directions
+            )
+            for metric, directions in INTERCONNECT_COUNTERS
+        )
         self._throttle_text: dict[int, str] = {}  # reason mask -> its 9 lines (masks rarely change)
         self.errors: dict[str, str] = {}
         self.xids: dict[int, str] = {}
@@ -92,6 +98,7 @@ class _GpuLines:
 _GAUGE_HEADERS = tuple((_header(metric), attribute) for metric, attribute in GPU_GAUGES)
 _THROTTLE_HEADER = _header(catalog.GPU_CLOCK_THROTTLE_ACTIVE)
 _ECC_HEADER = _header(catalog.GPU_ECC_ERRORS_TOTAL)
+_INTERCONNECT_HEADERS = tuple(_header(metric) for metric, _ in INTERCONNECT_COUNTERS)
 _XID_HEADER = _header(catalog.GPU_XID_ERRORS_TOTAL)
 _ERRORS_HEADER = _header(catalog.GPU_ERRORS_TOTAL)
 _DRIVER_HEADER = _header(catalog.GPU_DRIVER_INFO)
@@ -183,6 +190,14 @@ class TextPageWriter:
                 value = getattr(sample, attribute)
                 if value is not None:
                     append(f"{prefix}{value}\n")
+
+        for family, header in enumerate(_INTERCONNECT_HEADERS):
+            append(header)
+            for sample, lines in samples:
+                for attribute, prefix in lines.interconnect[family]:
+                    value = getattr(sample, attribute)
+                    if value is not None:
+                        append(f"{prefix}{value}\n")
 
         cached = self._counters_cache  # counters change rarely: write them once per change
         if cached is None or cached[0] is not counters:
