@@ -2,7 +2,8 @@
 
 Scrape targets of the annotated platform services, the training jobs and the GPU poller; the
 poller's own health per node (NVML reachable, collection time and failures, driver versions);
-GPU hardware health; and the "Trace Health" row from Tempo's metrics generator.
+GPU hardware health; the fleet's profiling figures (GPM: SM and tensor activity, interconnect
+traffic); and the "Trace Health" row from Tempo's metrics generator.
 """
 
 from __future__ import annotations
@@ -296,6 +297,60 @@ def _gpu_hardware() -> Row:
     )
 
 
+def _gpu_profiling() -> Row:
+    return Row(
+        "GPU Profiling (GPM)",
+        [
+            panels.timeseries(
+                Common(
+                    "Fleet Busyness: NVML vs GPM",
+                    "Medians over the GPUs that report GPM (Hopper and newer): NVML utilization (dashed) "
+                    "against SM activity and tensor-core activity.",
+                    "percent",
+                    w=8,
+                    min=0,
+                    max=100,
+                ),
+                [
+                    Query(rec.GPU_UTILIZATION_P50_WHERE_GPM.record, "NVML utilization median"),
+                    Query(rec.GPU_SM_ACTIVE_P50.record, "SM active median"),
+                    Query(rec.GPU_TENSOR_ACTIVE_P50.record, "tensor active median"),
+                ],
+                dashed_refs=("A",),
+            ),
+            panels.timeseries(
+                Common(
+                    "SM Occupancy and DRAM Bandwidth",
+                    "Fleet medians of SM occupancy (resident warps of the maximum) and DRAM bandwidth used.",
+                    "percent",
+                    w=8,
+                    min=0,
+                    max=100,
+                ),
+                [
+                    Query(rec.GPU_SM_OCCUPANCY_P50.record, "SM occupancy median"),
+                    Query(rec.GPU_DRAM_BANDWIDTH_P50.record, "DRAM bandwidth median"),
+                ],
+            ),
+            panels.timeseries(
+                Common(
+                    "Interconnect Traffic",
+                    "Bytes per second over the fleet: NVLink (solid) and PCIe (dashed), received by GPUs (rx) "
+                    "and sent (tx).",
+                    "Bps",
+                    w=8,
+                    min=0,
+                ),
+                [
+                    Query(rec.GPU_NVLINK_BYTES_RATE.record, "NVLink {{direction}}"),
+                    Query(rec.GPU_PCIE_BYTES_RATE.record, "PCIe {{direction}}"),
+                ],
+                dashed_refs=("B",),
+            ),
+        ],
+    )
+
+
 def _trace_health() -> Row:
     calls, errors = rec.SPAN_CALLS_RATE5M.record, rec.SPAN_ERRORS_RATE5M.record
     return Row(
@@ -342,7 +397,7 @@ def build(cfg: ObservabilityConfig) -> dict[str, Any]:
                 variables.prometheus_datasource(cfg.datasource_uids.prometheus),
                 variables.label_values("node", "GPU node", catalog.GPU_POLLER_NVML_UP.name, "node"),
             ],
-            rows=[_scrape_targets(cfg), _poller_health(), _gpu_hardware(), _trace_health()],
+            rows=[_scrape_targets(cfg), _poller_health(), _gpu_hardware(), _gpu_profiling(), _trace_health()],
             min_interval=f"{cfg.scrape_interval_seconds}s",
             refresh="30s",
             time_from="now-6h",

@@ -90,6 +90,10 @@ COMPREHENSIVE = [
     ("Error Tracking", "Training Failures by Type", "stat"),
     ("Error Tracking", "GPU Errors", "stat"),
 ]
+# Panels beyond the seed's: real busyness (GPM) beside NVML utilization.
+COMPREHENSIVE_ADDED = [
+    ("GPU Monitoring", "True Utilization", "timeseries"),
+]
 
 
 def rows_and_panels(dashboard: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -192,10 +196,10 @@ def test_infra_cockpit_trace_health_and_scrape_targets_follow_the_stack(stack_da
 
 def test_comprehensive_panels_have_the_seed_visualizations(default_dashboards):
     d = default_dashboards["ml-training-comprehensive"]
-    for row, title, kind in COMPREHENSIVE:
+    for row, title, kind in COMPREHENSIVE + COMPREHENSIVE_ADDED:
         matches = [p for r, p in rows_and_panels(d) if (r, p["title"]) == (row, title)]
         assert [p["type"] for p in matches] == [kind], (row, title)
-    assert len(rows_and_panels(d)) == len(COMPREHENSIVE)
+    assert len(rows_and_panels(d)) == len(COMPREHENSIVE) + len(COMPREHENSIVE_ADDED)
 
 
 def test_comprehensive_thresholds_and_colours(default_dashboards):
