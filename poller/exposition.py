@@ -175,7 +175,12 @@ class TextPageWriter:
             for sample, lines in samples:
                 value = getattr(sample, attribute)
                 if value is not None:
-                    text = str(value) if type(value) is int else format_value(value)
+                    if type(value) is int:
+                        text = str(value)
+                    elif value - value == 0.0:  # a finite float (NaN and infinities give NaN)
+                        text = repr(value)
+                    else:
+                        text = format_value(value)
                     append(f"{lines.gauges[attribute]}{text}\n")
 
         append(_THROTTLE_HEADER)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import math
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -64,6 +65,12 @@ GPM_METRICS: tuple[GpmMetric, ...] = (
     GpmMetric(pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC, "nvlink_rx", "nvlink_rx_bytes_total", True),
     GpmMetric(pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC, "nvlink_tx", "nvlink_tx_bytes_total", True),
 )
+# One nvmlGpmMetric_t: metricId (uint), nvmlReturn (int), value (double), metricInfo (3 pointers).
+_METRIC_LAYOUT = "Iid" + f"{3 * ctypes.sizeof(ctypes.c_void_p)}x"
+_METRICS_OFFSET: int = pynvml.c_nvmlGpmMetricsGet_t.metrics.offset
+if struct.calcsize("=" + _METRIC_LAYOUT) != ctypes.sizeof(pynvml.c_nvmlGpmMetric_t):
+    raise ImportError("nvidia-ml-py's nvmlGpmMetric_t layout is not the one this module reads")
+
 GPM_FUNCTION_NAMES = (
     "nvmlGpmQueryDeviceSupport",
     "nvmlGpmSampleAlloc",
@@ -98,7 +105,13 @@ class GpmAllocationError(Exception):
 
 
 class GpmReader:
-    """One GPU's two GPM samples (previous and current) and its request, made once per session."""
+    """One GPU's two GPM samples and the two requests over them, made once per NVML session.
+
+    The samples take turns: each pass fills the older one, and the request whose `sample1` is
+    the other one (the previous pass's) computes the interval. Results are read with one
+    `struct` unpack over the request's buffer rather than a ctypes object per field, which keeps
+    GPM to a few microseconds a GPU.
+    """
 
     def __init__(
         self,
@@ -123,20 +136,33 @@ class GpmReader:
                 self.free()
                 raise GpmAllocationError(code)
             self._samples.append(sample)
-        self._current = 0  # index of the sample the next pass takes
-        self._previous_at: float | None = None  # when the previous sample was taken
-        self._request = pynvml.c_nvmlGpmMetricsGet_t()
-        self._request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
-        self._metrics: list[GpmMetric] = []
-        self._set_metrics(list(GPM_METRICS))
+        # _requests[i] computes from the other sample to sample i (filled by this pass).
+        self._requests = tuple(pynvml.c_nvmlGpmMetricsGet_t() for _ in range(2))
+        for index, request in enumerate(self._requests):
+            request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+            request.sample1 = self._samples[1 - index]
+            request.sample2 = self._samples[index]
+        self._request_refs = tuple(ctypes.byref(request) for request in self._requests)
+        self._results = tuple(memoryview(request).cast("B") for request in self._requests)
+        self._metrics: tuple[GpmMetric, ...] = ()
+        self._unpack = struct.Struct("")
+        self._set_metrics(GPM_METRICS)
+        self._current = 0  # the sample this pass fills
+        self._previous_at: float | None = None  # when the other sample was taken; None: no baseline
         self._logged: set[tuple[str, int]] = set()
         self._discards = 0
 
-    def _set_metrics(self, metrics: list[GpmMetric]) -> None:
+    def _set_metrics(self, metrics: tuple[GpmMetric, ...]) -> None:
+        metrics = tuple(sorted(metrics, key=lambda m: m.throughput))  # percents first
         self._metrics = metrics
-        self._request.numMetrics = len(metrics)
-        for index, metric in enumerate(metrics):
-            self._request.metrics[index].metricId = metric.metric_id
+        self._percents = tuple(m.attribute for m in metrics if not m.throughput)
+        self._throughputs = tuple(m.attribute for m in metrics if m.throughput)
+        self._all_answered = (0,) * len(metrics)
+        self._unpack = struct.Struct("=" + _METRIC_LAYOUT * len(metrics))
+        for request in self._requests:
+            request.numMetrics = len(metrics)
+            for index, metric in enumerate(metrics):
+                request.metrics[index].metricId = metric.metric_id
 
     @property
     def metric_names(self) -> tuple[str, ...]:
@@ -148,48 +174,71 @@ class GpmReader:
         Returns (call, NVML return code) when a call failed (the caller decides what the code
         means: a lost GPU, NVML gone, not supported, ...), else None.
         """
-        self._report_totals(sample)
-        functions = self._functions
-        current = self._samples[self._current]
-        code = functions.sample_get(self._handle, current)
+        current = self._current
+        code = self._functions.sample_get(self._handle, self._samples[current])
         if code != 0:  # the previous sample stays the baseline: the next interval is longer
+            self._report_totals(sample)
             return "nvmlGpmSampleGet", code
         now = self._clock()
         previous_at = self._previous_at
-        previous = self._samples[1 - self._current]
-        self._current = 1 - self._current
+        self._current = 1 - current
         self._previous_at = now
-        if previous_at is None:
-            return None  # the baseline: nothing to report yet
-        elapsed = now - previous_at
-        request = self._request
-        request.sample1 = previous
-        request.sample2 = current
-        code = functions.metrics_get(ctypes.byref(request))
+        if previous_at is None:  # the baseline: no figure yet
+            self._report_totals(sample)
+            return None
+        code = self._functions.metrics_get(self._request_refs[current])
         if code != 0:  # this pass's sample is still a good baseline
+            self._report_totals(sample)
             return "nvmlGpmMetricsGet", code
-        self._store(sample, elapsed)
+        self._store(sample, self._unpack.unpack_from(self._results[current], _METRICS_OFFSET), now - previous_at)
         return None
 
     def _report_totals(self, sample: GpuSample) -> None:
+        """The byte counters as they stand (they exist also on a pass without a new interval)."""
         for attribute, total in self._totals.items():
             setattr(sample, attribute, int(total))
 
-    def _store(self, sample: GpuSample, elapsed: float) -> None:
-        entries = self._request.metrics
+    def _store(self, sample: GpuSample, fields: tuple[Any, ...], elapsed: float) -> None:
+        """`fields`: (metricId, nvmlReturn, value) of each metric asked, in order (percents first).
+
+        The common case (every metric answered, every figure in range) takes a few slices and
+        min/max; anything else goes through the metric-by-metric path.
+        """
+        values = fields[2::3]
+        count = len(self._percents)
+        percents, throughputs = values[:count], values[count:]
+        every = sum(values)
+        if (
+            fields[1::3] != self._all_answered
+            or elapsed <= 0.0
+            or every - every != 0.0  # a NaN or an infinity
+            or (percents and (min(percents) < 0.0 or max(percents) > 100.0))
+            or (throughputs and (min(throughputs) < 0.0 or max(throughputs) > MAX_MIB_PER_SECOND))
+        ):
+            self._store_checked(sample, fields, elapsed)
+            return
+        for attribute, value in zip(self._percents, percents, strict=True):
+            setattr(sample, attribute, int(value * 100.0 + 0.5) / 100.0)  # to 0.01 %: a short text
+        totals = self._totals
+        scale = MIB * elapsed
+        for attribute, value in zip(self._throughputs, throughputs, strict=True):
+            total = totals[attribute] = totals.get(attribute, 0.0) + value * scale
+            setattr(sample, attribute, int(total))
+
+    def _store_checked(self, sample: GpuSample, fields: tuple[Any, ...], elapsed: float) -> None:
+        """Metric by metric: errors, metrics the GPU lacks, figures out of range."""
+        self._report_totals(sample)
         values: list[tuple[GpmMetric, float]] = []
         unsupported: list[GpmMetric] = []
         for index, metric in enumerate(self._metrics):
-            entry = entries[index]
-            code = entry.nvmlReturn
+            code, value = fields[3 * index + 1], fields[3 * index + 2]
             if code != 0:
                 if code in (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND):
                     unsupported.append(metric)
                 else:
                     self._metric_failed(metric, code)
                 continue
-            value = entry.value
-            if not self._in_range(metric, value) or elapsed <= 0:
+            if elapsed <= 0 or not self._in_range(metric, value):
                 self._discard(metric, value, elapsed)
                 return
             values.append((metric, value))
@@ -200,14 +249,15 @@ class GpmReader:
                 self._gpu.uuid,
                 ", ".join(m.name for m in unsupported),
             )
-            self._set_metrics([m for m in self._metrics if m not in unsupported])
+            self._set_metrics(tuple(m for m in self._metrics if m not in unsupported))
         totals = self._totals
         for metric, value in values:
             if metric.throughput:
-                total = totals[metric.attribute] = totals.get(metric.attribute, 0.0) + max(value, 0.0) * MIB * elapsed
+                total = totals.get(metric.attribute, 0.0) + max(value, 0.0) * MIB * elapsed
+                totals[metric.attribute] = total
                 setattr(sample, metric.attribute, int(total))
             else:
-                setattr(sample, metric.attribute, min(max(value, 0.0), 100.0))
+                setattr(sample, metric.attribute, int(min(max(value, 0.0), 100.0) * 100.0 + 0.5) / 100.0)
 
     @staticmethod
     def _in_range(metric: GpmMetric, value: float) -> bool:

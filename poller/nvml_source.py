@@ -192,18 +192,17 @@ class NvmlSource:
                 )
         for call in unsupported:  # not asked again until NVML re-initialises
             device.calls.remove(call)
-        if device.gpm is not None and not self._read_gpm(session, device, sample):
-            return None
+        gpm = device.gpm
+        if gpm is not None:
+            failed = gpm.read(sample)
+            if failed is not None and not self._gpm_failed(session, device, *failed):
+                return None
         self._count_new_uncorrected(sample)
         return sample
 
-    def _read_gpm(self, session: Session, device: Device, sample: GpuSample) -> bool:
-        """This pass's GPM figures into `sample`; False when the GPU turned out lost."""
+    def _gpm_failed(self, session: Session, device: Device, call: str, code: int) -> bool:
+        """Act on a failed GPM call; False when the GPU turned out lost."""
         assert device.gpm is not None
-        failed = device.gpm.read(sample)
-        if failed is None:
-            return True
-        call, code = failed
         if code in LOST_CODES:
             self._gpu_lost(session, device, self._nvml.NVMLError(code))
             return False

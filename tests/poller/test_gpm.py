@@ -194,6 +194,7 @@ def test_counters_that_wrap_between_two_samples_give_no_figure_for_that_interval
     )
     r = rig(harness.FakeNvml(gpus=[wrapping, harness.FakeGpu()]))
     r.collect()
+    time.sleep(0.05)  # every counter crosses the wrap (at 1 MiB/s: after 1 ms), none twice
     wrapped = r.collect()
     assert set(gpm_values(wrapped[0]).values()) == {None}  # nothing rather than a negative figure
     assert wrapped[1].sm_active_percent == pytest.approx(42.0, abs=1e-3)  # the other GPU is unaffected
