@@ -10,17 +10,25 @@ from typing import Any
 import pytest
 import yaml
 
-from infra import render
-from infra.settings import DictConfigSource, ImageBuild, PinnedImage, SettingsError, load_settings
+from infra import REPO_ROOT
+from infra.settings import (
+    DictConfigSource,
+    ImageBuild,
+    PinnedImage,
+    SettingsError,
+    load_settings,
+    read_stack_config,
+    validate_stack,
+)
 
 
 def stack_entries(stack: str) -> dict[str, Any]:
-    document = yaml.safe_load((render.REPO_ROOT / f"Pulumi.{stack}.yaml").read_text())
+    document = yaml.safe_load((REPO_ROOT / f"Pulumi.{stack}.yaml").read_text())
     return {k.split(":", 1)[1]: v for k, v in document["config"].items()}
 
 
 def load(stack: str = "dev", **overrides: Any) -> Any:
-    return render.validate_stack(render.read_stack_config(stack, overrides=overrides))
+    return validate_stack(read_stack_config(stack, overrides=overrides))
 
 
 def mutated(key: str, path: list[Any], value: Any, stack: str = "dev") -> dict[str, Any]:
@@ -109,7 +117,7 @@ def test_every_problem_is_reported_at_once() -> None:
 
 
 def test_missing_required_secret_names_the_command_to_set_it() -> None:
-    config = render.read_stack_config("dev")
+    config = read_stack_config("dev")
     values = {k: v for k, v in config.values.items() if k != "alertChatWebhookUrl"}
     source = DictConfigSource("dev", values, config.secret_keys)
     with pytest.raises(SettingsError, match=r"pulumi config set --secret alertChatWebhookUrl"):
@@ -117,7 +125,7 @@ def test_missing_required_secret_names_the_command_to_set_it() -> None:
 
 
 def test_secure_values_are_secrets_and_never_plaintext() -> None:
-    config = render.read_stack_config("dev", overrides={"alertPageWebhookUrl": {"secure": "v1:abc"}})
+    config = read_stack_config("dev", overrides={"alertPageWebhookUrl": {"secure": "v1:abc"}})
     assert "alertPageWebhookUrl" in config.secret_keys
     assert config.values["alertPageWebhookUrl"].startswith("https://alerts.invalid/")
     load(alertPageWebhookUrl={"secure": "v1:abc"})
@@ -133,6 +141,6 @@ def test_pinned_poller_image_needs_no_registry_password() -> None:
 
 
 def test_objects_reach_the_program_as_json_like_the_cli_passes_them() -> None:
-    config = render.read_stack_config("dev")
+    config = read_stack_config("dev")
     assert json.loads(config.values["services"])[0]["name"] == "api-gateway"
     assert config.pulumi_config()["foxhunt-observability:environment"] == "dev"

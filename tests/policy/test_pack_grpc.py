@@ -23,7 +23,8 @@ import pytest
 from google.protobuf import empty_pb2, struct_pb2  # type: ignore[import-untyped]
 from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc
 
-from infra.policy_context import REPO_ROOT, STACKS
+from infra import REPO_ROOT
+from infra.settings import available_stacks
 from policy.engine import evaluate
 from policy.model import Enforcement, KubeObject
 from policy.pack import PACK_NAME
@@ -198,7 +199,7 @@ def test_stack_diagnostic_names_the_resource_by_urn(pack):
     ]
 
 
-@pytest.mark.parametrize("stack", STACKS)
+@pytest.mark.parametrize("stack", available_stacks())
 def test_rendered_stack_has_no_mandatory_diagnostic(pack, rendered_stacks, stack):
     """Every resource the program registers (components and non-Kubernetes ones included), with the
     committed policy config of the stack, as `pulumi preview --policy-pack policy` would."""

@@ -14,7 +14,10 @@ from typing import Any
 import pytest
 import yaml
 
-from infra.policy_context import REPO_ROOT, STACKS
+from infra import REPO_ROOT
+from infra.settings import ENVIRONMENTS
+
+STACKS = ENVIRONMENTS  # one stack per environment, in promotion order
 
 WORKFLOWS = REPO_ROOT / ".github" / "workflows"
 ACTIONLINT = Path(sys.executable).parent / "actionlint"
