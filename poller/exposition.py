@@ -48,7 +48,8 @@ class _GpuLines:
         )
         self.interconnect = tuple(
             tuple(
-                (attribute, f'{metric.name}{{{base},direction="{direction}"}} ') for direction, attribute in directions
+                (attribute, series_prefix(metric.name, f"{base},{label_block([('direction', direction)])}"))
+                for direction, attribute in directions
             )
             for metric, directions in INTERCONNECT_COUNTERS
         )
