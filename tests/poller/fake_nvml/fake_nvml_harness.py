@@ -216,6 +216,15 @@ class FakeNvml:
         os.replace(tmp, path)
 
 
+def install_fake_nvidia_smi(directory: Path) -> Path:
+    """Write an `nvidia-smi` into `directory` that answers from the fake's config; returns it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    tool = directory / "nvidia-smi"
+    tool.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{HERE / "fake_nvidia_smi.py"}" "$@"\n')
+    tool.chmod(0o755)
+    return tool
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
