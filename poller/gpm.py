@@ -123,6 +123,8 @@ class GpmReader:
         clock: Callable[[], float],
     ) -> None:
         self._functions = functions
+        self._sample_get = functions.sample_get
+        self._metrics_get = functions.metrics_get
         self._handle = handle
         self._gpu = gpu
         self._totals = totals  # bytes per throughput attribute; owned by the source, kept by UUID
@@ -144,8 +146,8 @@ class GpmReader:
             request.sample2 = self._samples[index]
         self._request_refs = tuple(ctypes.byref(request) for request in self._requests)
         self._results = tuple(memoryview(request).cast("B") for request in self._requests)
+        self._unpack_from = struct.Struct("").unpack_from
         self._metrics: tuple[GpmMetric, ...] = ()
-        self._unpack = struct.Struct("")
         self._set_metrics(GPM_METRICS)
         self._current = 0  # the sample this pass fills
         self._previous_at: float | None = None  # when the other sample was taken; None: no baseline
@@ -158,7 +160,8 @@ class GpmReader:
         self._percents = tuple(m.attribute for m in metrics if not m.throughput)
         self._throughputs = tuple(m.attribute for m in metrics if m.throughput)
         self._all_answered = (0,) * len(metrics)
-        self._unpack = struct.Struct("=" + _METRIC_LAYOUT * len(metrics))
+        self._unpack_from = struct.Struct("=" + _METRIC_LAYOUT * len(metrics)).unpack_from
+        self._percent_count = len(self._percents)
         for request in self._requests:
             request.numMetrics = len(metrics)
             for index, metric in enumerate(metrics):
@@ -175,7 +178,7 @@ class GpmReader:
         means: a lost GPU, NVML gone, not supported, ...), else None.
         """
         current = self._current
-        code = self._functions.sample_get(self._handle, self._samples[current])
+        code = self._sample_get(self._handle, self._samples[current])
         if code != 0:  # the previous sample stays the baseline: the next interval is longer
             self._report_totals(sample)
             return "nvmlGpmSampleGet", code
@@ -186,43 +189,39 @@ class GpmReader:
         if previous_at is None:  # the baseline: no figure yet
             self._report_totals(sample)
             return None
-        code = self._functions.metrics_get(self._request_refs[current])
+        code = self._metrics_get(self._request_refs[current])
         if code != 0:  # this pass's sample is still a good baseline
             self._report_totals(sample)
             return "nvmlGpmMetricsGet", code
-        self._store(sample, self._unpack.unpack_from(self._results[current], _METRICS_OFFSET), now - previous_at)
+        fields = self._unpack_from(self._results[current], _METRICS_OFFSET)
+        elapsed = now - previous_at
+        # The common case in a few C calls: every metric answered, every figure finite and in range.
+        values = fields[2::3]
+        count = self._percent_count
+        percents, throughputs = values[:count], values[count:]
+        every = sum(values)
+        if (
+            fields[1::3] == self._all_answered
+            and elapsed > 0.0
+            and every - every == 0.0  # no NaN, no infinity
+            and min(values, default=0.0) >= 0.0
+            and max(percents, default=0.0) <= 100.0
+            and max(throughputs, default=0.0) <= MAX_MIB_PER_SECOND
+        ):
+            for attribute, value in zip(self._percents, percents, strict=True):
+                setattr(sample, attribute, int(value * 100.0 + 0.5) / 100.0)  # to 0.01 %: a short text
+            totals = self._totals
+            scale = MIB * elapsed
+            for attribute, value in zip(self._throughputs, throughputs, strict=True):
+                total = totals[attribute] = totals.get(attribute, 0.0) + value * scale
+                setattr(sample, attribute, int(total))
+        else:
+            self._store_checked(sample, fields, elapsed)
         return None
 
     def _report_totals(self, sample: GpuSample) -> None:
         """The byte counters as they stand (they exist also on a pass without a new interval)."""
         for attribute, total in self._totals.items():
-            setattr(sample, attribute, int(total))
-
-    def _store(self, sample: GpuSample, fields: tuple[Any, ...], elapsed: float) -> None:
-        """`fields`: (metricId, nvmlReturn, value) of each metric asked, in order (percents first).
-
-        The common case (every metric answered, every figure in range) takes a few slices and
-        min/max; anything else goes through the metric-by-metric path.
-        """
-        values = fields[2::3]
-        count = len(self._percents)
-        percents, throughputs = values[:count], values[count:]
-        every = sum(values)
-        if (
-            fields[1::3] != self._all_answered
-            or elapsed <= 0.0
-            or every - every != 0.0  # a NaN or an infinity
-            or (percents and (min(percents) < 0.0 or max(percents) > 100.0))
-            or (throughputs and (min(throughputs) < 0.0 or max(throughputs) > MAX_MIB_PER_SECOND))
-        ):
-            self._store_checked(sample, fields, elapsed)
-            return
-        for attribute, value in zip(self._percents, percents, strict=True):
-            setattr(sample, attribute, int(value * 100.0 + 0.5) / 100.0)  # to 0.01 %: a short text
-        totals = self._totals
-        scale = MIB * elapsed
-        for attribute, value in zip(self._throughputs, throughputs, strict=True):
-            total = totals[attribute] = totals.get(attribute, 0.0) + value * scale
             setattr(sample, attribute, int(total))
 
     def _store_checked(self, sample: GpuSample, fields: tuple[Any, ...], elapsed: float) -> None:
