@@ -472,6 +472,33 @@ def compare_fields(report: Report, samples: Samples, rows: list[dict[str, str]],
         report.check(version == driver, f"driver version: poller {version}, nvidia-smi {driver}")
 
 
+def compare_energy(report: Report, poller: Poller, smi: str, seconds: float = 5.0) -> None:
+    """The poller's energy counter over `seconds` against nvidia-smi's power read at both ends."""
+    energy = getattr(catalog, "GPU_ENERGY_JOULES_TOTAL", None)
+    if energy is None:
+        report.note("energy: the catalog has no GPU energy counter; not compared")
+        return
+    fields = ["uuid", "name", "power.draw"]
+    before, power_before, started = poller.scrape(), query_smi(smi, fields), time.monotonic()
+    time.sleep(seconds)
+    after, power_after, elapsed = poller.scrape(), query_smi(smi, fields), time.monotonic() - started
+    for row, row_after in zip(power_before, power_after, strict=True):
+        uuid, where = row["uuid"], f"GPU {row['name']} ({row['uuid']})"
+        first, last = gpu_value(before, energy.name, uuid), gpu_value(after, energy.name, uuid)
+        watts = [smi_number(row["power.draw"]), smi_number(row_after["power.draw"])]
+        if first is None or last is None or None in watts:
+            report.note(f"{where}: energy: poller {first} -> {last} J, nvidia-smi power {watts}: not compared")
+            continue
+        rate = (last - first) / elapsed
+        reference = sum(w for w in watts if w is not None) / 2
+        allowed = max(25.0, 0.2 * reference)
+        report.check(
+            abs(rate - reference) <= allowed,
+            f"{where}: energy counter rose {rate:.1f} J/s over {elapsed:.1f} s, nvidia-smi power.draw "
+            f"{reference:.1f} W (tolerance {allowed:.0f} W: power between the two reads is not sampled)",
+        )
+
+
 def check_gpm(report: Report, samples: Samples, gpus: list[GpuFigures]) -> None:
     for gpu in gpus:
         where = f"GPU {gpu.name} ({gpu.uuid})"
@@ -686,6 +713,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{len(identity)}",
             )
             compare_fields(report, samples, rows, driver)
+            compare_energy(report, poller, smi)
             check_gpm(report, samples, gpus)
 
             load, why = find_load(python, args.load, args.load_seconds)
