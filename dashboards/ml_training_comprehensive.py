@@ -14,6 +14,7 @@ from dashboards.panels import BLUE, GREEN, RED, YELLOW, Common, Query, Threshold
 from observability import catalog
 from observability.config import ObservabilityConfig
 from observability.rules import dashboard_recording as rec
+from observability.rules import jobs
 
 UID = "ml-training-comprehensive"
 TITLE = "ML Training Comprehensive"
@@ -187,8 +188,12 @@ def _gpu_monitoring() -> Row:
                     Query(rec.GPU_SM_ACTIVE_P50.record, "SM active"),
                     Query(rec.GPU_TENSOR_ACTIVE_P50.record, "tensor active"),
                     Query(rec.GPU_DRAM_BANDWIDTH_P50.record, "DRAM bandwidth"),
+                    # The selected job's GPUs (recorded per job): its NVML utilization beside its GPM means.
+                    Query(promql.selector(jobs.JOB_UTILIZATION_AVG.record, (MODEL, JOB)), "job NVML utilization"),
+                    Query(promql.selector(jobs.JOB_SM_ACTIVE_AVG.record, (MODEL, JOB)), "job SM active"),
+                    Query(promql.selector(jobs.JOB_TENSOR_ACTIVE_AVG.record, (MODEL, JOB)), "job tensor active"),
                 ],
-                dashed_refs=("A",),
+                dashed_refs=("A", "E"),
             ),
         ],
     )
@@ -355,6 +360,38 @@ def _error_tracking() -> Row:
     )
 
 
+def _cost_and_energy(cfg: ObservabilityConfig) -> Row:
+    unit = f"suffix: {cfg.currency}"
+    return Row(
+        "GPU Cost and Energy",
+        [
+            panels.bar_gauge(
+                Common(
+                    "GPU cost per model type (24 h)",
+                    f"Estimated cost ({cfg.currency}) of the GPUs each model type's jobs held over the last 24 hours: "
+                    "GPU-hours at the stack's price per GPU model (gpuHourlyCost) plus their energy at "
+                    "energyPricePerKWh. An estimate from the stack's prices, not an invoice.",
+                    unit,
+                    w=12,
+                    min=0,
+                ),
+                [Query(promql.selector(jobs.MODEL_COST_24H, (MODEL,)), "{{model_type}}", instant=True)],
+            ),
+            panels.bar_gauge(
+                Common(
+                    "Energy per job",
+                    "Energy (kWh) each job's GPUs have consumed since Prometheus first recorded the job (NVML energy "
+                    "counters; GPUs that cannot report energy are missing).",
+                    "kwatth",
+                    w=12,
+                    min=0,
+                ),
+                [Query(promql.selector(jobs.JOB_KWH.record, (MODEL,)), "{{model_type}} {{job_id}}", instant=True)],
+            ),
+        ],
+    )
+
+
 def build(cfg: ObservabilityConfig) -> dict[str, Any]:
     return assemble(
         DashboardSpec(
@@ -385,6 +422,7 @@ def build(cfg: ObservabilityConfig) -> dict[str, Any]:
                 _checkpoints(),
                 _advanced(),
                 _error_tracking(),
+                _cost_and_energy(cfg),
             ],
             min_interval=f"{cfg.scrape_interval_seconds}s",
             refresh="10s",

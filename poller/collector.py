@@ -22,7 +22,7 @@ from prometheus_client.registry import Collector
 
 from observability import catalog
 from poller.error_counters import CountersSnapshot, ErrorCounters
-from poller.exported_metrics import ECC_TYPES, GPU_GAUGES, INTERCONNECT_COUNTERS, THROTTLE_REASONS
+from poller.exported_metrics import ECC_TYPES, GPU_COUNTERS, GPU_GAUGES, INTERCONNECT_COUNTERS, THROTTLE_REASONS
 from poller.model import GpuIdentity, PassResult
 
 LOG = logging.getLogger(__name__)
@@ -120,6 +120,13 @@ def build_families(node: str, result: PassResult, counters: CountersSnapshot) ->
                 if value is not None:
                     interconnect.add_metric([*labels, direction], value)
         families.append(interconnect)
+    for metric, attribute in GPU_COUNTERS:
+        family = CounterMetricFamily(metric.name, metric.help, labels=metric.labels)
+        for sample, labels in labelled:
+            value = getattr(sample, attribute)
+            if value is not None:
+                family.add_metric(labels, value)
+        families.append(family)
 
     xid = CounterMetricFamily(
         catalog.GPU_XID_ERRORS_TOTAL.name, catalog.GPU_XID_ERRORS_TOTAL.help, labels=catalog.GPU_XID_ERRORS_TOTAL.labels

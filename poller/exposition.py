@@ -17,7 +17,7 @@ from observability import catalog
 from observability.exposition import format_value, label_block, series_prefix, text_header
 from poller.collector import gpu_label_values
 from poller.error_counters import CountersSnapshot
-from poller.exported_metrics import ECC_TYPES, GPU_GAUGES, INTERCONNECT_COUNTERS, THROTTLE_REASONS
+from poller.exported_metrics import ECC_TYPES, GPU_COUNTERS, GPU_GAUGES, INTERCONNECT_COUNTERS, THROTTLE_REASONS
 from poller.model import GpuIdentity, PassResult
 
 
@@ -37,6 +37,7 @@ class _GpuLines:
         values = gpu_label_values(node, gpu)
         base = _labels(catalog.GPU, values)
         self.gauges = tuple(series_prefix(metric.name, base) for metric, _ in GPU_GAUGES)  # GPU_GAUGES order
+        self.counters = tuple(series_prefix(metric.name, base) for metric, _ in GPU_COUNTERS)
         self.throttle = tuple(
             (bit, series_prefix(catalog.GPU_CLOCK_THROTTLE_ACTIVE.name, f"{base},{label_block([('reason', reason)])}"))
             for reason, bit in THROTTLE_REASONS
@@ -86,6 +87,7 @@ class _GpuLines:
 _GAUGE_HEADERS = tuple(_header(metric) for metric, _ in GPU_GAUGES)
 # One C call per GPU reads every gauge (and every interconnect counter) of its sample.
 _GAUGE_VALUES = operator.attrgetter(*(attribute for _, attribute in GPU_GAUGES))
+_COUNTER_HEADERS = tuple((_header(metric), attribute) for metric, attribute in GPU_COUNTERS)
 _THROTTLE_HEADER = _header(catalog.GPU_CLOCK_THROTTLE_ACTIVE)
 _ECC_HEADER = _header(catalog.GPU_ECC_ERRORS_TOTAL)
 _INTERCONNECT_VALUES = operator.attrgetter(
@@ -208,6 +210,13 @@ class TextPageWriter:
                     value = values[index]
                     if value is not None:
                         append(f"{prefixes[index]}{value}\n")
+
+        for index, (header, attribute) in enumerate(_COUNTER_HEADERS):
+            append(header)
+            for sample, lines in samples:
+                value = getattr(sample, attribute)
+                if value is not None:
+                    append(f"{lines.counters[index]}{format_value(value)}\n")
 
         cached = self._counters_cache  # counters change rarely: write them once per change
         if cached is None or cached[0] is not counters:

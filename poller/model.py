@@ -44,6 +44,7 @@ class GpuSample:
     clock_event_reasons: int | None = None
     ecc_corrected_total: int | None = None
     ecc_uncorrected_total: int | None = None
+    energy_joules_total: float | None = None
     # GPM (Hopper and newer), over the interval since the previous pass: see poller.gpm.
     sm_active_percent: float | None = None
     sm_occupancy_percent: float | None = None

@@ -78,6 +78,7 @@ def full_sample(gpu: GpuIdentity, temperature: int = 65) -> GpuSample:
         pcie_tx_bytes_total=1_000_000,
         nvlink_rx_bytes_total=90_000_000_000,
         nvlink_tx_bytes_total=80_000_000_000,
+        energy_joules_total=123_456.789,
     )
 
 
