@@ -52,6 +52,7 @@ def test_device_check_passes_on_the_fake_driver_sees_gpm_rise_and_writes_its_fig
     for field in ("utilization.gpu", "memory.total", "memory.free", "temperature.gpu", "power.draw", "clocks.sm"):
         assert f"[ok] GPU 0 (NVIDIA H100 80GB HBM3): {field}:" in report, field
     assert "[ok] driver version: poller 560.35.03, nvidia-smi 560.35.03" in report
+    assert "[ok] GPU NVIDIA H100 80GB HBM3 (GPU-00000000-0000-0000-0000-000000000000): energy counter rose" in report
     assert "compute capability 9.0: GPM gauges present (4/4)" in report
     assert "compute capability 8.0 (before Hopper): no GPM gauges" in report
     assert "[ok] GPM SM activity rose by 10 points or more under the load" in report
