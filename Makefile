@@ -8,7 +8,7 @@ STACK ?= dev
 STACKS := dev staging prod
 PYTEST_ARGS ?=
 
-.PHONY: render render-all test lint bench docs clean sysdeps venv dashboards-readme
+.PHONY: render render-all test lint bench docs clean sysdeps venv dashboards-readme device-check device-check-deps
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,15 @@ lint: $(VENV)/.installed
 ## benchmarks; figures go to BENCHMARKS.md
 bench: $(VENV)/.installed
 	$(PY) -m bench
+
+## on a machine with an NVIDIA GPU: the poller against the real driver and nvidia-smi (builds nothing;
+## needs python3 >= 3.11 with the poller's two packages, or build/device-check from device-check-deps)
+device-check:
+	$(PYTHON) scripts/device_check.py
+
+## the poller's pinned packages into build/device-check/site (where a package registry is reachable)
+device-check-deps:
+	$(PYTHON) -m pip install --quiet --target build/device-check/site -r poller/requirements.txt
 
 ## regenerate dashboards/README.md (rows and panels of every dashboard) from the code
 dashboards-readme: $(VENV)/.installed

@@ -27,6 +27,7 @@ from poller.exported_metrics import (
     FAILURE_REASONS,
     GPU_COUNTERS,
     GPU_GAUGES,
+    INTERCONNECT_COUNTERS,
     THROTTLE_REASONS,
 )
 
@@ -149,6 +150,9 @@ def poller_series(cfg: ObservabilityConfig, node_index: int, gpus: int, jobs: in
             yield SeriesSpec(
                 catalog.GPU_ECC_ERRORS_TOTAL.name, (*gpu_labels, ("ecc_type", ecc_type)), f"ecc:{ecc_type}", key
             )
+        for metric, directions in INTERCONNECT_COUNTERS:  # GPM byte counters (the fleet is H100)
+            for direction, attribute in directions:
+                yield SeriesSpec(metric.name, (*gpu_labels, ("direction", direction)), f"gpu:{attribute}", key)
         for error_type in ERROR_TYPES:
             yield SeriesSpec(
                 catalog.GPU_ERRORS_TOTAL.name, (*gpu_labels, ("error_type", error_type)), "rare_errors", key

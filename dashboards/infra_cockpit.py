@@ -4,8 +4,9 @@ Scrape targets of the annotated platform services, the training jobs and the GPU
 monitoring's own health (pollers up against GPU nodes, NVML down, GPUs enumerated against
 answering, the project's rule groups' cost, the pollers' scrape duration: what the
 `ml_monitoring_health` alerts watch); the poller's own health per node (NVML reachable, collection
-time and failures, driver versions); GPU hardware health; and the "Trace Health" row from Tempo's
-metrics generator.
+time and failures, driver versions); GPU hardware health; the fleet's profiling figures (GPM: SM
+and tensor activity, interconnect traffic); and the "Trace Health" row from Tempo's metrics
+generator.
 """
 
 from __future__ import annotations
@@ -399,6 +400,60 @@ def _gpu_hardware() -> Row:
     )
 
 
+def _gpu_profiling() -> Row:
+    return Row(
+        "GPU Profiling (GPM)",
+        [
+            panels.timeseries(
+                Common(
+                    "Fleet Busyness: NVML vs GPM",
+                    "Medians over the GPUs that report GPM (Hopper and newer): NVML utilization (dashed) "
+                    "against SM activity and tensor-core activity.",
+                    "percent",
+                    w=8,
+                    min=0,
+                    max=100,
+                ),
+                [
+                    Query(rec.GPU_UTILIZATION_P50_WHERE_GPM.record, "NVML utilization median"),
+                    Query(rec.GPU_SM_ACTIVE_P50.record, "SM active median"),
+                    Query(rec.GPU_TENSOR_ACTIVE_P50.record, "tensor active median"),
+                ],
+                dashed_refs=("A",),
+            ),
+            panels.timeseries(
+                Common(
+                    "SM Occupancy and DRAM Bandwidth",
+                    "Fleet medians of SM occupancy (resident warps of the maximum) and DRAM bandwidth used.",
+                    "percent",
+                    w=8,
+                    min=0,
+                    max=100,
+                ),
+                [
+                    Query(rec.GPU_SM_OCCUPANCY_P50.record, "SM occupancy median"),
+                    Query(rec.GPU_DRAM_BANDWIDTH_P50.record, "DRAM bandwidth median"),
+                ],
+            ),
+            panels.timeseries(
+                Common(
+                    "Interconnect Traffic",
+                    "Bytes per second over the fleet: NVLink (solid) and PCIe (dashed), received by GPUs (rx) "
+                    "and sent (tx).",
+                    "Bps",
+                    w=8,
+                    min=0,
+                ),
+                [
+                    Query(rec.GPU_NVLINK_BYTES_RATE.record, "NVLink {{direction}}"),
+                    Query(rec.GPU_PCIE_BYTES_RATE.record, "PCIe {{direction}}"),
+                ],
+                dashed_refs=("B",),
+            ),
+        ],
+    )
+
+
 def _gpu_allocation() -> Row:
     return Row(
         "GPU Allocation",
@@ -487,6 +542,7 @@ def build(cfg: ObservabilityConfig) -> dict[str, Any]:
                 _monitoring_health(cfg),
                 _poller_health(),
                 _gpu_hardware(),
+                _gpu_profiling(),
                 _gpu_allocation(),
                 _trace_health(),
             ],

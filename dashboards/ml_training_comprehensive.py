@@ -172,6 +172,29 @@ def _gpu_monitoring() -> Row:
                 [Query(f"topk({TOP}, {memory})", GPU_LEGEND, instant=True)],
                 background=True,
             ),
+            panels.timeseries(
+                Common(
+                    "True Utilization",
+                    "Fleet medians over the GPUs that report GPM (Hopper and newer): NVML utilization (a kernel "
+                    "was running, dashed) against SM activity, tensor-core activity and DRAM bandwidth. The gap "
+                    "is busyness NVML's figure hides.",
+                    "percent",
+                    w=24,
+                    min=0,
+                    max=100,
+                ),
+                [
+                    Query(rec.GPU_UTILIZATION_P50_WHERE_GPM.record, "NVML utilization"),
+                    Query(rec.GPU_SM_ACTIVE_P50.record, "SM active"),
+                    Query(rec.GPU_TENSOR_ACTIVE_P50.record, "tensor active"),
+                    Query(rec.GPU_DRAM_BANDWIDTH_P50.record, "DRAM bandwidth"),
+                    # The selected job's GPUs (recorded per job): its NVML utilization beside its GPM means.
+                    Query(promql.selector(jobs.JOB_UTILIZATION_AVG.record, (MODEL, JOB)), "job NVML utilization"),
+                    Query(promql.selector(jobs.JOB_SM_ACTIVE_AVG.record, (MODEL, JOB)), "job SM active"),
+                    Query(promql.selector(jobs.JOB_TENSOR_ACTIVE_AVG.record, (MODEL, JOB)), "job tensor active"),
+                ],
+                dashed_refs=("A", "E"),
+            ),
         ],
     )
 

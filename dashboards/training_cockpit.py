@@ -221,7 +221,42 @@ def _gpu_resources() -> Row:
                 ),
                 [_busiest(catalog.GPU_MEMORY_UTILIZATION_PERCENT)],
             ),
+            _true_utilization(),
         ],
+    )
+
+
+def _true_utilization() -> panels.PanelBuilder:
+    # Means over the selected GPUs that report GPM (Hopper and newer), NVML's figure over the same
+    # GPUs: one series per target whatever `$node` selects.
+    def mean(metric: catalog.Metric) -> str:
+        return promql.by("avg", (), _gpus(metric))
+
+    nvml_where_gpm = promql.by(
+        "avg", (), f"{_gpus(catalog.GPU_UTILIZATION_PERCENT)} and {_gpus(catalog.GPU_SM_ACTIVE_PERCENT)}"
+    )
+    return panels.timeseries(
+        Common(
+            "True Utilization",
+            "NVML utilization (a kernel was running, dashed) against what the selected GPUs really did: SM "
+            "activity, tensor-core activity and DRAM bandwidth (GPM, Hopper and newer; GPUs without GPM are "
+            "left out). A GPU at 100% utilization with low SM activity runs small kernels or waits.",
+            "percent",
+            w=24,
+            min=0,
+            max=100,
+        ),
+        [
+            Query(nvml_where_gpm, "NVML utilization"),
+            Query(mean(catalog.GPU_SM_ACTIVE_PERCENT), "SM active"),
+            Query(mean(catalog.GPU_TENSOR_ACTIVE_PERCENT), "tensor active"),
+            Query(mean(catalog.GPU_DRAM_BANDWIDTH_UTILIZATION_PERCENT), "DRAM bandwidth"),
+            # The same comparison for the GPUs job $job_id holds (recorded per job).
+            Query(promql.selector(jobs.JOB_UTILIZATION_AVG.record, (JOB_ID,)), "{{job_id}} NVML utilization"),
+            Query(promql.selector(jobs.JOB_SM_ACTIVE_AVG.record, (JOB_ID,)), "{{job_id}} SM active"),
+            Query(promql.selector(jobs.JOB_TENSOR_ACTIVE_AVG.record, (JOB_ID,)), "{{job_id}} tensor active"),
+        ],
+        dashed_refs=("A", "E"),
     )
 
 

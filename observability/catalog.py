@@ -227,6 +227,67 @@ GPU_SM_CLOCK_HERTZ = Metric("ml_gpu_sm_clock_hertz", MetricType.GAUGE, "hertz", 
 GPU_MEMORY_CLOCK_HERTZ = Metric(
     "ml_gpu_memory_clock_hertz", MetricType.GAUGE, "hertz", "Current memory clock.", GPU, _G
 )
+# GPU Performance Monitoring (GPM, NVML on Hopper and newer): what the GPU really does, where
+# ml_gpu_utilization_percent only says that some kernel ran. Averaged over the interval between
+# the poller's last two collection passes; absent on GPUs without GPM and on the first pass after
+# the poller starts or a GPU returns. Percent like the other utilization figures of this catalog.
+_GPM_NOTE = (
+    " Averaged over the interval between the poller's last two collection passes (NVML GPM, Hopper "
+    "and newer; absent elsewhere)."
+)
+GPU_SM_ACTIVE_PERCENT = Metric(
+    "ml_gpu_sm_active_percent",
+    MetricType.GAUGE,
+    "percent",
+    "Percent of SMs busy (at least one warp resident), the share of the GPU doing work (0-100; "
+    "DCGM's PROF_SM_ACTIVE x 100)." + _GPM_NOTE,
+    GPU,
+    _G,
+)
+GPU_SM_OCCUPANCY_PERCENT = Metric(
+    "ml_gpu_sm_occupancy_percent",
+    MetricType.GAUGE,
+    "percent",
+    "Resident warps as a percent of the SMs' maximum (0-100; DCGM's PROF_SM_OCCUPANCY x 100)." + _GPM_NOTE,
+    GPU,
+    _G,
+)
+GPU_TENSOR_ACTIVE_PERCENT = Metric(
+    "ml_gpu_tensor_active_percent",
+    MetricType.GAUGE,
+    "percent",
+    "Percent of time the SMs ran tensor-core instructions of any type (0-100; DCGM's "
+    "PROF_PIPE_TENSOR_ACTIVE x 100)." + _GPM_NOTE,
+    GPU,
+    _G,
+)
+GPU_DRAM_BANDWIDTH_UTILIZATION_PERCENT = Metric(
+    "ml_gpu_dram_bandwidth_utilization_percent",
+    MetricType.GAUGE,
+    "percent",
+    "Device-memory bandwidth used as a percent of its theoretical maximum (0-100; DCGM's "
+    "PROF_DRAM_ACTIVE x 100)." + _GPM_NOTE,
+    GPU,
+    _G,
+)
+GPU_PCIE_BYTES_TOTAL = Metric(
+    "ml_gpu_pcie_bytes_total",
+    MetricType.COUNTER,
+    "bytes",
+    "PCIe traffic counted by the poller from NVML GPM throughput, by direction rx (to the GPU) or tx "
+    "(from the GPU); appears after the second pass, keeps counting across NVML re-initialisations.",
+    (*GPU, "direction"),
+    _G,
+)
+GPU_NVLINK_BYTES_TOTAL = Metric(
+    "ml_gpu_nvlink_bytes_total",
+    MetricType.COUNTER,
+    "bytes",
+    "NVLink traffic over all links counted by the poller from NVML GPM throughput, by direction rx "
+    "(read by the GPU) or tx (written); appears after the second pass, on GPUs with NVLink.",
+    (*GPU, "direction"),
+    _G,
+)
 GPU_CLOCK_THROTTLE_ACTIVE = Metric(
     "ml_gpu_clock_throttle_active",
     MetricType.GAUGE,

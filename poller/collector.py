@@ -22,7 +22,7 @@ from prometheus_client.registry import Collector
 
 from observability import catalog
 from poller.error_counters import CountersSnapshot, ErrorCounters
-from poller.exported_metrics import ECC_TYPES, GPU_COUNTERS, GPU_GAUGES, THROTTLE_REASONS
+from poller.exported_metrics import ECC_TYPES, GPU_COUNTERS, GPU_GAUGES, INTERCONNECT_COUNTERS, THROTTLE_REASONS
 from poller.model import GpuIdentity, PassResult
 
 LOG = logging.getLogger(__name__)
@@ -112,6 +112,14 @@ def build_families(node: str, result: PassResult, counters: CountersSnapshot) ->
                 ecc.add_metric([*labels, ecc_type], value)
     families.append(ecc)
 
+    for metric, directions in INTERCONNECT_COUNTERS:
+        interconnect = CounterMetricFamily(metric.name, metric.help, labels=metric.labels)
+        for sample, labels in labelled:
+            for direction, attribute in directions:
+                value = getattr(sample, attribute)
+                if value is not None:
+                    interconnect.add_metric([*labels, direction], value)
+        families.append(interconnect)
     for metric, attribute in GPU_COUNTERS:
         family = CounterMetricFamily(metric.name, metric.help, labels=metric.labels)
         for sample, labels in labelled:

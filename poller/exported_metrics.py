@@ -19,6 +19,16 @@ GPU_GAUGES: tuple[tuple[catalog.Metric, str], ...] = (
     (catalog.GPU_POWER_LIMIT_WATTS, "power_limit_watts"),
     (catalog.GPU_SM_CLOCK_HERTZ, "sm_clock_hertz"),
     (catalog.GPU_MEMORY_CLOCK_HERTZ, "memory_clock_hertz"),
+    (catalog.GPU_SM_ACTIVE_PERCENT, "sm_active_percent"),
+    (catalog.GPU_SM_OCCUPANCY_PERCENT, "sm_occupancy_percent"),
+    (catalog.GPU_TENSOR_ACTIVE_PERCENT, "tensor_active_percent"),
+    (catalog.GPU_DRAM_BANDWIDTH_UTILIZATION_PERCENT, "dram_bandwidth_utilization_percent"),
+)
+
+# Interconnect byte counters: (catalog metric, ((`direction` label value, GpuSample attribute), ...)).
+INTERCONNECT_COUNTERS: tuple[tuple[catalog.Metric, tuple[tuple[str, str], ...]], ...] = (
+    (catalog.GPU_PCIE_BYTES_TOTAL, (("rx", "pcie_rx_bytes_total"), ("tx", "pcie_tx_bytes_total"))),
+    (catalog.GPU_NVLINK_BYTES_TOTAL, (("rx", "nvlink_rx_bytes_total"), ("tx", "nvlink_tx_bytes_total"))),
 )
 
 # `reason` label values of ml_gpu_clock_throttle_active and their bits in NVML's

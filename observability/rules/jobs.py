@@ -141,6 +141,18 @@ JOB_TEMPERATURE_MAX = RecordingRule(
     "Temperature (Celsius) of the hottest GPU each training job holds.",
 )
 
+# GPM (Hopper and newer): what the job's GPUs really did, beside NVML's "a kernel ran" figure above.
+JOB_SM_ACTIVE_AVG = RecordingRule(
+    f"model_type_job_id:{catalog.GPU_SM_ACTIVE_PERCENT.name}:avg",
+    f"avg {_JOB} (\n{attributed(_per_gpu(catalog.GPU_SM_ACTIVE_PERCENT))}\n)",
+    "Mean SM activity (0-100, GPM) of the GPUs each training job holds that report GPM.",
+)
+JOB_TENSOR_ACTIVE_AVG = RecordingRule(
+    f"model_type_job_id:{catalog.GPU_TENSOR_ACTIVE_PERCENT.name}:avg",
+    f"avg {_JOB} (\n{attributed(_per_gpu(catalog.GPU_TENSOR_ACTIVE_PERCENT))}\n)",
+    "Mean tensor-core activity (0-100, GPM) of the GPUs each training job holds that report GPM.",
+)
+
 # --- fleet allocation ----------------------------------------------------------------------------
 FLEET_HELD = RecordingRule(
     f"fleet:{_INFO}:held",
@@ -274,6 +286,8 @@ JOB_RULES: tuple[RecordingRule, ...] = (
     JOB_GPUS,
     JOB_UTILIZATION_AVG,
     JOB_UTILIZATION_MIN,
+    JOB_SM_ACTIVE_AVG,
+    JOB_TENSOR_ACTIVE_AVG,
     JOB_MEMORY_RATIO_MAX,
     JOB_POWER,
     JOB_ENERGY_RATE,

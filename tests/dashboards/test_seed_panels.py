@@ -93,6 +93,10 @@ COMPREHENSIVE = [
     ("GPU Cost and Energy", "GPU cost per model type (24 h)", "bargauge"),
     ("GPU Cost and Energy", "Energy per job", "bargauge"),
 ]
+# Panels beyond the seed's: real busyness (GPM) beside NVML utilization.
+COMPREHENSIVE_ADDED = [
+    ("GPU Monitoring", "True Utilization", "timeseries"),
+]
 
 
 def rows_and_panels(dashboard: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -199,10 +203,10 @@ def test_infra_cockpit_trace_health_and_scrape_targets_follow_the_stack(stack_da
 
 def test_comprehensive_panels_have_the_seed_visualizations(default_dashboards):
     d = default_dashboards["ml-training-comprehensive"]
-    for row, title, kind in COMPREHENSIVE:
+    for row, title, kind in COMPREHENSIVE + COMPREHENSIVE_ADDED:
         matches = [p for r, p in rows_and_panels(d) if (r, p["title"]) == (row, title)]
         assert [p["type"] for p in matches] == [kind], (row, title)
-    assert len(rows_and_panels(d)) == len(COMPREHENSIVE)
+    assert len(rows_and_panels(d)) == len(COMPREHENSIVE) + len(COMPREHENSIVE_ADDED)
 
 
 def test_comprehensive_thresholds_and_colours(default_dashboards):

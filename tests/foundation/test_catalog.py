@@ -60,8 +60,8 @@ def test_metric_follows_conventions(metric: catalog.Metric) -> None:
     if metric.unit == "seconds" and metric.producer is not Producer.TEMPO_METRICS_GENERATOR:
         # (Tempo names its own span-latency histogram `traces_spanmetrics_latency`.)
         assert "_seconds" in metric.name
-    if metric.unit == "bytes":
-        assert metric.name.endswith("_bytes")
+    if metric.unit == "bytes":  # a byte counter ends in `_bytes_total` (node_exporter's convention)
+        assert metric.name.removesuffix("_total").endswith("_bytes")
     if metric.type is MetricType.INFO:
         assert metric.name.endswith("_info")
 

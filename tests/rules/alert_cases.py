@@ -835,6 +835,12 @@ _FLEET_GPUS = (  # (labels, poller target, utilization, memory used, watts, cels
     (A100, POLLER_NODE_2, 90, 20e9, 400, 80, 0),
 )
 _SCRAPES = 41  # 0s..600s
+# GPM figures (SM active, tensor active): the H100s only; the A100 (job-2's) reports none.
+_FLEET_GPM = (
+    (GPU0, TARGET, 15, 10),
+    (GPU_OTHER_NODE, POLLER_NODE_2, 35, 30),
+    (GPU1, POLLER_NODE_2, 5, 0),
+)
 
 
 def _fleet_input(energy_grows: bool = True) -> dict[str, str]:
@@ -847,6 +853,9 @@ def _fleet_input(energy_grows: bool = True) -> dict[str, str]:
         out |= _gpu(catalog.GPU_TEMPERATURE_CELSIUS, gpu, values((celsius, _SCRAPES)), target)
         step = watts * S if energy_grows else 0
         out |= _gpu(catalog.GPU_ENERGY_JOULES_TOTAL, gpu, join(counter(joules, step, _SCRAPES)), target)
+    for gpu, target, sm_active, tensor_active in _FLEET_GPM:
+        out |= _gpu(catalog.GPU_SM_ACTIVE_PERCENT, gpu, values((sm_active, _SCRAPES)), target)
+        out |= _gpu(catalog.GPU_TENSOR_ACTIVE_PERCENT, gpu, values((tensor_active, _SCRAPES)), target)
     out[series(catalog.GPU_POLLER_DEVICES, {**TARGET, "node": "gpu-node-1"})] = values((1, _SCRAPES))
     out[series(catalog.GPU_POLLER_DEVICES, {**POLLER_NODE_2, "node": "gpu-node-2"})] = values((3, _SCRAPES))
     out |= _holds(JOB_1, GPU0, GPU_OTHER_NODE, samples=values((1, _SCRAPES)))
@@ -878,6 +887,8 @@ _PER_RECORD: dict[str, tuple[tuple[dict[str, str], float], ...]] = {
     jobs.JOB_GPUS.record: ((JOB_1, 2), (JOB_2, 1)),
     jobs.JOB_UTILIZATION_AVG.record: ((JOB_1, 30), (JOB_2, 90)),
     jobs.JOB_UTILIZATION_MIN.record: ((JOB_1, 20), (JOB_2, 90)),
+    jobs.JOB_SM_ACTIVE_AVG.record: ((JOB_1, 25),),  # job-2's A100 has no GPM: no series
+    jobs.JOB_TENSOR_ACTIVE_AVG.record: ((JOB_1, 20),),
     jobs.JOB_MEMORY_RATIO_MAX.record: ((JOB_1, 0.75), (JOB_2, 0.25)),
     jobs.JOB_POWER.record: ((JOB_1, 500), (JOB_2, 400)),
     jobs.JOB_ENERGY_RATE.record: ((JOB_1, 500), (JOB_2, 400)),
