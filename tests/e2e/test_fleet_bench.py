@@ -373,6 +373,8 @@ def test_the_rule_groups_only_report_shows_each_group_and_the_highlighted_one_pe
     assert section.startswith(GROUPS_BEGIN) and section.rstrip().endswith(GROUPS_END)
     assert "| **ml_monitoring_health** | 8 | 6 | 20 / 40 | 4.0 | 0.5 | GPUPollerDown (10) |" in section  # 20 / 40
     assert "per rule (mean ms): GPUPollerDown 10, Watchdog 0.1." in section
+    one_size = render_rule_groups([(big, groups(20.0))], "x", "2 cores", 150, 6, "ml_monitoring_health")
+    assert "| **ml_monitoring_health** | 8 | 6 | 20 / 40 | 0.5 | GPUPollerDown (10) |" in one_size
     assert f"| {BASELINE_GROUP} |" not in section
     path = tmp_path / "BENCHMARKS.md"
     path.write_text(f"# Benchmarks\n\n{BEGIN}\nthe full run\n{END}\n")
