@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from dashboards import panels, promql, variables
+from dashboards import panels, variables
 from dashboards.layout import DashboardSpec, Row, assemble
 from dashboards.panels import GREEN, RED, YELLOW, Common, Query, Thresholds
-from observability import catalog
+from observability import catalog, promql
 from observability.config import ObservabilityConfig
 from observability.rules import dashboard_recording as rec
 from observability.rules.model import RecordingRule
@@ -57,7 +57,7 @@ def _scrape_targets(cfg: ObservabilityConfig) -> Row:
                     thresholds=ALL_UP,
                     mappings=UP_DOWN,
                 ),
-                [Query(promql.by("min", ("service",), _up(platform)), "{{service}}")],
+                [Query(promql.aggregate("min", ("service",), _up(platform)), "{{service}}")],
                 background=True,
             ),
             _targets_up(
@@ -74,7 +74,7 @@ def _scrape_targets(cfg: ObservabilityConfig) -> Row:
                 Common(
                     "Targets Up by Service", "Scrape targets answering, per service, over time.", "short", w=12, min=0
                 ),
-                [Query(promql.by("sum", ("service",), _up(every_service)), "{{service}}")],
+                [Query(promql.aggregate("sum", ("service",), _up(every_service)), "{{service}}")],
             ),
             panels.prometheus_table(
                 Common(
@@ -92,7 +92,7 @@ def _scrape_targets(cfg: ObservabilityConfig) -> Row:
 
 def _node_gauge(metric: catalog.Metric) -> str:
     """One value per node (a poller pod restarting briefly exports a node twice)."""
-    return promql.by("max", ("node",), promql.gauge(metric, (NODE,)))
+    return promql.aggregate("max", ("node",), promql.gauge(metric, (NODE,)))
 
 
 def _worst(title: str, description: str, unit: str, expr: str, w: int = 8) -> panels.PanelBuilder:
@@ -109,7 +109,7 @@ def _poller_health() -> Row:
     nvml_down = f"{_node_gauge(catalog.GPU_POLLER_NVML_UP)} == 0"
     duration = promql.gauge(catalog.GPU_POLLER_COLLECTION_DURATION_SECONDS, (NODE,))
     devices = _node_gauge(catalog.GPU_POLLER_DEVICES)
-    failures = promql.by("sum", ("node",), promql.rate(catalog.GPU_POLLER_COLLECTION_FAILURES_TOTAL, (NODE,)))
+    failures = promql.aggregate("sum", ("node",), promql.rate(catalog.GPU_POLLER_COLLECTION_FAILURES_TOTAL, (NODE,)))
     return Row(
         "GPU Poller Health",
         [
@@ -145,7 +145,7 @@ def _poller_health() -> Row:
                     min=0,
                 ),
                 [
-                    Query(promql.by("max", (), duration), "slowest node"),
+                    Query(promql.aggregate("max", (), duration), "slowest node"),
                     Query(f"quantile(0.95, {duration})", "p95"),
                     Query(f"quantile(0.5, {duration})", "median"),
                 ],
@@ -166,7 +166,7 @@ def _poller_health() -> Row:
                 "Slowest Collections",
                 f"The {WORST} nodes whose last NVML collection took longest.",
                 "s",
-                promql.by("max", ("node",), duration),
+                promql.aggregate("max", ("node",), duration),
             ),
             _worst(
                 "Most Collection Failures",
@@ -183,15 +183,15 @@ def _poller_health() -> Row:
                     min=0,
                 ),
                 [
-                    Query(promql.by("sum", (), devices), "GPUs in the fleet", instant=True),
-                    Query(promql.by("min", (), devices), "fewest on a node", instant=True),
+                    Query(promql.aggregate("sum", (), devices), "GPUs in the fleet", instant=True),
+                    Query(promql.aggregate("min", (), devices), "fewest on a node", instant=True),
                 ],
             ),
             panels.prometheus_table(
                 Common("Driver Versions", "Nodes running each NVML, driver and CUDA driver version.", "short", w=16),
                 [
                     Query(
-                        promql.by(
+                        promql.aggregate(
                             "count",
                             ("driver_version", "nvml_version", "cuda_driver_version"),
                             promql.gauge(catalog.GPU_DRIVER_INFO, (NODE,)),
@@ -214,7 +214,7 @@ def _gpu_hardware() -> Row:
         )
 
     def worst_gpus(title: str, what: str, metric: catalog.Metric) -> panels.PanelBuilder:
-        per_gpu = promql.by("sum", ("node", "gpu_id"), promql.rate(metric, (NODE,)))
+        per_gpu = promql.aggregate("sum", ("node", "gpu_id"), promql.rate(metric, (NODE,)))
         return _worst(
             title,
             f"The {WORST} GPUs with the most {what} per second now (only GPUs that have any).",
@@ -289,7 +289,7 @@ def _gpu_hardware() -> Row:
                 "Highest Power Draw",
                 f"The {WORST} GPUs drawing the most power now.",
                 "watt",
-                promql.by("max", ("node", "gpu_id"), power),
+                promql.aggregate("max", ("node", "gpu_id"), power),
                 w=24,
             ),
         ],

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from dashboards import panels, promql, variables
+from dashboards import panels, variables
 from dashboards.layout import DashboardSpec, Row, assemble
 from dashboards.panels import BLUE, GREEN, RED, YELLOW, Common, Query, Thresholds
-from observability import catalog
+from observability import catalog, promql
 from observability.config import ObservabilityConfig
 from observability.rules import dashboard_recording as rec
 
@@ -42,7 +42,7 @@ def _job(metric: catalog.Metric) -> str:
 
 
 def _high_level_status() -> Row:
-    nan_count = f"ceil({promql.by('sum', (), promql.increase(catalog.TRAINING_NAN_COUNT, (MODEL, JOB)))})"
+    nan_count = f"ceil({promql.aggregate('sum', (), promql.increase(catalog.TRAINING_NAN_COUNT, (MODEL, JOB)))})"
     return Row(
         "High-Level Status",
         [
@@ -50,7 +50,7 @@ def _high_level_status() -> Row:
                 Common("Training Jobs by Status", "Running, pending and failed training jobs.", "short", w=6),
                 [
                     Query(
-                        promql.by(
+                        promql.aggregate(
                             "sum",
                             ("status",),
                             promql.gauge(
@@ -92,7 +92,7 @@ def _high_level_status() -> Row:
                 Common("Training Loss Curves", "Mean training loss of every model type, overlaid.", "none", w=6),
                 [
                     Query(
-                        promql.by("avg", ("model_type",), promql.gauge(catalog.TRAINING_LOSS, (MODEL,))),
+                        promql.aggregate("avg", ("model_type",), promql.gauge(catalog.TRAINING_LOSS, (MODEL,))),
                         "{{model_type}}",
                     )
                 ],
@@ -240,7 +240,7 @@ def _performance() -> Row:
 
 def _checkpoints() -> Row:
     def per_model(metric: catalog.Metric) -> str:
-        return promql.by("sum", ("model_type",), promql.rate(metric, (MODEL, JOB)))
+        return promql.aggregate("sum", ("model_type",), promql.rate(metric, (MODEL, JOB)))
 
     return Row(
         "Checkpoint Management",
@@ -303,7 +303,7 @@ def _advanced() -> Row:
 
 
 def _error_tracking() -> Row:
-    failures = promql.by("sum", ("error_type",), promql.increase(catalog.TRAINING_FAILURES_TOTAL, (MODEL,)))
+    failures = promql.aggregate("sum", ("error_type",), promql.increase(catalog.TRAINING_FAILURES_TOTAL, (MODEL,)))
     return Row(
         "Error Tracking",
         [

@@ -26,7 +26,7 @@ INTRO = """\
 
 Four Grafana dashboards written in Python with grafana-foundation-sdk, one module each
 (`training_cockpit.py`, `traces.py`, `infra_cockpit.py`, `ml_training_comprehensive.py`),
-sharing `panels.py` (panel shapes), `variables.py`, `promql.py` (catalog-typed PromQL) and
+sharing `panels.py` (panel shapes), `variables.py`, `observability/promql.py` (catalog-typed PromQL) and
 `layout.py` (grid, ids, serialisation). Every query is built from `observability/catalog.py`;
 heavy expressions read the recording rules of `observability/rules/dashboard_recording.py`.
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from dashboards import panels, promql, variables
+from dashboards import panels, variables
 from dashboards.layout import DashboardSpec, Row, assemble
 from dashboards.panels import GREEN, RED, YELLOW, Common, LogQuery, Query, Thresholds, TraceQuery
-from observability import catalog
+from observability import catalog, promql
 from observability.config import ObservabilityConfig
 from observability.rules import dashboard_recording as rec
 

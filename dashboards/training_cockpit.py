@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from dashboards import panels, promql, variables
+from dashboards import panels, variables
 from dashboards.layout import DashboardSpec, Row, assemble
 from dashboards.panels import BLUE, GREEN, RED, YELLOW, Common, Query, Thresholds
-from observability import catalog
+from observability import catalog, promql
 from observability.config import ObservabilityConfig
 from observability.rules import dashboard_recording as rec
 from observability.rules.model import RecordingRule
@@ -31,7 +31,7 @@ TOP = 5
 
 
 def _sum_rate(metric: catalog.Metric, labels: tuple[str, ...], matchers: tuple[str, ...] = (MODEL,)) -> str:
-    return promql.by("sum", labels, promql.rate(metric, matchers))
+    return promql.aggregate("sum", labels, promql.rate(metric, matchers))
 
 
 def _quantiles(rule: RecordingRule, labels: tuple[str, ...]) -> list[Query]:
@@ -43,10 +43,10 @@ def _quantiles(rule: RecordingRule, labels: tuple[str, ...]) -> list[Query]:
 
 
 def _active_jobs() -> Row:
-    fold_progress = (
-        f"100 * {promql.by('count', ('model_type', 'job_id'), promql.gauge(catalog.TRAINING_FOLD_LOSS, (MODEL,)))}"
-        f" / {promql.by('max', ('model_type', 'job_id'), promql.gauge(catalog.TRAINING_FOLDS_PLANNED, (MODEL,)))}"
-    )
+    per_job = ("model_type", "job_id")
+    folds_done = promql.aggregate("count", per_job, promql.gauge(catalog.TRAINING_FOLD_LOSS, (MODEL,)))
+    folds_planned = promql.aggregate("max", per_job, promql.gauge(catalog.TRAINING_FOLDS_PLANNED, (MODEL,)))
+    fold_progress = f"100 * {folds_done} / {folds_planned}"
     return Row(
         "Active Jobs",
         [
@@ -54,7 +54,9 @@ def _active_jobs() -> Row:
                 Common("Active Workers", "Training workers running now, per model type.", "short", w=4),
                 [
                     Query(
-                        promql.by("sum", ("model_type",), promql.gauge(catalog.TRAINING_ACTIVE_WORKERS, (MODEL,))),
+                        promql.aggregate(
+                            "sum", ("model_type",), promql.gauge(catalog.TRAINING_ACTIVE_WORKERS, (MODEL,))
+                        ),
                         "{{model_type}}",
                     )
                 ],
@@ -175,7 +177,7 @@ def _gpu_resources() -> Row:
                 ),
                 [
                     _busiest(catalog.GPU_MEMORY_USED_BYTES, " used"),
-                    Query(promql.by("max", (), _gpus(catalog.GPU_MEMORY_TOTAL_BYTES)), "total"),
+                    Query(promql.aggregate("max", (), _gpus(catalog.GPU_MEMORY_TOTAL_BYTES)), "total"),
                 ],
                 dashed_refs=("B",),
             ),
@@ -201,7 +203,7 @@ def _gpu_resources() -> Row:
                 ),
                 [
                     _busiest(catalog.GPU_POWER_WATTS, " draw"),
-                    Query(promql.by("max", (), _gpus(catalog.GPU_POWER_LIMIT_WATTS)), "limit"),
+                    Query(promql.aggregate("max", (), _gpus(catalog.GPU_POWER_LIMIT_WATTS)), "limit"),
                 ],
                 dashed_refs=("B",),
             ),
@@ -283,7 +285,7 @@ def _data_pipeline() -> Row:
                 Common("Batches Processed", "Data batches processed in each rate interval.", "short", w=12, min=0),
                 [
                     Query(
-                        promql.by(
+                        promql.aggregate(
                             "sum", ("model_type",), promql.increase(catalog.TRAINING_DATA_BATCHES_TOTAL, (MODEL,))
                         ),
                         "{{model_type}}",
@@ -385,7 +387,12 @@ def _timing() -> Row:
                     w=12,
                     min=0,
                 ),
-                [Query(promql.by("sum", ("status",), promql.gauge(catalog.TRAINING_JOBS_BY_STATUS)), "{{status}}")],
+                [
+                    Query(
+                        promql.aggregate("sum", ("status",), promql.gauge(catalog.TRAINING_JOBS_BY_STATUS)),
+                        "{{status}}",
+                    )
+                ],
                 stacked=True,
             ),
         ],

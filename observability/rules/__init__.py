@@ -15,11 +15,11 @@ from collections.abc import Callable
 from typing import Any
 
 from observability.config import ObservabilityConfig
+from observability.promql import duration
 from observability.rules import gpu, pipeline, quality, storage, training
 from observability.rules.dashboard_recording import dashboard_recording_groups
 from observability.rules.detection import CRITICAL_DETECTION_ALERTS, detection_budget
 from observability.rules.model import AlertRule, RecordingRule, RunbookQuery, Severity
-from observability.rules.promql import duration
 from observability.rules.recording import RECORDING_RULES, recording_groups
 from observability.rules.render import dump_groups
 

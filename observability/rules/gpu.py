@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from observability import catalog
 from observability.config import ObservabilityConfig
+from observability.promql import by, counter_increased, duration, gauge_by
 from observability.rules import recording
 from observability.rules.detection import critical_for_seconds, event_window_seconds
 from observability.rules.model import AlertRule, RunbookQuery, Severity
-from observability.rules.promql import by, counter_increased, duration, gauge
 
 GROUP = "ml_gpu_resources"
 GPU_LABELS = recording.GPU_LABELS
@@ -53,7 +53,7 @@ def _memory_ratio_one_gpu_last(window: str) -> str:
 
 def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
     event_window = duration(event_window_seconds(cfg))
-    util = gauge(catalog.GPU_UTILIZATION_PERCENT, GPU_LABELS)
+    util = gauge_by(catalog.GPU_UTILIZATION_PERCENT, GPU_LABELS)
     one_util = f"{catalog.GPU_UTILIZATION_PERCENT.name}{_ONE_GPU}"
     return (
         AlertRule(

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from observability.config import ObservabilityConfig
-from observability.rules.promql import duration
+from observability.promql import duration
 
 _NOT_IN_ANCHOR = re.compile(r"[^\w\- ]", re.UNICODE)
 

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from observability.config import ObservabilityConfig
+from observability.promql import duration
 from observability.rules import alert_groups
 from observability.rules.model import AlertRule, alert_heading, github_anchor
-from observability.rules.promql import duration
 
 RUNBOOKS_PATH = Path(__file__).resolve().parents[2] / "docs" / "runbooks.md"
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from observability import catalog
 from observability.config import ObservabilityConfig
+from observability.promql import counter_increased, counter_rate, duration
 from observability.rules import recording
 from observability.rules.detection import event_window_seconds
 from observability.rules.model import AlertRule, RunbookQuery, Severity
-from observability.rules.promql import counter_increased, counter_rate, duration
 
 GROUP = "ml_storage"
 S3_ERRORS_PER_SECOND = 1

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from observability import catalog
 from observability.config import ObservabilityConfig
+from observability.promql import by, counter_increased, counter_rate, duration, gauge_by
 from observability.rules import recording
 from observability.rules.detection import critical_for_seconds, event_window_seconds
 from observability.rules.model import AlertRule, RunbookQuery, Severity
-from observability.rules.promql import by, counter_increased, counter_rate, duration, gauge
 
 PERFORMANCE_GROUP = "ml_training_performance"
 AVAILABILITY_GROUP = "ml_training_availability"
@@ -72,7 +72,7 @@ def performance_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             name="TrainingSlowdown",
             group=PERFORMANCE_GROUP,
             severity=Severity.WARNING,
-            expr=f"{gauge(catalog.TRAINING_EPOCHS_PER_SECOND, JOB_LABELS)} < {SLOWDOWN_EPOCHS_PER_SECOND}",
+            expr=f"{gauge_by(catalog.TRAINING_EPOCHS_PER_SECOND, JOB_LABELS)} < {SLOWDOWN_EPOCHS_PER_SECOND}",
             for_seconds=300,
             summary="A training job has been running slower than 0.1 epochs per second for 5 minutes.",
             description=(
@@ -92,7 +92,7 @@ def performance_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
                     f"(rate({catalog.TRAINING_ITERATION_SECONDS.bucket}{_ONE_JOB}[5m])))",
                 ),
                 RunbookQuery(
-                    "GPU utilization on every GPU", gauge(catalog.GPU_UTILIZATION_PERCENT, recording.GPU_LABELS)
+                    "GPU utilization on every GPU", gauge_by(catalog.GPU_UTILIZATION_PERCENT, recording.GPU_LABELS)
                 ),
             ),
             rationale="Inhibited while MLTrainingServiceDown fires (Alertmanager).",

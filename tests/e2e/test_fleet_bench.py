@@ -12,8 +12,10 @@ from collections.abc import Iterable
 
 import pytest
 
-from bench._fleet_data import BLOCK_SECONDS, FleetShape, all_series, backfill, data_end, timestamps, write_openmetrics
-from bench._fleet_live import (
+from bench._prometheus import PrometheusApi, PrometheusServer, config_yaml
+from bench._report import write_section
+from bench.fleet.data import BLOCK_SECONDS, FleetShape, all_series, backfill, data_end, timestamps, write_openmetrics
+from bench.fleet.live import (
     BASELINE_GROUP,
     FleetExporter,
     GroupEvaluations,
@@ -22,11 +24,7 @@ from bench._fleet_live import (
     group_timings,
     targets,
 )
-from bench._fleet_report import BEGIN, END, ScaleResult, render, write_section
-from bench._fleet_series import HistogramSpec, SeriesSpec, job_id, poller_series, training_job_series
-from bench._fleet_values import Patterns
-from bench._prometheus import PrometheusApi, PrometheusServer, config_yaml
-from bench._query_timing import (
+from bench.fleet.query_timing import (
     GroupTiming,
     PanelTiming,
     Timing,
@@ -36,7 +34,10 @@ from bench._query_timing import (
     time_call,
     time_panel,
 )
-from bench.fleet import PROMETHEUS_ARGS
+from bench.fleet.report import BEGIN, END, ScaleResult, render
+from bench.fleet.run import PROMETHEUS_ARGS
+from bench.fleet.series import HistogramSpec, SeriesSpec, job_id, poller_series, training_job_series
+from bench.fleet.values import Patterns
 from dashboards import build_all
 from dashboards.queries import PanelQuery
 from observability import catalog
@@ -200,8 +201,8 @@ def test_the_report_flags_missed_goals_and_wide_panels_and_shows_growth(tmp_path
     assert "**timeout**" in broken and "**fails**: TimeoutError" in broken and "0 of 1 panel queries" in broken
     path = tmp_path / "BENCHMARKS.md"
     path.write_text("# Benchmarks\n\n## Other\n\nkept\n")
-    write_section(path, section)
-    write_section(path, section.replace("make bench", "make bench again"))
+    write_section(section, BEGIN, END, path)
+    write_section(section.replace("make bench", "make bench again"), BEGIN, END, path)
     text = path.read_text()
     assert text.count(BEGIN) == 1 and "kept" in text and "make bench again" in text
 

@@ -9,8 +9,8 @@ so a changed threshold in the rules fails these tests.
 from __future__ import annotations
 
 from observability import catalog
+from observability.promql import duration
 from observability.rules import recording
-from observability.rules.promql import duration
 from tests.rules.promtool_harness import (
     Case,
     Check,

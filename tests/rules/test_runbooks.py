@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import re
 import subprocess
-from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 import yaml
 
+from infra import REPO_ROOT
 from observability.config import ObservabilityConfig
 from observability.rules import ALERT_NAMES, alert_rules
 from observability.rules.runbooks import RUNBOOKS_PATH, main, render_runbooks
 from tests.rules.promtool_harness import alert_rule_dicts, promtool
 
 CFG = ObservabilityConfig()
-DOC = Path(__file__).resolve().parents[2] / "docs" / "runbooks.md"
+DOC = REPO_ROOT / "docs" / "runbooks.md"
 
 
 def github_anchors(markdown: str) -> dict[str, str]:

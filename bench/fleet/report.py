@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-from bench._fleet_data import BackfillStats, FleetShape
-from bench._fleet_live import BASELINE_GROUP
-from bench._query_timing import MIN_REPEAT, ONE_RUN_SECONDS, SLOW_QUERY_SECONDS, GroupTiming, PanelTiming, Timing
+from bench.fleet.data import BackfillStats, FleetShape
+from bench.fleet.live import BASELINE_GROUP
+from bench.fleet.query_timing import MIN_REPEAT, ONE_RUN_SECONDS, SLOW_QUERY_SECONDS, GroupTiming, PanelTiming, Timing
 
 BEGIN = "<!-- fleet-scale:begin (written by `python -m bench fleet`) -->"
 END = "<!-- fleet-scale:end -->"
@@ -242,11 +240,3 @@ def summary(results: Sequence[ScaleResult]) -> list[str]:
                 f"(the GPU series grow {big.shape.nodes / small.shape.nodes:.0f}x, the training-job series not at all)."
             )
     return out
-
-
-def write_section(path: Path, section: str) -> None:
-    """Replace this benchmark's section of BENCHMARKS.md (between its markers), or append it."""
-    text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
-    pattern = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END) + r"\n?", re.DOTALL)
-    updated = pattern.sub(lambda _: section, text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + section
-    path.write_text(updated, encoding="utf-8")

@@ -1,12 +1,4 @@
-"""Fleet-scale benchmark: dashboards and rule groups on an hour of 1,000 nodes x 8 GPUs.
-
-`python -m bench fleet` (part of `make bench`) or `python -m bench.fleet --nodes 100,1000`:
-for each fleet size, synthesize and backfill an hour of data (`_fleet_data`), backfill the
-recording rules, start Prometheus on it and time every dashboard panel's query
-(`_query_timing`); then let a fresh Prometheus scrape the same fleet live (`_fleet_live`) with
-every rule group loaded, and read how long its rule manager takes for each group. Writes the
-"Fleet scale" section of BENCHMARKS.md (`_fleet_report`).
-"""
+"""The fleet benchmark's driver: one run per fleet size, then the report (see the package doc)."""
 
 from __future__ import annotations
 
@@ -16,26 +8,25 @@ import os
 import platform
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import yaml
 
-from bench._fleet_data import FleetShape, backfill, data_end
-from bench._fleet_live import FleetExporter, baseline_group, collect_group_evaluations, group_timings, targets
-from bench._fleet_report import ScaleResult, render, write_section
-from bench._fleet_values import Patterns
 from bench._prometheus import PrometheusApi, PrometheusError, PrometheusServer, binary, config_yaml
-from bench._query_timing import GroupTiming, Timing, first_label_values, recording_levels, time_panel
+from bench._report import BENCHMARKS, write_section
+from bench.fleet.data import FleetShape, backfill, data_end
+from bench.fleet.live import FleetExporter, baseline_group, collect_group_evaluations, group_timings, targets
+from bench.fleet.query_timing import GroupTiming, Timing, first_label_values, recording_levels, time_panel
+from bench.fleet.report import BEGIN, END, ScaleResult, render
+from bench.fleet.values import Patterns
 from dashboards import build_all
 from dashboards.queries import PanelQuery, panel_queries
 from observability.config import ObservabilityConfig
 from observability.rules import rule_groups
 from observability.rules.render import dump_groups
 
-ROOT = Path(__file__).resolve().parent.parent
 # Equal minimum and maximum block durations: Prometheus never compacts the backfilled blocks into
 # larger ones (it still merges overlapping ones, which the benchmark waits for before timing).
 PROMETHEUS_ARGS = (
@@ -217,10 +208,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_write:
         print(section)
     else:
-        write_section(ROOT / "BENCHMARKS.md", section)
-        print(f"fleet: wrote the Fleet scale section of {ROOT / 'BENCHMARKS.md'}")
+        write_section(section, BEGIN, END)
+        print(f"fleet: wrote the Fleet scale section of {BENCHMARKS}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
