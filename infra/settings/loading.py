@@ -21,7 +21,7 @@ _URL_WITH_PASSWORD = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@", re.I
 
 KNOWN_KEYS = {
     "environment", "kubernetesVersion", "namespaces", "endpoints", "services", "scrape", "poller",
-    "trainingJob", "grafana", "runbookBaseUrl", *SECRET_KEYS,
+    "trainingJob", "grafana", "runbookBaseUrl", "cluster", "prometheus", *SECRET_KEYS,
 }  # fmt: skip
 
 
@@ -77,6 +77,7 @@ def load_settings(source: ConfigSource, secret: SecretReader) -> Settings:
     grafana = sections.grafana(r, namespaces)
     runbook_base_url = sections.runbook_base_url(r)
     alerting = sections.alerting(r, secret)
+    prometheus = sections.prometheus(r, environment, endpoints)
     if isinstance(poller.image, ImageBuild) and source.get("registryPassword") is None:
         r.problems.append(
             "registryPassword is missing: the poller image is built and pushed, so set it with "
@@ -99,6 +100,7 @@ def load_settings(source: ConfigSource, secret: SecretReader) -> Settings:
         grafana=grafana,
         alerting=alerting,
         runbook_base_url=runbook_base_url,
+        prometheus=prometheus,
         common_labels={
             "app.kubernetes.io/part-of": PROJECT,
             "app.kubernetes.io/managed-by": "pulumi",
