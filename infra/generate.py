@@ -46,7 +46,11 @@ def generated_files() -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m infra.generate", description=__doc__.splitlines()[0])
-    parser.parse_args(argv)
+    parser.add_argument("--list", action="store_true", help="print the generated files' paths, write nothing")
+    args = parser.parse_args(argv)
+    if args.list:
+        print("\n".join(generators()))
+        return 0
     for path, text in generated_files().items():
         target = REPO_ROOT / path
         current = target.read_text(encoding="utf-8") if target.exists() else None
