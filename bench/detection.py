@@ -1,4 +1,4 @@
-"""Critical-failure detection latency on a real Prometheus (the seed's 30-second promise).
+"""Critical-failure detection latency on a real Prometheus (the 30-second promise for critical failures).
 
 `python -m bench detection` (part of `make bench`): a tiny exporter on 127.0.0.1 serves NaN
 counters, GPU memory and XID counters; Prometheus 2.42 scrapes it and evaluates the rendered rules

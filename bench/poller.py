@@ -281,7 +281,7 @@ def render_section(
         "",
         f"The poller is **{cpu.spawn_us.median / cpu.poller_us.median:.1f}x** cheaper than the spawn floor at "
         f"the median and {cpu.spawn_us.p99 / cpu.poller_us.p99:.1f}x at p99 (goal: 3x). nvidia-smi itself "
-        "costs tens of milliseconds a call (seed 000: ~50 ms).",
+        "costs tens of milliseconds a call (about 50 ms).",
         "",
         f"**Resident memory** (VmRSS of `python -m poller`, {GPUS} fake GPUs): "
         f"{rss.after_start_kib / mib:.1f} MiB after start and a first scrape, "

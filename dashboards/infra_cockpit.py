@@ -1,4 +1,4 @@
-"""Infra cockpit (seed 000, component 6): the health of what this project deploys.
+"""Infra cockpit: the health of what this project deploys.
 
 Scrape targets of the annotated platform services, the training jobs and the GPU poller; the
 poller's own health per node (NVML reachable, collection time and failures, driver versions);

@@ -1,4 +1,5 @@
-"""ML Training Comprehensive (seed 001, section 3): its 8 rows and panels, thresholds and colours.
+"""ML Training Comprehensive: the platform's main training dashboard, 8 rows, with its thresholds
+and colours.
 
 `$model_type` (multi-select, include all) and `$job_id` (single select), refresh 10 s, last
 hour by default, table legends with the last non-null and the minimum value.
@@ -25,7 +26,7 @@ GPU_LEGEND = "{{node}} GPU {{gpu_id}}"
 # GPUs a per-GPU panel draws at most per target (the recorded topk / bottomk lists).
 TOP = rec.GPU_EXTREMES
 
-# Seed 001's colours.
+# The colours the platform's monitoring report specifies.
 NAN_RED_ABOVE_ZERO = Thresholds(GREEN, ((1, RED),))  # integer counts (ceil), so "1" is "above 0"
 TRAINING_SPEED = Thresholds(RED, ((0.1, YELLOW), (0.5, GREEN)))  # 0.1 = warning, 0.5 = good
 GPU_UTILIZATION = Thresholds(RED, ((30, YELLOW), (60, GREEN), (95, RED)))  # red <30, green 60-95, red >95

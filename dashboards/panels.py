@@ -43,7 +43,7 @@ PROMETHEUS = common_model.DataSourceRef(type_val="prometheus", uid=f"${{{PROMETH
 TEMPO = common_model.DataSourceRef(type_val="tempo", uid=f"${{{TEMPO_VARIABLE}}}")
 LOKI = common_model.DataSourceRef(type_val="loki", uid=f"${{{LOKI_VARIABLE}}}")
 
-# Legend of every time series: a table with the last and the minimum value (seed 001).
+# Legend of every time series: a table with the last and the minimum value.
 LEGEND_CALCS = ("lastNotNull", "min")
 
 # How a time series draws its thresholds (line, area, dashed, ...).

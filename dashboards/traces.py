@@ -1,4 +1,4 @@
-"""Traces (seed 000, component 5): service map, trace search, span duration and errors by service.
+"""Traces: service map, trace search, span duration and errors by service.
 
 The service map and the search table query Tempo. Duration and error panels read Tempo's span
 metrics and service-graph metrics from Prometheus (through the dashboard recording rules). From

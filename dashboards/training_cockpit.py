@@ -1,4 +1,4 @@
-"""Training cockpit (seed 000, component 4): the per-fold view of training jobs in 8 rows.
+"""Training cockpit: the per-fold view of training jobs in 8 rows.
 
 Variables: `$model` (label `model_type`), `$fold`, `$node` (GPUs) and `$interval`, the minimum
 query interval from which Grafana derives `$__rate_interval` for every rate in the dashboard.

@@ -11,7 +11,7 @@ from prometheus_client.registry import CollectorRegistry
 from observability.exposition import CollectorPage, MetricsHTTPServer
 from observability.scrape_config import FINAL_SCRAPE_WAIT_ENV
 
-# The port seed 001 gives the trainers' metrics server.
+# The trainers' metrics port (the training job template's default `trainingJob.metricsPort`).
 METRICS_PORT = 9094
 
 

@@ -1,4 +1,4 @@
-"""`init_observability`: OpenTelemetry tracing for a trainer (seed 000, component 3).
+"""`init_observability`: OpenTelemetry tracing for a trainer.
 
 With `OTEL_EXPORTER_OTLP_ENDPOINT` set (the training job template sets it to Tempo's OTLP gRPC
 port), spans go there through the OTLP gRPC exporter; without it they are printed to the console,

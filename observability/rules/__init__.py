@@ -1,4 +1,4 @@
-"""Alert and recording rules of the ML training platform (seed 001: 22 alerts in 6 groups).
+"""Alert and recording rules of the ML training platform (22 alerts in 6 groups).
 
 Public interface:
 - `rule_groups(cfg)`: every rule group (recording groups, the dashboards' recording groups, the six
@@ -57,7 +57,7 @@ _ALERT_GROUP_BUILDERS: tuple[tuple[str, Callable[[ObservabilityConfig], tuple[Al
 
 
 def alert_groups(cfg: ObservabilityConfig) -> list[tuple[str, tuple[AlertRule, ...]]]:
-    """The six alert groups of seed 001, in the seed's order, each with its alerts.
+    """The six alert groups, in a fixed order, each with its alerts.
 
     Raises ValueError when the config's intervals make the 30-second detection promise impossible.
     """

@@ -1,4 +1,4 @@
-"""Group `ml_gpu_resources`: the six GPU alerts of seed 001, on the NVML poller's series.
+"""Group `ml_gpu_resources`: the six GPU alerts, on the NVML poller's series.
 
 Every expression reduces by node, gpu_id, uuid and gpu_name (never summing a GPU away) and
 drops the poller pod's target labels, so a restarted poller continues the same alert.
@@ -27,9 +27,9 @@ UTILIZATION_LOW_PERCENT = 30
 UTILIZATION_HIGH_PERCENT = 95
 MEMORY_HIGH_RATIO = 0.90
 MEMORY_EXHAUSTED_RATIO = 0.95
-# The seed gives GPUMemoryExhausted `for: 1m` but also promises out-of-memory detection within
-# 30s; both cannot hold. The promise wins: `for` is this, shortened by critical_for_seconds().
-MEMORY_EXHAUSTED_SEED_FOR_SECONDS = 60
+# GPUMemoryExhausted would wait `for: 1m`, but out-of-memory must be detected within 30s: `for` is
+# this, shortened by critical_for_seconds() to fit the detection budget.
+MEMORY_EXHAUSTED_FOR_SECONDS = 60
 TEMPERATURE_HIGH_CELSIUS = 85
 
 
@@ -112,9 +112,8 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
                 ),
             ),
             rationale=(
-                "The seed names this a 'bottleneck alert' and assigns no severity; its severity table has two "
-                "info alerts, and a saturated training GPU is an optimisation opportunity rather than an "
-                "outage, so this is the second one."
+                "Severity info: a GPU saturated for this long is a bottleneck to look at, an optimisation "
+                "opportunity rather than an outage, so nobody is notified out of hours."
             ),
         ),
         AlertRule(
@@ -147,7 +146,7 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             group=GROUP,
             severity=Severity.CRITICAL,
             expr=_memory_ratio_above(MEMORY_EXHAUSTED_RATIO),
-            for_seconds=critical_for_seconds(cfg, MEMORY_EXHAUSTED_SEED_FOR_SECONDS),
+            for_seconds=critical_for_seconds(cfg, MEMORY_EXHAUSTED_FOR_SECONDS),
             summary="A GPU is about to run out of memory.",
             description=(
                 f"{_GPU} has {{{{ $value | humanizePercentage }}}} of its memory in use, above 95%: the next "
@@ -169,8 +168,8 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
                 ),
             ),
             rationale=(
-                "The seed gives `for: 1m` but promises out-of-memory detection within 30s; both cannot hold. "
-                "The promise wins: `for` is derived from the evaluation interval (15s at the default 15s "
+                "Out-of-memory must be detected within 30s, so `for` is not a fixed 1m but derived from the "
+                "evaluation interval (15s at the default 15s "
                 "intervals, so two consecutive samples above 95% are needed and a single-sample spike does "
                 "not page; 0s when the evaluation interval is 30s). The ratio is computed from the poller's "
                 "series (no recording rule, which could lag one evaluation)."

@@ -17,8 +17,8 @@ _ONE_MODEL = '{service="<service>", model_type="<model_type>"}'
 DRIFT_SCORE = 0.15
 FEATURE_DISTANCE = 0.20
 CONFIDENCE_MEDIAN = 0.70
-# The seed gives MLModelAccuracyDegraded no threshold. Accuracy scales differ by model (MAMBA-2,
-# DQN, PPO, TFT), so "degraded" is relative: 10% below the job's own best of the last 6 hours.
+# Accuracy scales differ by model (MAMBA-2, DQN, PPO, TFT), so MLModelAccuracyDegraded has no
+# absolute threshold: "degraded" is 10% below the job's own best of the last 6 hours.
 ACCURACY_DROP_FACTOR = 0.9
 ACCURACY_BASELINE_SECONDS = 6 * 3600
 QUALITY_FOR_SECONDS = 600
@@ -145,9 +145,9 @@ def quality_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
                 ),
             ),
             rationale=(
-                "The seed names this alert critical but gives no threshold. Accuracy scales differ by model "
-                "(MAMBA-2, DQN, PPO, TFT), so the threshold is relative to the job's own best of the last "
-                f"{baseline}; `for: 1m` keeps the seed's critical response time (30s-1m)."
+                "Accuracy scales differ by model (MAMBA-2, DQN, PPO, TFT), so there is no absolute threshold: "
+                f"it is relative to the job's own best of the last {baseline}; `for: 1m` keeps the 30s-1m "
+                "response time of critical alerts."
             ),
         ),
     )

@@ -51,7 +51,7 @@ def storage_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
                     f"sum by (model_type, error_type) (increase({catalog.CHECKPOINT_SAVE_FAILURES_TOTAL.name}[30m]))",
                 ),
             ),
-            rationale="Counts every S3 error type: the seed's threshold is on all S3 errors of a service.",
+            rationale="Counts every S3 error type: the threshold is on all S3 errors of a service.",
         ),
         AlertRule(
             name="CheckpointSaveFailures",

@@ -1,4 +1,4 @@
-"""Groups `ml_training_performance` and `ml_training_availability` of seed 001."""
+"""Groups `ml_training_performance` and `ml_training_availability`."""
 
 from __future__ import annotations
 
@@ -61,11 +61,11 @@ def performance_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
                 ),
             ),
             rationale=(
-                "The seed's `ml_training_nan_count > 0` on a counter fires forever after one NaN. This fires "
-                "when the count grew within the window (or the job's series first appeared above zero, which "
-                f"`increase()` cannot see) and resolves {duration(window)} after the last NaN. The seed's "
-                "`for: 30s` is dropped: an increment is an event, not noise, and 30s of `for` plus one "
-                "evaluation interval would break the seed's own 30-second detection promise."
+                "A plain `ml_training_nan_count > 0` on this counter would fire forever after one NaN. This "
+                "fires when the count grew within the window (or the job's series first appeared above zero, "
+                f"which `increase()` cannot see) and resolves {duration(window)} after the last NaN. It has no "
+                "`for`: an increment is an event, not noise, and 30s of `for` plus one evaluation interval "
+                "would miss the 30-second detection target for critical failures."
             ),
         ),
         AlertRule(
@@ -200,7 +200,7 @@ def availability_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             ),
             rationale=(
                 "A 2m rate window and 1m `for` make a steady 0.2 failures/s fire in about two minutes, "
-                "within the seed's 30s-2m for high alerts."
+                "within the 30s-2m response time of high-severity alerts."
             ),
         ),
         AlertRule(
