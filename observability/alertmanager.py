@@ -1,9 +1,12 @@
 """Alertmanager routing for the stack: who hears about which alert, and what silences what.
 
+- Watchdog (always firing) goes to the heartbeat receiver, every minute, and nowhere else; nothing
+  else goes there. An external dead man's switch behind that receiver pages when the beat stops.
 - critical pages; high and warning go to chat; info goes to a low-priority receiver; anything
   without a known severity falls back to chat, so no alert is ever dropped.
-- Inhibition: a critical alert silences the warnings it explains on the same GPU, and
-  MLTrainingServiceDown silences the alerts its outage causes.
+- Inhibition: a critical alert silences the warnings it explains on the same GPU,
+  MLTrainingServiceDown silences the alerts its outage causes, a down GPU poller silences the GPU
+  and poller alerts of its node, and NVML down silences what follows from it on the node.
 
 Receiver URLs are credentials: they arrive as `ReceiverUrls` (plain strings the infra side unwraps
 from Pulumi secrets inside `Output.apply`) and never appear in the repository.
@@ -29,13 +32,14 @@ import yaml
 
 from observability.config import ObservabilityConfig
 from observability.promql import duration
-from observability.rules import alert_rules
+from observability.rules import alert_rules, gpu, health
 from observability.rules.model import Severity
 
 PAGE = "page"
 CHAT = "chat"
 LOW_PRIORITY = "low-priority"
-RECEIVERS: tuple[str, ...] = (PAGE, CHAT, LOW_PRIORITY)
+HEARTBEAT = "heartbeat"
+RECEIVERS: tuple[str, ...] = (PAGE, CHAT, LOW_PRIORITY, HEARTBEAT)
 
 # One notification per alert name and the place it happened (GPU alerts of one node together).
 GROUP_BY: tuple[str, ...] = ("alertname", "namespace", "service", "node", "model_type")
@@ -43,11 +47,12 @@ GROUP_BY: tuple[str, ...] = ("alertname", "namespace", "service", "node", "model
 
 @dataclass(frozen=True)
 class ReceiverUrls:
-    """Webhook URLs of the three receivers (secret values: never logged, never committed)."""
+    """Webhook URLs of the receivers (secret values: never logged, never committed)."""
 
     page: str
     chat: str
     low_priority: str
+    heartbeat: str  # the dead man's switch that expects Watchdog every minute
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -59,7 +64,7 @@ class ReceiverUrls:
                 raise ValueError(f"ReceiverUrls.{f.name} must be an http(s) URL with a host")
 
     def url_for(self, receiver: str) -> str:
-        return {PAGE: self.page, CHAT: self.chat, LOW_PRIORITY: self.low_priority}[receiver]
+        return {PAGE: self.page, CHAT: self.chat, LOW_PRIORITY: self.low_priority, HEARTBEAT: self.heartbeat}[receiver]
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,21 @@ DEFAULT_ROUTE = SeverityRoute(CHAT, (), 30, 300, 4 * 3600)
 
 
 @dataclass(frozen=True)
+class HeartbeatRoute:
+    """The first child route: only `alertname` goes to the heartbeat receiver, at once and then every
+    `repeat_interval_seconds` (no `continue`, so it reaches no other receiver)."""
+
+    alertname: str
+    receiver: str
+    group_wait_seconds: int
+    group_interval_seconds: int
+    repeat_interval_seconds: int
+
+
+HEARTBEAT_ROUTE = HeartbeatRoute(health.WATCHDOG, HEARTBEAT, 0, 60, 60)
+
+
+@dataclass(frozen=True)
 class Inhibition:
     """While a `sources` alert fires, matching `targets` alerts with equal `equal` labels are muted."""
 
@@ -92,6 +112,17 @@ class Inhibition:
     equal: tuple[str, ...]
     reason: str
 
+
+def _node_alerts(*groups: str) -> tuple[str, ...]:
+    """The alerts of these groups that locate a node (derived, so new GPU alerts are covered)."""
+    return tuple(
+        alert.name
+        for alert in alert_rules(ObservabilityConfig())
+        if alert.group in groups and "node" in alert.locating_labels
+    )
+
+
+_POLLER_HEALTH_ON_NODE = tuple(name for name in _node_alerts(health.GROUP) if name != health.POLLER_DOWN)
 
 INHIBITIONS: tuple[Inhibition, ...] = (
     Inhibition(
@@ -115,6 +146,21 @@ INHIBITIONS: tuple[Inhibition, ...] = (
             "outage (one service per stack, so no label has to be equal)."
         ),
     ),
+    Inhibition(
+        sources=(health.POLLER_DOWN,),
+        targets=(*_node_alerts(gpu.GROUP), *_POLLER_HEALTH_ON_NODE),
+        equal=("node",),
+        reason=(
+            "Without its poller a node's GPU series go stale or reset: the GPU and poller alerts of that node "
+            "say nothing new (a restarted poller re-reports a lost GPU) until the poller is back."
+        ),
+    ),
+    Inhibition(
+        sources=(health.NVML_DOWN,),
+        targets=(health.GPUS_NOT_ANSWERING, health.COLLECTION_FAILING),
+        equal=("node",),
+        reason="With NVML down no GPU answers and every NVML call fails: NVMLDown says it all for that node.",
+    ),
 )
 
 
@@ -134,6 +180,12 @@ def _severities(route: SeverityRoute) -> list[str]:
     return [s.value for s in route.severities]
 
 
+def _send_resolved(receiver: str) -> bool:
+    """Resolved notifications, except to the heartbeat: Alertmanager resolves Watchdog when Prometheus
+    stops sending it, and a dead man's switch would take that notification for one more beat."""
+    return receiver != HEARTBEAT
+
+
 def _camel(key: str) -> str:
     first, *rest = key.split("_")
     return first + "".join(part.title() for part in rest)
@@ -151,17 +203,18 @@ class _Shape:
 
 
 def _tree(cfg: ObservabilityConfig, shape: _Shape) -> dict[str, Any]:
-    """The one routing tree (ROUTES, INHIBITIONS, RECEIVERS) in the given shape."""
+    """The one routing tree (HEARTBEAT_ROUTE, ROUTES, INHIBITIONS, RECEIVERS) in the given shape."""
     _check_inhibitions(cfg)
     key = shape.key
 
-    def timings(route: SeverityRoute) -> dict[str, str]:
+    def timings(route: SeverityRoute | HeartbeatRoute) -> dict[str, str]:
         return {
             key("group_wait"): duration(route.group_wait_seconds),
             key("group_interval"): duration(route.group_interval_seconds),
             key("repeat_interval"): duration(route.repeat_interval_seconds),
         }
 
+    heartbeat = HEARTBEAT_ROUTE
     return {
         "route": {
             "receiver": DEFAULT_ROUTE.receiver,
@@ -169,11 +222,18 @@ def _tree(cfg: ObservabilityConfig, shape: _Shape) -> dict[str, Any]:
             **timings(DEFAULT_ROUTE),
             "routes": [
                 {
-                    "receiver": route.receiver,
-                    "matchers": [shape.matcher("severity", _severities(route))],
-                    **timings(route),
-                }
-                for route in ROUTES
+                    "receiver": heartbeat.receiver,
+                    "matchers": [shape.matcher("alertname", [heartbeat.alertname])],
+                    **timings(heartbeat),
+                },
+                *(
+                    {
+                        "receiver": route.receiver,
+                        "matchers": [shape.matcher("severity", _severities(route))],
+                        **timings(route),
+                    }
+                    for route in ROUTES
+                ),
             ],
         },
         key("inhibit_rules"): [
@@ -201,7 +261,7 @@ def alertmanager_config(cfg: ObservabilityConfig, receivers: ReceiverUrls) -> di
     """Classic `alertmanager.yml` as a dict."""
 
     def webhook(name: str) -> dict[str, Any]:
-        return {"url": receivers.url_for(name), "send_resolved": True}
+        return {"url": receivers.url_for(name), "send_resolved": _send_resolved(name)}
 
     return _tree(cfg, _Shape(lambda k: k, _matcher_text, "source_matchers", "target_matchers", webhook))
 
@@ -227,7 +287,7 @@ def alertmanager_config_crd_spec(
 
     def webhook(name: str) -> dict[str, Any]:
         if url_secret is None:
-            return {"url": receivers.url_for(name), "sendResolved": True}
-        return {"urlSecret": {"name": url_secret, "key": name}, "sendResolved": True}
+            return {"url": receivers.url_for(name), "sendResolved": _send_resolved(name)}
+        return {"urlSecret": {"name": url_secret, "key": name}, "sendResolved": _send_resolved(name)}
 
     return _tree(cfg, _Shape(_camel, _matcher_crd, "sourceMatch", "targetMatch", webhook))

@@ -11,6 +11,7 @@ from __future__ import annotations
 from observability import catalog
 from observability.promql import duration
 from observability.rules import recording
+from tests.rules.health_cases import HEALTH_CASES
 from tests.rules.promtool_harness import (
     Case,
     Check,
@@ -638,6 +639,8 @@ CASES: tuple[Case, ...] = (
         },
         silent(600, 720),
     ),
+    # --- ml_monitoring_health (and the lost-at-first-pass GPU): tests/rules/health_cases.py -------
+    *HEALTH_CASES,
 )
 
 
