@@ -18,7 +18,7 @@ from dashboards.panels import GREEN, RED, YELLOW, Common, Query, Thresholds
 from observability import catalog, promql
 from observability.config import ObservabilityConfig
 from observability.rules import dashboard_recording as rec
-from observability.rules import health, project_group_names
+from observability.rules import health, jobs, project_group_names
 from observability.rules.model import RecordingRule
 
 UID = "foxhunt-infra-cockpit"
@@ -399,6 +399,40 @@ def _gpu_hardware() -> Row:
     )
 
 
+def _gpu_allocation() -> Row:
+    return Row(
+        "GPU Allocation",
+        [
+            panels.timeseries(
+                Common(
+                    "Held vs Free GPUs",
+                    "GPUs of the fleet held by a training job (ml_training_job_gpu_info joined on uuid) and GPUs "
+                    "no job holds (free capacity), as the pollers report them.",
+                    "short",
+                    w=12,
+                    min=0,
+                ),
+                [Query(jobs.FLEET_HELD.record, "held by a job"), Query(jobs.FLEET_UNHELD.record, "free")],
+                stacked=True,
+                fill_opacity=40,
+            ),
+            panels.timeseries(
+                Common(
+                    "Held but Idle GPUs",
+                    f"GPUs a training job holds while they run below {jobs.IDLE_PERCENT}% utilization: paid for and "
+                    "idle (GPUUtilizationLow names the jobs).",
+                    "short",
+                    w=12,
+                    min=0,
+                    thresholds=Thresholds(GREEN, ((1, YELLOW),)),
+                ),
+                [Query(jobs.FLEET_HELD_IDLE.record, "held, idle")],
+                threshold_style=panels.ThresholdStyle.AREA,
+            ),
+        ],
+    )
+
+
 def _trace_health() -> Row:
     calls, errors = rec.SPAN_CALLS_RATE5M.record, rec.SPAN_ERRORS_RATE5M.record
     return Row(
@@ -448,7 +482,14 @@ def build(cfg: ObservabilityConfig) -> dict[str, Any]:
                 variables.prometheus_datasource(cfg.datasource_uids.prometheus),
                 variables.label_values("node", "GPU node", catalog.GPU_POLLER_NVML_UP.name, "node"),
             ],
-            rows=[_scrape_targets(cfg), _monitoring_health(cfg), _poller_health(), _gpu_hardware(), _trace_health()],
+            rows=[
+                _scrape_targets(cfg),
+                _monitoring_health(cfg),
+                _poller_health(),
+                _gpu_hardware(),
+                _gpu_allocation(),
+                _trace_health(),
+            ],
             min_interval=f"{cfg.scrape_interval_seconds}s",
             refresh="30s",
             time_from="now-6h",

@@ -15,6 +15,7 @@ from dashboards.panels import BLUE, GREEN, RED, YELLOW, Common, Query, Threshold
 from observability import catalog, promql
 from observability.config import ObservabilityConfig
 from observability.rules import dashboard_recording as rec
+from observability.rules import jobs
 
 UID = "ml-training-comprehensive"
 TITLE = "ML Training Comprehensive"
@@ -337,6 +338,38 @@ def _error_tracking() -> Row:
     )
 
 
+def _cost_and_energy(cfg: ObservabilityConfig) -> Row:
+    unit = f"suffix: {cfg.currency}"
+    return Row(
+        "GPU Cost and Energy",
+        [
+            panels.bar_gauge(
+                Common(
+                    "GPU cost per model type (24 h)",
+                    f"Estimated cost ({cfg.currency}) of the GPUs each model type's jobs held over the last 24 hours: "
+                    "GPU-hours at the stack's price per GPU model (gpuHourlyCost) plus their energy at "
+                    "energyPricePerKWh. An estimate from the stack's prices, not an invoice.",
+                    unit,
+                    w=12,
+                    min=0,
+                ),
+                [Query(promql.selector(jobs.MODEL_COST_24H, (MODEL,)), "{{model_type}}", instant=True)],
+            ),
+            panels.bar_gauge(
+                Common(
+                    "Energy per job",
+                    "Energy (kWh) each job's GPUs have consumed since Prometheus first recorded the job (NVML energy "
+                    "counters; GPUs that cannot report energy are missing).",
+                    "kwatth",
+                    w=12,
+                    min=0,
+                ),
+                [Query(promql.selector(jobs.JOB_KWH.record, (MODEL,)), "{{model_type}} {{job_id}}", instant=True)],
+            ),
+        ],
+    )
+
+
 def build(cfg: ObservabilityConfig) -> dict[str, Any]:
     return assemble(
         DashboardSpec(
@@ -367,6 +400,7 @@ def build(cfg: ObservabilityConfig) -> dict[str, Any]:
                 _checkpoints(),
                 _advanced(),
                 _error_tracking(),
+                _cost_and_energy(cfg),
             ],
             min_interval=f"{cfg.scrape_interval_seconds}s",
             refresh="10s",

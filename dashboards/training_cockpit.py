@@ -1,7 +1,8 @@
-"""Training cockpit: the per-fold view of training jobs in 8 rows.
+"""Training cockpit: the per-fold view of training jobs in 9 rows.
 
-Variables: `$model` (label `model_type`), `$fold`, `$node` (GPUs) and `$interval`, the minimum
-query interval from which Grafana derives `$__rate_interval` for every rate in the dashboard.
+Variables: `$model` (label `model_type`), `$fold`, `$job_id` (the job whose GPUs "This Job's
+GPUs" shows), `$node` (GPUs) and `$interval`, the minimum query interval from which Grafana
+derives `$__rate_interval` for every rate in the dashboard.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dashboards.panels import BLUE, GREEN, RED, YELLOW, Common, Query, Threshold
 from observability import catalog, promql
 from observability.config import ObservabilityConfig
 from observability.rules import dashboard_recording as rec
+from observability.rules import jobs
 from observability.rules.model import RecordingRule
 
 UID = "foxhunt-training-cockpit"
@@ -22,12 +24,15 @@ TITLE = "Foxhunt Training Cockpit"
 MODEL = promql.variable_matcher("model_type", "model")
 FOLD = promql.variable_matcher("fold", "fold")
 NODE = promql.variable_matcher("node", "node")
+JOB_ID = promql.variable_matcher("job_id", "job_id")
 JOB_LEGEND = "{{model_type}} {{job_id}}"
 FOLD_LEGEND = "{{model_type}} {{job_id}} fold {{fold}}"
 GPU_LEGEND = "{{node}} GPU {{gpu_id}}"
 ERRORS = Thresholds(GREEN, ((1e-3, RED),))
 # GPUs a per-GPU panel draws at most per target (topk / bottomk).
 TOP = 5
+# GPUs of one job "This Job's GPUs" draws at most (a job of up to two 8-GPU nodes is drawn whole).
+JOB_GPUS = 16
 
 
 def _sum_rate(metric: catalog.Metric, labels: tuple[str, ...], matchers: tuple[str, ...] = (MODEL,)) -> str:
@@ -217,6 +222,84 @@ def _gpu_resources() -> Row:
                     max=100,
                 ),
                 [_busiest(catalog.GPU_MEMORY_UTILIZATION_PERCENT)],
+            ),
+        ],
+    )
+
+
+def currency_unit(cfg: ObservabilityConfig) -> str:
+    """Grafana unit of the cost estimates: the stack's currency code after the number."""
+    return f"suffix: {cfg.currency}"
+
+
+def _this_jobs_gpus(cfg: ObservabilityConfig) -> Row:
+    # The job's GPUs only, from the recorded held-GPU series (`jobs.py`): a job's GPUs, not a node's,
+    # so two 1-GPU jobs on one node are two different views.
+    def held(title: str, description: str, unit: str, rule: RecordingRule, **extra: Any) -> panels.PanelBuilder:
+        return panels.timeseries(
+            Common(title, f"{description} Each GPU job $job_id holds (up to {JOB_GPUS}).", unit, w=6, **extra),
+            [Query(f"topk({JOB_GPUS}, {promql.selector(rule.record, (JOB_ID,))})", GPU_LEGEND)],
+        )
+
+    def so_far(title: str, description: str, unit: str, record: str) -> panels.PanelBuilder:
+        return panels.stat(
+            Common(title, description, unit, w=4, min=0),
+            [
+                Query(
+                    promql.aggregate("sum", ("job_id",), promql.selector(record, (JOB_ID,))), "{{job_id}}", instant=True
+                )
+            ],
+        )
+
+    estimate = (
+        "An estimate, counted from when Prometheus first recorded the job: the stack's prices "
+        "(gpuHourlyCost by GPU model, energyPricePerKWh), not an invoice."
+    )
+    return Row(
+        "This Job's GPUs",
+        [
+            held(
+                "Job GPU Utilization",
+                "Share of time a kernel ran.",
+                "percent",
+                jobs.HELD_UTILIZATION,
+                min=0,
+                max=100,
+            ),
+            held(
+                "Job GPU Memory Used",
+                "Share of device memory in use.",
+                "percentunit",
+                jobs.HELD_MEMORY_RATIO,
+                min=0,
+                max=1,
+            ),
+            held("Job GPU Power", "Power draw.", "watt", jobs.HELD_POWER, min=0),
+            held(
+                "Job GPU Temperature",
+                "Core temperature; throttling risk above 85 °C.",
+                "celsius",
+                jobs.HELD_TEMPERATURE,
+                thresholds=Thresholds(GREEN, ((75, YELLOW), (85, RED))),
+            ),
+            so_far("GPUs Held", "GPUs the job holds now.", "short", jobs.JOB_GPUS.record),
+            so_far(
+                "GPU-Hours So Far",
+                "GPUs held times the time held, since the job was first recorded.",
+                "h",
+                jobs.JOB_GPU_HOURS.record,
+            ),
+            so_far(
+                "Energy So Far",
+                "Energy the job's GPUs consumed (NVML energy counters) since the job was first recorded.",
+                "kwatth",
+                jobs.JOB_KWH.record,
+            ),
+            so_far(
+                f"Estimated Cost So Far ({cfg.currency})",
+                f"GPU-hours at their price plus energy. {estimate}",
+                currency_unit(cfg),
+                jobs.JOB_COST,
             ),
         ],
     )
@@ -414,6 +497,15 @@ def build(cfg: ObservabilityConfig) -> dict[str, Any]:
                 variables.label_values(
                     "fold", "Fold", promql.selector(catalog.TRAINING_FOLD_LOSS.name, (MODEL,)), "fold"
                 ),
+                # One job: the "This Job's GPUs" row follows it (Grafana starts on the first job).
+                variables.label_values(
+                    "job_id",
+                    "Job",
+                    promql.selector(jobs.JOB_GPUS.record, (MODEL,)),
+                    "job_id",
+                    multi=False,
+                    include_all=False,
+                ),
                 # No "All" default: Grafana starts on the first node (pick several, or all, by hand).
                 variables.label_values(
                     "node", "GPU node", catalog.GPU_UTILIZATION_PERCENT.name, "node", include_all=False
@@ -428,6 +520,7 @@ def build(cfg: ObservabilityConfig) -> dict[str, Any]:
             rows=[
                 _active_jobs(),
                 _training_progress(),
+                _this_jobs_gpus(cfg),
                 _gpu_resources(),
                 _model_quality(),
                 _checkpoints(),

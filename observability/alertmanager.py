@@ -127,15 +127,27 @@ _POLLER_HEALTH_ON_NODE = tuple(name for name in _node_alerts(health.GROUP) if na
 INHIBITIONS: tuple[Inhibition, ...] = (
     Inhibition(
         sources=("GPUMemoryExhausted",),
-        targets=("GPUMemoryUsageHigh",),
+        targets=("GPUMemoryUsageHigh", "GPUMemoryExhaustionPredicted"),
         equal=("node", "gpu_id"),
-        reason="Memory above 95% is also above 90%: the critical alert says it all for that GPU.",
+        reason=(
+            "Memory above 95% is also above 90%, and a prediction of running out is moot once it has: the "
+            "critical alert says it all for that GPU."
+        ),
     ),
     Inhibition(
         sources=("GPUErrorsDetected",),
-        targets=("GPUUtilizationLow", "GPUUtilizationCritical", "GPUMemoryUsageHigh"),
+        targets=("GPUMemoryUsageHigh", "GPUMemoryExhaustionPredicted"),
         equal=("node", "gpu_id"),
-        reason="A GPU with hardware errors reports meaningless utilization and memory.",
+        reason="A GPU with hardware errors reports meaningless memory figures.",
+    ),
+    Inhibition(
+        sources=("GPUErrorsDetected",),
+        targets=("GPUUtilizationLow", "GPUUtilizationCritical"),
+        equal=("model_type", "job_id"),
+        reason=(
+            "A job with a failing GPU reports meaningless utilization (errors on a GPU no job holds carry no "
+            "job_id and mute nothing here)."
+        ),
     ),
     Inhibition(
         sources=("MLTrainingServiceDown",),

@@ -259,6 +259,15 @@ GPU_ERRORS_TOTAL = Metric(
     (*GPU, "error_type"),
     _G,
 )
+GPU_ENERGY_JOULES_TOTAL = Metric(
+    "ml_gpu_energy_joules_total",
+    MetricType.COUNTER,
+    "joules",
+    "Energy the GPU consumed since the driver loaded (NVML total energy consumption); absent where the GPU "
+    "or driver cannot report it.",
+    GPU,
+    _G,
+)
 GPU_DRIVER_INFO = Metric(
     "ml_gpu_driver_info",
     MetricType.INFO,
@@ -387,6 +396,15 @@ TRAINING_JOBS_BY_STATUS = Metric(
     "",
     "Training jobs by status (pending, running, completed, failed, stopped, paused).",
     ("status",),
+    _T,
+)
+TRAINING_JOB_GPU_INFO = Metric(
+    "ml_training_job_gpu_info",
+    MetricType.INFO,
+    "",
+    "1 for each GPU (by NVML UUID) the training job's container was given; joins the GPU poller's series "
+    "to the job on `uuid`.",
+    (*JOB, "uuid"),
     _T,
 )
 TRAINING_JOB_DURATION_SECONDS = Metric(

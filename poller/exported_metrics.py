@@ -41,6 +41,9 @@ ECC_TYPES: tuple[tuple[str, str], ...] = (
     ("uncorrected", "ecc_uncorrected_total"),
 )
 
+# GPU counters read from NVML each pass: (catalog metric, GpuSample attribute holding its value).
+GPU_COUNTERS: tuple[tuple[catalog.Metric, str], ...] = ((catalog.GPU_ENERGY_JOULES_TOTAL, "energy_joules_total"),)
+
 # `error_type` values of ml_gpu_errors_total, created at 0 for every GPU the poller sees.
 ERROR_TYPES: tuple[str, ...] = ("xid", "ecc_uncorrected", "gpu_lost")
 

@@ -15,7 +15,7 @@ from observability import catalog
 from observability.exposition import format_value, label_block, series_prefix, text_header
 from poller.collector import gpu_label_values
 from poller.error_counters import CountersSnapshot
-from poller.exported_metrics import ECC_TYPES, GPU_GAUGES, THROTTLE_REASONS
+from poller.exported_metrics import ECC_TYPES, GPU_COUNTERS, GPU_GAUGES, THROTTLE_REASONS
 from poller.model import GpuIdentity, PassResult
 
 
@@ -34,7 +34,9 @@ class _GpuLines:
     def __init__(self, node: str, gpu: GpuIdentity) -> None:
         values = gpu_label_values(node, gpu)
         base = _labels(catalog.GPU, values)
-        self.gauges = {attribute: series_prefix(metric.name, base) for metric, attribute in GPU_GAUGES}
+        self.gauges = {
+            attribute: series_prefix(metric.name, base) for metric, attribute in (*GPU_GAUGES, *GPU_COUNTERS)
+        }
         self.throttle = tuple(
             (bit, series_prefix(catalog.GPU_CLOCK_THROTTLE_ACTIVE.name, f"{base},{label_block([('reason', reason)])}"))
             for reason, bit in THROTTLE_REASONS
@@ -77,6 +79,7 @@ class _GpuLines:
 
 
 _GAUGE_HEADERS = tuple((_header(metric), attribute) for metric, attribute in GPU_GAUGES)
+_COUNTER_HEADERS = tuple((_header(metric), attribute) for metric, attribute in GPU_COUNTERS)
 _THROTTLE_HEADER = _header(catalog.GPU_CLOCK_THROTTLE_ACTIVE)
 _ECC_HEADER = _header(catalog.GPU_ECC_ERRORS_TOTAL)
 _XID_HEADER = _header(catalog.GPU_XID_ERRORS_TOTAL)
@@ -171,6 +174,13 @@ class TextPageWriter:
                 value = getattr(sample, attribute)
                 if value is not None:
                     append(f"{prefix}{value}\n")
+
+        for header, attribute in _COUNTER_HEADERS:
+            append(header)
+            for sample, lines in samples:
+                value = getattr(sample, attribute)
+                if value is not None:
+                    append(f"{lines.gauges[attribute]}{format_value(value)}\n")
 
         cached = self._counters_cache  # counters change rarely: write them once per change
         if cached is None or cached[0] is not counters:

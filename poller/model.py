@@ -44,6 +44,7 @@ class GpuSample:
     clock_event_reasons: int | None = None
     ecc_corrected_total: int | None = None
     ecc_uncorrected_total: int | None = None
+    energy_joules_total: float | None = None
 
 
 @dataclass(frozen=True)

@@ -165,6 +165,7 @@ class GroupEvaluations:
     totals: list[float]
     per_rule: list[list[float]]
     alerts: int = 0  # active (pending or firing) alerts at the last evaluation
+    alerts_by_rule: tuple[tuple[str, int], ...] = ()  # the same, per alerting rule
     health_errors: tuple[str, ...] = ()
 
 
@@ -188,7 +189,10 @@ def collect_group_evaluations(
             entry.totals.append(float(group["evaluationTime"]))
             for i, rule in enumerate(rules):
                 entry.per_rule[i].append(float(rule.get("evaluationTime", 0.0)))
-            entry.alerts = sum(len(rule.get("alerts") or []) for rule in rules if rule.get("type") == "alerting")
+            entry.alerts_by_rule = tuple(
+                (str(rule["name"]), len(rule.get("alerts") or [])) for rule in rules if rule.get("type") == "alerting"
+            )
+            entry.alerts = sum(count for _, count in entry.alerts_by_rule)
             entry.health_errors = tuple(str(r.get("lastError", "")) for r in rules if r.get("health") == "err")
         if all(name in samples and len(samples[name].totals) >= evaluations for name in names):
             return samples
@@ -231,6 +235,7 @@ def group_timings(
                 slowest_rule=entry.rules[slowest],
                 slowest_rule_ms=means[slowest] * 1000,
                 rule_ms=tuple((rule, mean * 1000) for rule, mean in zip(entry.rules, means, strict=True)),
+                alerts_by_rule=entry.alerts_by_rule,
             )
         )
     return out

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from bench._previous_design import GROUP as PREVIOUS_GROUP
 from bench.fleet.data import BackfillStats, FleetShape
 from bench.fleet.live import BASELINE_GROUP
 from bench.fleet.query_timing import MIN_REPEAT, ONE_RUN_SECONDS, SLOW_QUERY_SECONDS, GroupTiming, PanelTiming, Timing
@@ -24,6 +25,7 @@ class ScaleResult:
     compaction_seconds: float
     panels: list[PanelTiming]
     groups: list[GroupTiming]
+    previous_groups: list[GroupTiming] = field(default_factory=list)  # the previous design, timed apart
 
 
 def _cell(text: str, limit: int = 110) -> str:
@@ -166,8 +168,58 @@ def render(
             f"{_growth(g.total, before_g.total if before_g else None)} | {_fleet_reads(g, baseline)} | "
             f"{g.slowest_rule} ({_ms(g.slowest_rule_ms)}) | {group_verdict} |"
         )
-    lines += ["", *summary(results), END]
+    lines += ["", *summary(results), *_previous_design_lines(big), END]
     return "\n".join(lines) + "\n"
+
+
+UTILIZATION_ALERTS = ("GPUUtilizationLow", "GPUUtilizationCritical")
+JOB_GROUP = "ml_training_job_gpus.recording"
+GPU_ALERT_GROUP = "ml_gpu_resources"
+
+
+def _alerts(group: GroupTiming | None, names: Sequence[str] | None = None) -> str:
+    if group is None or group.total.error:
+        return "n/a"
+    return str(sum(n for rule, n in group.alerts_by_rule if names is None or rule in names))
+
+
+def _previous_design_lines(big: ScaleResult) -> list[str]:
+    """The GPU alert group before and after jobs owned their GPUs, same fleet, same run."""
+    before = next((g for g in big.previous_groups if g.name == PREVIOUS_GROUP), None)
+    if before is None:
+        return []
+    now = {g.name: g for g in big.groups}
+    after, jobs_group = now.get(GPU_ALERT_GROUP), now.get(JOB_GROUP)
+    base_before, base_now = _baseline(big.previous_groups), _baseline(big.groups)
+    held = big.shape.training_jobs * big.shape.gpus_per_node
+
+    def cost(group: GroupTiming | None, baseline: GroupTiming | None) -> str:
+        if group is None:
+            return "n/a"
+        return f"{_timing(group.total)} ms, {_fleet_reads(group, baseline)} fleet reads"
+
+    return [
+        "",
+        f"### Jobs own their GPUs: the previous GPU alert design, same fleet, same run ({big.shape.nodes} nodes)",
+        "",
+        f"{big.shape.training_jobs} training jobs hold {big.shape.gpus_per_node} GPUs each ({held:,} of "
+        f"{big.shape.nodes * big.shape.gpus_per_node:,}), every tenth job keeping them idle; every other GPU is "
+        "held by no job and keeps the fleet's mix (an eighth idle, most above 95%). The previous design's "
+        "`ml_gpu_resources` (utilization judged per GPU, no job join) ran after the current groups on a "
+        "second live Prometheus of the same fleet, alone with the baseline, so neither contends with the "
+        "other. Active alerts: pending or firing at the last recorded evaluation (the live phase is "
+        "shorter than the 10-minute `for` of GPUUtilizationLow, so its alerts are pending).",
+        "",
+        "| | previous design | now |",
+        "|---|---:|---:|",
+        f"| active alerts of `{GPU_ALERT_GROUP}` | {_alerts(before)} | {_alerts(after)} |",
+        f"| of which GPUUtilizationLow / GPUUtilizationCritical | {_alerts(before, UTILIZATION_ALERTS)} | "
+        f"{_alerts(after, UTILIZATION_ALERTS)} |",
+        f"| `{GPU_ALERT_GROUP}` evaluation (median / p95) | {cost(before, base_before)} | {cost(after, base_now)} |",
+        f"| `{JOB_GROUP}` evaluation (median / p95) | none | {cost(jobs_group, base_now)} |",
+        f"| baseline GPU read (`count` of one GPU gauge) | {_ms(_gpu_read_ms(base_before) or 0)} ms | "
+        f"{_ms(_gpu_read_ms(base_now) or 0)} ms |",
+    ]
 
 
 def _baseline(groups: Sequence[GroupTiming]) -> GroupTiming | None:

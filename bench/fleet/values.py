@@ -164,6 +164,11 @@ _SIMPLE: dict[str, Callable[[random.Random, int, int], Values]] = {
     "zero": _const(0.0),
     "poll_seconds": lambda rng, n, v: [round(x, 4) for x in _walk(rng, n, 0.004, 0.03, 0.002)],
     "gpu:utilization_percent": lambda rng, n, v: [round(x, 1) for x in _gpu_utilization(rng, n, v)],
+    # GPUs a training job holds: its GPUs idle together, or busy below saturation.
+    "gpu:utilization_percent:held:idle": lambda rng, n, v: [round(x, 1) for x in _walk(rng, n, 0.0, 5.0, 1.0)],
+    "gpu:utilization_percent:held:busy": lambda rng, n, v: [round(x, 1) for x in _walk(rng, n, 45.0, 85.0, 4.0)],
+    # NVML's energy counter (J): 90-700 W, like the power gauge.
+    "gpu:energy_joules_total": lambda rng, n, v: _counter(rng, n, rng.uniform(90.0, 700.0), 15),
     "gpu:memory_utilization_percent": lambda rng, n, v: [round(x, 1) for x in _walk(rng, n, 10.0, 90.0, 4.0)],
     "gpu:memory_used_bytes": _memory_used,
     "gpu:memory_total_bytes": _const(GPU_MEMORY_BYTES),

@@ -21,7 +21,8 @@ _URL_WITH_PASSWORD = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@", re.I
 
 KNOWN_KEYS = {
     "environment", "kubernetesVersion", "namespaces", "endpoints", "services", "scrape", "poller",
-    "trainingJob", "grafana", "runbookBaseUrl", "cluster", "prometheus", "kubeStateMetrics", *SECRET_KEYS,
+    "trainingJob", "grafana", "runbookBaseUrl", "cluster", "prometheus", "kubeStateMetrics", "gpuHourlyCost",
+    "energyPricePerKWh", "currency", *SECRET_KEYS,
 }  # fmt: skip
 
 
@@ -78,6 +79,7 @@ def load_settings(source: ConfigSource, secret: SecretReader) -> Settings:
     runbook_base_url = sections.runbook_base_url(r)
     alerting = sections.alerting(r, secret)
     prometheus = sections.prometheus(r, environment, endpoints)
+    cost = sections.cost(r)
     kube_state_metrics = sections.kube_state_metrics(r)
     if isinstance(poller.image, ImageBuild) and source.get("registryPassword") is None:
         r.problems.append(
@@ -102,6 +104,7 @@ def load_settings(source: ConfigSource, secret: SecretReader) -> Settings:
         alerting=alerting,
         runbook_base_url=runbook_base_url,
         prometheus=prometheus,
+        cost=cost,
         kube_state_metrics=kube_state_metrics,
         common_labels={
             "app.kubernetes.io/part-of": PROJECT,

@@ -40,6 +40,12 @@ def gauge(metric: Metric) -> Gauge:
     return Gauge(metric.name, metric.help, metric.labels, registry=None)
 
 
+def info(metric: Metric) -> Gauge:
+    """An info metric (value always 1, the labels are the information) as a client gauge."""
+    _require(metric, MetricType.INFO)
+    return Gauge(metric.name, metric.help, metric.labels, registry=None)
+
+
 def histogram(metric: Metric) -> Histogram:
     _require(metric, MetricType.HISTOGRAM)
     if not metric.buckets:

@@ -20,6 +20,7 @@ from infra.settings import (
     read_stack_config,
     validate_stack,
 )
+from observability.rules import rules_file_yaml
 
 
 def stack_entries(stack: str) -> dict[str, Any]:
@@ -103,6 +104,13 @@ BAD_CONFIGS = [
     ("clusters-without-this-one", {"cluster": "eu-1", "prometheus": {"clusters": ["us-1"]}}, "prometheus.clusters = [\"us-1\"]: expected a list that includes this stack's cluster 'eu-1'"),
     ("remote-write-not-a-url", {"prometheus": {"shards": 2, "remoteWriteUrl": "global:9090"}}, "prometheus.remoteWriteUrl = 'global:9090': expected a URL"),
     ("clusters-bad-name", {"prometheus": {"clusters": ["foxhunt-dev", "US 1"]}}, "prometheus.clusters[1] = 'US 1': expected a DNS-1123 label"),
+    ("gpu-price-negative", mutated("gpuHourlyCost", ["default"], -1), "gpuHourlyCost.default = -1: expected a price: a number of at least 0"),
+    ("gpu-price-text", mutated("gpuHourlyCost", ["NVIDIA H100 80GB HBM3"], "cheap"), "gpuHourlyCost.NVIDIA H100 80GB HBM3 = 'cheap': expected a price"),
+    ("gpu-price-no-default", {"gpuHourlyCost": {"NVIDIA H100 80GB HBM3": 3.0}}, "with a `default` for every other GPU"),
+    ("gpu-prices-not-a-mapping", {"gpuHourlyCost": [3.0]}, "gpuHourlyCost = [3.0]: expected an object"),
+    ("energy-price-negative", {"energyPricePerKWh": -0.1}, "energyPricePerKWh = -0.1: expected a price: a number of at least 0"),
+    ("currency-not-iso", {"currency": "dollars"}, "currency = 'dollars': expected an ISO 4217 currency code"),
+    ("cost-typo", {"gpuHourlyPrice": {"default": 1}}, "gpuHourlyPrice is not a known setting"),
 ]  # fmt: skip
 
 
@@ -179,3 +187,19 @@ def test_shards_and_clusters_reach_the_observability_config() -> None:
     settings = load(cluster="eu-1", prometheus={"shards": "4", "clusters": ["eu-1", "us-1"]})
     cfg = settings.observability_config()
     assert (cfg.shards, cfg.cluster, cfg.clusters) == (4, "eu-1", ("eu-1", "us-1"))
+
+
+def test_prices_reach_the_observability_config() -> None:
+    cfg = load("prod").observability_config()
+    assert cfg.currency == "USD" and cfg.energy_price_per_kwh == 0.12 and cfg.gpu_hourly_cost_default == 2.0
+    assert dict(cfg.gpu_hourly_cost) == {"NVIDIA A100-SXM4-80GB": 2.9, "NVIDIA H100 80GB HBM3": 3.2}
+    cheap = load(gpuHourlyCost={"default": 0, "NVIDIA L4": 0.5}, energyPricePerKWh=0, currency="EUR")
+    cfg = cheap.observability_config()
+    assert (cfg.gpu_hourly_cost, cfg.gpu_hourly_cost_default, cfg.energy_price_per_kwh, cfg.currency) == (
+        (("NVIDIA L4", 0.5),),
+        0.0,
+        0.0,
+        "EUR",
+    )
+    rules = rules_file_yaml(cfg)
+    assert '{gpu_name="NVIDIA L4"} * 0 + 0.5' in rules and "EUR" not in rules

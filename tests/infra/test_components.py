@@ -282,6 +282,9 @@ def test_training_cronjob_is_a_suspended_template_with_otel_env_for_the_stacks_t
     # The trainer waits for one more scrape before exiting: two of this stack's scrape intervals.
     wait = {e["name"]: e.get("value") for e in container["env"]}[scrape_config.FINAL_SCRAPE_WAIT_ENV]
     assert wait == str(2 * cfg.scrape_interval_seconds) == {"prod": "20"}.get(stack, "30")
+    # NVML in the container (the `utility` capability) names the job's GPUs; no privilege is added.
+    assert {e["name"]: e.get("value") for e in container["env"]}["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
+    assert not any("hostPath" in v for v in pod_spec.get("volumes", []))
 
 
 @pytest.mark.parametrize("stack", STACKS)

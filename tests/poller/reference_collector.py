@@ -12,7 +12,7 @@ from prometheus_client.registry import Collector
 from observability import catalog
 from poller.collector import SharedPass, gpu_label_values
 from poller.error_counters import CountersSnapshot, ErrorCounters
-from poller.exported_metrics import ECC_TYPES, GPU_GAUGES, THROTTLE_REASONS
+from poller.exported_metrics import ECC_TYPES, GPU_COUNTERS, GPU_GAUGES, THROTTLE_REASONS
 from poller.model import PassResult
 
 
@@ -48,6 +48,14 @@ def build_families(node: str, result: PassResult, counters: CountersSnapshot) ->
             if value is not None:
                 ecc.add_metric([*labels, ecc_type], value)
     families.append(ecc)
+
+    for metric, attribute in GPU_COUNTERS:
+        family = CounterMetricFamily(metric.name, metric.help, labels=metric.labels)
+        for sample, labels in labelled:
+            value = getattr(sample, attribute)
+            if value is not None:
+                family.add_metric(labels, value)
+        families.append(family)
 
     xid = CounterMetricFamily(
         catalog.GPU_XID_ERRORS_TOTAL.name, catalog.GPU_XID_ERRORS_TOTAL.help, labels=catalog.GPU_XID_ERRORS_TOTAL.labels

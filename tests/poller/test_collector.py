@@ -72,6 +72,7 @@ def full_sample(gpu: GpuIdentity, temperature: int = 65) -> GpuSample:
         clock_event_reasons=0x44,
         ecc_corrected_total=7,
         ecc_uncorrected_total=0,
+        energy_joules_total=123_456.789,
     )
 
 

@@ -13,11 +13,13 @@
  *   gpu.0.temperature 65  gpu.0.power_mw 350000  gpu.0.power_limit_mw 700000
  *   gpu.0.clock_sm_mhz 1980  gpu.0.clock_mem_mhz 2619  gpu.0.clocks_event_reasons 0x44
  *   gpu.0.ecc_corrected 3  gpu.0.ecc_uncorrected 0  gpu.0.supported_events 0x8f
+ *   gpu.0.energy_mj 5000000        total energy at load (mJ); nvmlDeviceGetTotalEnergyConsumption
+ *                                  adds what power_mw drew since the library was first asked
  *   gpu.0.lost 1                   every call on GPU 0 answers NVML_ERROR_GPU_IS_LOST
  *   gpu.0.error.<field> CODE       one field answers CODE (3 = NOT_SUPPORTED); fields: name uuid
  *                                  utilization memory temperature power power_limit clock_sm
  *                                  clock_mem clocks_event_reasons ecc_corrected ecc_uncorrected
- *                                  supported_events register_events
+ *                                  supported_events register_events energy
  *   gpu.0.delay_us 200000          nvmlDeviceGetUtilizationRates on GPU 0 sleeps this long
  *   xid SEQ GPU CODE               an XID event, delivered once by nvmlEventSetWait_v2 (in SEQ
  *                                  order; append lines with growing SEQ to raise more)
@@ -61,12 +63,12 @@ enum {
 enum field {
     F_NAME, F_UUID, F_UTILIZATION, F_MEMORY, F_TEMPERATURE, F_POWER, F_POWER_LIMIT, F_CLOCK_SM,
     F_CLOCK_MEM, F_CLOCKS_EVENT_REASONS, F_ECC_CORRECTED, F_ECC_UNCORRECTED, F_SUPPORTED_EVENTS,
-    F_REGISTER_EVENTS, F_COUNT
+    F_REGISTER_EVENTS, F_ENERGY, F_COUNT
 };
 static const char *const field_names[F_COUNT] = {
     "name", "uuid", "utilization", "memory", "temperature", "power", "power_limit", "clock_sm",
     "clock_mem", "clocks_event_reasons", "ecc_corrected", "ecc_uncorrected", "supported_events",
-    "register_events",
+    "register_events", "energy",
 };
 
 struct gpu {
@@ -74,7 +76,7 @@ struct gpu {
     char uuid[TEXT];
     unsigned util_gpu, util_memory, temperature, power_mw, power_limit_mw, clock_sm_mhz, clock_mem_mhz;
     unsigned long long memory_total, memory_used, clocks_event_reasons, ecc_corrected, ecc_uncorrected;
-    unsigned long long supported_events;
+    unsigned long long supported_events, energy_mj;
     int lost;
     long delay_us;
     nvmlReturn_t error[F_COUNT];
@@ -149,6 +151,7 @@ static void set_defaults(struct config *c) {
         g->clock_sm_mhz = 1980;
         g->clock_mem_mhz = 2619;
         g->supported_events = 0x8fULL;
+        g->energy_mj = 5000000ULL;
     }
 }
 
@@ -175,6 +178,7 @@ static void set_gpu_value(struct gpu *g, const char *key, const char *value) {
     else if (strcmp(key, "ecc_corrected") == 0) g->ecc_corrected = n;
     else if (strcmp(key, "ecc_uncorrected") == 0) g->ecc_uncorrected = n;
     else if (strcmp(key, "supported_events") == 0) g->supported_events = n;
+    else if (strcmp(key, "energy_mj") == 0) g->energy_mj = n;
     else if (strcmp(key, "lost") == 0) g->lost = (int)n;
     else if (strcmp(key, "delay_us") == 0) g->delay_us = (long)n;
     else if (strncmp(key, "error.", 6) == 0) {
@@ -442,6 +446,28 @@ EXPORT nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, int type, unsign
     nvmlReturn_t rc = gpu_for(device, f, &g);
     if (rc == NVML_SUCCESS) *clock = f == F_CLOCK_SM ? g->clock_sm_mhz : g->clock_mem_mhz;
     return rc;
+}
+#endif
+
+#ifndef OMIT_nvmlDeviceGetTotalEnergyConsumption
+/* Energy drawn since the first call, per GPU index: power_mw integrated over monotonic time
+ * (kept across config reloads, so the total only grows). */
+static long long energy_last_ns[MAX_GPUS];
+static double energy_drawn_mj[MAX_GPUS];
+
+EXPORT nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned long long *energy) {
+    struct gpu *g;
+    nvmlReturn_t rc = gpu_for(device, F_ENERGY, &g);
+    if (rc != NVML_SUCCESS) return rc;
+    if (!energy) return NVML_ERROR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&lock);
+    unsigned index = device->index;
+    long long now = now_ns(CLOCK_MONOTONIC);
+    if (energy_last_ns[index] > 0) energy_drawn_mj[index] += (double)g->power_mw * (double)(now - energy_last_ns[index]) / 1e9;
+    energy_last_ns[index] = now;
+    *energy = g->energy_mj + (unsigned long long)energy_drawn_mj[index];
+    pthread_mutex_unlock(&lock);
+    return NVML_SUCCESS;
 }
 #endif
 

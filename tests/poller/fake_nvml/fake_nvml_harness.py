@@ -96,6 +96,7 @@ class FakeGpu:
     ecc_corrected: int = 0
     ecc_uncorrected: int = 0
     supported_events: int = 0x8F
+    energy_mj: int = 5_000_000  # total energy at load; grows by power_mw while the poller reads it
     lost: bool = False
     errors: dict[str, int] = field(default_factory=dict)  # field name -> NVML return code
     delay_us: int = 0  # sleep in nvmlDeviceGetUtilizationRates
@@ -155,6 +156,7 @@ class FakeNvml:
                 prefix + f"ecc_corrected {gpu.ecc_corrected}",
                 prefix + f"ecc_uncorrected {gpu.ecc_uncorrected}",
                 prefix + f"supported_events {gpu.supported_events:#x}",
+                prefix + f"energy_mj {gpu.energy_mj}",
                 prefix + f"lost {int(gpu.lost)}",
                 prefix + f"delay_us {gpu.delay_us}",
             ]
