@@ -5,10 +5,10 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STACK ?= dev
-STACKS := dev staging prod
+STACKS := $(patsubst Pulumi.%.yaml,%,$(wildcard Pulumi.*.yaml))
 PYTEST_ARGS ?=
 
-.PHONY: render render-all test lint bench docs clean sysdeps venv dashboards-readme device-check device-check-deps
+.PHONY: render render-all generate check test lint bench clean sysdeps venv device-check device-check-deps
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -29,14 +29,29 @@ render-all: sysdeps $(VENV)/.installed
 sysdeps:
 	./scripts/install-system-packages.sh
 
-## the whole test suite (what CI runs)
+## rewrite every committed generated file from the code (runbooks, dashboards README, policy configs)
+generate: $(VENV)/.installed
+	$(PY) -m infra.generate
+
+## what CI runs (.ci/run): generated files current and committed, lint, format, strict types, tests
+check: sysdeps generate
+	@stale=$$(git status --porcelain -- $$($(PY) -m infra.generate --list)); \
+	if [ -n "$$stale" ]; then \
+	  echo "$$stale"; echo "generated files differ from the committed ones: commit what make generate wrote" >&2; \
+	  exit 1; \
+	fi
+	$(MAKE) lint
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+## the whole test suite
 test: sysdeps $(VENV)/.installed
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+## ruff (lint and format), mypy strict
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
-	$(VENV)/bin/actionlint
 
 ## benchmarks; figures go to BENCHMARKS.md
 bench: $(VENV)/.installed
@@ -50,10 +65,6 @@ device-check:
 ## the poller's pinned packages into build/device-check/site (where a package registry is reachable)
 device-check-deps:
 	$(PYTHON) -m pip install --quiet --target build/device-check/site -r poller/requirements.txt
-
-## regenerate dashboards/README.md (rows and panels of every dashboard) from the code
-dashboards-readme: $(VENV)/.installed
-	$(PY) -m dashboards.readme
 
 clean:
 	rm -rf rendered .pytest_cache .mypy_cache .ruff_cache

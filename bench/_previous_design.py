@@ -14,8 +14,8 @@ from typing import Any
 
 from observability import catalog
 from observability.config import ObservabilityConfig
+from observability.promql import by
 from observability.rules import alert_rules, gpu, jobs
-from observability.rules.promql import by
 
 GROUP = "ml_gpu_resources (previous design, not deployed)"
 _PER_GPU_UTILIZATION = f"max {by(gpu.GPU_LABELS)} ({catalog.GPU_UTILIZATION_PERCENT.name})"
@@ -23,7 +23,7 @@ _GPU = "GPU {{ $labels.gpu_id }} ({{ $labels.gpu_name }}, {{ $labels.uuid }}) on
 
 
 def previous_gpu_group(cfg: ObservabilityConfig) -> dict[str, Any]:
-    """`ml_gpu_resources` with per-GPU utilization alerts and no job join (the seed's six alerts)."""
+    """`ml_gpu_resources` with per-GPU utilization alerts and no job join (the six alerts as first written)."""
     rules = []
     for alert in alert_rules(cfg):
         if alert.group != gpu.GROUP or alert.name == "GPUMemoryExhaustionPredicted":

@@ -1,4 +1,4 @@
-"""GPU poller benchmarks (issue 3); figures go to the "GPU poller" section of BENCHMARKS.md.
+"""GPU poller benchmarks; figures go to the "GPU poller" section of BENCHMARKS.md.
 
 1. CPU time of one full collection of 8 GPUs including writing `/metrics`, with GPM profiling
    metrics (two GPM calls per GPU per pass) and without, side by side in one run with spawning
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import importlib
 import os
 import platform
 import resource
@@ -34,10 +33,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from observability import catalog
+from prometheus_client import CollectorRegistry, generate_latest
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-BENCHMARKS = REPO_ROOT / "BENCHMARKS.md"
+from bench._report import BENCHMARKS, write_section
+from observability import catalog
+from poller.collector import SharedPass
+from poller.error_counters import ErrorCounters
+from poller.exposition import TextPageWriter
+from poller.nvml_source import NvmlSource
+from tests.poller import image_harness as images
+from tests.poller.fake_nvml import fake_nvml_harness
+from tests.poller.reference_collector import GpuCollector
+
 SECTION_START = "<!-- gpu-poller:start -->"
 SECTION_END = "<!-- gpu-poller:end -->"
 GPUS = 8
@@ -47,11 +54,6 @@ CONCURRENT_SCRAPERS = 50
 CONCURRENT_SECONDS = 10.0
 # Set to 1 to keep the image figures BENCHMARKS.md already holds instead of building the image.
 ENV_SKIP_IMAGE = "BENCH_POLLER_KEEP_IMAGE_FIGURES"
-
-
-def _load(module: str) -> ModuleType:
-    """A test harness module (plain imports: `python -m bench` runs from the repository root)."""
-    return importlib.import_module(module)
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -94,13 +96,6 @@ def measure_cpu(harness: ModuleType, work: Path) -> CpuFigures:
     os.environ["FAKE_NVML_CONFIG"] = str(config)
     os.environ["FAKE_NVML_RELOAD_MS"] = "3600000"  # the fake's own file check is not the poller's cost
     ctypes.CDLL(str(lib_dir / harness.SONAME))  # nvidia-ml-py's CDLL("libnvidia-ml.so.1") now finds this one
-
-    from prometheus_client import CollectorRegistry, generate_latest
-
-    from poller.collector import GpuCollector, SharedPass
-    from poller.error_counters import ErrorCounters
-    from poller.exposition import TextPageWriter
-    from poller.nvml_source import NvmlSource
 
     counters = ErrorCounters()
     source = NvmlSource(counters)
@@ -289,7 +284,6 @@ def previous_image_paragraph(path: Path = BENCHMARKS) -> str | None:
 def measure_image() -> ImageFigures:
     if shutil.which("buildah") is None or shutil.which("debootstrap") is None or os.geteuid() != 0:
         return ImageFigures(None, None, "not measured: needs root, buildah and debootstrap")
-    images = _load("tests.poller.image_harness")
     store = Path(tempfile.mkdtemp(prefix="poller-image-bench-", dir="/var/tmp"))
     try:
         started = time.monotonic()
@@ -346,7 +340,7 @@ def render_section(
         f"floor at the median and {cpu.spawn_us.p99 / cpu.poller_us.p99:.1f}x at p99 (goal: 3x); without GPM "
         f"{cpu.spawn_us.median / cpu.poller_without_gpm_us.median:.1f}x at the median (GPM adds "
         f"{cpu.poller_us.median - cpu.poller_without_gpm_us.median:.0f} µs a pass for {GPUS} GPUs). nvidia-smi "
-        "itself costs tens of milliseconds a call (seed 000: ~50 ms).",
+        "itself costs tens of milliseconds a call (about 50 ms).",
         "",
         f"**Resident memory** (VmRSS of `python -m poller`, {GPUS} fake GPUs with GPM): "
         f"{rss.after_start_kib / mib:.1f} MiB after start and a first scrape, "
@@ -385,20 +379,9 @@ def render_section(
     return "\n".join(lines) + "\n"
 
 
-def write_section(section: str, path: Path = BENCHMARKS) -> None:
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    if SECTION_START in text and SECTION_END in text:
-        before, rest = text.split(SECTION_START, 1)
-        _, after = rest.split(SECTION_END, 1)
-        text = before + section.rstrip("\n") + after
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    path.write_text(text)
-
-
 def main() -> None:
     load = os.getloadavg()
-    harness = _load("tests.poller.fake_nvml.fake_nvml_harness")
+    harness = fake_nvml_harness
     with tempfile.TemporaryDirectory(prefix="bench-poller-") as tmp:
         work = Path(tmp)
         lib_dir = harness.build_fake_nvml(work / "subprocess-lib")
@@ -419,7 +402,7 @@ def main() -> None:
         image = _time("image", measure_image)  # type: ignore[assignment]
     section = render_section(cpu, rss, concurrency, image, load)  # type: ignore[arg-type]
     print(section)
-    write_section(section)
+    write_section(section, SECTION_START, SECTION_END)
 
 
 if __name__ == "__main__":

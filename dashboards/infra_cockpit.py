@@ -1,4 +1,4 @@
-"""Infra cockpit (seed 000, component 6): the health of what this project deploys.
+"""Infra cockpit: the health of what this project deploys.
 
 Scrape targets of the annotated platform services, the training jobs and the GPU poller; the
 monitoring's own health (pollers up against GPU nodes, NVML down, GPUs enumerated against
@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from dashboards import panels, promql, variables
+from dashboards import panels, variables
 from dashboards.layout import DashboardSpec, Row, assemble
 from dashboards.panels import GREEN, RED, YELLOW, Common, Query, Thresholds
-from observability import catalog
+from observability import catalog, promql
 from observability.config import ObservabilityConfig
 from observability.rules import dashboard_recording as rec
 from observability.rules import health, jobs, project_group_names
@@ -62,7 +62,7 @@ def _scrape_targets(cfg: ObservabilityConfig) -> Row:
                     thresholds=ALL_UP,
                     mappings=UP_DOWN,
                 ),
-                [Query(promql.by("min", ("service",), _up(platform)), "{{service}}")],
+                [Query(promql.aggregate("min", ("service",), _up(platform)), "{{service}}")],
                 background=True,
             ),
             _targets_up(
@@ -79,7 +79,7 @@ def _scrape_targets(cfg: ObservabilityConfig) -> Row:
                 Common(
                     "Targets Up by Service", "Scrape targets answering, per service, over time.", "short", w=12, min=0
                 ),
-                [Query(promql.by("sum", ("service",), _up(every_service)), "{{service}}")],
+                [Query(promql.aggregate("sum", ("service",), _up(every_service)), "{{service}}")],
             ),
             panels.prometheus_table(
                 Common(
@@ -97,7 +97,7 @@ def _scrape_targets(cfg: ObservabilityConfig) -> Row:
 
 def _node_gauge(metric: catalog.Metric) -> str:
     """One value per node (a poller pod restarting briefly exports a node twice)."""
-    return promql.by("max", ("node",), promql.gauge(metric, (NODE,)))
+    return promql.aggregate("max", ("node",), promql.gauge(metric, (NODE,)))
 
 
 def _worst(title: str, description: str, unit: str, expr: str, w: int = 8) -> panels.PanelBuilder:
@@ -123,18 +123,18 @@ def _monitoring_health(cfg: ObservabilityConfig) -> Row:
         gpu_nodes = Query(f"count({capacity} > 0)", "GPU nodes (nvidia.com/gpu capacity)")
     else:
         gpu_nodes = Query(f"count(max by (node) (last_over_time({nvml_up}[1h])))", "GPU nodes seen in the last hour")
-    enumerated = promql.by("max", ("node",), promql.gauge(catalog.GPU_POLLER_DEVICES_ENUMERATED))
-    answering = promql.by("max", ("node",), promql.gauge(catalog.GPU_POLLER_DEVICES))
+    enumerated = promql.aggregate("max", ("node",), promql.gauge(catalog.GPU_POLLER_DEVICES_ENUMERATED))
+    answering = promql.aggregate("max", ("node",), promql.gauge(catalog.GPU_POLLER_DEVICES))
     gpu_counts = [
-        Query(promql.by("sum", (), enumerated), "enumerated by NVML"),
-        Query(promql.by("sum", (), answering), "answering"),
+        Query(promql.aggregate("sum", (), enumerated), "enumerated by NVML"),
+        Query(promql.aggregate("sum", (), answering), "answering"),
     ]
     if cfg.kube_state_metrics:
         gpu_counts.append(Query(f"sum({capacity})", "capacity (kube-state-metrics)"))
     groups = health.rule_group_matcher(project_group_names(cfg))
     last = promql.gauge(catalog.PROMETHEUS_RULE_GROUP_LAST_DURATION_SECONDS, (groups,))
     interval = promql.gauge(catalog.PROMETHEUS_RULE_GROUP_INTERVAL_SECONDS, (groups,))
-    share = f"{promql.by('max', ('rule_group',), last)} / {promql.by('max', ('rule_group',), interval)}"
+    share = f"{promql.aggregate('max', ('rule_group',), last)} / {promql.aggregate('max', ('rule_group',), interval)}"
     scrape = promql.gauge(catalog.SCRAPE_DURATION_SECONDS, (promql.matcher("service", cfg.gpu_poller_service),))
     return Row(
         "Monitoring Health",
@@ -164,7 +164,7 @@ def _monitoring_health(cfg: ObservabilityConfig) -> Row:
                     min=0,
                     thresholds=Thresholds(GREEN, ((1, RED),)),
                 ),
-                [Query(f"count({promql.by('max', ('node',), nvml_up)} == 0) or vector(0)", "NVML down")],
+                [Query(f"count({promql.aggregate('max', ('node',), nvml_up)} == 0) or vector(0)", "NVML down")],
                 threshold_style=panels.ThresholdStyle.AREA,
             ),
             panels.timeseries(
@@ -201,7 +201,7 @@ def _monitoring_health(cfg: ObservabilityConfig) -> Row:
                     min=0,
                 ),
                 [
-                    Query(promql.by("max", (), scrape), "slowest poller"),
+                    Query(promql.aggregate("max", (), scrape), "slowest poller"),
                     Query(f"quantile(0.95, {scrape})", "p95"),
                 ],
             ),
@@ -213,7 +213,7 @@ def _poller_health() -> Row:
     nvml_down = f"{_node_gauge(catalog.GPU_POLLER_NVML_UP)} == 0"
     duration = promql.gauge(catalog.GPU_POLLER_COLLECTION_DURATION_SECONDS, (NODE,))
     devices = _node_gauge(catalog.GPU_POLLER_DEVICES)
-    failures = promql.by("sum", ("node",), promql.rate(catalog.GPU_POLLER_COLLECTION_FAILURES_TOTAL, (NODE,)))
+    failures = promql.aggregate("sum", ("node",), promql.rate(catalog.GPU_POLLER_COLLECTION_FAILURES_TOTAL, (NODE,)))
     return Row(
         "GPU Poller Health",
         [
@@ -249,7 +249,7 @@ def _poller_health() -> Row:
                     min=0,
                 ),
                 [
-                    Query(promql.by("max", (), duration), "slowest node"),
+                    Query(promql.aggregate("max", (), duration), "slowest node"),
                     Query(f"quantile(0.95, {duration})", "p95"),
                     Query(f"quantile(0.5, {duration})", "median"),
                 ],
@@ -270,7 +270,7 @@ def _poller_health() -> Row:
                 "Slowest Collections",
                 f"The {WORST} nodes whose last NVML collection took longest.",
                 "s",
-                promql.by("max", ("node",), duration),
+                promql.aggregate("max", ("node",), duration),
             ),
             _worst(
                 "Most Collection Failures",
@@ -287,15 +287,15 @@ def _poller_health() -> Row:
                     min=0,
                 ),
                 [
-                    Query(promql.by("sum", (), devices), "GPUs in the fleet", instant=True),
-                    Query(promql.by("min", (), devices), "fewest on a node", instant=True),
+                    Query(promql.aggregate("sum", (), devices), "GPUs in the fleet", instant=True),
+                    Query(promql.aggregate("min", (), devices), "fewest on a node", instant=True),
                 ],
             ),
             panels.prometheus_table(
                 Common("Driver Versions", "Nodes running each NVML, driver and CUDA driver version.", "short", w=16),
                 [
                     Query(
-                        promql.by(
+                        promql.aggregate(
                             "count",
                             ("driver_version", "nvml_version", "cuda_driver_version"),
                             promql.gauge(catalog.GPU_DRIVER_INFO, (NODE,)),
@@ -318,7 +318,7 @@ def _gpu_hardware() -> Row:
         )
 
     def worst_gpus(title: str, what: str, metric: catalog.Metric) -> panels.PanelBuilder:
-        per_gpu = promql.by("sum", ("node", "gpu_id"), promql.rate(metric, (NODE,)))
+        per_gpu = promql.aggregate("sum", ("node", "gpu_id"), promql.rate(metric, (NODE,)))
         return _worst(
             title,
             f"The {WORST} GPUs with the most {what} per second now (only GPUs that have any).",
@@ -393,7 +393,7 @@ def _gpu_hardware() -> Row:
                 "Highest Power Draw",
                 f"The {WORST} GPUs drawing the most power now.",
                 "watt",
-                promql.by("max", ("node", "gpu_id"), power),
+                promql.aggregate("max", ("node", "gpu_id"), power),
                 w=24,
             ),
         ],

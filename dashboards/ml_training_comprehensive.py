@@ -1,4 +1,5 @@
-"""ML Training Comprehensive (seed 001, section 3): its 8 rows and panels, thresholds and colours.
+"""ML Training Comprehensive: the platform's main training dashboard, 8 rows, with its thresholds
+and colours.
 
 `$model_type` (multi-select, include all) and `$job_id` (single select), refresh 10 s, last
 hour by default, table legends with the last non-null and the minimum value.
@@ -8,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from dashboards import panels, promql, variables
+from dashboards import panels, variables
 from dashboards.layout import DashboardSpec, Row, assemble
 from dashboards.panels import BLUE, GREEN, RED, YELLOW, Common, Query, Thresholds
-from observability import catalog
+from observability import catalog, promql
 from observability.config import ObservabilityConfig
 from observability.rules import dashboard_recording as rec
 from observability.rules import jobs
@@ -26,7 +27,7 @@ GPU_LEGEND = "{{node}} GPU {{gpu_id}}"
 # GPUs a per-GPU panel draws at most per target (the recorded topk / bottomk lists).
 TOP = rec.GPU_EXTREMES
 
-# Seed 001's colours.
+# The colours the platform's monitoring report specifies.
 NAN_RED_ABOVE_ZERO = Thresholds(GREEN, ((1, RED),))  # integer counts (ceil), so "1" is "above 0"
 TRAINING_SPEED = Thresholds(RED, ((0.1, YELLOW), (0.5, GREEN)))  # 0.1 = warning, 0.5 = good
 GPU_UTILIZATION = Thresholds(RED, ((30, YELLOW), (60, GREEN), (95, RED)))  # red <30, green 60-95, red >95
@@ -43,7 +44,7 @@ def _job(metric: catalog.Metric) -> str:
 
 
 def _high_level_status() -> Row:
-    nan_count = f"ceil({promql.by('sum', (), promql.increase(catalog.TRAINING_NAN_COUNT, (MODEL, JOB)))})"
+    nan_count = f"ceil({promql.aggregate('sum', (), promql.increase(catalog.TRAINING_NAN_COUNT, (MODEL, JOB)))})"
     return Row(
         "High-Level Status",
         [
@@ -51,7 +52,7 @@ def _high_level_status() -> Row:
                 Common("Training Jobs by Status", "Running, pending and failed training jobs.", "short", w=6),
                 [
                     Query(
-                        promql.by(
+                        promql.aggregate(
                             "sum",
                             ("status",),
                             promql.gauge(
@@ -93,7 +94,7 @@ def _high_level_status() -> Row:
                 Common("Training Loss Curves", "Mean training loss of every model type, overlaid.", "none", w=6),
                 [
                     Query(
-                        promql.by("avg", ("model_type",), promql.gauge(catalog.TRAINING_LOSS, (MODEL,))),
+                        promql.aggregate("avg", ("model_type",), promql.gauge(catalog.TRAINING_LOSS, (MODEL,))),
                         "{{model_type}}",
                     )
                 ],
@@ -264,7 +265,7 @@ def _performance() -> Row:
 
 def _checkpoints() -> Row:
     def per_model(metric: catalog.Metric) -> str:
-        return promql.by("sum", ("model_type",), promql.rate(metric, (MODEL, JOB)))
+        return promql.aggregate("sum", ("model_type",), promql.rate(metric, (MODEL, JOB)))
 
     return Row(
         "Checkpoint Management",
@@ -327,7 +328,7 @@ def _advanced() -> Row:
 
 
 def _error_tracking() -> Row:
-    failures = promql.by("sum", ("error_type",), promql.increase(catalog.TRAINING_FAILURES_TOTAL, (MODEL,)))
+    failures = promql.aggregate("sum", ("error_type",), promql.increase(catalog.TRAINING_FAILURES_TOTAL, (MODEL,)))
     return Row(
         "Error Tracking",
         [

@@ -1,4 +1,4 @@
-"""Training cockpit (seed 000, component 4): the per-fold view of training jobs in 9 rows.
+"""Training cockpit: the per-fold view of training jobs in 9 rows.
 
 Variables: `$model` (label `model_type`), `$fold`, `$job_id` (the job whose GPUs "This Job's
 GPUs" shows), `$node` (GPUs) and `$interval`, the minimum query interval from which Grafana
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from dashboards import panels, promql, variables
+from dashboards import panels, variables
 from dashboards.layout import DashboardSpec, Row, assemble
 from dashboards.panels import BLUE, GREEN, RED, YELLOW, Common, Query, Thresholds
-from observability import catalog
+from observability import catalog, promql
 from observability.config import ObservabilityConfig
 from observability.rules import dashboard_recording as rec
 from observability.rules import jobs
@@ -36,7 +36,7 @@ JOB_GPUS = 16
 
 
 def _sum_rate(metric: catalog.Metric, labels: tuple[str, ...], matchers: tuple[str, ...] = (MODEL,)) -> str:
-    return promql.by("sum", labels, promql.rate(metric, matchers))
+    return promql.aggregate("sum", labels, promql.rate(metric, matchers))
 
 
 def _quantiles(rule: RecordingRule, labels: tuple[str, ...]) -> list[Query]:
@@ -48,10 +48,10 @@ def _quantiles(rule: RecordingRule, labels: tuple[str, ...]) -> list[Query]:
 
 
 def _active_jobs() -> Row:
-    fold_progress = (
-        f"100 * {promql.by('count', ('model_type', 'job_id'), promql.gauge(catalog.TRAINING_FOLD_LOSS, (MODEL,)))}"
-        f" / {promql.by('max', ('model_type', 'job_id'), promql.gauge(catalog.TRAINING_FOLDS_PLANNED, (MODEL,)))}"
-    )
+    per_job = ("model_type", "job_id")
+    folds_done = promql.aggregate("count", per_job, promql.gauge(catalog.TRAINING_FOLD_LOSS, (MODEL,)))
+    folds_planned = promql.aggregate("max", per_job, promql.gauge(catalog.TRAINING_FOLDS_PLANNED, (MODEL,)))
+    fold_progress = f"100 * {folds_done} / {folds_planned}"
     return Row(
         "Active Jobs",
         [
@@ -59,7 +59,9 @@ def _active_jobs() -> Row:
                 Common("Active Workers", "Training workers running now, per model type.", "short", w=4),
                 [
                     Query(
-                        promql.by("sum", ("model_type",), promql.gauge(catalog.TRAINING_ACTIVE_WORKERS, (MODEL,))),
+                        promql.aggregate(
+                            "sum", ("model_type",), promql.gauge(catalog.TRAINING_ACTIVE_WORKERS, (MODEL,))
+                        ),
                         "{{model_type}}",
                     )
                 ],
@@ -180,7 +182,7 @@ def _gpu_resources() -> Row:
                 ),
                 [
                     _busiest(catalog.GPU_MEMORY_USED_BYTES, " used"),
-                    Query(promql.by("max", (), _gpus(catalog.GPU_MEMORY_TOTAL_BYTES)), "total"),
+                    Query(promql.aggregate("max", (), _gpus(catalog.GPU_MEMORY_TOTAL_BYTES)), "total"),
                 ],
                 dashed_refs=("B",),
             ),
@@ -206,7 +208,7 @@ def _gpu_resources() -> Row:
                 ),
                 [
                     _busiest(catalog.GPU_POWER_WATTS, " draw"),
-                    Query(promql.by("max", (), _gpus(catalog.GPU_POWER_LIMIT_WATTS)), "limit"),
+                    Query(promql.aggregate("max", (), _gpus(catalog.GPU_POWER_LIMIT_WATTS)), "limit"),
                 ],
                 dashed_refs=("B",),
             ),
@@ -230,9 +232,9 @@ def _true_utilization() -> panels.PanelBuilder:
     # Means over the selected GPUs that report GPM (Hopper and newer), NVML's figure over the same
     # GPUs: one series per target whatever `$node` selects.
     def mean(metric: catalog.Metric) -> str:
-        return promql.by("avg", (), _gpus(metric))
+        return promql.aggregate("avg", (), _gpus(metric))
 
-    nvml_where_gpm = promql.by(
+    nvml_where_gpm = promql.aggregate(
         "avg", (), f"{_gpus(catalog.GPU_UTILIZATION_PERCENT)} and {_gpus(catalog.GPU_SM_ACTIVE_PERCENT)}"
     )
     return panels.timeseries(
@@ -277,7 +279,11 @@ def _this_jobs_gpus(cfg: ObservabilityConfig) -> Row:
     def so_far(title: str, description: str, unit: str, record: str) -> panels.PanelBuilder:
         return panels.stat(
             Common(title, description, unit, w=4, min=0),
-            [Query(promql.by("sum", ("job_id",), promql.selector(record, (JOB_ID,))), "{{job_id}}", instant=True)],
+            [
+                Query(
+                    promql.aggregate("sum", ("job_id",), promql.selector(record, (JOB_ID,))), "{{job_id}}", instant=True
+                )
+            ],
         )
 
     estimate = (
@@ -397,7 +403,7 @@ def _data_pipeline() -> Row:
                 Common("Batches Processed", "Data batches processed in each rate interval.", "short", w=12, min=0),
                 [
                     Query(
-                        promql.by(
+                        promql.aggregate(
                             "sum", ("model_type",), promql.increase(catalog.TRAINING_DATA_BATCHES_TOTAL, (MODEL,))
                         ),
                         "{{model_type}}",
@@ -501,7 +507,12 @@ def _timing() -> Row:
                     w=12,
                     min=0,
                 ),
-                [Query(promql.by("sum", ("status",), promql.gauge(catalog.TRAINING_JOBS_BY_STATUS)), "{{status}}")],
+                [
+                    Query(
+                        promql.aggregate("sum", ("status",), promql.gauge(catalog.TRAINING_JOBS_BY_STATUS)),
+                        "{{status}}",
+                    )
+                ],
                 stacked=True,
             ),
         ],

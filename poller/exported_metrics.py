@@ -1,7 +1,7 @@
 """Which catalog metric each NVML reading becomes, and the fixed label values of the poller.
 
-The writer (`exposition`) and the prometheus-client collector (`collector`) both walk these
-tables, so the two can never disagree on what is exported.
+The writer (`exposition`) walks these tables, and so does the independent prometheus-client
+collector the tests compare it with.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The poller's `/metrics` page in the Prometheus text format (0.0.4), written fast.
 
-`collector.build_families` + prometheus-client's `generate_latest` produce the same page (the
-tests parse both and compare), but build a dict and a namedtuple per sample and format every
+A prometheus-client collector with `generate_latest` produces the same page (the tests parse
+both and compare), but builds a dict and a namedtuple per sample and format every
 label on every scrape: several microseconds a sample. Here every GPU's label block is escaped
 once, when the GPU is first seen (with `observability.exposition`'s pieces, the one place that
 knows the format), and a sample line is one string concatenation, which keeps a full 8-GPU page

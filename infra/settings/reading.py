@@ -15,6 +15,7 @@ import pulumi
 from pulumi.runtime import config as runtime_config
 
 from infra.settings.model import PROJECT, SecretValue
+from policy.manifests import as_int
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|Ki|Mi|Gi|Ti|k|M|G|T)?$")
@@ -70,19 +71,6 @@ def pulumi_secret_reader() -> SecretReader:
         return config.get_secret(key)
 
     return read
-
-
-def as_int(value: Any) -> int | None:
-    """A whole number from JSON/YAML config (int, integral float or digit string); None otherwise."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and re.fullmatch(r"-?[0-9]+", value.strip()):
-        return int(value)
-    return None
 
 
 class Reader:

@@ -1,4 +1,4 @@
-"""Training-job metrics: the helpers of seed 001 plus the per-fold view of seed 000, component 2.
+"""Training-job metrics: the per-job helpers plus the per-fold view.
 
 One `TrainingMetrics` owns every training-job family of the catalog on its own registry (never
 prometheus-client's global one, so two trainers, or two tests, cannot see each other's values).
@@ -162,7 +162,7 @@ class TrainingMetrics:
         for status in JOB_STATUSES:
             self.jobs_by_status.labels(status=status).set(statuses.count(status))
 
-    # --- the seed-001 helpers, keyed by (model_type, job_id) ---------------------------------
+    # --- the per-job helpers, keyed by (model_type, job_id) ---------------------------------
     def record_training_iteration(
         self, model_type: str, job_id: str, epoch: int, train_loss: float, val_loss: float, duration_secs: float
     ) -> None:
@@ -293,7 +293,7 @@ class JobMetrics:
     def record_feature_engineering_error(self, error_type: str) -> None:
         self._m.feature_errors.labels(model_type=self.model_type, error_type=error_type).inc()
 
-    # --- per fold (seed 000, component 2) -------------------------------------------------------------
+    # --- per fold -------------------------------------------------------------------------------------
     def record_fold(self, fold: int, train_loss: float, val_loss: float, epochs: int, duration_secs: float) -> None:
         """A fold finished: its best losses, epochs and wall time; counts it as completed."""
         m, labels = self._m, {**self._job, "fold": str(fold)}

@@ -1,4 +1,4 @@
-"""Alert and recording rules of the ML training platform (seed 001's 22 alerts in 6 groups, plus
+"""Alert and recording rules of the ML training platform (22 alerts in 6 groups, plus
 GPUMemoryExhaustionPredicted; per-job GPU views in `jobs`), and the monitoring's own health alerts
 (`ml_monitoring_health`).
 
@@ -20,11 +20,11 @@ from collections.abc import Callable
 from typing import Any
 
 from observability.config import ObservabilityConfig
+from observability.promql import duration
 from observability.rules import gpu, health, jobs, pipeline, quality, storage, training
 from observability.rules.dashboard_recording import dashboard_recording_groups
 from observability.rules.detection import CRITICAL_DETECTION_ALERTS, detection_budget
 from observability.rules.model import AlertRule, RecordingRule, RunbookQuery, Severity
-from observability.rules.promql import duration
 from observability.rules.recording import RECORDING_RULES as _ALERT_RECORDING_RULES
 from observability.rules.recording import recording_groups
 from observability.rules.render import dump_groups
@@ -72,7 +72,7 @@ def project_group_names(cfg: ObservabilityConfig) -> list[str]:
 
 
 def alert_groups(cfg: ObservabilityConfig) -> list[tuple[str, tuple[AlertRule, ...]]]:
-    """The six alert groups of seed 001, in the seed's order, then the health group, each with its alerts.
+    """The six alert groups, in a fixed order, then the health group, each with its alerts.
 
     Raises ValueError when the config's intervals make the 30-second detection promise impossible.
     """

@@ -1,4 +1,4 @@
-"""Group `ml_gpu_resources`: the six GPU alerts of seed 001 and the predicted out-of-memory alert.
+"""Group `ml_gpu_resources`: the six GPU alerts and the predicted out-of-memory alert.
 
 Waste and bottleneck are judged per training job: GPUUtilizationLow and GPUUtilizationCritical
 read each job's mean GPU utilization (recorded by `jobs.py`), so a job of 8 GPUs raises one
@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from observability import catalog
 from observability.config import ObservabilityConfig
+from observability.promql import by, counter_increased, duration
 from observability.rules import jobs, recording
 from observability.rules.detection import critical_for_seconds, event_window_seconds
 from observability.rules.model import AlertRule, RunbookQuery, Severity
-from observability.rules.promql import by, counter_increased, duration
 
 GROUP = "ml_gpu_resources"
 GPU_LABELS = recording.GPU_LABELS
@@ -59,9 +59,9 @@ PREDICTION_WINDOW_SECONDS = 600
 PREDICTION_HORIZON_SECONDS = 600
 PREDICTION_MIN_RATIO = 0.5
 PREDICTION_FOR_SECONDS = 120
-# The seed gives GPUMemoryExhausted `for: 1m` but also promises out-of-memory detection within
-# 30s; both cannot hold. The promise wins: `for` is this, shortened by critical_for_seconds().
-MEMORY_EXHAUSTED_SEED_FOR_SECONDS = 60
+# GPUMemoryExhausted would wait `for: 1m`, but out-of-memory must be detected within 30s: `for` is
+# this, shortened by critical_for_seconds() to fit the detection budget.
+MEMORY_EXHAUSTED_FOR_SECONDS = 60
 TEMPERATURE_HIGH_CELSIUS = 85
 
 
@@ -170,9 +170,9 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
                 RunbookQuery("Power drawn by the job's GPUs", f"{jobs.HELD_POWER.record}{_ONE_JOB}"),
             ),
             rationale=(
-                "The seed names this a 'bottleneck alert' and assigns no severity; its severity table has two "
-                "info alerts, and a saturated training GPU is an optimisation opportunity rather than an "
-                "outage, so this is the second one. Judged per job like GPUUtilizationLow."
+                "Severity info: a GPU saturated for this long is a bottleneck to look at, an optimisation "
+                "opportunity rather than an outage, so nobody is notified out of hours. Judged per job like "
+                "GPUUtilizationLow."
             ),
         ),
         AlertRule(
@@ -205,7 +205,7 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             group=GROUP,
             severity=Severity.CRITICAL,
             expr=_memory_ratio_above(MEMORY_EXHAUSTED_RATIO),
-            for_seconds=critical_for_seconds(cfg, MEMORY_EXHAUSTED_SEED_FOR_SECONDS),
+            for_seconds=critical_for_seconds(cfg, MEMORY_EXHAUSTED_FOR_SECONDS),
             summary="A GPU is about to run out of memory.",
             description=(
                 f"{_GPU} has {{{{ $value | humanizePercentage }}}} of its memory in use, above 95%: the next "
@@ -227,8 +227,8 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
                 ),
             ),
             rationale=(
-                "The seed gives `for: 1m` but promises out-of-memory detection within 30s; both cannot hold. "
-                "The promise wins: `for` is derived from the evaluation interval (15s at the default 15s "
+                "Out-of-memory must be detected within 30s, so `for` is not a fixed 1m but derived from the "
+                "evaluation interval (15s at the default 15s "
                 "intervals, so two consecutive samples above 95% are needed and a single-sample spike does "
                 "not page; 0s when the evaluation interval is 30s). The ratio is computed from the poller's "
                 "series (no recording rule, which could lag one evaluation)."

@@ -33,8 +33,8 @@ from typing import Any
 
 from observability import catalog
 from observability.config import ObservabilityConfig
+from observability.promql import by, duration
 from observability.rules.model import RecordingRule
-from observability.rules.promql import by, duration
 
 GROUP = "ml_training_job_gpus.recording"
 GPU_LABELS: tuple[str, ...] = catalog.GPU  # node, gpu_id, uuid, gpu_name

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from observability import catalog
 from observability.config import ObservabilityConfig
+from observability.promql import by, duration, gauge_by
 from observability.rules import recording
 from observability.rules.model import AlertRule, RunbookQuery, Severity
-from observability.rules.promql import by, gauge
 
 GROUP = "ml_model_quality"
 SERVICE_MODEL_LABELS = recording.SERVICE_MODEL_LABELS
@@ -17,8 +17,8 @@ _ONE_MODEL = '{service="<service>", model_type="<model_type>"}'
 DRIFT_SCORE = 0.15
 FEATURE_DISTANCE = 0.20
 CONFIDENCE_MEDIAN = 0.70
-# The seed gives MLModelAccuracyDegraded no threshold. Accuracy scales differ by model (MAMBA-2,
-# DQN, PPO, TFT), so "degraded" is relative: 10% below the job's own best of the last 6 hours.
+# Accuracy scales differ by model (MAMBA-2, DQN, PPO, TFT), so MLModelAccuracyDegraded has no
+# absolute threshold: "degraded" is 10% below the job's own best of the last 6 hours.
 ACCURACY_DROP_FACTOR = 0.9
 ACCURACY_BASELINE_SECONDS = 6 * 3600
 QUALITY_FOR_SECONDS = 600
@@ -26,12 +26,14 @@ QUALITY_FOR_SECONDS = 600
 
 def quality_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
     accuracy = catalog.MODEL_ACCURACY.name
+    baseline = duration(ACCURACY_BASELINE_SECONDS)
+    baseline_hours = f"{ACCURACY_BASELINE_SECONDS / 3600:g} hours"
     return (
         AlertRule(
             name="ModelDriftDetected",
             group=GROUP,
             severity=Severity.WARNING,
-            expr=f"{gauge(catalog.MODEL_DRIFT_SCORE, SERVICE_MODEL_LABELS)} > {DRIFT_SCORE}",
+            expr=f"{gauge_by(catalog.MODEL_DRIFT_SCORE, SERVICE_MODEL_LABELS)} > {DRIFT_SCORE}",
             for_seconds=QUALITY_FOR_SECONDS,
             summary="A served model's drift score has been above 0.15 for 10 minutes.",
             description=(
@@ -57,7 +59,7 @@ def quality_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             group=GROUP,
             severity=Severity.WARNING,
             expr=(
-                f"{gauge(catalog.FEATURE_DISTRIBUTION_DISTANCE, (*SERVICE_MODEL_LABELS, 'feature'))}"
+                f"{gauge_by(catalog.FEATURE_DISTRIBUTION_DISTANCE, (*SERVICE_MODEL_LABELS, 'feature'))}"
                 f" > {FEATURE_DISTANCE:.2f}"
             ),
             for_seconds=QUALITY_FOR_SECONDS,
@@ -114,15 +116,15 @@ def quality_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             group=GROUP,
             severity=Severity.CRITICAL,
             expr=(
-                f"{gauge(catalog.MODEL_ACCURACY, JOB_LABELS)}\n"
-                f"< {ACCURACY_DROP_FACTOR} * max {by(JOB_LABELS)} (max_over_time({accuracy}[6h]))"
+                f"{gauge_by(catalog.MODEL_ACCURACY, JOB_LABELS)}\n"
+                f"< {ACCURACY_DROP_FACTOR} * max {by(JOB_LABELS)} (max_over_time({accuracy}[{baseline}]))"
             ),
             for_seconds=60,
-            summary="A model's validation accuracy dropped more than 10% below its best of the last 6 hours.",
+            summary=f"A model's validation accuracy dropped more than 10% below its best of the last {baseline_hours}.",
             description=(
                 "Validation accuracy of {{ $labels.model_type }} job {{ $labels.job_id }} (namespace "
                 "{{ $labels.namespace }}) is {{ $value | humanizePercentage }}, more than 10% below its best "
-                "of the last 6h."
+                f"of the last {baseline}."
             ),
             impact="The model got worse: promoting or serving it would degrade every decision it drives",
             action=(
@@ -133,7 +135,9 @@ def quality_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             ),
             locating_labels=JOB_LABELS,
             queries=(
-                RunbookQuery("Accuracy of the job over 6 hours", f'{accuracy}{{job_id="<job_id>"}}[6h]'),
+                RunbookQuery(
+                    f"Accuracy of the job over {baseline_hours}", f'{accuracy}{{job_id="<job_id>"}}[{baseline}]'
+                ),
                 RunbookQuery(
                     "Training against validation loss",
                     f'{catalog.TRAINING_LOSS.name}{{job_id="<job_id>"}} or '
@@ -141,9 +145,9 @@ def quality_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
                 ),
             ),
             rationale=(
-                "The seed names this alert critical but gives no threshold. Accuracy scales differ by model "
-                "(MAMBA-2, DQN, PPO, TFT), so the threshold is relative to the job's own best of the last "
-                "6h; `for: 1m` keeps the seed's critical response time (30s-1m)."
+                "Accuracy scales differ by model (MAMBA-2, DQN, PPO, TFT), so there is no absolute threshold: "
+                f"it is relative to the job's own best of the last {baseline}; `for: 1m` keeps the 30s-1m "
+                "response time of critical alerts."
             ),
         ),
     )

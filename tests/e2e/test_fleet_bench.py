@@ -13,8 +13,12 @@ from collections.abc import Iterable
 
 import pytest
 
-from bench._fleet_data import BLOCK_SECONDS, FleetShape, all_series, backfill, data_end, timestamps, write_openmetrics
-from bench._fleet_live import (
+from bench._previous_design import GROUP as PREVIOUS_GROUP
+from bench._previous_design import previous_gpu_group
+from bench._prometheus import PrometheusApi, PrometheusServer, config_yaml
+from bench._report import write_section
+from bench.fleet.data import BLOCK_SECONDS, FleetShape, all_series, backfill, data_end, timestamps, write_openmetrics
+from bench.fleet.live import (
     BASELINE_GROUP,
     FleetExporter,
     GroupEvaluations,
@@ -23,29 +27,7 @@ from bench._fleet_live import (
     group_timings,
     targets,
 )
-from bench._fleet_report import (
-    BEGIN,
-    END,
-    GROUPS_BEGIN,
-    GROUPS_END,
-    ScaleResult,
-    render,
-    render_rule_groups,
-    write_section,
-)
-from bench._fleet_series import (
-    HistogramSpec,
-    SeriesSpec,
-    gpu_uuid,
-    job_id,
-    poller_series,
-    training_job_series,
-)
-from bench._fleet_values import Patterns
-from bench._previous_design import GROUP as PREVIOUS_GROUP
-from bench._previous_design import previous_gpu_group
-from bench._prometheus import PrometheusApi, PrometheusServer, config_yaml
-from bench._query_timing import (
+from bench.fleet.query_timing import (
     GroupTiming,
     PanelTiming,
     Timing,
@@ -55,7 +37,10 @@ from bench._query_timing import (
     time_call,
     time_panel,
 )
-from bench.fleet import PROMETHEUS_ARGS
+from bench.fleet.report import BEGIN, END, GROUPS_BEGIN, GROUPS_END, ScaleResult, render, render_rule_groups
+from bench.fleet.run import PROMETHEUS_ARGS
+from bench.fleet.series import HistogramSpec, SeriesSpec, gpu_uuid, job_id, poller_series, training_job_series
+from bench.fleet.values import Patterns
 from dashboards import build_all
 from dashboards.queries import PanelQuery
 from observability import catalog
@@ -223,8 +208,8 @@ def test_the_report_flags_missed_goals_and_wide_panels_and_shows_growth(tmp_path
     assert "**timeout**" in broken and "**fails**: TimeoutError" in broken and "0 of 1 panel queries" in broken
     path = tmp_path / "BENCHMARKS.md"
     path.write_text("# Benchmarks\n\n## Other\n\nkept\n")
-    write_section(path, section)
-    write_section(path, section.replace("make bench", "make bench again"))
+    write_section(section, BEGIN, END, path)
+    write_section(section.replace("make bench", "make bench again"), BEGIN, END, path)
     text = path.read_text()
     assert text.count(BEGIN) == 1 and "kept" in text and "make bench again" in text
 
@@ -378,6 +363,6 @@ def test_the_rule_groups_only_report_shows_each_group_and_the_highlighted_one_pe
     assert f"| {BASELINE_GROUP} |" not in section
     path = tmp_path / "BENCHMARKS.md"
     path.write_text(f"# Benchmarks\n\n{BEGIN}\nthe full run\n{END}\n")
-    write_section(path, section, GROUPS_BEGIN, GROUPS_END)
+    write_section(section, GROUPS_BEGIN, GROUPS_END, path)
     text = path.read_text()
     assert "the full run" in text and text.count(GROUPS_BEGIN) == 1

@@ -12,11 +12,12 @@ from typing import Any
 
 import pytest
 
+from infra import REPO_ROOT
 from observability import catalog
 from observability.instrument import TrainingMetrics, render_text
 from observability.instrument.gpus import Discovery, Source, discover, from_visible_devices
 
-from .conftest import REPO_ROOT, load_harness
+from .conftest import load_harness
 
 UUID_A = "GPU-1b2c3d4e-aaaa-bbbb-cccc-000000000001"
 UUID_B = "GPU-1b2c3d4e-aaaa-bbbb-cccc-000000000002"

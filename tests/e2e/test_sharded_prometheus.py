@@ -29,12 +29,12 @@ from typing import Any
 
 import pytest
 
-from bench._fleet_data import FleetShape
-from bench._fleet_live import NO_JOB, Target, targets
-from bench._fleet_shards import TargetServers, Topology, start_topology
-from bench._fleet_values import GPU_MEMORY_BYTES, Patterns
 from bench._prometheus import PrometheusApi
-from bench._query_timing import first_label_values
+from bench.fleet.data import FleetShape
+from bench.fleet.live import NO_JOB, Target, targets
+from bench.fleet.query_timing import first_label_values
+from bench.fleet.shards import TargetServers, Topology, start_topology
+from bench.fleet.values import GPU_MEMORY_BYTES, Patterns
 from dashboards import build_all
 from dashboards.queries import panel_queries
 from observability import catalog

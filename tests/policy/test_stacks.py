@@ -4,7 +4,6 @@ pack's per-stack config (policy/config/<stack>.json) is exactly what the stack s
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
 
 import pytest
@@ -17,7 +16,6 @@ from policy.pack_config import context_from_config, context_to_config
 from policy.rules import ALL_POLICIES
 
 CONFIG_DIR = REPO_ROOT / "policy" / "config"
-UPDATE_ENV = "POLICY_CONFIG_UPDATE"
 
 
 @pytest.mark.parametrize("stack", available_stacks())
@@ -40,22 +38,13 @@ def test_stack_files_have_no_mandatory_violation(stack, rendered_stacks):
 
 @pytest.mark.parametrize("stack", available_stacks())
 def test_pack_config_matches_the_stack_settings(stack, rendered_stacks):
-    """The CrossGuard pack reads the stack context from policy/config/<stack>.json; it must say
-    what Pulumi.<stack>.yaml says. `POLICY_CONFIG_UPDATE=1 pytest tests/policy -k pack_config`
-    rewrites the files."""
+    """The CrossGuard pack reads the stack context from policy/config/<stack>.json (written by
+    `make generate`); it must say what Pulumi.<stack>.yaml says."""
     ctx = context_from_settings(rendered_stacks[stack].settings)
     expected = context_to_config(ctx)
     path = CONFIG_DIR / f"{stack}.json"
-    text = json.dumps(expected, indent=2, sort_keys=True) + "\n"
-    if os.environ.get(UPDATE_ENV) == "1":
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    assert path.is_file(), (
-        f"{path.relative_to(REPO_ROOT)} is missing: run {UPDATE_ENV}=1 pytest tests/policy -k pack_config"
-    )
-    assert json.loads(path.read_text()) == expected, (
-        f"{path.relative_to(REPO_ROOT)} is stale: run {UPDATE_ENV}=1 pytest tests/policy -k pack_config"
-    )
+    assert path.is_file(), f"{path.relative_to(REPO_ROOT)} is missing: run `make generate`"
+    assert json.loads(path.read_text()) == expected, f"{path.relative_to(REPO_ROOT)} is stale: run `make generate`"
     # Each policy's entry gives back the context fields it needs.
     for policy in ALL_POLICIES:
         entry = expected.get(policy.id)

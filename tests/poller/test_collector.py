@@ -1,4 +1,5 @@
-"""In-process tests of the shared pass, the custom collector and the text writer (no NVML)."""
+"""In-process tests of the shared pass and the text writer, checked against a prometheus-client
+collector built independently (tests/poller/reference_collector.py); no NVML."""
 
 from __future__ import annotations
 
@@ -13,11 +14,12 @@ from prometheus_client.registry import Collector
 
 from observability import catalog
 from observability.exposition import format_value
-from poller.collector import GpuCollector, SharedPass, build_families
+from poller.collector import SharedPass
 from poller.error_counters import ErrorCounters
 from poller.exported_metrics import ERROR_TYPES, FAILURE_REASONS, GPU_GAUGES
 from poller.exposition import TextPageWriter
 from poller.model import DriverInfo, GpuIdentity, GpuSample, PassResult, unidentified_gpu
+from tests.poller.reference_collector import GpuCollector, build_families
 
 GPU0 = GpuIdentity(0, "GPU-aaaa", "NVIDIA A100-SXM4-80GB")
 GPU1 = GpuIdentity(1, 'GPU-bb"b\\', 'Odd "name"\nwith newline')

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from observability import catalog
 from observability.config import ObservabilityConfig
+from observability.promql import duration
 from observability.rules import jobs, recording
-from observability.rules.promql import duration
 from tests.rules.health_cases import HEALTH_CASES
 from tests.rules.promtool_harness import (
     Case,

@@ -35,9 +35,10 @@ from types import TracebackType
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from infra import REPO_ROOT
+
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "fake_nvml.c"
-REPO_ROOT = HERE.parents[2]
 SONAME = "libnvidia-ml.so.1"
 
 # NVML return codes the tests inject.

@@ -1,12 +1,4 @@
-"""Fleet-scale benchmark: dashboards and rule groups on an hour of 1,000 nodes x 8 GPUs.
-
-`python -m bench fleet` (part of `make bench`) or `python -m bench.fleet --nodes 100,1000`:
-for each fleet size, synthesize and backfill an hour of data (`_fleet_data`), backfill the
-recording rules, start Prometheus on it and time every dashboard panel's query
-(`_query_timing`); then let a fresh Prometheus scrape the same fleet live (`_fleet_live`) with
-every rule group loaded, and read how long its rule manager takes for each group. Writes the
-"Fleet scale" section of BENCHMARKS.md (`_fleet_report`).
-"""
+"""The fleet benchmark's driver: one run per fleet size, then the report (see the package doc)."""
 
 from __future__ import annotations
 
@@ -16,7 +8,6 @@ import os
 import platform
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -24,20 +15,20 @@ from typing import Any
 
 import yaml
 
-from bench._fleet_data import FleetShape, backfill, data_end
-from bench._fleet_live import FleetExporter, baseline_group, collect_group_evaluations, group_timings, targets
-from bench._fleet_report import GROUPS_BEGIN, GROUPS_END, ScaleResult, render, render_rule_groups, write_section
-from bench._fleet_values import Patterns
 from bench._previous_design import previous_gpu_group
 from bench._prometheus import PrometheusApi, PrometheusError, PrometheusServer, binary, config_yaml, free_port
-from bench._query_timing import GroupTiming, Timing, first_label_values, recording_levels, time_panel
+from bench._report import BENCHMARKS, write_section
+from bench.fleet.data import FleetShape, backfill, data_end
+from bench.fleet.live import FleetExporter, baseline_group, collect_group_evaluations, group_timings, targets
+from bench.fleet.query_timing import GroupTiming, Timing, first_label_values, recording_levels, time_panel
+from bench.fleet.report import BEGIN, END, GROUPS_BEGIN, GROUPS_END, ScaleResult, render, render_rule_groups
+from bench.fleet.values import Patterns
 from dashboards import build_all
 from dashboards.queries import PanelQuery, panel_queries
 from observability.config import ObservabilityConfig
 from observability.rules import health, rule_groups
 from observability.rules.render import dump_groups
 
-ROOT = Path(__file__).resolve().parent.parent
 # Equal minimum and maximum block durations: Prometheus never compacts the backfilled blocks into
 # larger ones (it still merges overlapping ones, which the benchmark waits for before timing).
 PROMETHEUS_ARGS = (
@@ -245,8 +236,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.no_write:
             print(section)
         else:
-            write_section(ROOT / "BENCHMARKS.md", section, GROUPS_BEGIN, GROUPS_END)
-            print(f"fleet: wrote the rule-groups section of {ROOT / 'BENCHMARKS.md'}")
+            write_section(section, GROUPS_BEGIN, GROUPS_END)
+            print(f"fleet: wrote the rule-groups section of {BENCHMARKS}")
         return 0
     with tempfile.TemporaryDirectory(prefix="fleet-bench-", dir=args.workdir) as scratch:
         results = [
@@ -264,10 +255,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_write:
         print(section)
     else:
-        write_section(ROOT / "BENCHMARKS.md", section)
-        print(f"fleet: wrote the Fleet scale section of {ROOT / 'BENCHMARKS.md'}")
+        write_section(section, BEGIN, END)
+        print(f"fleet: wrote the Fleet scale section of {BENCHMARKS}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

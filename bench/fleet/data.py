@@ -19,7 +19,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench._fleet_series import (
+from bench._prometheus import binary
+from bench.fleet.series import (
     HistogramSpec,
     SeriesSpec,
     gpu_uuid,
@@ -28,8 +29,7 @@ from bench._fleet_series import (
     tempo_series,
     training_job_series,
 )
-from bench._fleet_values import PLACEHOLDER, Patterns, body, le_text
-from bench._prometheus import binary
+from bench.fleet.values import PLACEHOLDER, Patterns, body, le_text
 from observability.config import ObservabilityConfig
 
 BLOCK_SECONDS = 2 * 3600

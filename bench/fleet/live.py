@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from bench._fleet_data import FleetShape, all_series, series_text
-from bench._fleet_series import HistogramSpec, SeriesSpec
-from bench._fleet_values import Patterns, le_text
 from bench._prometheus import PrometheusApi
-from bench._query_timing import GroupTiming, Timing
+from bench.fleet.data import FleetShape, all_series, series_text
+from bench.fleet.query_timing import GroupTiming, Timing
+from bench.fleet.series import HistogramSpec, SeriesSpec
+from bench.fleet.values import Patterns, le_text
 from observability import catalog
 from observability.config import ObservabilityConfig
 

@@ -1,7 +1,7 @@
 """Which series a fleet exposes: the GPU pollers', the training jobs', the ML service's and Tempo's.
 
 Every series is a `SeriesSpec`: its full label set (target labels included, as Prometheus stores
-it after a scrape) and the name of the value pattern that fills it (`_fleet_values`). The GPU
+it after a scrape) and the name of the value pattern that fills it (`values`). The GPU
 series follow the poller's own tables (`poller.exported_metrics`), the training-job series are
 whatever `observability.instrument` exposes for a running job (read back from its `/metrics`
 text), so the benchmark data cannot drift from what the producers really emit.
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench._fleet_values import has_rare_error
+from bench.fleet.values import has_rare_error
 from observability import catalog
 from observability.config import ObservabilityConfig
 from observability.instrument import TrainingMetrics, render_text

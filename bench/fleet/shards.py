@@ -27,8 +27,8 @@ from typing import Any
 
 import yaml
 
-from bench._fleet_live import NO_JOB
 from bench._prometheus import PrometheusServer
+from bench.fleet.live import NO_JOB
 from observability.config import ObservabilityConfig
 from observability.prometheus_config import REMOTE_WRITE_PATH, external_labels
 from observability.rules import Tier, tier_rules_yaml

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from bench._fleet_data import BackfillStats, FleetShape
-from bench._fleet_live import BASELINE_GROUP
 from bench._previous_design import GROUP as PREVIOUS_GROUP
-from bench._query_timing import MIN_REPEAT, ONE_RUN_SECONDS, SLOW_QUERY_SECONDS, GroupTiming, PanelTiming, Timing
+from bench.fleet.data import BackfillStats, FleetShape
+from bench.fleet.live import BASELINE_GROUP
+from bench.fleet.query_timing import MIN_REPEAT, ONE_RUN_SECONDS, SLOW_QUERY_SECONDS, GroupTiming, PanelTiming, Timing
 
 BEGIN = "<!-- fleet-scale:begin (written by `python -m bench fleet`) -->"
 END = "<!-- fleet-scale:end -->"
@@ -357,11 +355,3 @@ def render_rule_groups(
         ]
     lines.append(GROUPS_END)
     return "\n".join(lines) + "\n"
-
-
-def write_section(path: Path, section: str, begin: str = BEGIN, end: str = END) -> None:
-    """Replace this benchmark's section of BENCHMARKS.md (between its markers), or append it."""
-    text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
-    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end) + r"\n?", re.DOTALL)
-    updated = pattern.sub(lambda _: section, text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + section
-    path.write_text(updated, encoding="utf-8")
