@@ -188,7 +188,11 @@ class PrometheusServer:
         ]
         with self.log_path.open("ab") as log:
             self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir)
-        self.wait_ready()
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()  # `with` never reaches __exit__ when __enter__ fails: no orphaned server
+            raise
         return self
 
     def wait_ready(self) -> None:
