@@ -15,7 +15,7 @@ import statistics
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -84,6 +84,27 @@ def _add_histogram(target: Target, spec: HistogramSpec, patterns: Patterns) -> N
     target.lines.append((_sample_line(metric.count, spec.labels), values["count"]))
 
 
+def text_page_handler(page: Callable[[Any, str], bytes | None]) -> type[BaseHTTPRequestHandler]:
+    """A quiet request handler serving `page(server, path)` as the 0.0.4 text format (404 for None)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = page(self.server, self.path)
+            if body is None:
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+    return Handler
+
+
 class FleetExporter:
     """One HTTP server on 127.0.0.1 serving `/t/<index>` for every target; the values advance one
     sample per scrape interval from the moment it starts (and hold at the last one)."""
@@ -92,24 +113,7 @@ class FleetExporter:
         self.targets = fleet
         self._interval = interval_seconds
         self._started = time.monotonic()
-        exporter = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                body = exporter.page(self.path)
-                if body is None:
-                    self.send_error(404)
-                    return
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), text_page_handler(lambda server, path: self.page(path)))
         self._server.daemon_threads = True
         self.port = int(self._server.server_address[1])
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)

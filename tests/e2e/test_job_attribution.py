@@ -10,7 +10,6 @@ unheld GPU are what this proves on a real server.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,15 +20,14 @@ from typing import Any
 import pytest
 import yaml
 
-from bench._prometheus import PrometheusServer, config_yaml
+from bench._prometheus import PrometheusServer
 from observability import catalog
 from observability.config import ObservabilityConfig
 from observability.rules import jobs, rule_groups
 from observability.rules.render import dump_groups
-from observability.scrape_config import JOB_NAME, annotation_relabel_configs
 
 from .conftest import TrainerProcess, load_harness
-from .test_live_prometheus import pod_target, wait_until
+from .test_live_prometheus import annotated_pods_prometheus, pod_target, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -108,17 +106,7 @@ def attribution(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Attributio
             pod_target(poller.port, "monitoring", "gpu-poller-e2e", CFG.gpu_poller_service),
             pod_target(trainer.port, "training", "train-e2e-held", CFG.training_job_service),
         ]
-        (work / "targets.json").write_text(json.dumps(targets))
-        scrape = {
-            "job_name": JOB_NAME,
-            "scrape_interval": "1s",
-            "scrape_timeout": "1s",
-            "file_sd_configs": [{"files": [str(work / "targets.json")], "refresh_interval": "1s"}],
-            "relabel_configs": annotation_relabel_configs(),
-        }
-        rules_path = work / "prometheus" / "rules.yml"
-        config = config_yaml([scrape], [str(rules_path)], scrape_interval="1s", evaluation_interval="1s")
-        prometheus = PrometheusServer(work / "prometheus", config, {"rules.yml": rules_with_short_for()})
+        prometheus = annotated_pods_prometheus(work, targets, rules_with_short_for())
         stoppers.append(prometheus.stop)
         prometheus.start()
         state.prometheus = prometheus
