@@ -46,8 +46,8 @@ def mutated(key: str, path: list[Any], value: Any, stack: str = "dev") -> dict[s
 def test_every_stack_loads(stack: str) -> None:
     settings = load(stack)
     assert settings.stack == stack and settings.environment == stack
-    assert len(settings.services) == 8
-    assert len({s.name for s in settings.services}) == 8
+    assert settings.services, "every stack declares its services"
+    assert len({s.name for s in settings.services}) == len(settings.services)
     cfg = settings.observability_config()
     assert cfg.platform_services == tuple(s.name for s in settings.services)
     assert cfg.scrape_interval_seconds == settings.scrape.interval_seconds

@@ -139,7 +139,7 @@ def test_every_service_gets_scrape_annotations_and_otel_env(rendered: dict[str, 
     settings = result.settings
     patches = {p["metadata"]["name"]: p for p in objects(result, "Deployment")}
     assert sorted(patches) == sorted(s.name for s in settings.services)
-    assert len(patches) == 8
+    assert len(patches) == len(settings.services)
     for service in settings.services:
         patch = patches[service.name]
         assert patch["apiVersion"] == "apps/v1"
@@ -164,10 +164,12 @@ def test_every_service_gets_scrape_annotations_and_otel_env(rendered: dict[str, 
     assert order_router[PATH_ANNOTATION] == "/internal/metrics"
 
 
-def test_patches_remove_their_fields_on_destroy_and_do_not_force_conflicts() -> None:
+def test_patches_remove_their_fields_on_destroy_and_do_not_force_conflicts(
+    rendered: dict[str, RenderResult],
+) -> None:
     raw = run_raw("dev")
     patches = [r for r in raw if r.type == "kubernetes:apps/v1:DeploymentPatch"]
-    assert len(patches) == 8
+    assert len(patches) == len(rendered["dev"].settings.services)
     for patch in patches:
         assert patch.retain_on_delete is False
         assert "pulumi.com/patchForce" not in patch.inputs["metadata"]["annotations"]
