@@ -32,6 +32,10 @@ def load(stack: str = "dev", **overrides: Any) -> Any:
     return validate_stack(read_stack_config(stack, overrides=overrides))
 
 
+# The dev stack's first declared service, whatever it is called.
+FIRST_SERVICE: str = stack_entries("dev")["services"][0]["name"]
+
+
 def mutated(key: str, path: list[Any], value: Any, stack: str = "dev") -> dict[str, Any]:
     """The stack's value for `key` with the element at `path` replaced by `value`."""
     entry = copy.deepcopy(stack_entries(stack)[key])
@@ -78,7 +82,7 @@ BAD_CONFIGS = [
     ("port-not-a-number", mutated("services", [2, "port"], "http"), "services[2].port = 'http': expected a whole number"),
     ("poll-interval-zero", mutated("poller", ["minIntervalSeconds"], 0), "poller.minIntervalSeconds = 0: expected a number above 0"),
     ("unknown-scrape-mode", mutated("scrape", ["mode"], "servicemonitor"), "scrape.mode = 'servicemonitor': expected one of 'annotations', 'operator'"),
-    ("duplicate-service", mutated("services", [1, "name"], "api-gateway"), "services[1].name = 'api-gateway': expected a unique service name"),
+    ("duplicate-service", mutated("services", [1, "name"], FIRST_SERVICE), f"services[1].name = '{FIRST_SERVICE}': expected a unique service name"),
     ("path-without-slash", mutated("services", [0, "path"], "metrics"), "services[0].path = 'metrics': expected an HTTP path starting with '/'"),
     ("bad-namespace", mutated("namespaces", ["training"], "Training_NS"), "namespaces.training = 'Training_NS': expected a DNS-1123 label"),
     ("unknown-environment", {"environment": "qa"}, "environment = 'qa': expected one of 'dev', 'staging', 'prod'"),
@@ -174,7 +178,7 @@ def test_pinned_poller_image_needs_no_registry_password() -> None:
 
 def test_objects_reach_the_program_as_json_like_the_cli_passes_them() -> None:
     config = read_stack_config("dev")
-    assert json.loads(config.values["services"])[0]["name"] == "api-gateway"
+    assert json.loads(config.values["services"]) == stack_entries("dev")["services"]
     assert config.pulumi_config()["foxhunt-observability:environment"] == "dev"
 
 
