@@ -15,7 +15,7 @@ from dashboards.panels import BLUE, GREEN, RED, YELLOW, Common, Query, Threshold
 from observability import catalog, promql
 from observability.config import ObservabilityConfig
 from observability.rules import dashboard_recording as rec
-from observability.rules import jobs
+from observability.rules import gpu, jobs
 
 UID = "ml-training-comprehensive"
 TITLE = "ML Training Comprehensive"
@@ -34,7 +34,9 @@ GPU_UTILIZATION = Thresholds(RED, ((30, YELLOW), (60, GREEN), (95, RED)))  # red
 GPU_MEMORY = Thresholds(GREEN, ((90, YELLOW), (95, RED)))  # critical at 95%
 PROGRESS = Thresholds(BLUE, ((50, YELLOW), (100, GREEN)))  # blue -> yellow -> green
 ACCURACY = Thresholds(RED, ((0.85, YELLOW), (0.90, GREEN)))  # red <0.85, yellow 0.85-0.90, green >0.90
-TEMPERATURE = Thresholds(GREEN, ((75, YELLOW), (85, RED)))  # green <75, yellow 75-85, red >85 °C
+TEMPERATURE = Thresholds(
+    GREEN, ((75, YELLOW), (gpu.TEMPERATURE_HIGH_CELSIUS, RED))
+)  # red where GPUTemperatureHigh fires
 FAILURES_RED_ABOVE_ZERO = Thresholds(GREEN, ((1, RED),))
 GPU_ERRORS = Thresholds(GREEN, ((0.01, RED),))  # red above 0.01 errors/s
 
@@ -244,7 +246,7 @@ def _performance() -> Row:
                 Common(
                     "GPU Temperature",
                     f"GPU temperature, fleet median and the {TOP} hottest GPUs: green below 75 °C, "
-                    "yellow to 85 °C, red above.",
+                    f"yellow to {gpu.TEMPERATURE_HIGH_CELSIUS} °C, red above.",
                     "celsius",
                     w=12,
                     thresholds=TEMPERATURE,

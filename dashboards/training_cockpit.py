@@ -15,7 +15,7 @@ from dashboards.panels import BLUE, GREEN, RED, YELLOW, Common, Query, Threshold
 from observability import catalog, promql
 from observability.config import ObservabilityConfig
 from observability.rules import dashboard_recording as rec
-from observability.rules import jobs
+from observability.rules import gpu, jobs
 from observability.rules.model import RecordingRule
 
 UID = "foxhunt-training-cockpit"
@@ -189,7 +189,8 @@ def _gpu_resources() -> Row:
             panels.timeseries(
                 Common(
                     "GPU Temperature",
-                    f"Core temperature of the {TOP} hottest selected GPUs; throttling risk above 85 °C.",
+                    f"Core temperature of the {TOP} hottest selected GPUs; throttling risk above "
+                    f"{gpu.TEMPERATURE_HIGH_CELSIUS} °C.",
                     "celsius",
                     w=8,
                     thresholds=Thresholds(GREEN, ((75, YELLOW), (85, RED))),
@@ -312,7 +313,7 @@ def _this_jobs_gpus(cfg: ObservabilityConfig) -> Row:
             held("Job GPU Power", "Power draw.", "watt", jobs.HELD_POWER, min=0),
             held(
                 "Job GPU Temperature",
-                "Core temperature; throttling risk above 85 °C.",
+                f"Core temperature; throttling risk above {gpu.TEMPERATURE_HIGH_CELSIUS} °C.",
                 "celsius",
                 jobs.HELD_TEMPERATURE,
                 thresholds=Thresholds(GREEN, ((75, YELLOW), (85, RED))),

@@ -242,7 +242,7 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
                 f"max {by(GPU_LABELS)} ({catalog.GPU_TEMPERATURE_CELSIUS.name} > {TEMPERATURE_HIGH_CELSIUS})"
             ),
             for_seconds=120,
-            summary="A GPU has been hotter than 85 °C for 2 minutes.",
+            summary=f"A GPU has been hotter than {TEMPERATURE_HIGH_CELSIUS} °C for 2 minutes.",
             description=f'{_GPU} is at {{{{ printf "%.0f" $value }}}} °C, above {TEMPERATURE_HIGH_CELSIUS} °C for 2m.',
             impact="The GPU throttles its clocks (training slows) and risks hardware damage or shutdown",
             action=(
