@@ -4,7 +4,8 @@ GPUMemoryExhaustionPredicted; per-job GPU views in `jobs`), and the monitoring's
 
 Public interface:
 - `rule_groups(cfg)`: every rule group (recording groups, the dashboards' recording groups, the six
-  alert groups, the health group) as plain dicts in Prometheus rule-file shape, in a fixed order.
+  alert groups, the health group; `ml_gpu_resources` records its per-GPU inputs at its head) as
+  plain dicts in Prometheus rule-file shape, in a fixed order.
 - `rules_file_yaml(cfg)`: the whole rules file as YAML (what `rendered/<stack>/prometheus/rules.yaml`
   holds and `promtool check rules` loads).
 - `alert_groups(cfg)` / `alert_rules(cfg)`: the typed alerts, for runbooks, policies and tests.
@@ -43,6 +44,7 @@ __all__ = [
     "Tier",
     "alert_groups",
     "alert_rules",
+    "gpu",
     "jobs",
     "rule_groups",
     "rules_file_yaml",
@@ -59,6 +61,10 @@ _ALERT_GROUP_BUILDERS: tuple[tuple[str, Callable[[ObservabilityConfig], tuple[Al
     (storage.GROUP, storage.storage_alerts),
     (health.GROUP, lambda cfg: health.health_alerts(cfg, project_group_names(cfg))),
 )
+
+
+# Recording rules at the head of an alert group, read by its alerts in the same evaluation.
+_GROUP_INPUTS: dict[str, tuple[RecordingRule, ...]] = {gpu.GROUP: gpu.INPUT_RULES}
 
 
 def project_group_names(cfg: ObservabilityConfig) -> list[str]:
@@ -89,7 +95,14 @@ def rule_groups(cfg: ObservabilityConfig) -> list[dict[str, Any]]:
     detection_budget(cfg)
     interval = duration(cfg.evaluation_interval_seconds)
     alerting = [
-        {"name": name, "interval": interval, "rules": [alert.to_rule(cfg) for alert in alerts]}
+        {
+            "name": name,
+            "interval": interval,
+            "rules": [
+                *(rule.to_rule() for rule in _GROUP_INPUTS.get(name, ())),
+                *(alert.to_rule(cfg) for alert in alerts),
+            ],
+        }
         for name, alerts in alert_groups(cfg)
     ]
     return [*recording_groups(cfg), *jobs.job_groups(cfg), *dashboard_recording_groups(cfg), *alerting]
@@ -102,7 +115,11 @@ def rules_file_yaml(cfg: ObservabilityConfig) -> str:
 
 # Every recording rule that alerts and the per-job views read (the dashboards' own are in
 # dashboard_recording); the price-dependent ones as the default config renders them.
-RECORDING_RULES: tuple[RecordingRule, ...] = (*_ALERT_RECORDING_RULES, *jobs.job_rules(ObservabilityConfig()))
+RECORDING_RULES: tuple[RecordingRule, ...] = (
+    *_ALERT_RECORDING_RULES,
+    *gpu.INPUT_RULES,
+    *jobs.job_rules(ObservabilityConfig()),
+)
 
 
 def tier_rule_groups(cfg: ObservabilityConfig) -> dict[Tier, list[dict[str, Any]]]:

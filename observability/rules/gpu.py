@@ -5,26 +5,31 @@ read each job's mean GPU utilization (recorded by `jobs.py`), so a job of 8 GPUs
 alert, not eight, and a GPU no job holds (free capacity) never raises them.
 
 The hardware alerts (memory, temperature, errors, predicted out-of-memory) stay per GPU. Each
-reduces by node, gpu_id, uuid and gpu_name (never summing a GPU away, dropping the poller pod's
-target labels so a restarted poller continues the same alert), then takes the `model_type` and
-`job_id` of the job holding the GPU where one does, and stays as it is where none does: a hot or
-failing GPU pages whether or not a job holds it. They read the poller's and the jobs' raw series
-(no recorded series), so the 30-second promise of the critical ones holds.
+takes the `model_type` and `job_id` of the job holding the GPU where one does, and stays as it is
+where none does: a hot or failing GPU pages whether or not a job holds it.
 
-Cost at fleet scale (8,000 GPUs): the alerts read the poller's series directly (no per-GPU
-recording rule), and an upper threshold filters before it aggregates (`max by (...) (x > t)`
-selects the same GPUs with the same value as `max by (...) (x) > t`), so `max` only sees the
-GPUs above it. GPUErrorsDetected reads only ml_gpu_errors_total, never the per-code XID series.
+Cost at fleet scale (8,000 GPUs): the group reads each of the poller's GPU inputs once an
+evaluation, in three recording rules at its head (`INPUT_RULES`), and writes only the GPUs that
+could matter to an alert: memory above the lowest memory threshold, temperature above its
+threshold, error counters above zero. The alerts after them read those small recorded series
+(the job join reads its per-GPU side twice: once joined, once for the GPUs no job holds; on a
+few recorded series that costs nothing). Rules of one group run in order at the same evaluation
+time, and each sees the samples the rules before it wrote, so the recorded inputs are never an
+evaluation old and the 30-second promise of the critical alerts holds. Each input reduces by
+node, gpu_id, uuid and gpu_name (never summing a GPU away, dropping the poller pod's target
+labels so a restarted poller continues the same alert), and filters before it aggregates
+(`max by (...) (x > t)` selects the same GPUs with the same value as `max by (...) (x) > t`).
+GPUErrorsDetected reads only ml_gpu_errors_total, never the per-code XID series.
 """
 
 from __future__ import annotations
 
 from observability import catalog
 from observability.config import ObservabilityConfig
-from observability.promql import by, counter_increased, duration
+from observability.promql import by, duration
 from observability.rules import jobs, recording
 from observability.rules.detection import critical_for_seconds, event_window_seconds
-from observability.rules.model import AlertRule, RunbookQuery, Severity
+from observability.rules.model import AlertRule, RecordingRule, RunbookQuery, Severity
 
 GROUP = "ml_gpu_resources"
 GPU_LABELS = recording.GPU_LABELS
@@ -67,31 +72,63 @@ TEMPERATURE_HIGH_CELSIUS = 85
 
 _USED = catalog.GPU_MEMORY_USED_BYTES.name
 _TOTAL = catalog.GPU_MEMORY_TOTAL_BYTES.name
+_ERROR_LABELS = (*GPU_LABELS, "error_type")
+
+# --- the inputs, recorded once an evaluation at the head of the group ------------------------------
+# The lowest memory ratio any alert of the group looks at: below it a GPU is not recorded.
+_WATCHED_RATIO = min(PREDICTION_MIN_RATIO, MEMORY_HIGH_RATIO, MEMORY_EXHAUSTED_RATIO)
+MEMORY_RATIO_WATCHED = RecordingRule(
+    "gpu:ml_gpu_memory_used_over_total:watched",
+    f"max {by(GPU_LABELS)} (\n  {_USED}\n  /\n  {_TOTAL}\n  > {_WATCHED_RATIO}\n)",
+    f"Fraction (0-1) of memory in use on each GPU above {_WATCHED_RATIO:.0%} (the GPUs the memory alerts "
+    f"and the out-of-memory prediction look at); GPUs below are not recorded.",
+)
+TEMPERATURE_TOO_HOT = RecordingRule(
+    f"gpu:{catalog.GPU_TEMPERATURE_CELSIUS.name}:too_hot",
+    f"max {by(GPU_LABELS)} ({catalog.GPU_TEMPERATURE_CELSIUS.name} > {TEMPERATURE_HIGH_CELSIUS})",
+    f"Temperature (Celsius) of each GPU hotter than {TEMPERATURE_HIGH_CELSIUS} °C; cooler GPUs are not recorded.",
+)
+ERRORS_NONZERO = RecordingRule(
+    f"gpu_error_type:{catalog.GPU_ERRORS_TOTAL.name}:nonzero",
+    f"max {by(_ERROR_LABELS)} ({catalog.GPU_ERRORS_TOTAL.name} > 0)",
+    "Hardware errors counted on each GPU by error type, where above zero (a counter at 0 is not "
+    "recorded); one series per GPU and type whichever poller pod counted them.",
+)
+# Order matters: the alerts of the group read these in the same evaluation.
+INPUT_RULES: tuple[RecordingRule, ...] = (MEMORY_RATIO_WATCHED, TEMPERATURE_TOO_HOT, ERRORS_NONZERO)
+
+_WATCHED = MEMORY_RATIO_WATCHED.record
+_ERRORS = ERRORS_NONZERO.record
 
 
 def _memory_ratio_above(ratio: float) -> str:
-    """Per GPU, the fraction of its memory in use where it is above `ratio`, with its job's labels.
-
-    Used and total come from the same poller scrape, so they match on every label; the comparison
-    filters before `max` reduces to the GPU's labels, so the aggregation and the job join only see
-    the few GPUs above the threshold (reading the poller's series directly costs less, fleet-wide,
-    than recording the ratio for every GPU and reading that)."""
-    return jobs.attributed_or_unheld(f"max {by(GPU_LABELS)} (\n  {_USED}\n  /\n  {_TOTAL}\n  > {ratio}\n)")
+    """Per GPU, the fraction of its memory in use where it is above `ratio`, with its job's labels."""
+    return jobs.attributed_or_unheld(f"{_WATCHED} > {ratio}")
 
 
 def _memory_exhaustion_predicted() -> str:
     """Per GPU above PREDICTION_MIN_RATIO whose memory trend reaches its total within the horizon.
 
-    The value is the fraction in use now. predict_linear fits a line through every sample of the
-    window, so one spike barely moves it, and flat or falling usage never reaches the total."""
+    The value is the fraction in use now. predict_linear fits a line through every recorded sample
+    of the window (the GPU's samples above the lowest memory threshold), so one spike barely moves
+    it, and flat or falling usage never reaches the total (a ratio of 1)."""
     window = duration(PREDICTION_WINDOW_SECONDS)
     return jobs.attributed_or_unheld(
-        f"max {by(GPU_LABELS)} (\n"
-        f"  {_USED} / {_TOTAL} > {PREDICTION_MIN_RATIO}\n"
-        f"  and\n"
-        f"  predict_linear({_USED}[{window}], {PREDICTION_HORIZON_SECONDS}) >= {_TOTAL}\n"
-        f")"
+        f"{_WATCHED} > {PREDICTION_MIN_RATIO}\n"
+        f"and\n"
+        f"predict_linear({_WATCHED}[{window}], {PREDICTION_HORIZON_SECONDS}) >= 1"
     )
+
+
+def _errors_increased(window_seconds: int) -> str:
+    """Per GPU: an error counter grew within the window, or a counter above zero is new within it.
+
+    `increase()` needs two samples, so a counter first recorded above zero (created by its first
+    increment, or leaving 0 for the first time) is caught by the second branch, which matches by
+    GPU and error type only: a restarted poller re-exporting the same counts is the same series."""
+    window = duration(window_seconds)
+    per_gpu = f"sum {by(GPU_LABELS)}"
+    return f"{per_gpu} (increase({_ERRORS}[{window}]) > 0)\nor\n{per_gpu} ({_ERRORS} unless {_ERRORS} offset {window})"
 
 
 def _memory_ratio_one_gpu_last(window: str) -> str:
@@ -230,17 +267,16 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
                 "Out-of-memory must be detected within 30s, so `for` is not a fixed 1m but derived from the "
                 "evaluation interval (15s at the default 15s "
                 "intervals, so two consecutive samples above 95% are needed and a single-sample spike does "
-                "not page; 0s when the evaluation interval is 30s). The ratio is computed from the poller's "
-                "series (no recording rule, which could lag one evaluation)."
+                "not page; 0s when the evaluation interval is 30s). The ratio is recorded at the head of this "
+                "group in the same evaluation (never from another group, whose series could be an evaluation "
+                "old)."
             ),
         ),
         AlertRule(
             name="GPUTemperatureHigh",
             group=GROUP,
             severity=Severity.CRITICAL,
-            expr=jobs.attributed_or_unheld(
-                f"max {by(GPU_LABELS)} ({catalog.GPU_TEMPERATURE_CELSIUS.name} > {TEMPERATURE_HIGH_CELSIUS})"
-            ),
+            expr=jobs.attributed_or_unheld(TEMPERATURE_TOO_HOT.record),
             for_seconds=120,
             summary=f"A GPU has been hotter than {TEMPERATURE_HIGH_CELSIUS} °C for 2 minutes.",
             description=f'{_GPU} is at {{{{ printf "%.0f" $value }}}} °C, above {TEMPERATURE_HIGH_CELSIUS} °C for 2m.',
@@ -266,9 +302,7 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             name="GPUErrorsDetected",
             group=GROUP,
             severity=Severity.CRITICAL,
-            expr=jobs.attributed_or_unheld(
-                counter_increased(catalog.GPU_ERRORS_TOTAL, event_window_seconds(cfg), GPU_LABELS)
-            ),
+            expr=jobs.attributed_or_unheld(_errors_increased(event_window_seconds(cfg))),
             for_seconds=critical_for_seconds(cfg, 0),
             summary="A GPU reported hardware errors.",
             description=(
@@ -301,7 +335,8 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
                 ),
             ),
             rationale=(
-                "Reads only ml_gpu_errors_total, which the poller creates at 0 for every GPU and increments "
+                "Reads only ml_gpu_errors_total (its counters above zero, recorded at the head of this group in the "
+                "same evaluation), which the poller creates at 0 for every GPU and increments "
                 "for every XID (any code), uncorrectable ECC error and lost GPU, so one alert per GPU covers "
                 "all three. ml_gpu_xid_errors_total (by XID code) only says which codes occurred: its "
                 "series appear on a code's first occurrence, and reading them made this rule cost seconds "
@@ -339,8 +374,9 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             ),
             rationale=(
                 "A warning ahead of GPUMemoryExhausted, which mutes it on the same GPU (Alertmanager). "
-                "predict_linear fits a line through all samples of the last 10 minutes, so a single spike moves "
-                "it little, flat or falling usage never reaches the total, and `for: 2m` needs the trend to hold "
+                "predict_linear fits a line through the samples of the last 10 minutes (those above half of the "
+                "memory, recorded at the head of this group), so a single spike moves it little, flat or "
+                "falling usage never reaches the total, and `for: 2m` needs the trend to hold "
                 "for eight more samples; below half of the memory the trend is not trusted (allocators grow in "
                 "steps at start-up)."
             ),

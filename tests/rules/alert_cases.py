@@ -11,6 +11,7 @@ from __future__ import annotations
 from observability import catalog
 from observability.config import ObservabilityConfig
 from observability.promql import duration
+from observability.rules import gpu as gpu_rules
 from observability.rules import jobs, recording
 from tests.rules.health_cases import HEALTH_CASES
 from tests.rules.promtool_harness import (
@@ -949,4 +950,42 @@ JOB_RECORD_CASES: tuple[RecordCase, ...] = (
         (({}, 1),),
     ),
 )
-RECORD_CASES = (*RECORD_CASES, *JOB_RECORD_CASES)
+# --- ml_gpu_resources: the per-GPU inputs recorded at the head of the group ------------------------
+_RESTARTED_POLLER = poller_target(pod="gpu-poller-fghij")
+GPU_INPUT_RECORD_CASES: tuple[RecordCase, ...] = (
+    RecordCase(
+        gpu_rules.MEMORY_RATIO_WATCHED.record,
+        "above half: one series per GPU whichever poller pod reports it; 50% and below are not recorded",
+        {
+            **_memory(values((0.91 * H100_BYTES, 10))),
+            **_gpu(catalog.GPU_MEMORY_USED_BYTES, GPU0, values((0.91 * H100_BYTES, 10)), _RESTARTED_POLLER),
+            **_gpu(catalog.GPU_MEMORY_TOTAL_BYTES, GPU0, values((H100_BYTES, 10)), _RESTARTED_POLLER),
+            **_memory(values((0.5 * H100_BYTES, 10)), gpu=GPU1, samples=10),
+        },
+        "1m",
+        ((GPU0, 0.91),),
+    ),
+    RecordCase(
+        gpu_rules.TEMPERATURE_TOO_HOT.record,
+        "above 85 °C only",
+        {
+            **_gpu(catalog.GPU_TEMPERATURE_CELSIUS, GPU0, values((86, 10))),
+            **_gpu(catalog.GPU_TEMPERATURE_CELSIUS, GPU1, values((85, 10))),
+        },
+        "1m",
+        ((GPU0, 86),),
+    ),
+    RecordCase(
+        gpu_rules.ERRORS_NONZERO.record,
+        "counters above zero per GPU and error type, one series whichever poller pod counts them",
+        {
+            **_gpu(catalog.GPU_ERRORS_TOTAL, {**GPU0, "error_type": "xid"}, values((2, 10))),
+            **_gpu(catalog.GPU_ERRORS_TOTAL, {**GPU0, "error_type": "xid"}, values((2, 10)), _RESTARTED_POLLER),
+            **_gpu(catalog.GPU_ERRORS_TOTAL, {**GPU0, "error_type": "gpu_lost"}, values((0, 10))),
+            **_gpu(catalog.GPU_ERRORS_TOTAL, {**GPU1, "error_type": "ecc_uncorrected"}, values((1, 10))),
+        },
+        "1m",
+        (({**GPU0, "error_type": "xid"}, 2), ({**GPU1, "error_type": "ecc_uncorrected"}, 1)),
+    ),
+)
+RECORD_CASES = (*RECORD_CASES, *JOB_RECORD_CASES, *GPU_INPUT_RECORD_CASES)
