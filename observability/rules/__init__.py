@@ -64,7 +64,7 @@ _ALERT_GROUP_BUILDERS: tuple[tuple[str, Callable[[ObservabilityConfig], tuple[Al
 
 
 # Recording rules at the head of an alert group, read by its alerts in the same evaluation.
-_GROUP_INPUTS: dict[str, tuple[RecordingRule, ...]] = {gpu.GROUP: gpu.INPUT_RULES}
+_GROUP_INPUTS: dict[str, Callable[[ObservabilityConfig], tuple[RecordingRule, ...]]] = {gpu.GROUP: gpu.input_rules}
 
 
 def project_group_names(cfg: ObservabilityConfig) -> list[str]:
@@ -99,7 +99,7 @@ def rule_groups(cfg: ObservabilityConfig) -> list[dict[str, Any]]:
             "name": name,
             "interval": interval,
             "rules": [
-                *(rule.to_rule() for rule in _GROUP_INPUTS.get(name, ())),
+                *(rule.to_rule() for rule in (_GROUP_INPUTS[name](cfg) if name in _GROUP_INPUTS else ())),
                 *(alert.to_rule(cfg) for alert in alerts),
             ],
         }
@@ -117,7 +117,7 @@ def rules_file_yaml(cfg: ObservabilityConfig) -> str:
 # dashboard_recording); the price-dependent ones as the default config renders them.
 RECORDING_RULES: tuple[RecordingRule, ...] = (
     *_ALERT_RECORDING_RULES,
-    *gpu.INPUT_RULES,
+    *gpu.input_rules(ObservabilityConfig()),
     *jobs.job_rules(ObservabilityConfig()),
 )
 

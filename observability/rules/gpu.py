@@ -9,11 +9,12 @@ takes the `model_type` and `job_id` of the job holding the GPU where one does, a
 where none does: a hot or failing GPU pages whether or not a job holds it.
 
 Cost at fleet scale (8,000 GPUs): the group reads each of the poller's GPU inputs once an
-evaluation, in three recording rules at its head (`INPUT_RULES`), and writes only the GPUs that
-could matter to an alert: memory above the lowest memory threshold, temperature above its
-threshold, error counters above zero. The alerts after them read those small recorded series
-(the job join reads its per-GPU side twice: once joined, once for the GPUs no job holds; on a
-few recorded series that costs nothing). Rules of one group run in order at the same evaluation
+evaluation, in recording rules at its head (`input_rules`), and writes only the GPUs that could
+matter to an alert: memory above the lowest memory threshold, temperature above its threshold,
+error counters above zero. The conditions that read a window (the memory trend, new errors) are
+recorded from those, once, for the few GPUs that meet them. The alerts read these small recorded
+series (the job join reads its per-GPU side twice: once joined, once for the GPUs no job holds; on
+a few recorded series that costs nothing). Rules of one group run in order at the same evaluation
 time, and each sees the samples the rules before it wrote, so the recorded inputs are never an
 evaluation old and the 30-second promise of the critical alerts holds. Each input reduces by
 node, gpu_id, uuid and gpu_name (never summing a GPU away, dropping the poller pod's target
@@ -94,41 +95,49 @@ ERRORS_NONZERO = RecordingRule(
     "Hardware errors counted on each GPU by error type, where above zero (a counter at 0 is not "
     "recorded); one series per GPU and type whichever poller pod counted them.",
 )
-# Order matters: the alerts of the group read these in the same evaluation.
-INPUT_RULES: tuple[RecordingRule, ...] = (MEMORY_RATIO_WATCHED, TEMPERATURE_TOO_HOT, ERRORS_NONZERO)
-
 _WATCHED = MEMORY_RATIO_WATCHED.record
 _ERRORS = ERRORS_NONZERO.record
+
+# Per-GPU alert conditions that read a window, recorded once so that the job join (which reads its
+# per-GPU side twice) reads a few recorded series instead of evaluating the window twice.
+EXHAUSTION_PREDICTED = RecordingRule(
+    "gpu:ml_gpu_memory_used_over_total:exhaustion_predicted",
+    f"{_WATCHED} > {PREDICTION_MIN_RATIO}\n"
+    f"and\n"
+    f"predict_linear({_WATCHED}[{duration(PREDICTION_WINDOW_SECONDS)}], {PREDICTION_HORIZON_SECONDS}) >= 1",
+    f"Fraction (0-1) of memory in use on each GPU above {PREDICTION_MIN_RATIO:.0%} whose memory, at the linear "
+    f"trend of the last {duration(PREDICTION_WINDOW_SECONDS)}, reaches its total within "
+    f"{duration(PREDICTION_HORIZON_SECONDS)}. predict_linear fits a line through every recorded sample of the "
+    f"window, so one spike barely moves it, and flat or falling usage never reaches the total (a ratio of 1).",
+)
+ERRORS_INCREASED = f"gpu:{catalog.GPU_ERRORS_TOTAL.name}:increased"
+
+
+def errors_increased(cfg: ObservabilityConfig) -> RecordingRule:
+    """Per GPU: an error counter grew within the event window, or a counter above zero is new in it.
+
+    `increase()` needs two samples, so a counter first recorded above zero (created by its first
+    increment, or leaving 0 for the first time) is caught by the second branch, which matches by
+    GPU and error type only: a restarted poller re-exporting the same counts is the same series."""
+    window = duration(event_window_seconds(cfg))
+    per_gpu = f"sum {by(GPU_LABELS)}"
+    return RecordingRule(
+        ERRORS_INCREASED,
+        f"{per_gpu} (increase({_ERRORS}[{window}]) > 0)\nor\n{per_gpu} ({_ERRORS} unless {_ERRORS} offset {window})",
+        f"Each GPU whose hardware error counters grew within the last {window} (or appeared above zero in it); "
+        f"GPUs without a new error are not recorded.",
+    )
+
+
+def input_rules(cfg: ObservabilityConfig) -> tuple[RecordingRule, ...]:
+    """The recording rules at the head of the group, in order: the alerts after them (and each
+    rule after the ones it reads) see their samples in the same evaluation."""
+    return (MEMORY_RATIO_WATCHED, TEMPERATURE_TOO_HOT, ERRORS_NONZERO, EXHAUSTION_PREDICTED, errors_increased(cfg))
 
 
 def _memory_ratio_above(ratio: float) -> str:
     """Per GPU, the fraction of its memory in use where it is above `ratio`, with its job's labels."""
     return jobs.attributed_or_unheld(f"{_WATCHED} > {ratio}")
-
-
-def _memory_exhaustion_predicted() -> str:
-    """Per GPU above PREDICTION_MIN_RATIO whose memory trend reaches its total within the horizon.
-
-    The value is the fraction in use now. predict_linear fits a line through every recorded sample
-    of the window (the GPU's samples above the lowest memory threshold), so one spike barely moves
-    it, and flat or falling usage never reaches the total (a ratio of 1)."""
-    window = duration(PREDICTION_WINDOW_SECONDS)
-    return jobs.attributed_or_unheld(
-        f"{_WATCHED} > {PREDICTION_MIN_RATIO}\n"
-        f"and\n"
-        f"predict_linear({_WATCHED}[{window}], {PREDICTION_HORIZON_SECONDS}) >= 1"
-    )
-
-
-def _errors_increased(window_seconds: int) -> str:
-    """Per GPU: an error counter grew within the window, or a counter above zero is new within it.
-
-    `increase()` needs two samples, so a counter first recorded above zero (created by its first
-    increment, or leaving 0 for the first time) is caught by the second branch, which matches by
-    GPU and error type only: a restarted poller re-exporting the same counts is the same series."""
-    window = duration(window_seconds)
-    per_gpu = f"sum {by(GPU_LABELS)}"
-    return f"{per_gpu} (increase({_ERRORS}[{window}]) > 0)\nor\n{per_gpu} ({_ERRORS} unless {_ERRORS} offset {window})"
 
 
 def _memory_ratio_one_gpu_last(window: str) -> str:
@@ -302,7 +311,7 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             name="GPUErrorsDetected",
             group=GROUP,
             severity=Severity.CRITICAL,
-            expr=jobs.attributed_or_unheld(_errors_increased(event_window_seconds(cfg))),
+            expr=jobs.attributed_or_unheld(ERRORS_INCREASED),
             for_seconds=critical_for_seconds(cfg, 0),
             summary="A GPU reported hardware errors.",
             description=(
@@ -349,7 +358,7 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             name="GPUMemoryExhaustionPredicted",
             group=GROUP,
             severity=Severity.WARNING,
-            expr=_memory_exhaustion_predicted(),
+            expr=jobs.attributed_or_unheld(EXHAUSTION_PREDICTED.record),
             for_seconds=PREDICTION_FOR_SECONDS,
             summary="A GPU's memory use is on course to reach its total within 10 minutes.",
             description=(

@@ -987,5 +987,26 @@ GPU_INPUT_RECORD_CASES: tuple[RecordCase, ...] = (
         "1m",
         (({**GPU0, "error_type": "xid"}, 2), ({**GPU1, "error_type": "ecc_uncorrected"}, 1)),
     ),
+    # The steady climb of GPUMemoryExhaustionPredicted's cases: 85% in use at 900s, on course for the total.
+    RecordCase(
+        gpu_rules.EXHAUSTION_PREDICTED.record,
+        "a steady climb is recorded with the ratio now; flat usage at 90% is not",
+        {
+            **_memory(join(_ratios(0.55, 0.005, 80)), samples=80),
+            **_memory(values((0.9 * H100_BYTES, 80)), gpu=GPU1, samples=80),
+        },
+        "15m",
+        ((GPU0, _ratios(0.55, 0.005, 80)[60] / H100_BYTES),),
+    ),
+    RecordCase(
+        gpu_rules.ERRORS_INCREASED,
+        "a first XID within the window; an old count that has not grown is not recorded",
+        {
+            **_gpu(catalog.GPU_ERRORS_TOTAL, {**GPU0, "error_type": "xid"}, values((0, 56), (1, 10))),
+            **_gpu(catalog.GPU_ERRORS_TOTAL, {**GPU1, "error_type": "ecc_uncorrected"}, values((2, 66))),
+        },
+        "15m",
+        ((GPU0, 1),),
+    ),
 )
 RECORD_CASES = (*RECORD_CASES, *JOB_RECORD_CASES, *GPU_INPUT_RECORD_CASES)

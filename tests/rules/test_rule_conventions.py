@@ -112,7 +112,7 @@ def test_six_groups_with_the_seeds_alerts_then_the_health_group():
     # an alert group holds alerts, except the inputs ml_gpu_resources records at its head
     for g in alert_groups:
         records = [r["record"] for r in g["rules"] if "record" in r]
-        assert records == [r.record for r in gpu.INPUT_RULES] if g["name"] == gpu.GROUP else not records, g["name"]
+        assert records == [r.record for r in gpu.input_rules(CFG)] if g["name"] == gpu.GROUP else not records, g["name"]
         assert all("record" in r for r in g["rules"][: len(records)]), g["name"]
 
 
@@ -371,9 +371,10 @@ def test_gpu_errors_alert_reads_only_the_errors_counter_not_the_per_code_xid_ser
     # At 8,000 GPUs the per-code series made this one rule cost seconds; the errors counter counts
     # every XID (any code), uncorrectable ECC error and lost GPU, so it alone is the signal.
     (errors,) = [a for a in alert_rules(CFG) if a.name == "GPUErrorsDetected"]
-    # (through its counters above zero, recorded at the head of the group, and the jobs' GPU info,
-    # to label the GPU with the job holding it)
-    assert _series_names(errors.expr) == {gpu.ERRORS_NONZERO.record, catalog.TRAINING_JOB_GPU_INFO.name}
+    # (through the records at the head of the group: its counters above zero, and the GPUs whose
+    # counters grew; and the jobs' GPU info, to label the GPU with the job holding it)
+    assert _series_names(errors.expr) == {gpu.ERRORS_INCREASED, catalog.TRAINING_JOB_GPU_INFO.name}
+    assert _series_names(gpu.errors_increased(CFG).expr) == {gpu.ERRORS_NONZERO.record}
     assert _series_names(gpu.ERRORS_NONZERO.expr) == {catalog.GPU_ERRORS_TOTAL.name}
     assert catalog.GPU_XID_ERRORS_TOTAL.name in errors.description  # it still points at the codes
 
