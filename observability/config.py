@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from observability.thresholds import DEFAULT_THRESHOLDS, Thresholds
+
 
 @dataclass(frozen=True)
 class DatasourceUids:
@@ -39,3 +41,5 @@ class ObservabilityConfig:
     datasource_uids: DatasourceUids = DatasourceUids()
     # Grafana folder the dashboards are provisioned into.
     grafana_folder: str = "ML Platform"
+    # Every alert threshold (observability/thresholds.yaml): expressions, texts, dashboard steps.
+    thresholds: Thresholds = DEFAULT_THRESHOLDS

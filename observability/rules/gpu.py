@@ -23,21 +23,16 @@ GPU_LABELS = recording.GPU_LABELS
 _GPU = "GPU {{ $labels.gpu_id }} ({{ $labels.gpu_name }}, {{ $labels.uuid }}) on node {{ $labels.node }}"
 _ONE_GPU = '{node="<node>", gpu_id="<gpu_id>"}'
 
-UTILIZATION_LOW_PERCENT = 30
-UTILIZATION_HIGH_PERCENT = 95
-MEMORY_HIGH_RATIO = 0.90
-MEMORY_EXHAUSTED_RATIO = 0.95
 # The seed gives GPUMemoryExhausted `for: 1m` but also promises out-of-memory detection within
 # 30s; both cannot hold. The promise wins: `for` is this, shortened by critical_for_seconds().
 MEMORY_EXHAUSTED_SEED_FOR_SECONDS = 60
-TEMPERATURE_HIGH_CELSIUS = 85
 
 
 _USED = catalog.GPU_MEMORY_USED_BYTES.name
 _TOTAL = catalog.GPU_MEMORY_TOTAL_BYTES.name
 
 
-def _memory_ratio_above(ratio: float) -> str:
+def _memory_ratio_above(ratio: str) -> str:
     """Per GPU, the fraction of its memory in use where it is above `ratio`.
 
     Used and total come from the same poller scrape, so they match on every label; the comparison
@@ -53,6 +48,10 @@ def _memory_ratio_one_gpu_last(window: str) -> str:
 
 def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
     event_window = duration(event_window_seconds(cfg))
+    th = cfg.thresholds
+    low, high = th.gpu_utilization_low_percent, th.gpu_utilization_high_percent
+    memory_high, memory_exhausted = th.gpu_memory_high_ratio, th.gpu_memory_exhausted_ratio
+    hot = th.gpu_temperature_high_celsius
     util = gauge(catalog.GPU_UTILIZATION_PERCENT, GPU_LABELS)
     one_util = f"{catalog.GPU_UTILIZATION_PERCENT.name}{_ONE_GPU}"
     return (
@@ -60,12 +59,10 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             name="GPUUtilizationLow",
             group=GROUP,
             severity=Severity.INFO,
-            expr=f"{util} < {UTILIZATION_LOW_PERCENT}",
+            expr=f"{util} < {low.promql}",
             for_seconds=600,
             summary="A GPU has been mostly idle for 10 minutes.",
-            description=(
-                f'{_GPU} has been {{{{ printf "%.1f" $value }}}}% busy, below {UTILIZATION_LOW_PERCENT}% for 10m.'
-            ),
+            description=(f'{_GPU} has been {{{{ printf "%.1f" $value }}}}% busy, below {low.short} for 10m.'),
             impact="Paid GPU capacity is wasted; jobs that need a GPU may be queued while this one idles",
             action=(
                 "Check which pod holds the GPU and whether its job is still running",
@@ -80,7 +77,7 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
                     f"histogram_quantile(0.95, sum by (model_type, le) "
                     f"(rate({catalog.TRAINING_DATA_LOADING_SECONDS.bucket}[5m])))",
                 ),
-                RunbookQuery("Every idle GPU right now", f"{util} < {UTILIZATION_LOW_PERCENT}"),
+                RunbookQuery("Every idle GPU right now", f"{util} < {low.promql}"),
             ),
             rationale="Info: an optimisation opportunity, routed to the low-priority receiver, never paged.",
         ),
@@ -88,12 +85,10 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             name="GPUUtilizationCritical",
             group=GROUP,
             severity=Severity.INFO,
-            expr=f"max {by(GPU_LABELS)} ({catalog.GPU_UTILIZATION_PERCENT.name} > {UTILIZATION_HIGH_PERCENT})",
+            expr=f"max {by(GPU_LABELS)} ({catalog.GPU_UTILIZATION_PERCENT.name} > {high.promql})",
             for_seconds=300,
             summary="A GPU has been saturated for 5 minutes.",
-            description=(
-                f'{_GPU} has been {{{{ printf "%.1f" $value }}}}% busy, above {UTILIZATION_HIGH_PERCENT}% for 5m.'
-            ),
+            description=(f'{_GPU} has been {{{{ printf "%.1f" $value }}}}% busy, above {high.short} for 5m.'),
             impact="The GPU is the bottleneck: jobs sharing it slow down and there is no headroom for bursts",
             action=(
                 "Check the power draw and clock throttle reasons of the GPU",
@@ -121,10 +116,13 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             name="GPUMemoryUsageHigh",
             group=GROUP,
             severity=Severity.WARNING,
-            expr=_memory_ratio_above(MEMORY_HIGH_RATIO),
+            expr=_memory_ratio_above(memory_high.promql),
             for_seconds=300,
-            summary="A GPU has had more than 90% of its memory in use for 5 minutes.",
-            description=(f"{_GPU} has {{{{ $value | humanizePercentage }}}} of its memory in use, above 90% for 5m."),
+            summary=f"A GPU has had more than {memory_high.text} of its memory in use for 5 minutes.",
+            description=(
+                f"{_GPU} has {{{{ $value | humanizePercentage }}}} of its memory in use, above {memory_high.short} "
+                "for 5m."
+            ),
             impact="Little memory headroom: a larger batch or a memory spike will fail with out-of-memory",
             action=(
                 "Find the job on the GPU and its batch size",
@@ -146,12 +144,12 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             name="GPUMemoryExhausted",
             group=GROUP,
             severity=Severity.CRITICAL,
-            expr=_memory_ratio_above(MEMORY_EXHAUSTED_RATIO),
+            expr=_memory_ratio_above(memory_exhausted.promql),
             for_seconds=critical_for_seconds(cfg, MEMORY_EXHAUSTED_SEED_FOR_SECONDS),
             summary="A GPU is about to run out of memory.",
             description=(
-                f"{_GPU} has {{{{ $value | humanizePercentage }}}} of its memory in use, above 95%: the next "
-                f"allocation will fail with out-of-memory."
+                f"{_GPU} has {{{{ $value | humanizePercentage }}}} of its memory in use, above "
+                f"{memory_exhausted.short}: the next allocation will fail with out-of-memory."
             ),
             impact="Training crashes with CUDA out-of-memory and loses the work since its last checkpoint",
             action=(
@@ -171,19 +169,19 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             rationale=(
                 "The seed gives `for: 1m` but promises out-of-memory detection within 30s; both cannot hold. "
                 "The promise wins: `for` is derived from the evaluation interval (15s at the default 15s "
-                "intervals, so two consecutive samples above 95% are needed and a single-sample spike does "
-                "not page; 0s when the evaluation interval is 30s). The ratio is computed from the poller's "
-                "series (no recording rule, which could lag one evaluation)."
+                f"intervals, so two consecutive samples above {memory_exhausted.short} are needed and a "
+                "single-sample spike does not page; 0s when the evaluation interval is 30s). The ratio is "
+                "computed from the poller's series (no recording rule, which could lag one evaluation)."
             ),
         ),
         AlertRule(
             name="GPUTemperatureHigh",
             group=GROUP,
             severity=Severity.CRITICAL,
-            expr=f"max {by(GPU_LABELS)} ({catalog.GPU_TEMPERATURE_CELSIUS.name} > {TEMPERATURE_HIGH_CELSIUS})",
+            expr=f"max {by(GPU_LABELS)} ({catalog.GPU_TEMPERATURE_CELSIUS.name} > {hot.promql})",
             for_seconds=120,
-            summary="A GPU has been hotter than 85 °C for 2 minutes.",
-            description=f'{_GPU} is at {{{{ printf "%.0f" $value }}}} °C, above {TEMPERATURE_HIGH_CELSIUS} °C for 2m.',
+            summary=f"A GPU has been hotter than {hot.text} for 2 minutes.",
+            description=f'{_GPU} is at {{{{ printf "%.1f" $value }}}} °C, above {hot.short} for 2m.',
             impact="The GPU throttles its clocks (training slows) and risks hardware damage or shutdown",
             action=(
                 "Check the node's cooling and fans with the data-centre team",

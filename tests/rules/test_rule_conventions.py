@@ -299,7 +299,8 @@ def test_promtool_check_rules_passes_for_every_stack_and_interval_variant(tmp_pa
         path.write_text(rules_file_yaml(cfg), encoding="utf-8")
         files.append(str(path))
     broken = tmp_path / "broken.yaml"
-    broken.write_text(rules_file_yaml(CFG).replace("> 85", "> > 85"), encoding="utf-8")
+    hot = f"> {CFG.thresholds.gpu_temperature_high_celsius.promql}"
+    broken.write_text(rules_file_yaml(CFG).replace(hot, f"> {hot}"), encoding="utf-8")
     ok = subprocess.run([promtool(), "check", "rules", *files], capture_output=True, text=True, check=False)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert ok.stdout.count("SUCCESS") == len(files)
