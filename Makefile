@@ -5,10 +5,12 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STACK ?= dev
-STACKS := dev staging prod
+BASE ?= HEAD
+DIFF_FORMAT ?= text
+STACKS := $(shell python3 -m infra.stacks)
 PYTEST_ARGS ?=
 
-.PHONY: render render-all test lint bench docs clean sysdeps venv dashboards-readme
+.PHONY: render render-all diff test lint bench docs clean sysdeps venv dashboards-readme
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -22,8 +24,13 @@ venv: $(VENV)/.installed
 render: sysdeps $(VENV)/.installed
 	$(PY) -m infra.render --stack $(STACK)
 
+## render every stack: the Pulumi.<stack>.yaml files present
 render-all: sysdeps $(VENV)/.installed
 	for s in $(STACKS); do $(PY) -m infra.render --stack $$s || exit 1; done
+
+## review diff: render BASE (a git ref, default HEAD) and the working tree, print a per-file diff of rendered/$(STACK)/
+diff: $(VENV)/.installed
+	@$(PY) -m infra.review_diff --stack $(STACK) --base $(BASE) --format $(DIFF_FORMAT)
 
 ## Debian packages the tests need (Prometheus, Alertmanager, buildah, debootstrap, gcc); as root
 sysdeps:
@@ -35,6 +42,7 @@ test: sysdeps $(VENV)/.installed
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/actionlint
 

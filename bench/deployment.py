@@ -26,8 +26,8 @@ from typing import Any
 import kubernetes_validate
 
 from infra import kube_validate, render
+from infra.render import STACKS
 
-STACKS = ("dev", "staging", "prod")
 START, END = "<!-- deployment:start -->", "<!-- deployment:end -->"
 BENCHMARKS = render.REPO_ROOT / "BENCHMARKS.md"
 

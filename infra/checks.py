@@ -45,7 +45,14 @@ def check_rules_with_promtool(result: RenderResult) -> list[str]:
     return []
 
 
+def check_provider(result: RenderResult) -> list[str]:
+    from infra.kube_provider import check_render
+
+    return check_render(result)
+
+
 ALL_CHECKS: list[tuple[str, Callable[[RenderResult], list[str]]]] = [
+    ("kubernetes-provider", check_provider),
     ("kubernetes-schema", kube_validate.check_render),
     ("policies", check_policies),
     ("promtool-rules", check_rules_with_promtool),

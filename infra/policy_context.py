@@ -9,13 +9,14 @@ from typing import Any
 
 import yaml
 
-from infra.render import RenderResult
+from infra.render import STACKS, RenderResult
+
+__all__ = ["REPO_ROOT", "STACKS", "context_from_settings", "rendered_objects"]
 from infra.settings import Settings
 from policy.manifests import kube_object_from_pulumi
 from policy.model import DeclaredService, KubeObject, PolicyContext
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-STACKS = ("dev", "staging", "prod")
 
 
 def context_from_settings(settings: Settings) -> PolicyContext:

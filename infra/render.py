@@ -24,6 +24,7 @@ import yaml
 
 from infra.mock_engine import MockRun, RecordedResource, run_program
 from infra.settings import PROJECT, SECRET_KEYS, DictConfigSource, Settings, SettingsError, load_settings
+from infra.stacks import available_stacks
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RENDERED = REPO_ROOT / "rendered"
@@ -33,8 +34,7 @@ class StackFileError(ValueError):
     pass
 
 
-def available_stacks(root: Path = REPO_ROOT) -> list[str]:
-    return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
+STACKS: tuple[str, ...] = tuple(available_stacks())
 
 
 def placeholder_secret(stack: str, key: str) -> str:
@@ -49,12 +49,21 @@ class StackConfig:
     stack: str
     values: Mapping[str, str]  # key without project prefix -> config string (JSON for objects)
     secret_keys: frozenset[str]
+    default_kube_context: str | None = None  # `kubernetes:context` (the default provider's), if set
 
     def source(self) -> DictConfigSource:
         return DictConfigSource(self.stack, self.values, self.secret_keys)
 
     def pulumi_config(self) -> dict[str, str]:
         return {f"{PROJECT}:{k}": v for k, v in self.values.items()}
+
+
+def yaml_error(path: Path, exc: yaml.YAMLError) -> str:
+    """`Pulumi.x.yaml, line 3, column 1: <what is wrong>`: the file and place, not "<unicode string>"."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f"{path.name}, line {mark.line + 1}, column {mark.column + 1}" if mark is not None else path.name
+    problem = " ".join(str(p) for p in (getattr(exc, "context", None), getattr(exc, "problem", None)) if p)
+    return f"{where} is not valid YAML: {problem or exc}"
 
 
 def read_stack_config(stack: str, root: Path = REPO_ROOT, overrides: Mapping[str, Any] | None = None) -> StackConfig:
@@ -72,11 +81,12 @@ def read_stack_config(stack: str, root: Path = REPO_ROOT, overrides: Mapping[str
     try:
         document = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
-        raise StackFileError(f"{path.name} is not valid YAML: {exc}") from exc
+        raise StackFileError(yaml_error(path, exc)) from exc
     raw = document.get("config") or {}
     if not isinstance(raw, Mapping):
         raise StackFileError(f"{path.name}: `config` must be a mapping of {PROJECT}:<key> to values")
     entries: dict[str, Any] = {}
+    default_kube_context = raw.get("kubernetes:context")
     for full_key, value in raw.items():
         namespace, _, key = str(full_key).partition(":")
         if namespace != PROJECT or not key:
@@ -98,12 +108,20 @@ def read_stack_config(stack: str, root: Path = REPO_ROOT, overrides: Mapping[str
         if key not in values:
             values[key] = placeholder_secret(stack, key)
             secret_keys.add(key)
-    return StackConfig(stack, values, frozenset(secret_keys))
+    return StackConfig(
+        stack, values, frozenset(secret_keys), str(default_kube_context) if default_kube_context else None
+    )
 
 
 def validate_stack(config: StackConfig) -> Settings:
     """Settings as the program will see them (placeholders for secrets); raises SettingsError."""
-    return load_settings(config.source(), lambda key: config.values.get(key))
+    from infra.kube_provider import default_provider_conflict
+
+    settings = load_settings(config.source(), lambda key: config.values.get(key))
+    conflict = default_provider_conflict(config.stack, settings.kubernetes, config.default_kube_context)
+    if conflict:
+        raise SettingsError(config.stack, [conflict])
+    return settings
 
 
 # ------------------------------------------------------------------------------------------------
@@ -111,6 +129,7 @@ def validate_stack(config: StackConfig) -> Settings:
 # ------------------------------------------------------------------------------------------------
 
 KUBERNETES_PREFIX = "kubernetes:"
+STACK_OUTPUTS_PATH = "pulumi/stack-outputs.json"
 
 
 def kubernetes_manifest(resource: RecordedResource) -> dict[str, Any] | None:
@@ -175,6 +194,8 @@ def render_stack(stack: str, root: Path = REPO_ROOT, overrides: Mapping[str, Any
         result.files[name] = dump_yaml(manifest)
     for name, text in sorted(artifacts.artifact_files(settings).items()):
         result.files[name] = text
+    # What `pulumi stack output --json` shows after `pulumi up` (see infra/outputs.py).
+    result.files[STACK_OUTPUTS_PATH] = json.dumps(run.outputs, indent=2, sort_keys=True) + "\n"
     return result
 
 
@@ -206,11 +227,23 @@ def offline_checks() -> list[tuple[str, Check]]:
     return checks.ALL_CHECKS
 
 
+def kubernetes_kinds(result: RenderResult) -> Counter[str]:
+    """Kinds of the files under kubernetes/ (patches as `<Kind> patch`): what the summary counts."""
+    kinds: Counter[str] = Counter()
+    for name, text in result.files.items():
+        if not name.startswith("kubernetes/"):
+            continue
+        document = result.manifests.get(name) or yaml.safe_load(text)
+        patch = Path(name).name.split("_", 1)[0].endswith("patch")
+        kinds[f"{document['kind']} patch" if patch else str(document["kind"])] += 1
+    return kinds
+
+
 def summary(result: RenderResult, seconds: float, target: Path, check_lines: list[str]) -> str:
-    kinds = Counter(m["kind"] for m in result.manifests.values())
+    kinds = kubernetes_kinds(result)
     lines = [
         f"stack {result.stack}: {len(result.run.resources)} Pulumi resources, "
-        f"{len(result.manifests)} Kubernetes objects"
+        f"{sum(kinds.values())} Kubernetes objects (one file each under kubernetes/)"
     ]
     lines += [f"  {count:3d}  {kind}" for kind, count in sorted(kinds.items())]
     by_dir = Counter(name.split("/", 1)[0] for name in result.files)

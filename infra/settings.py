@@ -10,6 +10,7 @@ a credential given in plaintext, or any URL carrying a password, is an error.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -25,8 +26,9 @@ ScrapeMode = Literal["annotations", "operator"]
 ScrapeDelivery = Literal["configmap", "secret"]
 SCRAPE_MODES: tuple[ScrapeMode, ...] = ("annotations", "operator")
 SCRAPE_DELIVERIES: tuple[ScrapeDelivery, ...] = ("configmap", "secret")
-ENVIRONMENTS = ("dev", "staging", "prod")
-MAX_SCRAPE_INTERVAL_SECONDS = 15
+# The promise for critical failures (NaN, GPU out of memory, GPU errors): detected within this many
+# seconds of the first sample that shows them. A stack may declare a longer budget explicitly.
+DEFAULT_CRITICAL_DETECTION_SECONDS = 30
 SUPPORTED_KUBERNETES_MINORS = range(27, 38)  # 1.27 .. 1.37: schemas kubernetes-validate ships
 
 # Secret config keys: a value for these must be a Pulumi secret (`pulumi config set --secret`).
@@ -34,6 +36,9 @@ SECRET_KEYS = ("alertPageWebhookUrl", "alertChatWebhookUrl", "alertLowPriorityWe
 _CREDENTIAL_KEY = re.compile(r"(password|passwd|secret|token|api[_-]?key|credential|webhook)", re.IGNORECASE)
 _URL_WITH_PASSWORD = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@", re.IGNORECASE)
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS_LABEL_EXPECTED = "a DNS-1123 label (lower-case letters, digits and '-', at most 63 characters)"
+# The kubeconfig a stack may carry as a Pulumi secret (`pulumi config set --secret kubeconfig ...`).
+KUBECONFIG_KEY = "kubeconfig"
 _DIGEST_REF = re.compile(r"^[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)+@sha256:[0-9a-f]{64}$")
 DIGEST_EXPECTED = "an image reference pinned by digest: REGISTRY/REPO@sha256:<64 hex>"
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|Ki|Mi|Gi|Ti|k|M|G|T)?$")
@@ -174,6 +179,8 @@ class TrainingJobSettings:
 class GrafanaSettings:
     namespace: str
     folder: str
+    # Where people open Grafana (stack output `dashboards` links each dashboard under it).
+    url: str
 
 
 @dataclass(frozen=True)
@@ -181,6 +188,15 @@ class AlertingReceivers:
     page_webhook_url: SecretValue
     chat_webhook_url: SecretValue
     low_priority_webhook_url: SecretValue
+
+
+@dataclass(frozen=True)
+class KubernetesTarget:
+    """The cluster a stack deploys to: its explicit provider uses this context (of the ambient
+    kubeconfig, or of `kubeconfig` when the stack carries one as a secret) and nothing else."""
+
+    context: str | None
+    kubeconfig: SecretValue | None = None
 
 
 @dataclass(frozen=True)
@@ -198,6 +214,8 @@ class Settings:
     grafana: GrafanaSettings
     alerting: AlertingReceivers
     runbook_base_url: str
+    critical_detection_seconds: int = DEFAULT_CRITICAL_DETECTION_SECONDS
+    kubernetes: KubernetesTarget = KubernetesTarget(context=None)
     common_labels: Mapping[str, str] = field(default_factory=dict)
 
     def observability_config(self) -> ObservabilityConfig:
@@ -207,6 +225,7 @@ class Settings:
             scrape_interval_seconds=self.scrape.interval_seconds,
             evaluation_interval_seconds=self.scrape.evaluation_interval_seconds,
             runbook_base_url=self.runbook_base_url,
+            critical_detection_seconds=self.critical_detection_seconds,
             platform_services=tuple(s.name for s in self.services),
             datasource_uids=DatasourceUids(),
             grafana_folder=self.grafana.folder,
@@ -226,10 +245,28 @@ class _Reader:
     def __init__(self, source: ConfigSource) -> None:
         self.source = source
         self.problems: list[str] = []
+        # Top-level keys already reported (missing or misspelled): nothing under them is reported
+        # again, so one mistake is one problem.
+        self.reported: set[str] = set()
+
+    def _top(self, key: str) -> str:
+        return re.split(r"[.\[]", key, maxsplit=1)[0]
 
     def problem(self, key: str, value: object, expected: str) -> None:
+        if self._top(key) in self.reported:
+            return
         shown = json.dumps(value) if not isinstance(value, str) else repr(value)
         self.problems.append(f"{key} = {shown}: expected {expected}")
+
+    def model_type(self, key: str, value: Any) -> str:
+        """A model family label (dqn, ppo, tft, mamba, none, ...): any DNS label is accepted, since a
+        new family must not need a code change; it travels in OTEL_RESOURCE_ATTRIBUTES, a metric
+        label and a Job's generateName, where ',', '=' or upper case would break them."""
+        if not isinstance(value, str) or len(value) > 40 or not _DNS_LABEL.match(value):
+            self.problem(key, value, "a model type such as dqn, ppo, tft, mamba or none (lower-case letters, digits "
+                         "and '-', at most 40 characters)")  # fmt: skip
+            return "none"
+        return value
 
     def raw(self, key: str) -> Any:
         text = self.source.get(key)
@@ -242,8 +279,9 @@ class _Reader:
 
     def required(self, key: str) -> Any:
         value = self.raw(key)
-        if value is None:
+        if value is None and key not in self.reported:
             self.problems.append(f"{key} is missing: set it in Pulumi.{self.source.stack}.yaml")
+            self.reported.add(key)
         return value
 
     # --- typed accessors over a parsed value -----------------------------------------------
@@ -259,12 +297,15 @@ class _Reader:
     def dns_name(self, key: str, value: Any) -> str:
         ok = isinstance(value, str) and len(value) <= 63 and bool(_DNS_LABEL.match(value))
         if not ok:
-            self.problem(key, value, "a DNS-1123 label (lower-case letters, digits and '-', at most 63 characters)")
+            self.problem(key, value, DNS_LABEL_EXPECTED)
             return ""
         return str(value)
 
     def integer(self, key: str, value: Any, low: int, high: int) -> int:
         number = _as_int(value)
+        if isinstance(value, str) and number is not None:
+            self.problem(key, value, f"a whole number from {low} to {high} written without quotes")
+            return low
         if number is None or not low <= number <= high:
             self.problem(key, value, f"a whole number from {low} to {high}")
             return low
@@ -378,7 +419,10 @@ def _services(r: _Reader, value: Any) -> tuple[ServiceSettings, ...]:
     services = []
     seen: set[str] = set()
     for i, item in enumerate(value):
-        k = f"services[{i}]"
+        # Name the service in every message when it has a usable name: services['feature-store'].port
+        given = item.get("name") if isinstance(item, Mapping) else None
+        named = isinstance(given, str) and bool(_DNS_LABEL.match(given)) and given not in seen
+        k = f"services[{given!r}]" if named else f"services[{i}]"
         m = r.mapping(k, item, {"name", "container", "port", "path", "modelType"})
         name = r.dns_name(f"{k}.name", m.get("name"))
         if name and name in seen:
@@ -391,7 +435,7 @@ def _services(r: _Reader, value: Any) -> tuple[ServiceSettings, ...]:
                 container=r.dns_name(f"{k}.container", m.get("container", name)),
                 port=r.integer(f"{k}.port", m.get("port"), 1, 65535),
                 path=r.string(f"{k}.path", path, re.compile(r"^/[\x21-\x7e]*$"), "an HTTP path starting with '/'"),
-                model_type=r.string(f"{k}.modelType", m.get("modelType", "none")),
+                model_type=r.model_type(f"{k}.modelType", m.get("modelType", "none")),
             )
         )
     return tuple(services)
@@ -432,7 +476,7 @@ def _check_plaintext_credentials(r: _Reader) -> None:
         if r.source.is_secret(key):
             continue
         text = r.source.get(key) or ""
-        if key in SECRET_KEYS or (_CREDENTIAL_KEY.search(key) and text):
+        if key in (*SECRET_KEYS, KUBECONFIG_KEY) or (_CREDENTIAL_KEY.search(key) and text):
             r.problems.append(
                 f"{key} is a credential given in plaintext: remove it from Pulumi.{r.source.stack}.yaml and run "
                 f"`pulumi config set --secret {key} <value>`"
@@ -463,18 +507,33 @@ def _leaves(path: str, value: Any) -> list[tuple[str, Any]]:
 
 KNOWN_KEYS = {
     "environment", "kubernetesVersion", "namespaces", "endpoints", "services", "scrape", "poller",
-    "trainingJob", "grafana", "runbookBaseUrl", *SECRET_KEYS,
+    "trainingJob", "grafana", "grafanaUrl", "runbookBaseUrl", "criticalDetectionSeconds", "kubeContext",
+    KUBECONFIG_KEY, *SECRET_KEYS,
 }  # fmt: skip
 
 
 def load_settings(source: ConfigSource, secret: SecretReader) -> Settings:
     """Read and validate the whole stack config; raise `SettingsError` listing every problem."""
     r = _Reader(source)
-    for key in sorted(set(source.keys()) - KNOWN_KEYS):
-        r.problems.append(f"{key} is not a known setting: expected one of {', '.join(sorted(KNOWN_KEYS))}")
+    given = set(source.keys())
+    for key in sorted(given - KNOWN_KEYS):
+        close = difflib.get_close_matches(key, sorted(KNOWN_KEYS - given), n=1, cutoff=0.75)
+        if close:
+            # One problem for one typo: the key it was meant to be is not reported missing too.
+            r.problems.append(f"{key} is not a known setting: did you mean {close[0]}?")
+            r.reported.add(close[0])
+        else:
+            r.problems.append(f"{key} is not a known setting: expected one of {', '.join(sorted(KNOWN_KEYS))}")
     _check_plaintext_credentials(r)
 
-    environment = r.choice("environment", r.required("environment"), ENVIRONMENTS)
+    environment_value = r.required("environment")
+    environment = environment_value if isinstance(environment_value, str) else ""
+    if environment_value is not None and (len(environment) > 63 or not _DNS_LABEL.match(environment)):
+        r.problem(
+            "environment", environment_value, "a lower-case name such as dev, staging, prod or gpu-lab (it is a "
+            f"label value: {DNS_LABEL_EXPECTED})",
+        )  # fmt: skip
+        environment = ""
     kube_version = r.required("kubernetesVersion")
     match = re.fullmatch(r"1\.([0-9]+)\.[0-9]+", str(kube_version)) if kube_version is not None else None
     if kube_version is not None and (match is None or int(match.group(1)) not in SUPPORTED_KUBERNETES_MINORS):
@@ -511,24 +570,30 @@ def load_settings(source: ConfigSource, secret: SecretReader) -> Settings:
         object_name=r.dns_name("scrape.objectName", sc.get("objectName", "prometheus-annotation-scrape")),
         operator_selector=r.label_map("scrape.operatorSelector", sc.get("operatorSelector")),
     )
-    # The 30-second promise for critical failures: the rules module owns the check on the evaluation
-    # interval (it derives every critical `for` from it); here only the sampling half is added, since
-    # a failure waits up to one scrape interval before any rule can see it.
+    # The promise for critical failures, within `criticalDetectionSeconds` (default 30): the rules
+    # module owns the check on the evaluation interval (it derives every critical `for` from it);
+    # here only the sampling half is added, since a failure waits up to one scrape interval before
+    # any rule can see it.
+    budget = r.integer(
+        "criticalDetectionSeconds", r.raw("criticalDetectionSeconds") or DEFAULT_CRITICAL_DETECTION_SECONDS, 10, 600
+    )
     try:
         detection_budget(
             ObservabilityConfig(
                 scrape_interval_seconds=scrape.interval_seconds,
                 evaluation_interval_seconds=scrape.evaluation_interval_seconds,
+                critical_detection_seconds=budget,
             )
         )
     except ValueError as exc:
         r.problem("scrape.evaluationIntervalSeconds", scrape.evaluation_interval_seconds, f"an interval that {exc}")
-    if scrape.interval_seconds > MAX_SCRAPE_INTERVAL_SECONDS:
+    if scrape.interval_seconds > budget // 2:
         r.problem(
             "scrape.intervalSeconds",
             scrape.interval_seconds,
-            f"at most {MAX_SCRAPE_INTERVAL_SECONDS} so a critical failure (NaN, OOM, GPU error) is sampled "
-            "in time to be detected within 30 s",
+            f"at most {budget // 2} (half of criticalDetectionSeconds = {budget}) so a critical failure (NaN, OOM, "
+            f"GPU error) is sampled in time to be detected within {budget} s; or declare a longer budget with "
+            "criticalDetectionSeconds",
         )
 
     po = r.mapping(
@@ -564,7 +629,7 @@ def load_settings(source: ConfigSource, secret: SecretReader) -> Settings:
     training_job = TrainingJobSettings(
         name=r.dns_name("trainingJob.name", tj.get("name", "training-job-template")),
         image=r.string("trainingJob.image", tj.get("image"), _DIGEST_REF, DIGEST_EXPECTED),
-        model_type=r.string("trainingJob.modelType", tj.get("modelType")),
+        model_type=r.model_type("trainingJob.modelType", tj.get("modelType")),
         gpu_count=r.integer("trainingJob.gpuCount", tj.get("gpuCount", 1), 1, 16),
         backoff_limit=r.integer("trainingJob.backoffLimit", tj.get("backoffLimit", 2), 0, 20),
         ttl_seconds_after_finished=r.integer(
@@ -582,6 +647,7 @@ def load_settings(source: ConfigSource, secret: SecretReader) -> Settings:
     grafana = GrafanaSettings(
         namespace=r.dns_name("grafana.namespace", gr.get("namespace", namespaces.monitoring)),
         folder=r.string("grafana.folder", gr.get("folder")),
+        url=r.url("grafanaUrl", r.raw("grafanaUrl") or f"http://grafana.{namespaces.monitoring}.svc.cluster.local"),
     )
     runbook = r.url("runbookBaseUrl", r.raw("runbookBaseUrl") or ObservabilityConfig().runbook_base_url, ("https",))
 
@@ -597,6 +663,19 @@ def load_settings(source: ConfigSource, secret: SecretReader) -> Settings:
         r.problems.append(
             "registryPassword is missing: the poller image is built and pushed, so set it with "
             "`pulumi config set --secret registryPassword <token>` (or pin poller.image.digest instead)"
+        )
+
+    kube_context = r.raw("kubeContext")
+    if kube_context is not None:
+        kube_context = r.string("kubeContext", kube_context, re.compile(r"^\S+$"), "a kubeconfig context name")
+    has_kubeconfig = source.get(KUBECONFIG_KEY) is not None
+    if has_kubeconfig and not source.is_secret(KUBECONFIG_KEY):
+        pass  # reported by the plaintext-credential check
+    elif not kube_context and not has_kubeconfig:
+        r.problems.append(
+            "kubeContext is missing: name the kubeconfig context this stack deploys to (`pulumi config set "
+            "kubeContext <context>`), or give the stack its own kubeconfig as a secret (`pulumi config set --secret "
+            'kubeconfig "$(cat kubeconfig)"`)'
         )
 
     if r.problems:
@@ -616,6 +695,10 @@ def load_settings(source: ConfigSource, secret: SecretReader) -> Settings:
         grafana=grafana,
         alerting=alerting,
         runbook_base_url=runbook,
+        critical_detection_seconds=budget,
+        kubernetes=KubernetesTarget(
+            context=kube_context or None, kubeconfig=secret(KUBECONFIG_KEY) if has_kubeconfig else None
+        ),
         common_labels={
             "app.kubernetes.io/part-of": PROJECT,
             "app.kubernetes.io/managed-by": "pulumi",

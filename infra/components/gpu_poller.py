@@ -161,4 +161,5 @@ class GpuPoller(pulumi.ComponentResource):
         self.service = k8s.core.v1.Service(
             "gpu-poller", metadata=meta, spec=service_spec(settings, cfg), opts=child(self)
         )
+        self.image_ref = image_ref
         self.register_outputs({"image": image_ref})

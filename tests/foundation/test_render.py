@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 
 from infra import render
+from infra.render import STACKS
 from infra.settings import SettingsError
-
-STACKS = ["dev", "staging", "prod"]
 
 
 def tree_digest(root: Path) -> dict[str, str]:

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from infra import render
-from tests.infra.support import STACKS
+from infra.render import STACKS
 
 
 @pytest.fixture(scope="session")

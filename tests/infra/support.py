@@ -17,8 +17,6 @@ from infra import program, render
 from infra.mock_engine import MockRun, RecordingMocks, RecordingMonitor
 from infra.settings import PROJECT
 
-STACKS = ("dev", "staging", "prod")
-
 
 def objects(result: render.RenderResult, kind: str) -> list[dict[str, Any]]:
     """The rendered Kubernetes objects of one kind (patches appear under the patched kind)."""

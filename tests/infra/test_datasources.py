@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from infra import artifacts, render
+from infra.render import STACKS
 from observability import catalog
 from observability.config import DatasourceUids, ObservabilityConfig
 from observability.datasources import (
@@ -18,7 +19,6 @@ from observability.datasources import (
     datasources_yaml,
     escape_dollars,
 )
-from tests.infra.support import STACKS
 
 ENDPOINTS = DatasourceEndpoints(prometheus="http://prom:9090", loki="http://loki:3100", tempo="http://tempo:3200")
 

@@ -11,8 +11,7 @@ import pytest
 import yaml
 
 from infra import checks, kube_validate, render
-from infra.render import kubernetes_manifest
-from tests.infra.support import STACKS
+from infra.render import STACKS, kubernetes_manifest
 
 # Keys whose values are free-form maps (any key is valid there), so a stray key proves nothing.
 FREE_FORM_MAPS = {"labels", "annotations", "data", "stringData", "nodeSelector", "matchLabels", "requests", "limits"}

@@ -9,7 +9,6 @@ alert's cases, whose edges come from the same thresholds, against the re-rendere
 from __future__ import annotations
 
 import re
-
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
