@@ -1,47 +1,31 @@
-"""The `/metrics` page in the Prometheus text format (0.0.4), written fast.
+"""The poller's `/metrics` page in the Prometheus text format (0.0.4), written fast.
 
 `collector.build_families` + prometheus-client's `generate_latest` produce the same page (the
 tests parse both and compare), but build a dict and a namedtuple per sample and format every
 label on every scrape: several microseconds a sample. Here every GPU's label block is escaped
-once, when the GPU is first seen, and a sample line is one string concatenation, which keeps a
-full 8-GPU page well under the cost of spawning one process.
+once, when the GPU is first seen (with `observability.exposition`'s pieces, the one place that
+knows the format), and a sample line is one string concatenation, which keeps a full 8-GPU page
+well under the cost of spawning one process. The page carries no exemplars, so the poller offers
+only the text format whatever the scraper asks for.
 """
 
 from __future__ import annotations
 
-import math
-
 from observability import catalog
+from observability.exposition import format_value, label_block, series_prefix, text_header
 from poller.collector import gpu_label_values
 from poller.error_counters import CountersSnapshot
 from poller.exported_metrics import ECC_TYPES, GPU_GAUGES, THROTTLE_REASONS
 from poller.model import GpuIdentity, PassResult
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
-
-def escape_label_value(value: str) -> str:
-    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
-
-
-def format_value(value: float) -> str:
-    if type(value) is int:
-        return str(value)
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(float(value))
-
 
 def _header(metric: catalog.Metric) -> str:
     kind = "gauge" if metric.type is catalog.MetricType.INFO else metric.type.value
-    help_text = metric.help.replace("\\", r"\\").replace("\n", r"\n")
-    return f"# HELP {metric.name} {help_text}\n# TYPE {metric.name} {kind}\n"
+    return text_header(metric.name, metric.help, kind)
 
 
 def _labels(names: tuple[str, ...], values: list[str]) -> str:
-    return ",".join(f'{name}="{escape_label_value(value)}"' for name, value in zip(names, values, strict=True))
+    return label_block(zip(names, values, strict=True))
 
 
 class _GpuLines:
@@ -50,13 +34,16 @@ class _GpuLines:
     def __init__(self, node: str, gpu: GpuIdentity) -> None:
         values = gpu_label_values(node, gpu)
         base = _labels(catalog.GPU, values)
-        self.gauges = {attribute: f"{metric.name}{{{base}}} " for metric, attribute in GPU_GAUGES}
+        self.gauges = {attribute: series_prefix(metric.name, base) for metric, attribute in GPU_GAUGES}
         self.throttle = tuple(
-            (bit, f'{catalog.GPU_CLOCK_THROTTLE_ACTIVE.name}{{{base},reason="{reason}"}} ')
+            (bit, series_prefix(catalog.GPU_CLOCK_THROTTLE_ACTIVE.name, f"{base},{label_block([('reason', reason)])}"))
             for reason, bit in THROTTLE_REASONS
         )
         self.ecc = tuple(
-            (attribute, f'{catalog.GPU_ECC_ERRORS_TOTAL.name}{{{base},ecc_type="{ecc_type}"}} ')
+            (
+                attribute,
+                series_prefix(catalog.GPU_ECC_ERRORS_TOTAL.name, f"{base},{label_block([('ecc_type', ecc_type)])}"),
+            )
             for ecc_type, attribute in ECC_TYPES
         )
         self._throttle_text: dict[int, str] = {}  # reason mask -> its 9 lines (masks rarely change)
@@ -77,15 +64,15 @@ class _GpuLines:
     def error_prefix(self, error_type: str) -> str:
         prefix = self.errors.get(error_type)
         if prefix is None:
-            prefix = self.errors[error_type] = (
-                f'{catalog.GPU_ERRORS_TOTAL.name}{{{self._base},error_type="{escape_label_value(error_type)}"}} '
-            )
+            labels = f"{self._base},{label_block([('error_type', error_type)])}"
+            prefix = self.errors[error_type] = series_prefix(catalog.GPU_ERRORS_TOTAL.name, labels)
         return prefix
 
     def xid_prefix(self, code: int) -> str:
         prefix = self.xids.get(code)
         if prefix is None:
-            prefix = self.xids[code] = f'{catalog.GPU_XID_ERRORS_TOTAL.name}{{{self._base},xid="{code}"}} '
+            labels = f"{self._base},{label_block([('xid', str(code))])}"
+            prefix = self.xids[code] = series_prefix(catalog.GPU_XID_ERRORS_TOTAL.name, labels)
         return prefix
 
 
@@ -110,11 +97,11 @@ class TextPageWriter:
     def __init__(self, node: str) -> None:
         self._node = node
         self._gpus: dict[GpuIdentity, _GpuLines] = {}
-        node_label = f'node="{escape_label_value(node)}"'
+        node_label = label_block([("node", node)])
         self._node_label = node_label
-        self._up = f"{catalog.GPU_POLLER_NVML_UP.name}{{{node_label}}} "
-        self._duration = f"{catalog.GPU_POLLER_COLLECTION_DURATION_SECONDS.name}{{{node_label}}} "
-        self._devices = f"{catalog.GPU_POLLER_DEVICES.name}{{{node_label}}} "
+        self._up = series_prefix(catalog.GPU_POLLER_NVML_UP.name, node_label)
+        self._duration = series_prefix(catalog.GPU_POLLER_COLLECTION_DURATION_SECONDS.name, node_label)
+        self._devices = series_prefix(catalog.GPU_POLLER_DEVICES.name, node_label)
         self._failures: dict[str, str] = {}
         # Caches are replaced whole (one tuple), never updated in place: HTTP threads render
         # concurrently.
@@ -138,9 +125,8 @@ class TextPageWriter:
     def _failure_prefix(self, reason: str) -> str:
         prefix = self._failures.get(reason)
         if prefix is None:
-            prefix = self._failures[reason] = (
-                f'{catalog.GPU_POLLER_COLLECTION_FAILURES_TOTAL.name}{{{self._node_label},reason="{reason}"}} '
-            )
+            labels = f"{self._node_label},{label_block([('reason', reason)])}"
+            prefix = self._failures[reason] = series_prefix(catalog.GPU_POLLER_COLLECTION_FAILURES_TOTAL.name, labels)
         return prefix
 
     def _lines(self, gpu: GpuIdentity) -> _GpuLines:
@@ -193,12 +179,14 @@ class TextPageWriter:
         driver = result.driver
         if driver is not None:
             append(_DRIVER_HEADER)
-            append(
-                f"{catalog.GPU_DRIVER_INFO.name}{{{self._node_label},"
-                f'driver_version="{escape_label_value(driver.driver_version)}",'
-                f'nvml_version="{escape_label_value(driver.nvml_version)}",'
-                f'cuda_driver_version="{escape_label_value(driver.cuda_driver_version)}"}} 1\n'
+            versions = label_block(
+                [
+                    ("driver_version", driver.driver_version),
+                    ("nvml_version", driver.nvml_version),
+                    ("cuda_driver_version", driver.cuda_driver_version),
+                ]
             )
+            append(series_prefix(catalog.GPU_DRIVER_INFO.name, f"{self._node_label},{versions}") + "1\n")
 
         append(_UP_HEADER)
         append(self._up + ("1\n" if result.nvml_up else "0\n"))

@@ -14,13 +14,8 @@ server.close()                                   # first waits for one more scra
                                                  # template sets FOXHUNT_METRICS_FINAL_SCRAPE_WAIT_SECONDS
 """
 
-from observability.instrument.exposition import (
-    CONTENT_TYPE,
-    METRICS_PORT,
-    MetricsServer,
-    render_text,
-    start_metrics_server,
-)
+from observability.exposition import OPENMETRICS, TEXT, render_openmetrics, render_text
+from observability.instrument.server import METRICS_PORT, MetricsServer, start_metrics_server
 from observability.instrument.tracing import build_tracer_provider, init_observability
 from observability.instrument.training import (
     CHECKPOINT_ERROR_TYPES,
@@ -33,16 +28,18 @@ from observability.instrument.training import (
 
 __all__ = [
     "CHECKPOINT_ERROR_TYPES",
-    "CONTENT_TYPE",
     "FAILURE_ERROR_TYPES",
     "JOB_STATUSES",
     "METRICS_PORT",
     "NAN_TENSOR_TYPES",
+    "OPENMETRICS",
+    "TEXT",
     "JobMetrics",
     "MetricsServer",
     "TrainingMetrics",
     "build_tracer_provider",
     "init_observability",
+    "render_openmetrics",
     "render_text",
     "start_metrics_server",
 ]

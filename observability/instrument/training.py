@@ -19,7 +19,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from observability import catalog
 from observability.catalog import Metric
 from observability.instrument import families
-from observability.instrument.exposition import METRICS_PORT, MetricsServer
+from observability.instrument.server import METRICS_PORT, MetricsServer
+from observability.instrument.trace_context import trace_exemplar
 
 # Label values created (at 0) when a job starts; others still work but appear at their first event.
 NAN_TENSOR_TYPES: tuple[str, ...] = ("loss", "gradient", "activation")
@@ -193,14 +194,16 @@ class JobMetrics:
 
     # --- progress -----------------------------------------------------------------------------
     def record_training_iteration(self, epoch: int, train_loss: float, val_loss: float, duration_secs: float) -> None:
-        """One epoch (or iteration) done: losses, epoch number, duration, speed and convergence."""
+        """One epoch (or iteration) done: losses, epoch number, duration, speed and convergence.
+
+        Called inside a span, the duration's bucket carries that span's trace ID as an exemplar."""
         m, job = self._m, self._job
         m.loss.labels(**job).set(train_loss)
         m.validation_loss.labels(**job).set(val_loss)
         m.current_epoch.labels(**job).set(epoch)
         if duration_secs < 0:
             raise ValueError(f"duration_secs must not be negative, got {duration_secs}")
-        m.iteration_seconds.labels(**job).observe(duration_secs)
+        m.iteration_seconds.labels(**job).observe(duration_secs, trace_exemplar())
         if duration_secs > 0:
             m.epochs_per_second.labels(**job).set(1.0 / duration_secs)
         with self._lock:
@@ -226,11 +229,13 @@ class JobMetrics:
 
     # --- checkpoints ------------------------------------------------------------------------------
     def record_checkpoint_save(self, success: bool, duration: float, size: int, error_type: str | None = None) -> None:
-        """A checkpoint save attempt; a failed one counts under `error_type` (default io_error)."""
+        """A checkpoint save attempt; a failed one counts under `error_type` (default io_error).
+
+        Called inside a span, a successful save's duration carries that span's trace ID as an exemplar."""
         m, job = self._m, self._job
         if success:
             m.checkpoint_saves.labels(**job).inc()
-            m.checkpoint_duration.labels(model_type=self.model_type).observe(duration)
+            m.checkpoint_duration.labels(model_type=self.model_type).observe(duration, trace_exemplar())
             m.checkpoint_size.labels(**job).set(size)
         else:
             m.checkpoint_failures.labels(**job, error_type=error_type or "io_error").inc()

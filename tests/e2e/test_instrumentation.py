@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import math
 import re
 import threading
@@ -13,16 +14,19 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from observability import catalog
 from observability.catalog import MetricType, Producer
+from observability.exposition import ScrapeLog, format_value
 from observability.instrument import (
     CHECKPOINT_ERROR_TYPES,
-    CONTENT_TYPE,
     FAILURE_ERROR_TYPES,
     JOB_STATUSES,
     NAN_TENSOR_TYPES,
+    OPENMETRICS,
+    TEXT,
     TrainingMetrics,
+    render_openmetrics,
     render_text,
 )
-from observability.instrument.exposition import ScrapeLog, final_scrape_wait_from_env, format_value
+from observability.instrument.server import final_scrape_wait_from_env
 from observability.scrape_config import FINAL_SCRAPE_WAIT_ENV
 
 from .conftest import http_get
@@ -257,21 +261,40 @@ def test_format_value(number, text):
     assert format_value(number) == text
 
 
-def test_metrics_server_serves_the_text_format_whatever_the_scraper_asks_for():
+PROMETHEUS_ACCEPT = (  # what Prometheus 2.42 sends with every scrape
+    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+    "text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+)
+
+
+def get(port: int, accept: str | None) -> tuple[int, bytes, str]:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        connection.request("GET", "/metrics", headers={"Accept": accept} if accept else {})
+        response = connection.getresponse()
+        return response.status, response.read(), response.getheader("Content-Type") or ""
+    finally:
+        connection.close()
+
+
+def test_metrics_server_serves_openmetrics_to_who_asks_and_the_text_format_otherwise():
     metrics = exercised()
     server = metrics.serve(0, "127.0.0.1")
     try:
         status, body, content_type = http_get(server.port, "/metrics")
-        assert status == 200
-        assert content_type == CONTENT_TYPE
+        assert (status, content_type) == (200, TEXT.content_type)
         assert body == render_text(metrics.registry)
-        # Prometheus asks for OpenMetrics first; the answer stays the text format.
-        load = __import__("http.client").client.HTTPConnection("127.0.0.1", server.port, timeout=5)
-        load.request("GET", "/metrics", headers={"Accept": "application/openmetrics-text;version=1.0.0"})
-        response = load.getresponse()
-        assert response.getheader("Content-Type") == CONTENT_TYPE
-        assert b"# TYPE ml_training_nan_count counter" in response.read()
-        load.close()
+        for accept in (PROMETHEUS_ACCEPT, "application/openmetrics-text; version=1.0.0"):
+            status, body, content_type = get(server.port, accept)
+            assert (status, content_type) == (200, OPENMETRICS.content_type)
+            assert body == render_openmetrics(metrics.registry)
+        for accept in (
+            "text/plain;version=0.0.4",
+            "*/*",
+            "application/json",
+            "text/plain,application/openmetrics-text;q=0.5",
+        ):
+            assert get(server.port, accept)[2] == TEXT.content_type, accept
         assert http_get(server.port, "/healthz")[:2] == (200, b"ok\n")
         assert http_get(server.port, "/nope")[0] == 404
     finally:

@@ -12,10 +12,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from observability import catalog
+from observability.exposition import format_value
 from poller.collector import GpuCollector, SharedPass, build_families
 from poller.error_counters import ErrorCounters
 from poller.exported_metrics import ERROR_TYPES, FAILURE_REASONS, GPU_GAUGES
-from poller.exposition import TextPageWriter, format_value
+from poller.exposition import TextPageWriter
 from poller.model import DriverInfo, GpuIdentity, GpuSample, PassResult
 
 GPU0 = GpuIdentity(0, "GPU-aaaa", "NVIDIA A100-SXM4-80GB")
