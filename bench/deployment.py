@@ -25,11 +25,13 @@ from typing import Any
 
 import kubernetes_validate
 
-from infra import kube_validate, render
-from infra.render import STACKS
+from infra import REPO_ROOT, kube_validate, render
+from infra.result import RenderResult, kubernetes_manifest
+from infra.settings import available_stacks
 
+STACKS = available_stacks()
 START, END = "<!-- deployment:start -->", "<!-- deployment:end -->"
-BENCHMARKS = render.REPO_ROOT / "BENCHMARKS.md"
+BENCHMARKS = REPO_ROOT / "BENCHMARKS.md"
 
 
 def _median_seconds(fn: Callable[[], Any], runs: int) -> float:
@@ -41,10 +43,10 @@ def _median_seconds(fn: Callable[[], Any], runs: int) -> float:
     return statistics.median(times)
 
 
-def _builtin_objects(result: render.RenderResult) -> list[tuple[dict[str, Any], bool]]:
+def _builtin_objects(result: RenderResult) -> list[tuple[dict[str, Any], bool]]:
     out = []
     for resource in result.run.resources:
-        manifest = render.kubernetes_manifest(resource)
+        manifest = kubernetes_manifest(resource)
         if manifest is not None:
             out.append((manifest, resource.type.endswith("Patch")))
     return out
@@ -55,7 +57,7 @@ def _cli_seconds(stack: str) -> float:
         started = time.perf_counter()
         subprocess.run(
             [sys.executable, "-m", "infra.render", "--stack", stack, "--out", out],
-            cwd=render.REPO_ROOT,
+            cwd=REPO_ROOT,
             check=True,
             capture_output=True,
         )

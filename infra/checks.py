@@ -8,26 +8,25 @@ import subprocess
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from infra import kube_validate
+from infra.artifacts import RULES_PATH
+from infra.kube_provider import PROVIDER_TYPE
+from infra.policy_context import context_from_settings, rendered_objects
+from infra.result import RenderResult
+from infra.settings import stack_file
+from policy.engine import check_files, check_stack_file, evaluate, mandatory
 
-if TYPE_CHECKING:
-    from infra.render import RenderResult
-
-RULES_FILE = "prometheus/rules.yaml"
+Check = Callable[[RenderResult], list[str]]
 
 
 def check_policies(result: RenderResult) -> list[str]:
     """Mandatory policy violations in the rendered objects, files and the stack file."""
-    from infra.policy_context import REPO_ROOT, context_from_settings, rendered_objects
-    from policy.engine import check_files, check_stack_file, evaluate, mandatory
-
     violations = evaluate(rendered_objects(result), context_from_settings(result.settings))
     violations += check_files(result.files)
-    stack_file = REPO_ROOT / f"Pulumi.{result.stack}.yaml"
-    if stack_file.is_file():
-        violations += check_stack_file(stack_file.name, stack_file.read_text())
+    path = stack_file(result.stack)
+    if path.is_file():
+        violations += check_stack_file(path.name, path.read_text())
     return [v.message() for v in mandatory(violations)]
 
 
@@ -38,7 +37,7 @@ def check_rules_with_promtool(result: RenderResult) -> list[str]:
         return ["promtool not found: install Debian's `prometheus` package (`sudo make sysdeps`)"]
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "rules.yaml"
-        path.write_text(result.files[RULES_FILE])
+        path.write_text(result.files[RULES_PATH])
         proc = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=120)
     if proc.returncode != 0:
         return [line for line in (proc.stderr or proc.stdout).splitlines() if line.strip()]
@@ -46,12 +45,30 @@ def check_rules_with_promtool(result: RenderResult) -> list[str]:
 
 
 def check_provider(result: RenderResult) -> list[str]:
-    from infra.kube_provider import check_render
+    """One explicit provider with the stack's context and server-side apply, and every Kubernetes
+    resource created through it (none through the ambient default provider)."""
+    providers = [r for r in result.run.resources if r.type == PROVIDER_TYPE]
+    if len(providers) != 1:
+        return [f"expected one explicit Kubernetes provider, found {len(providers)}"]
+    (provider,) = providers
+    problems = []
+    target = result.settings.kubernetes
+    if provider.inputs.get("context") != target.context:
+        problems.append(
+            f"the provider's context is {provider.inputs.get('context')!r}, the stack config names {target.context!r}"
+        )
+    if str(provider.inputs.get("enableServerSideApply")).lower() != "true":
+        problems.append("the provider does not use server-side apply (enableServerSideApply)")
+    for resource in result.run.resources:
+        if resource.type.startswith("kubernetes:") and not resource.provider.startswith(f"{provider.urn}::"):
+            problems.append(
+                f"{resource.type} {resource.name!r} is not created through the stack's provider "
+                f"(provider {resource.provider or 'default'})"
+            )
+    return problems
 
-    return check_render(result)
 
-
-ALL_CHECKS: list[tuple[str, Callable[[RenderResult], list[str]]]] = [
+ALL_CHECKS: list[tuple[str, Check]] = [
     ("kubernetes-provider", check_provider),
     ("kubernetes-schema", kube_validate.check_render),
     ("policies", check_policies),

@@ -11,7 +11,7 @@ The guard refuses a stack whose provider would not use the context its config na
   from `kubeContext` (render, preview and up);
 - under `pulumi preview`/`up`, a kubeconfig that has no such context (the ambient one from
   `$KUBECONFIG` or `~/.kube/config`, or the stack's secret one);
-- in the render, a Kubernetes resource registered with any other provider (`check_render`).
+- in the render, a Kubernetes resource registered with any other provider (`infra.checks`).
 """
 
 from __future__ import annotations
@@ -19,16 +19,13 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
-from infra.settings import KubernetesTarget, Settings
-
-if TYPE_CHECKING:
-    from infra.render import RenderResult
+from infra.settings import Settings, default_provider_conflict
 
 PROVIDER_NAME = "kubernetes"
 PROVIDER_TYPE = "pulumi:providers:kubernetes"
@@ -47,17 +44,6 @@ def kubernetes_provider(settings: Settings) -> k8s.Provider:
         kubeconfig=kubeconfig,
         enable_server_side_apply=True,
     )
-
-
-def default_provider_conflict(stack: str, target: KubernetesTarget, default_context: str | None) -> str | None:
-    """`kubernetes:context` in the stack file must not name another cluster than `kubeContext`."""
-    if default_context and target.context and default_context != target.context:
-        return (
-            f"Pulumi.{stack}.yaml sets kubernetes:context = {default_context!r} but kubeContext = {target.context!r}: "
-            "the stack deploys only through its own provider (kubeContext); remove kubernetes:context or make them "
-            "the same"
-        )
-    return None
 
 
 def kubeconfig_contexts(text: str) -> tuple[list[str], str | None]:
@@ -122,27 +108,3 @@ def guard_live_run(settings: Settings, default_context: str | None, environ: Map
             f"{os.pathsep.join(map(str, files))} (it has: {', '.join(contexts) or 'none'}); refusing to deploy "
             "to another cluster"
         )
-
-
-def check_render(result: RenderResult) -> list[str]:
-    """Offline: one explicit provider with the stack's context and server-side apply, and every
-    Kubernetes resource created through it (none through the ambient default provider)."""
-    providers = [r for r in result.run.resources if r.type == PROVIDER_TYPE]
-    if len(providers) != 1:
-        return [f"expected one explicit Kubernetes provider, found {len(providers)}"]
-    (provider,) = providers
-    problems = []
-    target = result.settings.kubernetes
-    if provider.inputs.get("context") != target.context:
-        problems.append(
-            f"the provider's context is {provider.inputs.get('context')!r}, the stack config names {target.context!r}"
-        )
-    if str(provider.inputs.get("enableServerSideApply")).lower() != "true":
-        problems.append("the provider does not use server-side apply (enableServerSideApply)")
-    for resource in result.run.resources:
-        if resource.type.startswith("kubernetes:") and not resource.provider.startswith(f"{provider.urn}::"):
-            problems.append(
-                f"{resource.type} {resource.name!r} is not created through the stack's provider "
-                f"(provider {resource.provider or 'default'})"
-            )
-    return problems

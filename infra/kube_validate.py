@@ -22,27 +22,21 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jsonschema  # type: ignore[import-untyped]  # no stubs pinned; the validator API used is small
+import kubernetes_validate
 import yaml
 from referencing import Registry, Resource
 
-if TYPE_CHECKING:
-    from infra.render import RenderResult
+from infra.result import RenderResult, kubernetes_manifest
 
 CRD_SCHEMAS = Path(__file__).resolve().parent / "schemas"
 DEFINITIONS_ID = "https://kubernetes.io/api/_definitions.json"
 OBJECT_META = f"{DEFINITIONS_ID}#/$defs/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
 
 
-def _schema_root() -> Path:
-    import kubernetes_validate
-
-    return Path(kubernetes_validate.__file__).resolve().parent / "kubernetes-json-schema"
-
-
-SCHEMA_ROOT = _schema_root()
+SCHEMA_ROOT = Path(kubernetes_validate.__file__).resolve().parent / "kubernetes-json-schema"
 
 
 class NoSchemaError(LookupError):
@@ -177,8 +171,6 @@ def _label(manifest: Mapping[str, Any]) -> str:
 
 def check_render(result: RenderResult) -> list[str]:
     """The render check: every object the program registers and every standalone manifest file."""
-    from infra.render import kubernetes_manifest
-
     version = result.settings.kubernetes_version
     problems: list[str] = []
     for resource in result.run.resources:

@@ -19,6 +19,7 @@ from typing import Any
 
 import pulumi
 from pulumi.runtime import mocks as pulumi_mocks
+from pulumi.runtime import rpc
 from pulumi.runtime import settings as pulumi_settings
 from pulumi.runtime.config import set_all_config
 from pulumi.runtime.stack import run_pulumi_func
@@ -89,8 +90,6 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
     def RegisterResource(self, request: Any) -> Any:
         response = super().RegisterResource(request)  # type: ignore[no-untyped-call]
         if request.type != "pulumi:pulumi:Stack":
-            from pulumi.runtime import rpc
-
             inputs = rpc.deserialize_properties(request.object)
             self.run.resources.append(
                 RecordedResource(

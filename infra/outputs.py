@@ -15,7 +15,6 @@ from typing import Any
 
 import pulumi
 
-from infra.components.training_job import usage
 from infra.settings import Settings
 
 
@@ -46,6 +45,7 @@ def export_stack_outputs(
     alerts: int,
     alertmanager: Sequence[pulumi.CustomResource],
     scrape: pulumi.CustomResource | None,
+    training_job_command: str,
 ) -> None:
     ns = settings.namespaces
     pulumi.export(
@@ -75,4 +75,4 @@ def export_stack_outputs(
             "object": object_ref(scrape) if scrape is not None else None,
         },
     )
-    pulumi.export("trainingJobCommand", usage(settings).replace("<name>", "<run-name>"))
+    pulumi.export("trainingJobCommand", training_job_command.replace("<name>", "<run-name>"))

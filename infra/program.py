@@ -1,17 +1,113 @@
-"""The Pulumi program as a function of the typed settings, so tests can run it once per stack."""
+"""The Pulumi program as a function of the typed settings, so tests can run it once per stack.
+
+`component_args(settings)` is the one place that slices the settings (and the content generated
+from them) into each component's typed Args; `build` hands every component its Args.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 
 import pulumi
+from pulumi.runtime import mocks
+from pulumi.runtime import settings as runtime_settings
 
-from infra import artifacts, components
+from infra import components, generated
+from infra.components import (
+    AlertRoutingArgs,
+    AlertRulesArgs,
+    GpuPollerArgs,
+    GrafanaProvisioningArgs,
+    OtelExport,
+    ScrapeDiscoveryArgs,
+    ServiceScrapeArgs,
+    TrainingJobArgs,
+)
+from infra.components.scrape_discovery import watched_namespaces
+from infra.components.training_job import usage
 from infra.kube_provider import guard_live_run, kubernetes_provider
 from infra.outputs import export_stack_outputs
 from infra.settings import Settings, load_settings, pulumi_config_source, pulumi_secret_reader
-from observability.datasources import datasources_yaml
+
+
+@dataclass(frozen=True)
+class ComponentArgs:
+    service_scrape: ServiceScrapeArgs
+    scrape_discovery: ScrapeDiscoveryArgs
+    training_job: TrainingJobArgs
+    gpu_poller: GpuPollerArgs
+    alert_rules: AlertRulesArgs
+    alert_routing: AlertRoutingArgs
+    grafana: GrafanaProvisioningArgs
+
+
+def component_args(settings: Settings) -> ComponentArgs:
+    """Every component's Args, from the settings and the content generated from them."""
+    cfg = settings.observability_config()
+    gen = generated.generated(cfg)
+    ns = settings.namespaces
+    labels = settings.common_labels
+    otel = OtelExport(environment=settings.environment, otlp_grpc_endpoint=settings.endpoints.tempo_otlp_grpc)
+    scrape = settings.scrape
+    return ComponentArgs(
+        service_scrape=ServiceScrapeArgs(services=settings.services, namespace=ns.platform, otel=otel),
+        scrape_discovery=ScrapeDiscoveryArgs(
+            scrape=scrape, cfg=cfg, watched_namespaces=watched_namespaces(ns), namespace=ns.monitoring,
+            common_labels=labels,
+        ),
+        training_job=TrainingJobArgs(
+            job=settings.training_job, cfg=cfg, namespace=ns.training, otel=otel, common_labels=labels
+        ),
+        gpu_poller=GpuPollerArgs(
+            poller=settings.poller, namespace=ns.monitoring, service=cfg.gpu_poller_service,
+            project=settings.project, stack=settings.stack, common_labels=labels,
+        ),
+        alert_rules=AlertRulesArgs(
+            groups=gen.rule_groups, rules_file_yaml=gen.rules_yaml, mode=scrape.mode,
+            operator_selector=scrape.operator_selector, namespace=ns.monitoring, common_labels=labels,
+        ),
+        alert_routing=AlertRoutingArgs(
+            receivers=settings.alerting, cfg=cfg, mode=scrape.mode, operator_selector=scrape.operator_selector,
+            namespace=ns.monitoring, common_labels=labels,
+        ),
+        grafana=GrafanaProvisioningArgs(
+            datasources_yaml=generated.stack_datasources_yaml(settings), dashboards=gen.dashboards,
+            folder=settings.grafana.folder, namespace=settings.grafana.namespace, common_labels=labels,
+        ),
+    )  # fmt: skip
+
+
+def build(settings: Settings) -> None:
+    """Every component, each with its Args, through the stack's own Kubernetes provider (children
+    inherit it; the ambient default provider is never used); then the stack outputs."""
+    args = component_args(settings)
+    opts = pulumi.ResourceOptions(providers=[kubernetes_provider(settings)])
+    components.ServiceScrapeAnnotations("platform-services", args.service_scrape, opts)
+    scrape = components.ScrapeDiscovery("scrape-discovery", args.scrape_discovery, opts)
+    components.TrainingJobTemplate("training-job", args.training_job, opts)
+    poller = components.GpuPoller("gpu-poller", args.gpu_poller, opts)
+    rules = components.AlertRules("alert-rules", args.alert_rules, opts)
+    routing = components.AlertRouting("alert-routing", args.alert_routing, opts)
+    components.GrafanaProvisioning("grafana", args.grafana, opts)
+    groups = args.alert_rules.groups
+    export_stack_outputs(
+        settings,
+        poller_image=poller.image_ref,
+        dashboard_titles={uid: json.loads(text)["title"] for uid, text in args.grafana.dashboards.items()},
+        rules=rules.resource,
+        alert_groups=sum(1 for g in groups if any("alert" in r for r in g["rules"])),
+        alerts=sum(1 for g in groups for r in g["rules"] if "alert" in r),
+        alertmanager=routing.resources,
+        scrape=scrape.resource,
+        training_job_command=usage(args.training_job),
+    )
+
+
+def _under_mocks() -> bool:
+    """The offline render and the tests run the program under the SDK's mock monitor."""
+    return isinstance(runtime_settings.SETTINGS.monitor, mocks.MockMonitor)
 
 
 def main() -> None:
@@ -21,43 +117,3 @@ def main() -> None:
         # A live `pulumi preview`/`up`: refuse a provider that would use another cluster.
         guard_live_run(settings, pulumi.Config("kubernetes").get("context"), os.environ)
     build(settings)
-
-
-def _under_mocks() -> bool:
-    """The offline render and the tests run the program under the SDK's mock monitor."""
-    from pulumi.runtime import mocks
-    from pulumi.runtime import settings as runtime_settings
-
-    return isinstance(runtime_settings.SETTINGS.monitor, mocks.MockMonitor)
-
-
-def build(settings: Settings) -> None:
-    """Every component, driven by the typed settings; generated content shared with the render."""
-    cfg = settings.observability_config()
-    gen = artifacts.generated(cfg)
-    # Every component's Kubernetes resources go through the stack's own provider (its children
-    # inherit it), never the ambient default provider.
-    opts = pulumi.ResourceOptions(providers=[kubernetes_provider(settings)])
-    components.ServiceScrapeAnnotations("platform-services", settings, opts=opts)
-    scrape = components.ScrapeDiscovery("scrape-discovery", settings, cfg, opts=opts)
-    components.TrainingJobTemplate("training-job", settings, cfg, opts=opts)
-    poller = components.GpuPoller("gpu-poller", settings, cfg, opts=opts)
-    rules = components.AlertRules("alert-rules", settings, gen.rule_groups, gen.rules_yaml, opts=opts)
-    routing = components.AlertRouting("alert-routing", settings, cfg, opts=opts)
-    components.GrafanaProvisioning(
-        "grafana",
-        settings,
-        datasources_yaml(cfg, artifacts.datasource_endpoints(settings)),
-        gen.dashboards,
-        opts=opts,
-    )
-    export_stack_outputs(
-        settings,
-        poller_image=poller.image_ref,
-        dashboard_titles={uid: json.loads(text)["title"] for uid, text in gen.dashboards.items()},
-        rules=rules.resource,
-        alert_groups=sum(1 for g in gen.rule_groups if any("alert" in r for r in g["rules"])),
-        alerts=sum(1 for g in gen.rule_groups for r in g["rules"] if "alert" in r),
-        alertmanager=routing.resources,
-        scrape=scrape.resource,
-    )

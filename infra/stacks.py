@@ -26,6 +26,9 @@ def available_stacks(root: Path = REPO_ROOT) -> list[str]:
     return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
 
 
+STACKS: tuple[str, ...] = tuple(available_stacks())
+
+
 def deployment_order(stacks: list[str]) -> list[str]:
     return sorted(stacks, key=lambda s: (_LAST.get(s, 0), s))
 

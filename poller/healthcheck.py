@@ -10,7 +10,7 @@ import os
 import sys
 import urllib.request
 
-from poller.cli import DEFAULT_LISTEN, ENV_LISTEN, SettingsError, parse_listen
+from poller.settings import DEFAULT_LISTEN, ENV_LISTEN, SettingsError, parse_listen
 
 
 def probe_url(listen: str) -> str:

@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from types import FrameType
 
 from observability.exposition import TEXT, TEXT_ONLY, Format, MetricsHTTPServer
-from poller.cli import PollerSettings
 from poller.collector import SharedPass
 from poller.error_counters import ErrorCounters
 from poller.exposition import TextPageWriter
 from poller.nvml_source import NvmlSource
+from poller.settings import PollerSettings
 from poller.xid_events import XidEventWatcher
 
 LOG = logging.getLogger(__name__)

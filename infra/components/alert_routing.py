@@ -1,6 +1,6 @@
 """AlertRouting: where alerts go (observability.alertmanager), with the receiver URLs kept secret.
 
-The receiver webhook URLs are Pulumi secrets (`settings.alerting`): they are combined with
+The receiver webhook URLs are Pulumi secrets (`AlertRoutingArgs.receivers`): they are combined with
 `Output.all(...).apply(...)` and written only into a Secret's `stringData`, never into any other
 object, file or log.
 
@@ -15,13 +15,14 @@ object, file or log.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.components.common import child, metadata
-from infra.settings import Settings
+from infra.settings import AlertingReceivers, ScrapeMode
 from observability import alertmanager
 from observability.alertmanager import ReceiverUrls
 from observability.config import ObservabilityConfig
@@ -49,13 +50,20 @@ def alertmanager_config_spec(cfg: ObservabilityConfig) -> dict[str, object]:
     return spec
 
 
+@dataclass(frozen=True)
+class AlertRoutingArgs:
+    receivers: AlertingReceivers  # Pulumi secrets
+    cfg: ObservabilityConfig  # the routing tree is generated from it
+    mode: ScrapeMode
+    operator_selector: Mapping[str, str]
+    namespace: str
+    common_labels: Mapping[str, str]
+
+
 class AlertRouting(pulumi.ComponentResource):
-    def __init__(
-        self, name: str, settings: Settings, cfg: ObservabilityConfig, opts: pulumi.ResourceOptions | None = None
-    ) -> None:
+    def __init__(self, name: str, args: AlertRoutingArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(TYPE, name, None, opts)
-        namespace = settings.namespaces.monitoring
-        receivers = settings.alerting
+        cfg, receivers = args.cfg, args.receivers
         # Secret in a real run already; marked again so offline placeholders are treated the same.
         urls: pulumi.Output[list[str]] = pulumi.Output.all(
             pulumi.Output.secret(receivers.page_webhook_url),
@@ -72,35 +80,37 @@ class AlertRouting(pulumi.ComponentResource):
         def config_yaml(values: Sequence[str]) -> str:
             return alertmanager.alertmanager_config_yaml(cfg, receiver_urls(values))
 
+        def meta(object_name: str, extra_labels: Mapping[str, str] | None = None) -> object:
+            return metadata(
+                args.common_labels, object_name, args.namespace, app=APP, component=COMPONENT, extra_labels=extra_labels
+            )
+
         self.resources: list[pulumi.CustomResource] = []
-        if settings.scrape.mode == "operator":
+        if args.mode == "operator":
             secret = k8s.core.v1.Secret(
-                "alertmanager-receivers",
-                metadata=metadata(settings, RECEIVERS_SECRET, namespace, app=APP, component=COMPONENT),
+                f"{name}-receivers",
+                metadata=meta(RECEIVERS_SECRET),
                 type="Opaque",
                 string_data=urls.apply(secret_data),
                 opts=child(self),
             )
             config = k8s.apiextensions.CustomResource(
-                "alertmanager-config",
+                f"{name}-config",
                 api_version="monitoring.coreos.com/v1alpha1",
                 kind="AlertmanagerConfig",
-                metadata=metadata(
-                    settings, ALERTMANAGER_CONFIG, namespace, app=APP, component=COMPONENT,
-                    extra_labels=settings.scrape.operator_selector,
-                ),
+                metadata=meta(ALERTMANAGER_CONFIG, args.operator_selector),
                 spec=alertmanager_config_spec(cfg),
                 opts=child(self, depends_on=[secret]),
-            )  # fmt: skip
+            )
             self.resources = [secret, config]
         else:
             self.resources = [
                 k8s.core.v1.Secret(
-                    "alertmanager-config",
-                    metadata=metadata(settings, CONFIG_SECRET, namespace, app=APP, component=COMPONENT),
+                    f"{name}-config",
+                    metadata=meta(CONFIG_SECRET),
                     type="Opaque",
                     string_data={CONFIG_KEY: urls.apply(config_yaml)},
                     opts=child(self),
                 )
             ]
-        self.register_outputs({"mode": settings.scrape.mode})
+        self.register_outputs({"mode": args.mode})

@@ -10,14 +10,15 @@ Both carry the same groups as `rendered/<stack>/prometheus/rules.yaml` (observab
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.components.common import child, metadata
-from infra.settings import Settings
+from infra.settings import ScrapeMode
 
 TYPE = "foxhunt:observability:AlertRules"
 APP = "foxhunt-rules"
@@ -26,35 +27,37 @@ OBJECT_NAME = "foxhunt-ml-rules"
 CONFIGMAP_KEY = "foxhunt-rules.yaml"
 
 
+@dataclass(frozen=True)
+class AlertRulesArgs:
+    groups: Sequence[dict[str, Any]]  # the rule groups (observability.rules)
+    rules_file_yaml: str  # the same groups as a Prometheus rules file
+    mode: ScrapeMode
+    operator_selector: Mapping[str, str]
+    namespace: str
+    common_labels: Mapping[str, str]
+
+
 class AlertRules(pulumi.ComponentResource):
-    def __init__(
-        self,
-        name: str,
-        settings: Settings,
-        groups: Sequence[dict[str, Any]],
-        rules_file_yaml: str,
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
+    def __init__(self, name: str, args: AlertRulesArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(TYPE, name, None, opts)
-        namespace = settings.namespaces.monitoring
         self.resource: pulumi.CustomResource
-        if settings.scrape.mode == "operator":
+        if args.mode == "operator":
             self.resource = k8s.apiextensions.CustomResource(
-                "foxhunt-ml-rules",
+                name,
                 api_version="monitoring.coreos.com/v1",
                 kind="PrometheusRule",
                 metadata=metadata(
-                    settings, OBJECT_NAME, namespace, app=APP, component=COMPONENT,
-                    extra_labels=settings.scrape.operator_selector,
+                    args.common_labels, OBJECT_NAME, args.namespace, app=APP, component=COMPONENT,
+                    extra_labels=args.operator_selector,
                 ),
-                spec={"groups": list(groups)},
+                spec={"groups": list(args.groups)},
                 opts=child(self),
             )  # fmt: skip
         else:
             self.resource = k8s.core.v1.ConfigMap(
-                "foxhunt-ml-rules",
-                metadata=metadata(settings, OBJECT_NAME, namespace, app=APP, component=COMPONENT),
-                data={CONFIGMAP_KEY: rules_file_yaml},
+                name,
+                metadata=metadata(args.common_labels, OBJECT_NAME, args.namespace, app=APP, component=COMPONENT),
+                data={CONFIGMAP_KEY: args.rules_file_yaml},
                 opts=child(self),
             )
-        self.register_outputs({"groups": len(groups)})
+        self.register_outputs({"groups": len(args.groups)})

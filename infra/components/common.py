@@ -8,11 +8,12 @@ the schema check validates and what the cluster receives are the same text.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
 
-from infra.settings import Resources, Settings, Toleration
+from infra.settings import Resources, Toleration
 
 FIELD_MANAGER = "foxhunt-observability"  # server-side apply field manager of every patch
 NONROOT_UID = 65532  # the distroless "nonroot" user; the poller image runs as it
@@ -27,18 +28,26 @@ NAMESPACE_ENV = "OTEL_RESOURCE_ATTRIBUTES_NAMESPACE"
 NODE_NAME_ENV = "OTEL_RESOURCE_ATTRIBUTES_NODE_NAME"
 
 
+@dataclass(frozen=True)
+class OtelExport:
+    """Where a workload sends its traces, and the environment it reports."""
+
+    environment: str
+    otlp_grpc_endpoint: str
+
+
 def child(parent: pulumi.Resource, **kwargs: Any) -> pulumi.ResourceOptions:
     """Options for a component's child: parented to it."""
     return pulumi.ResourceOptions(parent=parent, **kwargs)
 
 
-def labels(settings: Settings, app: str, component: str) -> dict[str, str]:
+def labels(common_labels: Mapping[str, str], app: str, component: str) -> dict[str, str]:
     """Common labels of every object: the stack's, plus name and component."""
-    return {**settings.common_labels, "app.kubernetes.io/name": app, "app.kubernetes.io/component": component}
+    return {**common_labels, "app.kubernetes.io/name": app, "app.kubernetes.io/component": component}
 
 
 def metadata(
-    settings: Settings,
+    common_labels: Mapping[str, str],
     name: str,
     namespace: str,
     *,
@@ -54,7 +63,7 @@ def metadata(
     meta: dict[str, Any] = {
         "name": name,
         "namespace": namespace,
-        "labels": {**labels(settings, app, component), **(extra_labels or {})},
+        "labels": {**labels(common_labels, app, component), **(extra_labels or {})},
     }
     if annotations:
         meta["annotations"] = dict(annotations)
@@ -72,7 +81,7 @@ def _attribute(key: str, value: str) -> str:
 
 
 def otel_env(
-    settings: Settings,
+    otel: OtelExport,
     service_name: str,
     extra_attributes: Sequence[tuple[str, str]] = (),
     extra_env: Sequence[dict[str, Any]] = (),
@@ -80,7 +89,7 @@ def otel_env(
     """OTEL_EXPORTER_OTLP_ENDPOINT (the stack's Tempo OTLP gRPC), OTEL_SERVICE_NAME and
     OTEL_RESOURCE_ATTRIBUTES (environment; namespace, pod and node from the downward API)."""
     attributes = [
-        ("deployment.environment", settings.environment),
+        ("deployment.environment", otel.environment),
         ("k8s.namespace.name", f"$({NAMESPACE_ENV})"),
         ("k8s.pod.name", f"$({POD_NAME_ENV})"),
         ("k8s.node.name", f"$({NODE_NAME_ENV})"),
@@ -91,7 +100,7 @@ def otel_env(
         field_env(NAMESPACE_ENV, "metadata.namespace"),
         field_env(NODE_NAME_ENV, "spec.nodeName"),
         *extra_env,
-        {"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": settings.endpoints.tempo_otlp_grpc},
+        {"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": otel.otlp_grpc_endpoint},
         {"name": "OTEL_EXPORTER_OTLP_PROTOCOL", "value": "grpc"},
         {"name": "OTEL_SERVICE_NAME", "value": service_name},
         {"name": "OTEL_RESOURCE_ATTRIBUTES", "value": ",".join(_attribute(k, v) for k, v in attributes)},

@@ -15,12 +15,15 @@ from the downward API, rolling updates, a priority class and the scrape annotati
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
 import pulumi_docker_build as docker_build
 import pulumi_kubernetes as k8s
 
+from infra import REPO_ROOT
 from infra.components.common import (
     NVIDIA_RUNTIME_CLASS,
     child,
@@ -33,8 +36,7 @@ from infra.components.common import (
     scratch_volume,
     tolerations,
 )
-from infra.settings import PROJECT, ImageBuild, Settings
-from observability.config import ObservabilityConfig
+from infra.settings import ImageBuild, PollerSettings
 from observability.scrape_config import pod_scrape_annotations
 
 TYPE = "foxhunt:observability:GpuPoller"
@@ -43,7 +45,6 @@ CONTAINER = "gpu-poller"
 PORT_NAME = "metrics"
 METRICS_PATH = "/metrics"
 HEALTH_PATH = "/healthz"
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DOCKERFILE = "poller/Dockerfile"
 
 
@@ -54,16 +55,25 @@ def build_context() -> str:
     return os.path.relpath(REPO_ROOT, os.getcwd())
 
 
-def selector_labels(settings: Settings, cfg: ObservabilityConfig) -> dict[str, str]:
-    return {"app.kubernetes.io/name": cfg.gpu_poller_service, "app.kubernetes.io/part-of": settings.project}
+@dataclass(frozen=True)
+class GpuPollerArgs:
+    poller: PollerSettings
+    namespace: str
+    service: str  # the poller's service name: its `app.kubernetes.io/name` and scrape `service` label
+    project: str
+    stack: str  # the pushed image's tag
+    common_labels: Mapping[str, str]
+
+
+def selector_labels(args: GpuPollerArgs) -> dict[str, str]:
+    return {"app.kubernetes.io/name": args.service, "app.kubernetes.io/part-of": args.project}
 
 
 def _int_or_percent(value: str) -> int | str:
     return int(value) if value.isdigit() else value
 
 
-def poller_container(settings: Settings, image: pulumi.Input[str]) -> dict[str, Any]:
-    poller = settings.poller
+def poller_container(poller: PollerSettings, image: pulumi.Input[str]) -> dict[str, Any]:
     probe = {"httpGet": {"path": HEALTH_PATH, "port": PORT_NAME, "scheme": "HTTP"}}
     return {
         "name": CONTAINER,
@@ -85,17 +95,17 @@ def poller_container(settings: Settings, image: pulumi.Input[str]) -> dict[str, 
     }  # fmt: skip
 
 
-def daemonset_spec(settings: Settings, cfg: ObservabilityConfig, image: pulumi.Input[str]) -> dict[str, Any]:
-    poller = settings.poller
+def daemonset_spec(args: GpuPollerArgs, image: pulumi.Input[str]) -> dict[str, Any]:
+    poller = args.poller
     return {
-        "selector": {"matchLabels": selector_labels(settings, cfg)},
+        "selector": {"matchLabels": selector_labels(args)},
         "updateStrategy": {
             "type": "RollingUpdate",
             "rollingUpdate": {"maxUnavailable": _int_or_percent(poller.max_unavailable)},
         },
         "template": {
             "metadata": {
-                "labels": labels(settings, cfg.gpu_poller_service, COMPONENT),
+                "labels": labels(args.common_labels, args.service, COMPONENT),
                 "annotations": pod_scrape_annotations(poller.port, METRICS_PATH),
             },
             "spec": {
@@ -107,41 +117,38 @@ def daemonset_spec(settings: Settings, cfg: ObservabilityConfig, image: pulumi.I
                 "enableServiceLinks": False,
                 "securityContext": restricted_pod_security_context(),
                 "terminationGracePeriodSeconds": 10,
-                "containers": [poller_container(settings, image)],
+                "containers": [poller_container(poller, image)],
                 "volumes": [scratch_volume("tmp")],
             },
         },
     }
 
 
-def service_spec(settings: Settings, cfg: ObservabilityConfig) -> dict[str, Any]:
+def service_spec(args: GpuPollerArgs) -> dict[str, Any]:
     return {
         "clusterIP": "None",
-        "selector": selector_labels(settings, cfg),
-        "ports": [{"name": PORT_NAME, "port": settings.poller.port, "targetPort": PORT_NAME, "protocol": "TCP"}],
+        "selector": selector_labels(args),
+        "ports": [{"name": PORT_NAME, "port": args.poller.port, "targetPort": PORT_NAME, "protocol": "TCP"}],
     }
 
 
 class GpuPoller(pulumi.ComponentResource):
-    def __init__(
-        self, name: str, settings: Settings, cfg: ObservabilityConfig, opts: pulumi.ResourceOptions | None = None
-    ) -> None:
+    def __init__(self, name: str, args: GpuPollerArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(TYPE, name, None, opts)
-        poller = settings.poller
-        namespace = settings.namespaces.monitoring
+        poller = args.poller
         self.image: docker_build.Image | None = None
         image_ref: pulumi.Input[str]
         if isinstance(poller.image, ImageBuild):
             build = poller.image
             context = build_context()
             self.image = docker_build.Image(
-                "gpu-poller-image",
+                f"{name}-image",
                 context={"location": context},
                 dockerfile={"location": os.path.join(context, DOCKERFILE)},
                 platforms=list(build.platforms),
                 push=True,
-                tags=[f"{build.registry}/{build.repository}:{settings.stack}"],
-                labels={"org.opencontainers.image.title": CONTAINER, "org.opencontainers.image.vendor": PROJECT},
+                tags=[f"{build.registry}/{build.repository}:{args.stack}"],
+                labels={"org.opencontainers.image.title": CONTAINER, "org.opencontainers.image.vendor": args.project},
                 registries=[
                     {
                         "address": build.registry,
@@ -154,12 +161,10 @@ class GpuPoller(pulumi.ComponentResource):
             image_ref = self.image.ref
         else:
             image_ref = poller.image.ref
-        meta = metadata(settings, CONTAINER, namespace, app=cfg.gpu_poller_service, component=COMPONENT)
+        meta = metadata(args.common_labels, CONTAINER, args.namespace, app=args.service, component=COMPONENT)
         self.daemonset = k8s.apps.v1.DaemonSet(
-            "gpu-poller", metadata=meta, spec=daemonset_spec(settings, cfg, image_ref), opts=child(self)
+            name, metadata=meta, spec=daemonset_spec(args, image_ref), opts=child(self)
         )
-        self.service = k8s.core.v1.Service(
-            "gpu-poller", metadata=meta, spec=service_spec(settings, cfg), opts=child(self)
-        )
+        self.service = k8s.core.v1.Service(name, metadata=meta, spec=service_spec(args), opts=child(self))
         self.image_ref = image_ref
         self.register_outputs({"image": image_ref})

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.components.common import child, metadata
-from infra.settings import Settings
 
 TYPE = "foxhunt:observability:GrafanaProvisioning"
 COMPONENT = "grafana"
@@ -40,32 +40,32 @@ class DashboardTooLargeError(ValueError):
     pass
 
 
+@dataclass(frozen=True)
+class GrafanaProvisioningArgs:
+    datasources_yaml: str  # observability.datasources
+    dashboards: Mapping[str, str]  # uid -> dashboard JSON text (dashboards.to_json)
+    folder: str
+    namespace: str
+    common_labels: Mapping[str, str]
+
+
 class GrafanaProvisioning(pulumi.ComponentResource):
-    def __init__(
-        self,
-        name: str,
-        settings: Settings,
-        datasources_yaml: str,
-        dashboards: Mapping[str, str],
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        """`dashboards`: uid -> dashboard JSON text (dashboards.to_json)."""
+    def __init__(self, name: str, args: GrafanaProvisioningArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(TYPE, name, None, opts)
-        namespace = settings.grafana.namespace
         self.datasources = k8s.core.v1.ConfigMap(
-            "grafana-datasources",
+            f"{name}-datasources",
             metadata=metadata(
-                settings, DATASOURCES_NAME, namespace, app="grafana-datasources", component=COMPONENT,
+                args.common_labels, DATASOURCES_NAME, args.namespace, app="grafana-datasources", component=COMPONENT,
                 extra_labels={DATASOURCE_LABEL: "1"},
             ),
-            data={DATASOURCES_KEY: datasources_yaml},
+            data={DATASOURCES_KEY: args.datasources_yaml},
             opts=child(self),
         )  # fmt: skip
         self.dashboards: dict[str, k8s.core.v1.ConfigMap] = {}
-        for uid, text in sorted(dashboards.items()):
+        for uid, text in sorted(args.dashboards.items()):
             meta = metadata(
-                settings, dashboard_configmap_name(uid), namespace, app="grafana-dashboards", component=COMPONENT,
-                extra_labels={DASHBOARD_LABEL: "1"}, annotations={FOLDER_ANNOTATION: settings.grafana.folder},
+                args.common_labels, dashboard_configmap_name(uid), args.namespace, app="grafana-dashboards",
+                component=COMPONENT, extra_labels={DASHBOARD_LABEL: "1"}, annotations={FOLDER_ANNOTATION: args.folder},
             )  # fmt: skip
             data = {f"{uid}.json": text}
             size = object_size({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data})
@@ -74,5 +74,7 @@ class GrafanaProvisioning(pulumi.ComponentResource):
                     f"dashboard {uid!r}: its ConfigMap is {size} bytes, over the 1 MiB Kubernetes object limit; "
                     "split the dashboard"
                 )
-            self.dashboards[uid] = k8s.core.v1.ConfigMap(f"dashboard-{uid}", metadata=meta, data=data, opts=child(self))
+            self.dashboards[uid] = k8s.core.v1.ConfigMap(
+                f"{name}-dashboard-{uid}", metadata=meta, data=data, opts=child(self)
+            )
         self.register_outputs({"dashboards": sorted(self.dashboards)})

@@ -13,11 +13,14 @@ Watched namespaces: platform (services), training (jobs) and monitoring (the GPU
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+
 import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.components.common import child, metadata
-from infra.settings import Settings
+from infra.settings import Namespaces, ScrapeSettings
 from observability import scrape_config
 from observability.config import ObservabilityConfig
 
@@ -26,27 +29,31 @@ APP = "scrape-discovery"
 COMPONENT = "monitoring"
 
 
-def watched_namespaces(settings: Settings) -> list[str]:
-    ns = settings.namespaces
-    return sorted({ns.platform, ns.training, ns.monitoring})
+def watched_namespaces(ns: Namespaces) -> tuple[str, ...]:
+    return tuple(sorted({ns.platform, ns.training, ns.monitoring}))
+
+
+@dataclass(frozen=True)
+class ScrapeDiscoveryArgs:
+    scrape: ScrapeSettings
+    cfg: ObservabilityConfig  # the scrape config is generated from it
+    watched_namespaces: tuple[str, ...]
+    namespace: str  # where the scrape config object lives (monitoring)
+    common_labels: Mapping[str, str]
 
 
 class ScrapeDiscovery(pulumi.ComponentResource):
-    def __init__(
-        self, name: str, settings: Settings, cfg: ObservabilityConfig, opts: pulumi.ResourceOptions | None = None
-    ) -> None:
+    def __init__(self, name: str, args: ScrapeDiscoveryArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(TYPE, name, None, opts)
-        namespaces = watched_namespaces(settings)
-        monitoring = settings.namespaces.monitoring
-        scrape = settings.scrape
+        cfg, scrape, namespaces = args.cfg, args.scrape, list(args.watched_namespaces)
         self.resource: pulumi.CustomResource
         if scrape.mode == "operator":
             self.resource = k8s.apiextensions.CustomResource(
-                "annotated-pods-podmonitor",
+                f"{name}-podmonitor",
                 api_version="monitoring.coreos.com/v1",
                 kind="PodMonitor",
                 metadata=metadata(
-                    settings, scrape_config.POD_MONITOR_NAME, monitoring, app=APP, component=COMPONENT,
+                    args.common_labels, scrape_config.POD_MONITOR_NAME, args.namespace, app=APP, component=COMPONENT,
                     extra_labels=scrape.operator_selector,
                 ),
                 spec=scrape_config.pod_monitor_spec(cfg, namespaces),
@@ -54,16 +61,16 @@ class ScrapeDiscovery(pulumi.ComponentResource):
             )  # fmt: skip
         elif scrape.delivery == "secret":
             self.resource = k8s.core.v1.Secret(
-                "annotation-scrape-config",
-                metadata=metadata(settings, scrape.object_name, monitoring, app=APP, component=COMPONENT),
+                f"{name}-config",
+                metadata=metadata(args.common_labels, scrape.object_name, args.namespace, app=APP, component=COMPONENT),
                 type="Opaque",
                 string_data={scrape_config.SECRET_KEY: scrape_config.additional_scrape_configs_yaml(cfg, namespaces)},
                 opts=child(self),
             )
         else:
             self.resource = k8s.core.v1.ConfigMap(
-                "annotation-scrape-config",
-                metadata=metadata(settings, scrape.object_name, monitoring, app=APP, component=COMPONENT),
+                f"{name}-config",
+                metadata=metadata(args.common_labels, scrape.object_name, args.namespace, app=APP, component=COMPONENT),
                 data={scrape_config.CONFIGMAP_KEY: scrape_config.scrape_config_yaml(cfg, namespaces)},
                 opts=child(self),
             )

@@ -22,30 +22,38 @@ Decisions (README "What `pulumi destroy` does"):
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from infra.components.common import FIELD_MANAGER, child, otel_env
-from infra.settings import ServiceSettings, Settings
+from infra.components.common import FIELD_MANAGER, OtelExport, child, otel_env
+from infra.settings import ServiceSettings
 from observability.scrape_config import SERVICE_LABEL, pod_scrape_annotations
 
 TYPE = "foxhunt:observability:ServiceScrapeAnnotations"
 PATCH_FIELD_MANAGER_ANNOTATION = "pulumi.com/patchFieldManager"
 
 
-def service_otel_env(settings: Settings, service: ServiceSettings) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class ServiceScrapeArgs:
+    services: tuple[ServiceSettings, ...]
+    namespace: str  # where the platform's Deployments live
+    otel: OtelExport
+
+
+def service_otel_env(otel: OtelExport, service: ServiceSettings) -> list[dict[str, Any]]:
     extra = [("ml.model_type", service.model_type)] if service.model_type != "none" else []
-    return otel_env(settings, service.name, extra)
+    return otel_env(otel, service.name, extra)
 
 
-def deployment_patch(settings: Settings, service: ServiceSettings) -> dict[str, Any]:
+def deployment_patch(args: ServiceScrapeArgs, service: ServiceSettings) -> dict[str, Any]:
     """The patch object (apiVersion/kind aside) for one service's Deployment."""
     return {
         "metadata": {
             "name": service.name,
-            "namespace": settings.namespaces.platform,
+            "namespace": args.namespace,
             "annotations": {PATCH_FIELD_MANAGER_ANNOTATION: FIELD_MANAGER},
         },
         "spec": {
@@ -54,7 +62,7 @@ def deployment_patch(settings: Settings, service: ServiceSettings) -> dict[str, 
                     "labels": {SERVICE_LABEL: service.name},
                     "annotations": pod_scrape_annotations(service.port, service.path),
                 },
-                "spec": {"containers": [{"name": service.container, "env": service_otel_env(settings, service)}]},
+                "spec": {"containers": [{"name": service.container, "env": service_otel_env(args.otel, service)}]},
             }
         },
     }
@@ -63,13 +71,13 @@ def deployment_patch(settings: Settings, service: ServiceSettings) -> dict[str, 
 class ServiceScrapeAnnotations(pulumi.ComponentResource):
     """One DeploymentPatch per configured platform service."""
 
-    def __init__(self, name: str, settings: Settings, opts: pulumi.ResourceOptions | None = None) -> None:
+    def __init__(self, name: str, args: ServiceScrapeArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(TYPE, name, None, opts)
         self.patches: dict[str, k8s.apps.v1.DeploymentPatch] = {}
-        for service in settings.services:
-            patch = deployment_patch(settings, service)
+        for service in args.services:
+            patch = deployment_patch(args, service)
             self.patches[service.name] = k8s.apps.v1.DeploymentPatch(
-                f"{service.name}-observability",
+                f"{name}-{service.name}",
                 metadata=patch["metadata"],
                 spec=patch["spec"],
                 opts=child(self),

@@ -16,6 +16,8 @@ template) deletes the template but never a training job that is running.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
@@ -24,6 +26,7 @@ import pulumi_kubernetes as k8s
 from infra.components.common import (
     GPU_RESOURCE,
     NVIDIA_RUNTIME_CLASS,
+    OtelExport,
     child,
     field_env,
     labels,
@@ -34,7 +37,7 @@ from infra.components.common import (
     restricted_pod_security_context,
     tolerations,
 )
-from infra.settings import Settings
+from infra.settings import TrainingJobSettings
 from observability.config import ObservabilityConfig
 from observability.scrape_config import FINAL_SCRAPE_WAIT_ENV, final_scrape_wait_seconds, pod_scrape_annotations
 
@@ -49,15 +52,23 @@ HISTORY_LIMIT = 50
 DELETION_POLICY_ANNOTATION = "pulumi.com/deletionPropagationPolicy"
 
 
-def usage(settings: Settings) -> str:
-    job = settings.training_job
-    return f"kubectl -n {settings.namespaces.training} create job <name> --from=cronjob/{job.name}"
+@dataclass(frozen=True)
+class TrainingJobArgs:
+    job: TrainingJobSettings
+    cfg: ObservabilityConfig  # the trainer's service name and final-scrape wait come from it
+    namespace: str  # where training jobs run
+    otel: OtelExport
+    common_labels: Mapping[str, str]
 
 
-def training_env(settings: Settings, cfg: ObservabilityConfig) -> list[dict[str, Any]]:
-    job = settings.training_job
+def usage(args: TrainingJobArgs) -> str:
+    return f"kubectl -n {args.namespace} create job <name> --from=cronjob/{args.job.name}"
+
+
+def training_env(args: TrainingJobArgs) -> list[dict[str, Any]]:
+    job, cfg = args.job, args.cfg
     return otel_env(
-        settings,
+        args.otel,
         cfg.training_job_service,
         extra_attributes=[("ml.model_type", job.model_type), ("k8s.job.name", f"$({JOB_NAME_ENV})")],
         extra_env=[
@@ -69,11 +80,14 @@ def training_env(settings: Settings, cfg: ObservabilityConfig) -> list[dict[str,
     )
 
 
-def pod_template(settings: Settings, cfg: ObservabilityConfig) -> dict[str, Any]:
-    job = settings.training_job
+def pod_template(args: TrainingJobArgs) -> dict[str, Any]:
+    job = args.job
     return {
         "metadata": {
-            "labels": {**labels(settings, cfg.training_job_service, COMPONENT), MODEL_TYPE_LABEL: job.model_type},
+            "labels": {
+                **labels(args.common_labels, args.cfg.training_job_service, COMPONENT),
+                MODEL_TYPE_LABEL: job.model_type,
+            },
             "annotations": pod_scrape_annotations(job.metrics_port),
         },
         "spec": {
@@ -92,7 +106,7 @@ def pod_template(settings: Settings, cfg: ObservabilityConfig) -> dict[str, Any]
                     "image": job.image,
                     "imagePullPolicy": "IfNotPresent",
                     "ports": [{"name": "metrics", "containerPort": job.metrics_port, "protocol": "TCP"}],
-                    "env": training_env(settings, cfg),
+                    "env": training_env(args),
                     "resources": resources(job.resources, {GPU_RESOURCE: str(job.gpu_count)}),
                     "securityContext": restricted_container_security_context(),
                     "volumeMounts": [{"name": "scratch", "mountPath": "/tmp"}],
@@ -103,23 +117,23 @@ def pod_template(settings: Settings, cfg: ObservabilityConfig) -> dict[str, Any]
     }
 
 
-def job_spec(settings: Settings, cfg: ObservabilityConfig) -> dict[str, Any]:
-    job = settings.training_job
+def job_spec(args: TrainingJobArgs) -> dict[str, Any]:
+    job = args.job
     return {
         "backoffLimit": job.backoff_limit,
         "ttlSecondsAfterFinished": job.ttl_seconds_after_finished,
-        "template": pod_template(settings, cfg),
+        "template": pod_template(args),
     }
 
 
-def cronjob_manifest(settings: Settings, cfg: ObservabilityConfig) -> dict[str, Any]:
-    job = settings.training_job
+def cronjob_manifest(args: TrainingJobArgs) -> dict[str, Any]:
+    service = args.cfg.training_job_service
     return {
         "apiVersion": "batch/v1",
         "kind": "CronJob",
         "metadata": metadata(
-            settings, job.name, settings.namespaces.training, app=cfg.training_job_service, component=COMPONENT,
-            annotations={DELETION_POLICY_ANNOTATION: "orphan", "foxhunt.io/usage": usage(settings)},
+            args.common_labels, args.job.name, args.namespace, app=service, component=COMPONENT,
+            annotations={DELETION_POLICY_ANNOTATION: "orphan", "foxhunt.io/usage": usage(args)},
         ),
         "spec": {
             "schedule": NEVER,
@@ -131,39 +145,37 @@ def cronjob_manifest(settings: Settings, cfg: ObservabilityConfig) -> dict[str, 
             "successfulJobsHistoryLimit": HISTORY_LIMIT,
             "failedJobsHistoryLimit": HISTORY_LIMIT,
             "jobTemplate": {
-                "metadata": {"labels": labels(settings, cfg.training_job_service, COMPONENT)},
-                "spec": job_spec(settings, cfg),
+                "metadata": {"labels": labels(args.common_labels, service, COMPONENT)},
+                "spec": job_spec(args),
             },
         },
     }  # fmt: skip
 
 
-def job_manifest(settings: Settings, cfg: ObservabilityConfig) -> dict[str, Any]:
+def job_manifest(args: TrainingJobArgs) -> dict[str, Any]:
     """The same Job as a standalone object, for `kubectl create -f` (rendered/<stack>/kubernetes/)."""
-    job = settings.training_job
+    job = args.job
     meta = metadata(
-        settings, job.name, settings.namespaces.training, app=cfg.training_job_service, component=COMPONENT,
-        annotations={"foxhunt.io/usage": f"kubectl create -f <this file>, or: {usage(settings)}"},
+        args.common_labels, job.name, args.namespace, app=args.cfg.training_job_service, component=COMPONENT,
+        annotations={"foxhunt.io/usage": f"kubectl create -f <this file>, or: {usage(args)}"},
     )  # fmt: skip
     meta["generateName"] = f"{job.model_type}-training-"
     del meta["name"]
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": job_spec(settings, cfg)}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": job_spec(args)}
 
 
-def job_manifest_path(settings: Settings) -> str:
-    return f"kubernetes/job_{settings.namespaces.training}_{settings.training_job.name}.yaml"
+def job_manifest_path(args: TrainingJobArgs) -> str:
+    return f"kubernetes/job_{args.namespace}_{args.job.name}.yaml"
 
 
 class TrainingJobTemplate(pulumi.ComponentResource):
-    def __init__(
-        self, name: str, settings: Settings, cfg: ObservabilityConfig, opts: pulumi.ResourceOptions | None = None
-    ) -> None:
+    def __init__(self, name: str, args: TrainingJobArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(TYPE, name, None, opts)
-        manifest = cronjob_manifest(settings, cfg)
+        manifest = cronjob_manifest(args)
         self.cronjob = k8s.batch.v1.CronJob(
-            "training-job-template",
+            f"{name}-template",
             metadata=manifest["metadata"],
             spec=manifest["spec"],
             opts=child(self),
         )
-        self.register_outputs({"usage": usage(settings)})
+        self.register_outputs({"usage": usage(args)})

@@ -16,6 +16,7 @@ from typing import Any
 
 from observability.config import ObservabilityConfig
 from observability.rules import gpu, pipeline, quality, storage, training
+from observability.rules.dashboard_recording import dashboard_recording_groups
 from observability.rules.detection import CRITICAL_DETECTION_ALERTS, detection_budget
 from observability.rules.model import AlertRule, RecordingRule, RunbookQuery, Severity
 from observability.rules.promql import duration
@@ -61,14 +62,6 @@ def alert_rules(cfg: ObservabilityConfig) -> list[AlertRule]:
     return [alert for _, alerts in alert_groups(cfg) for alert in alerts]
 
 
-def _dashboard_groups(cfg: ObservabilityConfig) -> list[dict[str, Any]]:
-    # Owned by the dashboards work (issue 5); imported late so neither module depends on the
-    # other at import time.
-    from observability.rules.dashboard_recording import dashboard_recording_groups
-
-    return list(dashboard_recording_groups(cfg))
-
-
 def rule_groups(cfg: ObservabilityConfig) -> list[dict[str, Any]]:
     """Every rule group, recording groups first, as Prometheus rule-file dicts (fixed order)."""
     detection_budget(cfg)
@@ -77,7 +70,7 @@ def rule_groups(cfg: ObservabilityConfig) -> list[dict[str, Any]]:
         {"name": name, "interval": interval, "rules": [alert.to_rule(cfg) for alert in alerts]}
         for name, alerts in alert_groups(cfg)
     ]
-    return [*recording_groups(cfg), *_dashboard_groups(cfg), *alerting]
+    return [*recording_groups(cfg), *dashboard_recording_groups(cfg), *alerting]
 
 
 def rules_file_yaml(cfg: ObservabilityConfig) -> str:

@@ -8,11 +8,29 @@ read the same object.
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from observability.config import ObservabilityConfig
 from observability.rules.promql import duration
+
+_NOT_IN_ANCHOR = re.compile(r"[^\w\- ]", re.UNICODE)
+
+
+def github_anchor(heading: str) -> str:
+    """The anchor GitHub gives a Markdown heading (lower case, punctuation dropped, spaces to '-')."""
+    return _NOT_IN_ANCHOR.sub("", heading.strip().lower()).replace(" ", "-")
+
+
+def alert_heading(alert_name: str) -> str:
+    """An alert's section heading in docs/runbooks.md."""
+    return alert_name
+
+
+def runbook_url(cfg: ObservabilityConfig, alert_name: str) -> str:
+    """`cfg.runbook_base_url` plus the anchor of the alert's section in docs/runbooks.md."""
+    return f"{cfg.runbook_base_url}#{github_anchor(alert_heading(alert_name))}"
 
 
 class Severity(enum.Enum):
@@ -75,9 +93,6 @@ class AlertRule:
         return " ".join(f"{i}. {step}" for i, step in enumerate(self.action, start=1))
 
     def to_rule(self, cfg: ObservabilityConfig) -> dict[str, Any]:
-        # Imported here: runbooks imports this module for AlertRule.
-        from observability.rules.runbooks import runbook_url
-
         rule: dict[str, Any] = {"alert": self.name, "expr": self.expr}
         if self.for_seconds > 0:
             rule["for"] = duration(self.for_seconds)

@@ -10,33 +10,16 @@ GitHub anchor of the alert's section heading. Regenerate the file after changing
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from observability.config import ObservabilityConfig
+from observability.rules import alert_groups
+from observability.rules.model import AlertRule, alert_heading, github_anchor
 from observability.rules.promql import duration
 
-if TYPE_CHECKING:
-    from observability.rules.model import AlertRule
-
 RUNBOOKS_PATH = Path(__file__).resolve().parents[2] / "docs" / "runbooks.md"
-_NOT_IN_ANCHOR = re.compile(r"[^\w\- ]", re.UNICODE)
-
-
-def github_anchor(heading: str) -> str:
-    """The anchor GitHub gives a Markdown heading (lower case, punctuation dropped, spaces to '-')."""
-    return _NOT_IN_ANCHOR.sub("", heading.strip().lower()).replace(" ", "-")
-
-
-def alert_heading(alert_name: str) -> str:
-    return alert_name
-
-
-def runbook_url(cfg: ObservabilityConfig, alert_name: str) -> str:
-    return f"{cfg.runbook_base_url}#{github_anchor(alert_heading(alert_name))}"
 
 
 def _for_text(alert: AlertRule) -> str:
@@ -73,8 +56,6 @@ def _section(alert: AlertRule) -> list[str]:
 
 def render_runbooks(cfg: ObservabilityConfig) -> str:
     """The whole of docs/runbooks.md for `cfg` (the file in the repo uses the default config)."""
-    from observability.rules import alert_groups
-
     groups = alert_groups(cfg)
     lines = [
         "# Runbooks: ML training platform alerts",

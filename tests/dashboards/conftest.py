@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import dashboards
-from infra.render import available_stacks, read_stack_config, validate_stack
+from infra.settings import available_stacks, read_stack_config, validate_stack
 from observability.config import DatasourceUids, ObservabilityConfig
 
 VARIANT = ObservabilityConfig(

@@ -10,9 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from infra import render
-from infra.render import STACKS
-from infra.settings import SettingsError
+from infra import REPO_ROOT, artifacts, checks, render
+from infra.mock_engine import normalize
+from infra.result import kubernetes_manifest
+from infra.settings import SettingsError, available_stacks
+
+STACKS = available_stacks()
 
 
 def tree_digest(root: Path) -> dict[str, str]:
@@ -25,7 +28,7 @@ def tree_digest(root: Path) -> dict[str, str]:
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "infra.render", *args], cwd=render.REPO_ROOT, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "infra.render", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
     )
 
 
@@ -73,12 +76,12 @@ def test_unknown_stack_fails_and_writes_nothing(tmp_path: Path) -> None:
 def test_bad_config_fails_before_any_resource_and_writes_nothing(tmp_path: Path) -> None:
     root = tmp_path / "repo"
     root.mkdir()
-    text = (render.REPO_ROOT / "Pulumi.dev.yaml").read_text().replace("mode: annotations", "mode: telepathy")
+    text = (REPO_ROOT / "Pulumi.dev.yaml").read_text().replace("mode: annotations", "mode: telepathy")
     (root / "Pulumi.broken.yaml").write_text(text)
     with pytest.raises(SettingsError, match=r"scrape.mode = 'telepathy'"):
         render.render_stack("broken", root=root)
     # and through the CLI: a stack file with bad config exits non-zero and leaves no output
-    broken = render.REPO_ROOT / "Pulumi.broken-test.yaml"
+    broken = REPO_ROOT / "Pulumi.broken-test.yaml"
     broken.write_text(text)
     try:
         proc = run_cli("--stack", "broken-test", "--out", str(tmp_path / "out"))
@@ -99,16 +102,12 @@ def test_rerender_replaces_stale_files(tmp_path: Path) -> None:
 
 
 def test_mock_engine_restores_integers() -> None:
-    assert render.kubernetes_manifest is not None
-    from infra.mock_engine import normalize
-
+    assert kubernetes_manifest is not None
     assert normalize({"a": [1.0, 2.5, {"b": 3.0}]}) == {"a": [1, 2.5, {"b": 3}]}
     assert isinstance(normalize(9400.0), int)
 
 
 def test_render_checks_catch_a_real_policy_violation() -> None:
-    from infra import checks
-
     result = render.render_stack("dev")
     assert checks.check_policies(result) == []
     daemonset = next(m for m in result.manifests.values() if m["kind"] == "DaemonSet")
@@ -121,15 +120,13 @@ def test_render_checks_catch_a_real_policy_violation() -> None:
 
 
 def test_render_checks_catch_a_broken_rules_file() -> None:
-    from infra import checks
-
     result = render.render_stack("dev")
     assert checks.check_rules_with_promtool(result) == []
-    result.files[checks.RULES_FILE] += "  - name: broken\n    rules:\n      - record: x\n        expr: rate(\n"
+    result.files[artifacts.RULES_PATH] += "  - name: broken\n    rules:\n      - record: x\n        expr: rate(\n"
     assert checks.check_rules_with_promtool(result)
 
 
 def test_a_failed_check_exits_1_and_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(render, "offline_checks", lambda: [("always-fails", lambda result: ["a problem"])])
+    monkeypatch.setattr(checks, "ALL_CHECKS", [("always-fails", lambda result: ["a problem"])])
     assert render.main(["--stack", "dev", "--out", str(tmp_path / "out")]) == 1
     assert not (tmp_path / "out").exists()

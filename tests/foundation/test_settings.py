@@ -10,18 +10,28 @@ from typing import Any
 import pytest
 import yaml
 
-from infra import render
-from infra.render import STACKS
-from infra.settings import DictConfigSource, ImageBuild, PinnedImage, SettingsError, load_settings
+from infra import REPO_ROOT
+from infra.settings import (
+    DictConfigSource,
+    ImageBuild,
+    PinnedImage,
+    SettingsError,
+    StackConfig,
+    StackFileError,
+    load_settings,
+    read_stack_config,
+    validate_stack,
+)
+from infra.stacks import STACKS
 
 
 def stack_entries(stack: str) -> dict[str, Any]:
-    document = yaml.safe_load((render.REPO_ROOT / f"Pulumi.{stack}.yaml").read_text())
+    document = yaml.safe_load((REPO_ROOT / f"Pulumi.{stack}.yaml").read_text())
     return {k.split(":", 1)[1]: v for k, v in document["config"].items()}
 
 
 def load(stack: str = "dev", **overrides: Any) -> Any:
-    return render.validate_stack(render.read_stack_config(stack, overrides=overrides))
+    return validate_stack(read_stack_config(stack, overrides=overrides))
 
 
 def mutated(key: str, path: list[Any], value: Any, stack: str = "dev") -> dict[str, Any]:
@@ -38,7 +48,7 @@ def mutated(key: str, path: list[Any], value: Any, stack: str = "dev") -> dict[s
 def test_every_stack_loads(stack: str) -> None:
     settings = load(stack)
     assert settings.stack == stack
-    declared = yaml.safe_load((render.REPO_ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]
+    declared = yaml.safe_load((REPO_ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]
     assert settings.environment == declared["foxhunt-observability:environment"]
     names = [s["name"] for s in declared["foxhunt-observability:services"]]
     assert [s.name for s in settings.services] == names and len(set(names)) == len(names)
@@ -116,7 +126,7 @@ def test_every_problem_is_reported_at_once() -> None:
 
 
 def test_missing_required_secret_names_the_command_to_set_it() -> None:
-    config = render.read_stack_config("dev")
+    config = read_stack_config("dev")
     values = {k: v for k, v in config.values.items() if k != "alertChatWebhookUrl"}
     source = DictConfigSource("dev", values, config.secret_keys)
     with pytest.raises(SettingsError, match=r"pulumi config set --secret alertChatWebhookUrl"):
@@ -124,7 +134,7 @@ def test_missing_required_secret_names_the_command_to_set_it() -> None:
 
 
 def test_secure_values_are_secrets_and_never_plaintext() -> None:
-    config = render.read_stack_config("dev", overrides={"alertPageWebhookUrl": {"secure": "v1:abc"}})
+    config = read_stack_config("dev", overrides={"alertPageWebhookUrl": {"secure": "v1:abc"}})
     assert "alertPageWebhookUrl" in config.secret_keys
     assert config.values["alertPageWebhookUrl"].startswith("https://alerts.invalid/")
     load(alertPageWebhookUrl={"secure": "v1:abc"})
@@ -140,16 +150,16 @@ def test_pinned_poller_image_needs_no_registry_password() -> None:
 
 
 def test_objects_reach_the_program_as_json_like_the_cli_passes_them() -> None:
-    config = render.read_stack_config("dev")
+    config = read_stack_config("dev")
     assert json.loads(config.values["services"])[0]["name"] == "api-gateway"
     assert config.pulumi_config()["foxhunt-observability:environment"] == "dev"
 
 
-def _without(stack: str, key: str, **extra: Any) -> render.StackConfig:
+def _without(stack: str, key: str, **extra: Any) -> StackConfig:
     """The stack's config with `key` removed (as if the file lacked it) plus `extra`."""
-    config = render.read_stack_config(stack, overrides=extra)
+    config = read_stack_config(stack, overrides=extra)
     values = {k: v for k, v in config.values.items() if k != key}
-    return render.StackConfig(stack, values, config.secret_keys)
+    return StackConfig(stack, values, config.secret_keys)
 
 
 @pytest.mark.parametrize("typo", ["servics", "Services", "endpoint", "scrap"])
@@ -157,13 +167,13 @@ def test_a_misspelled_top_level_key_is_one_problem(typo: str) -> None:
     key = {"servics": "services", "Services": "services", "endpoint": "endpoints", "scrap": "scrape"}[typo]
     value = stack_entries("dev")[key]
     with pytest.raises(SettingsError) as caught:
-        render.validate_stack(_without("dev", key, **{typo: value}))
+        validate_stack(_without("dev", key, **{typo: value}))
     assert caught.value.problems == (f"{typo} is not a known setting: did you mean {key}?",)
 
 
 def test_a_missing_section_is_one_problem() -> None:
     with pytest.raises(SettingsError) as caught:
-        render.validate_stack(_without("dev", "endpoints"))
+        validate_stack(_without("dev", "endpoints"))
     assert caught.value.problems == ("endpoints is missing: set it in Pulumi.dev.yaml",)
 
 
@@ -201,15 +211,15 @@ def test_critical_detection_budget_defaults_to_30_and_a_longer_one_allows_slower
 def test_a_stack_names_its_cluster() -> None:
     assert load().kubernetes.context == "foxhunt-dev"
     with pytest.raises(SettingsError, match=r"kubeContext is missing: name the kubeconfig context"):
-        render.validate_stack(_without("dev", "kubeContext"))
+        validate_stack(_without("dev", "kubeContext"))
     secret_only = _without("dev", "kubeContext", kubeconfig={"secure": "v1:abc"})
-    settings = render.validate_stack(secret_only)
+    settings = validate_stack(secret_only)
     assert settings.kubernetes.context is None and settings.kubernetes.kubeconfig is not None
 
 
 def test_yaml_errors_name_the_file(tmp_path) -> None:
     (tmp_path / "Pulumi.broken.yaml").write_text("config:\n  foxhunt-observability:services: [\n")
-    with pytest.raises(render.StackFileError) as caught:
-        render.read_stack_config("broken", root=tmp_path)
+    with pytest.raises(StackFileError) as caught:
+        read_stack_config("broken", root=tmp_path)
     assert str(caught.value).startswith("Pulumi.broken.yaml, line 3, column 1 is not valid YAML: ")
     assert "<unicode string>" not in str(caught.value)

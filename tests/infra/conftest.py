@@ -22,11 +22,12 @@ import pytest
 import yaml
 
 from infra import render
-from infra.render import STACKS
+from infra.result import RenderResult
+from tests.infra.support import STACKS
 
 
 @pytest.fixture(scope="session")
-def rendered() -> dict[str, render.RenderResult]:
+def rendered() -> dict[str, RenderResult]:
     """Every stack rendered once under the mock engine (renders are deterministic)."""
     return {stack: render.render_stack(stack) for stack in STACKS}
 

@@ -13,17 +13,20 @@ from pulumi.runtime.config import set_all_config
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
-from infra import program, render
+from infra import program
 from infra.mock_engine import MockRun, RecordingMocks, RecordingMonitor
-from infra.settings import PROJECT
+from infra.result import RenderResult
+from infra.settings import PROJECT, available_stacks, read_stack_config
+
+STACKS = available_stacks()
 
 
-def objects(result: render.RenderResult, kind: str) -> list[dict[str, Any]]:
+def objects(result: RenderResult, kind: str) -> list[dict[str, Any]]:
     """The rendered Kubernetes objects of one kind (patches appear under the patched kind)."""
     return [m for m in result.manifests.values() if m["kind"] == kind]
 
 
-def one(result: render.RenderResult, kind: str) -> dict[str, Any]:
+def one(result: RenderResult, kind: str) -> dict[str, Any]:
     found = objects(result, kind)
     assert len(found) == 1, f"{result.stack}: expected one {kind}, found {len(found)}"
     return found[0]
@@ -62,7 +65,7 @@ class RawMonitor(RecordingMonitor):
 
 def run_raw(stack: str, overrides: dict[str, Any] | None = None) -> list[RawRegistration]:
     """Run the program for `stack` under the mocks, keeping each registration as sent."""
-    config = render.read_stack_config(stack, overrides=overrides)
+    config = read_stack_config(stack, overrides=overrides)
     run, raw = MockRun(), []  # type: ignore[var-annotated]
     mocks = RecordingMocks()
     pulumi_settings.reset_options(project=PROJECT, stack=stack, preview=False)

@@ -9,15 +9,16 @@ from typing import Any
 import pytest
 import yaml
 
-from infra import artifacts, render
+from infra import REPO_ROOT, artifacts, components, generated, program, render
 from infra.components import alert_routing, common, gpu_poller, grafana, training_job
 from infra.components.service_scrape import PATCH_FIELD_MANAGER_ANNOTATION
 from infra.kube_provider import PROVIDER_TYPE
-from infra.render import STACKS
-from infra.settings import PROJECT, ImageBuild, PinnedImage
+from infra.mock_engine import run_program
+from infra.result import RenderResult
+from infra.settings import PROJECT, ImageBuild, PinnedImage, placeholder_secret, read_stack_config, validate_stack
 from observability import scrape_config
 from observability.scrape_config import PATH_ANNOTATION, PORT_ANNOTATION, SCRAPE_ANNOTATION, SERVICE_LABEL
-from tests.infra.support import is_secret, objects, one, run_raw
+from tests.infra.support import STACKS, is_secret, objects, one, run_raw
 
 COMPONENT_TYPES = {
     "foxhunt:observability:ServiceScrapeAnnotations",
@@ -80,7 +81,7 @@ def check_otel_env(container: dict[str, Any], endpoint: str, service: str, envir
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_every_resource_is_a_child_of_one_component(rendered: dict[str, render.RenderResult], stack: str) -> None:
+def test_every_resource_is_a_child_of_one_component(rendered: dict[str, RenderResult], stack: str) -> None:
     resources = rendered[stack].run.resources
     components = {r.urn: r for r in resources if r.type in COMPONENT_TYPES}
     assert {r.type for r in components.values()} == COMPONENT_TYPES
@@ -94,7 +95,7 @@ def test_every_resource_is_a_child_of_one_component(rendered: dict[str, render.R
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_objects_have_explicit_names_namespaces_and_common_labels(
-    rendered: dict[str, render.RenderResult], stack: str
+    rendered: dict[str, RenderResult], stack: str
 ) -> None:
     result = rendered[stack]
     settings = result.settings
@@ -122,9 +123,7 @@ def test_objects_have_explicit_names_namespaces_and_common_labels(
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_every_service_gets_scrape_annotations_and_otel_env(
-    rendered: dict[str, render.RenderResult], stack: str
-) -> None:
+def test_every_service_gets_scrape_annotations_and_otel_env(rendered: dict[str, RenderResult], stack: str) -> None:
     result = rendered[stack]
     settings = result.settings
     patches = {p["metadata"]["name"]: p for p in objects(result, "Deployment")}
@@ -155,7 +154,7 @@ def test_every_service_gets_scrape_annotations_and_otel_env(
 def test_patches_remove_their_fields_on_destroy_and_do_not_force_conflicts() -> None:
     raw = run_raw("dev")
     patches = [r for r in raw if r.type == "kubernetes:apps/v1:DeploymentPatch"]
-    assert len(patches) == len(render.render_stack("dev").settings.services)
+    assert len(patches) == len(validate_stack(read_stack_config("dev")).services)
     for patch in patches:
         assert patch.retain_on_delete is False
         assert "pulumi.com/patchForce" not in patch.inputs["metadata"]["annotations"]
@@ -167,7 +166,7 @@ def test_patches_remove_their_fields_on_destroy_and_do_not_force_conflicts() -> 
 
 
 def test_annotations_mode_delivers_the_scrape_config_in_the_named_configmap(
-    rendered: dict[str, render.RenderResult],
+    rendered: dict[str, RenderResult],
 ) -> None:
     result = rendered["dev"]
     settings = result.settings
@@ -199,9 +198,7 @@ def test_annotations_mode_can_deliver_the_operators_additional_scrape_configs_se
 
 
 @pytest.mark.parametrize("stack", ["staging", "prod"])
-def test_operator_mode_uses_a_podmonitor_the_prometheus_selects(
-    rendered: dict[str, render.RenderResult], stack: str
-) -> None:
+def test_operator_mode_uses_a_podmonitor_the_prometheus_selects(rendered: dict[str, RenderResult], stack: str) -> None:
     result = rendered[stack]
     settings = result.settings
     monitor = one(result, "PodMonitor")
@@ -233,7 +230,7 @@ def test_operator_mode_uses_a_podmonitor_the_prometheus_selects(
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_training_cronjob_is_a_suspended_template_with_otel_env_for_the_stacks_tempo(
-    rendered: dict[str, render.RenderResult], stack: str
+    rendered: dict[str, RenderResult], stack: str
 ) -> None:
     result = rendered[stack]
     settings = result.settings
@@ -271,13 +268,11 @@ def test_training_cronjob_is_a_suspended_template_with_otel_env_for_the_stacks_t
     assert names.index(training_job.JOB_NAME_ENV) < names.index("OTEL_RESOURCE_ATTRIBUTES")
     # The trainer waits for one more scrape before exiting: two of this stack's scrape intervals.
     wait = {e["name"]: e.get("value") for e in container["env"]}[scrape_config.FINAL_SCRAPE_WAIT_ENV]
-    assert wait == str(2 * settings.scrape.interval_seconds)
+    assert wait == str(2 * cfg.scrape_interval_seconds)
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_the_job_template_file_carries_the_cronjobs_pod_template(
-    rendered: dict[str, render.RenderResult], stack: str
-) -> None:
+def test_the_job_template_file_carries_the_cronjobs_pod_template(rendered: dict[str, RenderResult], stack: str) -> None:
     result = rendered[stack]
     settings = result.settings
     path = f"kubernetes/job_{settings.namespaces.training}_{settings.training_job.name}.yaml"
@@ -337,9 +332,7 @@ def assert_pss_restricted(pod_spec: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_poller_daemonset_runs_restricted_on_gpu_nodes_only(
-    rendered: dict[str, render.RenderResult], stack: str
-) -> None:
+def test_poller_daemonset_runs_restricted_on_gpu_nodes_only(rendered: dict[str, RenderResult], stack: str) -> None:
     result = rendered[stack]
     settings = result.settings
     poller = settings.poller
@@ -380,9 +373,7 @@ def test_poller_daemonset_runs_restricted_on_gpu_nodes_only(
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_poller_image_is_built_and_pushed_or_pinned_by_digest(
-    rendered: dict[str, render.RenderResult], stack: str
-) -> None:
+def test_poller_image_is_built_and_pushed_or_pinned_by_digest(rendered: dict[str, RenderResult], stack: str) -> None:
     result = rendered[stack]
     settings = result.settings
     images = result.run.of_type("docker-build:index:Image")
@@ -402,15 +393,15 @@ def test_poller_image_is_built_and_pushed_or_pinned_by_digest(
         {
             "address": build.registry,
             "username": build.username,
-            "password": render.placeholder_secret(stack, "registryPassword"),
+            "password": placeholder_secret(stack, "registryPassword"),
         }
     ]
-    context = Path(render.REPO_ROOT) / inputs["context"]["location"]
-    assert context.resolve() == Path(render.REPO_ROOT).resolve()
-    assert (Path(render.REPO_ROOT) / inputs["dockerfile"]["location"]).resolve() == (
-        Path(render.REPO_ROOT) / "poller" / "Dockerfile"
+    context = Path(REPO_ROOT) / inputs["context"]["location"]
+    assert context.resolve() == Path(REPO_ROOT).resolve()
+    assert (Path(REPO_ROOT) / inputs["dockerfile"]["location"]).resolve() == (
+        Path(REPO_ROOT) / "poller" / "Dockerfile"
     ).resolve()
-    assert (Path(render.REPO_ROOT) / inputs["dockerfile"]["location"]).is_file()
+    assert (Path(REPO_ROOT) / inputs["dockerfile"]["location"]).is_file()
     # the DaemonSet runs the pushed digest, never the tag
     assert container["image"].startswith(f"{build.registry}/{build.repository}@sha256:")
     assert ":" + stack not in container["image"]
@@ -426,7 +417,7 @@ def test_registry_password_is_sent_as_a_secret() -> None:
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_poller_service_is_headless_and_selects_the_pods(rendered: dict[str, render.RenderResult], stack: str) -> None:
+def test_poller_service_is_headless_and_selects_the_pods(rendered: dict[str, RenderResult], stack: str) -> None:
     result = rendered[stack]
     service = one(result, "Service")
     pod_labels = one(result, "DaemonSet")["spec"]["template"]["metadata"]["labels"]
@@ -437,7 +428,7 @@ def test_poller_service_is_headless_and_selects_the_pods(rendered: dict[str, ren
     ]
 
 
-def test_training_pods_are_restricted_too(rendered: dict[str, render.RenderResult]) -> None:
+def test_training_pods_are_restricted_too(rendered: dict[str, RenderResult]) -> None:
     for result in rendered.values():
         assert_pss_restricted(one(result, "CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"])
 
@@ -449,7 +440,7 @@ def test_training_pods_are_restricted_too(rendered: dict[str, render.RenderResul
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_rules_are_delivered_by_mode_from_the_rendered_rule_groups(
-    rendered: dict[str, render.RenderResult], stack: str
+    rendered: dict[str, RenderResult], stack: str
 ) -> None:
     result = rendered[stack]
     settings = result.settings
@@ -469,9 +460,9 @@ def test_rules_are_delivered_by_mode_from_the_rendered_rule_groups(
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_receiver_urls_appear_only_in_secret_string_data(rendered: dict[str, render.RenderResult], stack: str) -> None:
+def test_receiver_urls_appear_only_in_secret_string_data(rendered: dict[str, RenderResult], stack: str) -> None:
     result = rendered[stack]
-    urls = [render.placeholder_secret(stack, k) for k in ("alertPageWebhookUrl", "alertChatWebhookUrl",
+    urls = [placeholder_secret(stack, k) for k in ("alertPageWebhookUrl", "alertChatWebhookUrl",
                                                            "alertLowPriorityWebhookUrl")]  # fmt: skip
     holders = []
     for path, manifest in result.manifests.items():
@@ -485,7 +476,10 @@ def test_receiver_urls_appear_only_in_secret_string_data(rendered: dict[str, ren
         if path not in result.manifests:
             assert not any(url in text for url in urls), path
     raw = run_raw(stack)
-    secrets = [r for r in raw if r.type == "kubernetes:core/v1:Secret" and "alertmanager" in r.name]
+    routing_secrets = (alert_routing.CONFIG_SECRET, alert_routing.RECEIVERS_SECRET)
+    secrets = [
+        r for r in raw if r.type == "kubernetes:core/v1:Secret" and r.inputs["metadata"]["name"] in routing_secrets
+    ]
     (secret,) = secrets
     string_data = secret.inputs["stringData"]
     assert is_secret(string_data) or all(is_secret(v) for v in string_data.values())
@@ -493,7 +487,7 @@ def test_receiver_urls_appear_only_in_secret_string_data(rendered: dict[str, ren
 
 @pytest.mark.parametrize("stack", ["staging", "prod"])
 def test_operator_mode_routes_through_an_alertmanagerconfig_reading_urls_from_the_secret(
-    rendered: dict[str, render.RenderResult], stack: str
+    rendered: dict[str, RenderResult], stack: str
 ) -> None:
     result = rendered[stack]
     config = one(result, "AlertmanagerConfig")
@@ -508,12 +502,12 @@ def test_operator_mode_routes_through_an_alertmanagerconfig_reading_urls_from_th
     assert config["spec"]["route"]["routes"], "no severity routes"
 
 
-def test_classic_mode_ships_a_whole_alertmanager_config(rendered: dict[str, render.RenderResult]) -> None:
+def test_classic_mode_ships_a_whole_alertmanager_config(rendered: dict[str, RenderResult]) -> None:
     result = rendered["dev"]
     secret = next(s for s in objects(result, "Secret") if s["metadata"]["name"] == alert_routing.CONFIG_SECRET)
     config = yaml.safe_load(secret["stringData"][alert_routing.CONFIG_KEY])
     urls = {c["url"] for r in config["receivers"] for c in r["webhook_configs"]}
-    assert urls == {render.placeholder_secret("dev", k) for k in ("alertPageWebhookUrl", "alertChatWebhookUrl",
+    assert urls == {placeholder_secret("dev", k) for k in ("alertPageWebhookUrl", "alertChatWebhookUrl",
                                                                   "alertLowPriorityWebhookUrl")}  # fmt: skip
     assert objects(result, "AlertmanagerConfig") == []
 
@@ -524,9 +518,7 @@ def test_classic_mode_ships_a_whole_alertmanager_config(rendered: dict[str, rend
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_grafana_datasources_and_one_configmap_per_dashboard(
-    rendered: dict[str, render.RenderResult], stack: str
-) -> None:
+def test_grafana_datasources_and_one_configmap_per_dashboard(rendered: dict[str, RenderResult], stack: str) -> None:
     result = rendered[stack]
     settings = result.settings
     configmaps = objects(result, "ConfigMap")
@@ -548,14 +540,14 @@ def test_grafana_datasources_and_one_configmap_per_dashboard(
 
 
 def test_a_dashboard_over_the_object_limit_fails_before_registering(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = artifacts.generated
+    real = generated.generated
 
-    def huge(cfg: Any) -> artifacts.Generated:
+    def huge(cfg: Any) -> generated.Generated:
         gen = real(cfg)
         big = json.dumps({"uid": "huge", "panels": ["x" * 1024] * 1100})
-        return artifacts.Generated(gen.rule_groups, gen.rules_yaml, {**gen.dashboards, "huge": big})
+        return generated.Generated(gen.rule_groups, gen.rules_yaml, {**gen.dashboards, "huge": big})
 
-    monkeypatch.setattr(artifacts, "generated", huge)
+    monkeypatch.setattr(generated, "generated", huge)
     with pytest.raises(Exception, match=r"dashboard 'huge'.*over the 1 MiB"):
         render.render_stack("dev")
 
@@ -566,7 +558,7 @@ def test_a_dashboard_over_the_object_limit_fails_before_registering(monkeypatch:
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_rendered_files_come_from_the_generators(rendered: dict[str, render.RenderResult], stack: str) -> None:
+def test_rendered_files_come_from_the_generators(rendered: dict[str, RenderResult], stack: str) -> None:
     from observability import rules
 
     result = rendered[stack]
@@ -579,7 +571,33 @@ def test_rendered_files_come_from_the_generators(rendered: dict[str, render.Rend
 
 
 def test_gpu_poller_build_context_is_relative(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.chdir(Path(render.REPO_ROOT) / "infra")
+    monkeypatch.chdir(Path(REPO_ROOT) / "infra")
     assert gpu_poller.build_context() == ".."
-    monkeypatch.chdir(render.REPO_ROOT)
+    monkeypatch.chdir(REPO_ROOT)
     assert gpu_poller.build_context() == "."
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_two_instances_of_every_component_register_without_colliding(
+    rendered: dict[str, RenderResult], stack: str
+) -> None:
+    """Children are named after their component, so a second instance under another name registers
+    its own children (Pulumi rejects two resources with the same URN)."""
+    settings = validate_stack(read_stack_config(stack))
+    args = program.component_args(settings)
+
+    def twice() -> None:
+        for suffix in ("a", "b"):
+            components.ServiceScrapeAnnotations(f"platform-services-{suffix}", args.service_scrape)
+            components.ScrapeDiscovery(f"scrape-discovery-{suffix}", args.scrape_discovery)
+            components.TrainingJobTemplate(f"training-job-{suffix}", args.training_job)
+            components.GpuPoller(f"gpu-poller-{suffix}", args.gpu_poller)
+            components.AlertRules(f"alert-rules-{suffix}", args.alert_rules)
+            components.AlertRouting(f"alert-routing-{suffix}", args.alert_routing)
+            components.GrafanaProvisioning(f"grafana-{suffix}", args.grafana)
+
+    run = run_program(twice, project=PROJECT, stack=stack, config={}, secret_keys=[])
+    # (the stack's one Kubernetes provider is the program's, not a component's)
+    assert len(run.resources) == 2 * len([r for r in rendered[stack].run.resources if r.type != PROVIDER_TYPE])
+    urns = [r.urn for r in run.resources]
+    assert len(set(urns)) == len(urns)

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from infra import artifacts, render
-from infra.render import STACKS
+from infra import artifacts
+from infra.result import RenderResult
 from observability import catalog
 from observability.config import DatasourceUids, ObservabilityConfig
 from observability.datasources import (
@@ -19,6 +19,7 @@ from observability.datasources import (
     datasources_yaml,
     escape_dollars,
 )
+from tests.infra.support import STACKS
 
 ENDPOINTS = DatasourceEndpoints(prometheus="http://prom:9090", loki="http://loki:3100", tempo="http://tempo:3200")
 
@@ -107,7 +108,7 @@ def test_derived_field_regex_finds_the_trace_id(line: str, trace_id: str | None)
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_stack_datasources_point_at_the_stacks_endpoints(rendered: dict[str, render.RenderResult], stack: str) -> None:
+def test_stack_datasources_point_at_the_stacks_endpoints(rendered: dict[str, RenderResult], stack: str) -> None:
     result = rendered[stack]
     endpoints = result.settings.endpoints
     sources = by_type(yaml.safe_load(result.files[artifacts.DATASOURCES_PATH]))

@@ -10,12 +10,14 @@ import pytest
 import yaml
 
 from infra import render
-from infra.render import STACK_OUTPUTS_PATH, STACKS
+from infra.render import STACK_OUTPUTS_PATH
+from infra.result import RenderResult
+from infra.stacks import STACKS
 
 EXPECTED = {"namespaces", "pollerImage", "dashboards", "rules", "alertmanager", "scrape", "trainingJobCommand"}
 
 
-def _file(result: render.RenderResult, ref: dict[str, str]) -> dict[str, Any]:
+def _file(result: RenderResult, ref: dict[str, str]) -> dict[str, Any]:
     name = f"kubernetes/{ref['kind'].lower()}_{ref['namespace']}_{ref['name']}.yaml"
     assert name in result.files, f"the output names {ref}, but the render has no {name}"
     document: dict[str, Any] = yaml.safe_load(result.files[name])
@@ -23,7 +25,7 @@ def _file(result: render.RenderResult, ref: dict[str, str]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_stack_outputs_name_what_was_deployed_and_where(rendered: dict[str, render.RenderResult], stack: str) -> None:
+def test_stack_outputs_name_what_was_deployed_and_where(rendered: dict[str, RenderResult], stack: str) -> None:
     result = rendered[stack]
     settings, outputs = result.settings, result.run.outputs
     assert set(outputs) == EXPECTED

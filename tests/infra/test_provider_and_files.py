@@ -12,17 +12,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra import render
+from infra import REPO_ROOT, render
 from infra.artifacts import ALERTMANAGER_PATH, secret_placeholder
-from infra.kube_provider import (
-    PROVIDER_TYPE,
-    ProviderContextError,
-    check_render,
-    context_problem,
-    guard_live_run,
-)
-from infra.render import STACKS
-from infra.settings import SettingsError
+from infra.checks import check_provider as check_render
+from infra.kube_provider import PROVIDER_TYPE, ProviderContextError, context_problem, guard_live_run
+from infra.settings import SettingsError, read_stack_config, validate_stack
+from infra.stacks import STACKS
 
 
 def kubeconfig(*contexts: str, current: str | None = None) -> str:
@@ -64,16 +59,16 @@ def test_the_check_catches_a_resource_on_the_default_provider_or_another_context
 
 
 def test_render_refuses_a_default_provider_context_that_names_another_cluster(tmp_path):
-    text = (render.REPO_ROOT / "Pulumi.prod.yaml").read_text()
+    text = (REPO_ROOT / "Pulumi.prod.yaml").read_text()
     (tmp_path / "Pulumi.prod.yaml").write_text(
         text.replace("config:\n", "config:\n  kubernetes:context: foxhunt-dev\n")
     )
     with pytest.raises(SettingsError, match=r"kubernetes:context = 'foxhunt-dev' but kubeContext = 'foxhunt-prod'"):
-        render.validate_stack(render.read_stack_config("prod", root=tmp_path))
+        validate_stack(read_stack_config("prod", root=tmp_path))
 
 
 def test_live_run_guard_refuses_a_kubeconfig_without_the_named_context(tmp_path):
-    settings = render.validate_stack(render.read_stack_config("prod"))
+    settings = validate_stack(read_stack_config("prod"))
     right, wrong = tmp_path / "right", tmp_path / "wrong"
     right.write_text(kubeconfig("foxhunt-dev", "foxhunt-prod", current="foxhunt-dev"))
     wrong.write_text(kubeconfig("foxhunt-dev", current="foxhunt-dev"))

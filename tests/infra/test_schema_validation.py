@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
-from infra import checks, kube_validate, render
-from infra.render import STACKS, kubernetes_manifest
+from infra import checks, kube_validate
+from infra.result import RenderResult, kubernetes_manifest
+from tests.infra.support import STACKS
 
 # Keys whose values are free-form maps (any key is valid there), so a stray key proves nothing.
 FREE_FORM_MAPS = {"labels", "annotations", "data", "stringData", "nodeSelector", "matchLabels", "requests", "limits"}
@@ -37,7 +38,7 @@ def at(document: Any, path: tuple[Any, ...]) -> Any:
     return document
 
 
-def validated_objects(result: render.RenderResult) -> list[tuple[str, dict[str, Any], bool]]:
+def validated_objects(result: RenderResult) -> list[tuple[str, dict[str, Any], bool]]:
     """(label, manifest, is_patch) for every object the program registers, plus standalone files."""
     out = []
     for resource in result.run.resources:
@@ -51,7 +52,7 @@ def validated_objects(result: render.RenderResult) -> list[tuple[str, dict[str, 
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_every_object_of_every_stack_validates_strictly(rendered: dict[str, render.RenderResult], stack: str) -> None:
+def test_every_object_of_every_stack_validates_strictly(rendered: dict[str, RenderResult], stack: str) -> None:
     result = rendered[stack]
     assert kube_validate.check_render(result) == []
     kinds = {m["kind"] for _, m, _ in validated_objects(result)}
@@ -66,7 +67,7 @@ def test_the_render_runs_the_schema_check() -> None:
 
 
 @pytest.mark.parametrize("stack", ["dev", "staging"])
-def test_a_misspelled_field_anywhere_in_any_object_fails(rendered: dict[str, render.RenderResult], stack: str) -> None:
+def test_a_misspelled_field_anywhere_in_any_object_fails(rendered: dict[str, RenderResult], stack: str) -> None:
     """Insert an unknown field into every typed object of every manifest (dev covers the classic
     kinds, staging the custom resources): each single insertion must be rejected, naming the spot."""
     version = rendered[stack].settings.kubernetes_version
@@ -101,7 +102,7 @@ def test_a_misspelled_field_anywhere_in_any_object_fails(rendered: dict[str, ren
     ],
 )
 def test_realistic_typos_are_rejected(
-    rendered: dict[str, render.RenderResult], kind: str, path: tuple[Any, ...], typo: tuple[str, str]
+    rendered: dict[str, RenderResult], kind: str, path: tuple[Any, ...], typo: tuple[str, str]
 ) -> None:
     result = rendered["dev"]
     label, manifest, patch = next(o for o in validated_objects(result) if o[1]["kind"] == kind)
@@ -131,7 +132,7 @@ def test_realistic_typos_are_rejected(
     ],
 )
 def test_custom_resources_are_checked_strictly(
-    rendered: dict[str, render.RenderResult], kind: str, mutate: Any, needle: str
+    rendered: dict[str, RenderResult], kind: str, mutate: Any, needle: str
 ) -> None:
     result = rendered["staging"]
     manifest = copy.deepcopy(next(m for m in result.manifests.values() if m["kind"] == kind))
@@ -140,7 +141,7 @@ def test_custom_resources_are_checked_strictly(
     assert any(needle in p for p in problems), problems
 
 
-def test_patches_are_checked_for_the_fields_they_set_only(rendered: dict[str, render.RenderResult]) -> None:
+def test_patches_are_checked_for_the_fields_they_set_only(rendered: dict[str, RenderResult]) -> None:
     result = rendered["dev"]
     version = result.settings.kubernetes_version
     patch = next(m for m in result.manifests.values() if m["kind"] == "Deployment")
@@ -183,7 +184,7 @@ def test_the_stacks_kubernetes_version_picks_the_schema() -> None:
     assert any("resizePolicy" in p for p in kube_validate.validate_manifest(job, "1.26.0"))
 
 
-def test_validators_are_cached_and_fast(rendered: dict[str, render.RenderResult]) -> None:
+def test_validators_are_cached_and_fast(rendered: dict[str, RenderResult]) -> None:
     result = rendered["prod"]
     version = kube_validate.schema_version(result.settings.kubernetes_version)
     first = kube_validate.validator(version, "apps/v1", "DaemonSet")

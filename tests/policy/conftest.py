@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from infra import render
-from infra.policy_context import STACKS
+from infra.result import RenderResult
+from infra.settings import available_stacks
 
 
 @pytest.fixture(scope="session")
-def rendered_stacks() -> dict[str, render.RenderResult]:
-    return {stack: render.render_stack(stack) for stack in STACKS}
+def rendered_stacks() -> dict[str, RenderResult]:
+    return {stack: render.render_stack(stack) for stack in available_stacks()}

@@ -23,8 +23,9 @@ import pytest
 from google.protobuf import empty_pb2, struct_pb2  # type: ignore[import-untyped]
 from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc
 
-from infra.artifacts import PACK_CONFIG_PATH
-from infra.policy_context import REPO_ROOT, STACKS
+from infra import REPO_ROOT
+from infra.policy_context import PACK_CONFIG_PATH
+from infra.stacks import STACKS
 from policy.engine import evaluate
 from policy.model import Enforcement, KubeObject
 from policy.pack import PACK_NAME

@@ -8,8 +8,9 @@ from collections import Counter
 
 import pytest
 
-from infra.artifacts import PACK_CONFIG_PATH
-from infra.policy_context import REPO_ROOT, STACKS, context_from_settings, rendered_objects
+from infra import REPO_ROOT
+from infra.policy_context import PACK_CONFIG_PATH, context_from_settings, rendered_objects
+from infra.stacks import STACKS
 from policy.engine import check_files, check_stack_file, evaluate, mandatory
 from policy.pack_config import context_from_config, context_to_config
 from policy.rules import ALL_POLICIES

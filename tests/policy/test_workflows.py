@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
-from infra.artifacts import PACK_CONFIG_PATH
-from infra.policy_context import REPO_ROOT, STACKS
-from infra.stacks import github_matrix
+from infra import REPO_ROOT
+from infra.policy_context import PACK_CONFIG_PATH
+from infra.stacks import STACKS, github_matrix
 
 WORKFLOWS = REPO_ROOT / ".github" / "workflows"
 ACTIONLINT = Path(sys.executable).parent / "actionlint"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from poller.cli import DEFAULT_MIN_INTERVAL_SECONDS, SettingsError, parse_settings
 from poller.healthcheck import probe_url
+from poller.settings import DEFAULT_MIN_INTERVAL_SECONDS, SettingsError, parse_settings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from infra import render as infra_render
+from infra.settings import available_stacks, read_stack_config, validate_stack
 from observability import alertmanager as am
 from observability.alertmanager import (
     INHIBITIONS,
@@ -76,8 +76,8 @@ def test_amtool_check_config_passes(config_file):
 
 
 def test_amtool_check_config_passes_for_every_stack(tmp_path):
-    for stack in infra_render.available_stacks():
-        settings = infra_render.validate_stack(infra_render.read_stack_config(stack))
+    for stack in available_stacks():
+        settings = validate_stack(read_stack_config(stack))
         receivers = ReceiverUrls(
             page=settings.alerting.page_webhook_url,
             chat=settings.alerting.chat_webhook_url,

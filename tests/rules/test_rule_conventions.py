@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from infra import render as infra_render
+from infra.settings import available_stacks, read_stack_config, validate_stack
 from observability import catalog
 from observability.config import ObservabilityConfig
 from observability.rules import (
@@ -283,8 +283,8 @@ def test_nothing_newer_than_prometheus_2_42():
 
 def _stack_configs() -> dict[str, ObservabilityConfig]:
     stacks = {}
-    for stack in infra_render.available_stacks():
-        settings = infra_render.validate_stack(infra_render.read_stack_config(stack))
+    for stack in available_stacks():
+        settings = validate_stack(read_stack_config(stack))
         stacks[stack] = settings.observability_config()
     return stacks
 

@@ -1,0 +1,41 @@
+"""Content generated from the stack's observability config (rule groups, the rules file,
+dashboards, the datasources file), built once per config and shared by the program (ConfigMaps,
+PrometheusRule) and the rendered files, so both always agree."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import dashboards
+from infra.settings import Settings
+from observability import rules
+from observability.config import ObservabilityConfig
+from observability.datasources import DatasourceEndpoints, datasources_yaml
+
+
+@dataclass(frozen=True)
+class Generated:
+    rule_groups: tuple[dict[str, Any], ...]
+    rules_yaml: str
+    dashboards: Mapping[str, str]  # uid -> dashboard JSON text
+
+
+@functools.lru_cache(maxsize=8)
+def generated(cfg: ObservabilityConfig) -> Generated:
+    return Generated(
+        rule_groups=tuple(rules.rule_groups(cfg)),
+        rules_yaml=rules.rules_file_yaml(cfg),
+        dashboards={uid: dashboards.to_json(d) for uid, d in sorted(dashboards.build_all(cfg).items())},
+    )
+
+
+def datasource_endpoints(settings: Settings) -> DatasourceEndpoints:
+    e = settings.endpoints
+    return DatasourceEndpoints(prometheus=e.prometheus, loki=e.loki, tempo=e.tempo_query)
+
+
+def stack_datasources_yaml(settings: Settings) -> str:
+    return datasources_yaml(settings.observability_config(), datasource_endpoints(settings))

@@ -1,0 +1,301 @@
+"""One parser per top-level section of the stack config (`namespaces`, `services`, `scrape`,
+`poller`, `trainingJob`, ...): each reads its section through a `Reader`, records every problem
+it finds and returns the typed settings of that section (with fallbacks where a value is bad)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from infra.settings.model import (
+    DEFAULT_CRITICAL_DETECTION_SECONDS,
+    DIGEST_EXPECTED,
+    KUBECONFIG_KEY,
+    SCRAPE_DELIVERIES,
+    SCRAPE_MODES,
+    SUPPORTED_KUBERNETES_MINORS,
+    AlertingReceivers,
+    Endpoints,
+    GrafanaSettings,
+    ImageBuild,
+    KubernetesTarget,
+    Namespaces,
+    PinnedImage,
+    PollerSettings,
+    Resources,
+    ScrapeSettings,
+    ServiceSettings,
+    Toleration,
+    TrainingJobSettings,
+)
+from infra.settings.reading import _DNS_LABEL, DNS_LABEL_EXPECTED, Reader, SecretReader
+from observability.config import ObservabilityConfig
+from observability.rules.detection import detection_budget
+
+_DIGEST_REF = re.compile(r"^[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)+@sha256:[0-9a-f]{64}$")
+RECEIVER_KEYS = ("alertPageWebhookUrl", "alertChatWebhookUrl", "alertLowPriorityWebhookUrl")
+
+
+def environment(r: Reader) -> str:
+    """Any lower-case name (a new stack brings its own); it becomes a label value, so it is checked
+    as one."""
+    value = r.required("environment")
+    if value is None:
+        return ""
+    if not isinstance(value, str) or len(value) > 63 or not _DNS_LABEL.match(value):
+        r.problem(
+            "environment", value, "a lower-case name such as dev, staging, prod or gpu-lab (it is a label value: "
+            f"{DNS_LABEL_EXPECTED})",
+        )  # fmt: skip
+        return ""
+    return value
+
+
+def kubernetes_version(r: Reader) -> str:
+    version = r.required("kubernetesVersion")
+    match = re.fullmatch(r"1\.([0-9]+)\.[0-9]+", str(version)) if version is not None else None
+    if version is not None and (match is None or int(match.group(1)) not in SUPPORTED_KUBERNETES_MINORS):
+        first, last = SUPPORTED_KUBERNETES_MINORS[0], SUPPORTED_KUBERNETES_MINORS[-1]
+        r.problem("kubernetesVersion", version, f"a version 1.{first}.x to 1.{last}.x such as 1.31.0")
+    return version if isinstance(version, str) else ""
+
+
+def namespaces(r: Reader) -> Namespaces:
+    ns = r.mapping("namespaces", r.required("namespaces"), {"platform", "monitoring", "training"})
+    return Namespaces(*(r.dns_name(f"namespaces.{k}", ns.get(k)) for k in ("platform", "monitoring", "training")))
+
+
+def endpoints(r: Reader, ns: Namespaces) -> Endpoints:
+    ep = r.mapping("endpoints", r.required("endpoints"), {"tempoOtlpGrpc", "tempoQuery", "loki", "prometheus"})
+    default_tempo = f"http://tempo.{ns.monitoring}.svc.cluster.local:4317"
+    return Endpoints(
+        tempo_otlp_grpc=r.url("endpoints.tempoOtlpGrpc", ep.get("tempoOtlpGrpc", default_tempo)),
+        tempo_query=r.url("endpoints.tempoQuery", ep.get("tempoQuery")),
+        loki=r.url("endpoints.loki", ep.get("loki")),
+        prometheus=r.url("endpoints.prometheus", ep.get("prometheus")),
+    )
+
+
+def services(r: Reader) -> tuple[ServiceSettings, ...]:
+    value = r.required("services")
+    if not isinstance(value, list) or not value:
+        r.problem("services", value, "a non-empty list of {name, container, port, path} objects")
+        return ()
+    out = []
+    seen: set[str] = set()
+    for i, item in enumerate(value):
+        # Name the service in every message when it has a usable name: services['feature-store'].port
+        given = item.get("name") if isinstance(item, dict) else None
+        named = isinstance(given, str) and bool(_DNS_LABEL.match(given)) and given not in seen
+        k = f"services[{given!r}]" if named else f"services[{i}]"
+        m = r.mapping(k, item, {"name", "container", "port", "path", "modelType"})
+        name = r.dns_name(f"{k}.name", m.get("name"))
+        if name and name in seen:
+            r.problem(f"{k}.name", name, "a unique service name (it is listed twice)")
+        seen.add(name)
+        path = m.get("path", "/metrics")
+        out.append(
+            ServiceSettings(
+                name=name,
+                container=r.dns_name(f"{k}.container", m.get("container", name)),
+                port=r.integer(f"{k}.port", m.get("port"), 1, 65535),
+                path=r.string(f"{k}.path", path, re.compile(r"^/[\x21-\x7e]*$"), "an HTTP path starting with '/'"),
+                model_type=r.model_type(f"{k}.modelType", m.get("modelType", "none")),
+            )
+        )
+    return tuple(out)
+
+
+def critical_detection_seconds(r: Reader) -> int:
+    """The detection budget of critical failures (default 30 s); a slower stack declares its own."""
+    value = r.raw("criticalDetectionSeconds")
+    return r.integer(
+        "criticalDetectionSeconds", DEFAULT_CRITICAL_DETECTION_SECONDS if value is None else value, 10, 600
+    )
+
+
+def scrape(r: Reader, budget: int) -> ScrapeSettings:
+    sc = r.mapping(
+        "scrape",
+        r.required("scrape"),
+        {"mode", "intervalSeconds", "evaluationIntervalSeconds", "delivery", "objectName", "operatorSelector"},
+    )
+    mode = r.choice("scrape.mode", sc.get("mode"), SCRAPE_MODES)
+    settings = ScrapeSettings(
+        mode=mode,
+        interval_seconds=r.integer("scrape.intervalSeconds", sc.get("intervalSeconds", 15), 1, 300),
+        evaluation_interval_seconds=r.integer(
+            "scrape.evaluationIntervalSeconds", sc.get("evaluationIntervalSeconds", 15), 1, 300
+        ),
+        delivery=r.choice("scrape.delivery", sc.get("delivery", "configmap"), SCRAPE_DELIVERIES),
+        object_name=r.dns_name("scrape.objectName", sc.get("objectName", "prometheus-annotation-scrape")),
+        operator_selector=r.label_map("scrape.operatorSelector", sc.get("operatorSelector")),
+    )
+    # The promise for critical failures, within `criticalDetectionSeconds` (default 30): the rules
+    # module owns the check on the evaluation interval (it derives every critical `for` from it);
+    # here only the sampling half is added, since a failure waits up to one scrape interval before
+    # any rule can see it.
+    try:
+        detection_budget(
+            ObservabilityConfig(
+                scrape_interval_seconds=settings.interval_seconds,
+                evaluation_interval_seconds=settings.evaluation_interval_seconds,
+                critical_detection_seconds=budget,
+            )
+        )
+    except ValueError as exc:
+        r.problem("scrape.evaluationIntervalSeconds", settings.evaluation_interval_seconds, f"an interval that {exc}")
+    if settings.interval_seconds > budget // 2:
+        r.problem(
+            "scrape.intervalSeconds",
+            settings.interval_seconds,
+            f"at most {budget // 2} (half of criticalDetectionSeconds = {budget}) so a critical failure (NaN, OOM, "
+            f"GPU error) is sampled in time to be detected within {budget} s; or declare a longer budget with "
+            "criticalDetectionSeconds",
+        )
+    return settings
+
+
+def tolerations(r: Reader, key: str, value: Any) -> tuple[Toleration, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        r.problem(key, value, "a list of tolerations")
+        return ()
+    out = []
+    for i, item in enumerate(value):
+        k = f"{key}[{i}]"
+        t = r.mapping(k, item, {"key", "operator", "effect", "value"})
+        operators: tuple[Literal["Exists", "Equal"], ...] = ("Exists", "Equal")
+        operator = r.choice(f"{k}.operator", t.get("operator", "Exists"), operators)
+        effect = r.choice(f"{k}.effect", t.get("effect", "NoSchedule"), ("NoSchedule", "PreferNoSchedule", "NoExecute"))
+        out.append(Toleration(r.string(f"{k}.key", t.get("key")), operator, effect, str(t.get("value", ""))))
+    return tuple(out)
+
+
+def resources(r: Reader, key: str, value: Any, default: Resources) -> Resources:
+    m = r.mapping(key, value, {"cpuRequest", "cpuLimit", "memoryRequest", "memoryLimit"})
+    return Resources(
+        cpu_request=r.quantity(f"{key}.cpuRequest", m.get("cpuRequest", default.cpu_request)),
+        cpu_limit=r.quantity(f"{key}.cpuLimit", m.get("cpuLimit", default.cpu_limit)),
+        memory_request=r.quantity(f"{key}.memoryRequest", m.get("memoryRequest", default.memory_request)),
+        memory_limit=r.quantity(f"{key}.memoryLimit", m.get("memoryLimit", default.memory_limit)),
+    )
+
+
+def poller_image(r: Reader, value: Any, secret: SecretReader) -> ImageBuild | PinnedImage:
+    m = r.mapping("poller.image", value, {"digest", "registry", "repository", "username", "platforms"})
+    if "digest" in m:
+        if set(m) - {"digest"}:
+            r.problems.append(
+                "poller.image: give either `digest` (a prebuilt image) or `registry`+`repository`, not both"
+            )
+        ref = r.string("poller.image.digest", m["digest"], _DIGEST_REF, DIGEST_EXPECTED)
+        return PinnedImage(ref)
+    registry = r.string(
+        "poller.image.registry", m.get("registry"), re.compile(r"^[a-z0-9.-]+(:[0-9]+)?$"), "a registry host[:port]"
+    )
+    platforms = m.get("platforms", ["linux/amd64"])
+    if not isinstance(platforms, list) or not all(isinstance(p, str) and p.startswith("linux/") for p in platforms):
+        r.problem("poller.image.platforms", platforms, "a list of linux/<arch> platforms")
+        platforms = ["linux/amd64"]
+    return ImageBuild(
+        registry=registry,
+        repository=r.string(
+            "poller.image.repository",
+            m.get("repository"),
+            re.compile(r"^[a-z0-9._/-]+$"),
+            "a lower-case repository path",
+        ),
+        username=r.string("poller.image.username", m.get("username", "ci")),
+        password=secret("registryPassword"),
+        platforms=tuple(platforms),
+    )
+
+
+def poller(r: Reader, secret: SecretReader) -> PollerSettings:
+    po = r.mapping(
+        "poller",
+        r.required("poller"),
+        {"image", "port", "minIntervalSeconds", "nodeSelector", "tolerations", "priorityClass", "resources",
+         "maxUnavailable"},
+    )  # fmt: skip
+    settings = PollerSettings(
+        image=poller_image(r, po.get("image"), secret),
+        port=r.integer("poller.port", po.get("port", 9400), 1, 65535),
+        min_interval_seconds=r.number("poller.minIntervalSeconds", po.get("minIntervalSeconds", 5), 0, 300),
+        node_selector=r.label_map("poller.nodeSelector", po.get("nodeSelector", {"nvidia.com/gpu.present": "true"})),
+        tolerations=tolerations(r, "poller.tolerations", po.get("tolerations")),
+        priority_class=r.dns_name("poller.priorityClass", po.get("priorityClass", "system-node-critical")),
+        resources=resources(r, "poller.resources", po.get("resources"), Resources("20m", "200m", "32Mi", "64Mi")),
+        max_unavailable=r.string(
+            "poller.maxUnavailable",
+            str(po.get("maxUnavailable", "10%")),
+            re.compile(r"^([0-9]+|[0-9]{1,2}%|100%)$"),
+            "a count or a percentage such as 1 or 10%",
+        ),
+    )
+    if not settings.node_selector:
+        r.problems.append("poller.nodeSelector is empty: expected the label that marks GPU nodes")
+    return settings
+
+
+def training_job(r: Reader) -> TrainingJobSettings:
+    tj = r.mapping(
+        "trainingJob",
+        r.required("trainingJob"),
+        {"name", "image", "modelType", "gpuCount", "backoffLimit", "ttlSecondsAfterFinished", "metricsPort",
+         "nodeSelector", "tolerations", "resources"},
+    )  # fmt: skip
+    return TrainingJobSettings(
+        name=r.dns_name("trainingJob.name", tj.get("name", "training-job-template")),
+        image=r.string("trainingJob.image", tj.get("image"), _DIGEST_REF, DIGEST_EXPECTED),
+        model_type=r.model_type("trainingJob.modelType", tj.get("modelType")),
+        gpu_count=r.integer("trainingJob.gpuCount", tj.get("gpuCount", 1), 1, 16),
+        backoff_limit=r.integer("trainingJob.backoffLimit", tj.get("backoffLimit", 2), 0, 20),
+        ttl_seconds_after_finished=r.integer(
+            "trainingJob.ttlSecondsAfterFinished", tj.get("ttlSecondsAfterFinished", 86400), 0, 30 * 86400
+        ),
+        metrics_port=r.integer("trainingJob.metricsPort", tj.get("metricsPort", 9094), 1, 65535),
+        node_selector=r.label_map(
+            "trainingJob.nodeSelector", tj.get("nodeSelector", {"nvidia.com/gpu.present": "true"})
+        ),
+        tolerations=tolerations(r, "trainingJob.tolerations", tj.get("tolerations")),
+        resources=resources(r, "trainingJob.resources", tj.get("resources"), Resources("2", "8", "8Gi", "32Gi")),
+    )
+
+
+def grafana(r: Reader, ns: Namespaces) -> GrafanaSettings:
+    gr = r.mapping("grafana", r.required("grafana"), {"namespace", "folder"})
+    return GrafanaSettings(
+        namespace=r.dns_name("grafana.namespace", gr.get("namespace", ns.monitoring)),
+        folder=r.string("grafana.folder", gr.get("folder")),
+        url=r.url("grafanaUrl", r.raw("grafanaUrl") or f"http://grafana.{ns.monitoring}.svc.cluster.local"),
+    )
+
+
+def runbook_base_url(r: Reader) -> str:
+    return r.url("runbookBaseUrl", r.raw("runbookBaseUrl") or ObservabilityConfig().runbook_base_url, ("https",))
+
+
+def alerting(r: Reader, secret: SecretReader) -> AlertingReceivers:
+    receivers = AlertingReceivers(*(secret(key) for key in RECEIVER_KEYS))
+    for key in RECEIVER_KEYS:
+        if r.source.get(key) is None:
+            r.problems.append(f"{key} is missing: set it with `pulumi config set --secret {key} https://...`")
+    return receivers
+
+
+def kubernetes_target(r: Reader, secret: SecretReader) -> KubernetesTarget:
+    """`kubeContext` (a context of the ambient kubeconfig) and/or a `kubeconfig` Pulumi secret."""
+    context = r.raw("kubeContext")
+    if context is not None:
+        context = r.string("kubeContext", context, re.compile(r"^\S+$"), "a kubeconfig context name")
+    has_kubeconfig = r.source.get(KUBECONFIG_KEY) is not None
+    if not context and not has_kubeconfig:
+        r.problems.append(
+            "kubeContext is missing: name the kubeconfig context this stack deploys to (`pulumi config set "
+            "kubeContext <context>`), or give the stack its own kubeconfig as a secret (`pulumi config set --secret "
+            'kubeconfig "$(cat kubeconfig)"`)'
+        )
+    return KubernetesTarget(context=context or None, kubeconfig=secret(KUBECONFIG_KEY) if has_kubeconfig else None)

@@ -1,0 +1,120 @@
+"""The code flows one way. In `infra/`: settings -> components -> generated content -> program ->
+rendered result -> files -> checks -> render CLI, with no import pointing back up; and no package
+hides a cycle behind an import inside a function."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from infra import REPO_ROOT
+
+# Lower layers first; a module may import only modules of earlier layers (or, inside the
+# settings and components packages, earlier modules of the same package).
+INFRA_LAYERS: list[list[str]] = [
+    ["infra", "infra.mock_engine", "infra.stacks"],
+    [
+        "infra.settings.model",
+        "infra.settings.reading",
+        "infra.settings.sections",
+        "infra.settings.loading",
+        "infra.settings.stack_files",
+        "infra.settings",
+    ],
+    [
+        "infra.components.common",
+        "infra.components.alert_routing",
+        "infra.components.alert_rules",
+        "infra.components.gpu_poller",
+        "infra.components.grafana",
+        "infra.components.scrape_discovery",
+        "infra.components.service_scrape",
+        "infra.components.training_job",
+        "infra.components",
+    ],
+    ["infra.generated", "infra.kube_provider", "infra.outputs"],
+    ["infra.program"],
+    ["infra.result"],
+    ["infra.artifacts"],
+    ["infra.kube_validate", "infra.policy_context"],
+    ["infra.checks"],
+    ["infra.render", "infra.__main__", "infra.review_diff"],
+]
+ORDERED_PACKAGES = ("infra.settings", "infra.components")
+PACKAGES = ("infra", "observability", "dashboards", "poller", "policy")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO_ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules(package: str) -> dict[str, Path]:
+    return {module_name(p): p for p in sorted((REPO_ROOT / package).rglob("*.py"))}
+
+
+def imported(tree: ast.AST, known: set[str]) -> set[str]:
+    """Project modules a module imports (`from pkg import submodule` counts as the submodule)."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name in known}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                if sub in known:
+                    found.add(sub)
+                elif node.module in known:
+                    found.add(node.module)
+    return found
+
+
+def rank(name: str) -> tuple[int, int]:
+    for layer, names in enumerate(INFRA_LAYERS):
+        if name in names:
+            return layer, names.index(name)
+    raise AssertionError(f"{name} is in no layer of INFRA_LAYERS: place it")
+
+
+def test_every_infra_module_has_a_layer() -> None:
+    for name in modules("infra"):
+        rank(name)
+
+
+def test_infra_imports_point_only_down() -> None:
+    known = set(modules("infra"))
+    problems = []
+    for name, path in modules("infra").items():
+        for target in imported(ast.parse(path.read_text()), known):
+            if target == "infra" or target == name:
+                continue
+            same_package = any(name.startswith(p) and target.startswith(p) for p in ORDERED_PACKAGES)
+            layer_ok = rank(target)[0] < rank(name)[0]
+            if not layer_ok and not (same_package and rank(target) < rank(name)):
+                problems.append(f"{name} imports {target}, which is not below it")
+    assert not problems, "\n".join(problems)
+
+
+def function_level_imports(tree: ast.AST, known: set[str]) -> list[str]:
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.Import | ast.ImportFrom) and imported(inner, known):
+                    found.append(f"line {inner.lineno}: {', '.join(sorted(imported(inner, known)))}")
+    return found
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_project_import_inside_a_function(package: str) -> None:
+    known = {name for p in PACKAGES for name in modules(p)}
+    problems = [
+        f"{name} {where}"
+        for name, path in modules(package).items()
+        for where in function_level_imports(ast.parse(path.read_text()), known)
+    ]
+    assert not problems, "an import inside a function hides a cycle; move it to the top:\n" + "\n".join(problems)
