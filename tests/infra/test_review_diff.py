@@ -15,7 +15,12 @@ from tests.repo_copy import commit_all, copy_repo
 
 def make_diff(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["make", "--no-print-directory", "diff", *args], cwd=repo, capture_output=True, text=True, timeout=600
+        # `-o .venv/.installed`: the copy shares this checkout's virtualenv; make must not rebuild it
+        ["make", "--no-print-directory", "-o", ".venv/.installed", "diff", *args],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
 
 
