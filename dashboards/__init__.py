@@ -1,7 +1,8 @@
 """Grafana dashboards as code (grafana-foundation-sdk), every query built from the metric catalog.
 
 `build_all(cfg)` returns the four dashboards as plain dicts (bare classic dashboard JSON models)
-keyed by uid; `to_json(dashboard)` is the deterministic text the infra program writes to
+keyed by uid, with a `$cluster` variable when the global tier holds several clusters
+(`dashboards.clusters`); `to_json(dashboard)` is the deterministic text the infra program writes to
 `rendered/<stack>/dashboards/<uid>.json` and ships in one ConfigMap per dashboard.
 """
 
@@ -20,6 +21,7 @@ with warnings.catch_warnings():
     import grafana_foundation_sdk.models.dashboardv2beta1  # noqa: F401
 
 from dashboards import infra_cockpit, ml_training_comprehensive, traces, training_cockpit
+from dashboards.clusters import with_cluster_variable
 from dashboards.layout import to_json
 from observability.config import ObservabilityConfig
 
@@ -36,7 +38,7 @@ BUILDERS: dict[str, Callable[[ObservabilityConfig], dict[str, Any]]] = {
 
 def build_all(cfg: ObservabilityConfig) -> dict[str, dict[str, Any]]:
     """uid -> dashboard JSON model (plain dict) for the four dashboards; deterministic."""
-    built = {uid: build(cfg) for uid, build in BUILDERS.items()}
+    built = {uid: with_cluster_variable(build(cfg), cfg) for uid, build in BUILDERS.items()}
     for uid, dashboard in built.items():
         if dashboard["uid"] != uid:
             raise ValueError(f"dashboard registered as {uid} has uid {dashboard['uid']}")

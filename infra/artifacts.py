@@ -4,16 +4,21 @@ same generated content the components use."""
 
 from __future__ import annotations
 
+from infra.components.alert_rules import RULE_FILES
 from infra.components.training_job import job_manifest, job_manifest_path
 from infra.generated import generated, stack_datasources_yaml
 from infra.program import component_args
 from infra.result import dump_yaml
 from infra.settings import Settings
 from observability.alertmanager import ReceiverUrls, alertmanager_config_yaml
-from observability.scrape_config import scrape_config_yaml
+from observability.prometheus_config import operator_specs_yaml, server_configs
+from observability.rules import Tier
+from observability.scrape_config import shard_key, shard_scrape_configs
 
 RULES_PATH = "prometheus/rules.yaml"
-SCRAPE_CONFIG_PATH = "prometheus/scrape-config.yaml"
+# The same rules, split into the tier every scrape shard evaluates and the global tier.
+TIER_RULES_PATHS = {Tier.SHARD: "prometheus/rules-shard.yaml", Tier.GLOBAL: "prometheus/rules-global.yaml"}
+SCRAPE_CONFIG_PATH = "prometheus/scrape-config.yaml"  # one per shard with several shards
 DATASOURCES_PATH = "grafana/datasources.yaml"
 ALERTMANAGER_PATH = "alertmanager/alertmanager.yaml"
 
@@ -38,6 +43,17 @@ def alertmanager_yaml(settings: Settings) -> str:
     return header + alertmanager_config_yaml(settings.observability_config(), receivers)
 
 
+# What the stack's Prometheus servers must be given: their configs (annotations mode) or the
+# Prometheus resources' fields (operator mode).
+SERVER_CONFIG_DIR = "prometheus"
+OPERATOR_SPECS_PATH = "prometheus/operator-prometheus-specs.yaml"
+
+
+def scrape_config_paths(shards: int) -> list[str]:
+    """`prometheus/scrape-config.yaml`, or `prometheus/scrape-config-shard-<i>.yaml` per shard."""
+    return [shard_key(SCRAPE_CONFIG_PATH, i, shards) for i in range(shards)]
+
+
 def artifact_files(settings: Settings) -> dict[str, str]:
     """Relative path under rendered/<stack>/ -> file text."""
     cfg = settings.observability_config()
@@ -45,10 +61,24 @@ def artifact_files(settings: Settings) -> dict[str, str]:
     args = component_args(settings)
     files = {
         RULES_PATH: gen.rules_yaml,
-        SCRAPE_CONFIG_PATH: scrape_config_yaml(cfg, list(args.scrape_discovery.watched_namespaces)),
+        **{TIER_RULES_PATHS[tier]: text for tier, text in gen.tier_yaml.items()},
+        **shard_scrape_configs(cfg, list(args.scrape_discovery.watched_namespaces), SCRAPE_CONFIG_PATH),
         DATASOURCES_PATH: stack_datasources_yaml(settings),
         ALERTMANAGER_PATH: alertmanager_yaml(settings),
         job_manifest_path(args.training_job): dump_yaml(job_manifest(args.training_job)),
     }
     files.update({f"dashboards/{uid}.json": text for uid, text in gen.dashboards.items()})
+    files.update(prometheus_server_files(settings))
     return files
+
+
+def prometheus_server_files(settings: Settings) -> dict[str, str]:
+    """Each Prometheus server's config (annotations mode), or the fields the operator's Prometheus
+    resources must set (operator mode): external labels, shards, rule selection, remote write."""
+    cfg = settings.observability_config()
+    remote_write = settings.prometheus.remote_write_url
+    if settings.scrape.mode == "operator":
+        return {OPERATOR_SPECS_PATH: operator_specs_yaml(cfg, settings.scrape.operator_selector, remote_write)}
+    namespaces = list(component_args(settings).scrape_discovery.watched_namespaces)
+    configs = server_configs(cfg, namespaces, remote_write, RULE_FILES)
+    return {f"{SERVER_CONFIG_DIR}/{name}": text for name, text in configs.items()}

@@ -1,5 +1,6 @@
 """Offline checks run after every render, before anything is written: Kubernetes schemas, the
-policies (the same ones the CrossGuard pack enforces), and promtool over the rules file."""
+policies (the same ones the CrossGuard pack enforces), promtool over the rules files, and the
+shard tier's rules file read again for rules that combine scrape targets."""
 
 from __future__ import annotations
 
@@ -9,12 +10,16 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+import yaml
+
 from infra import kube_validate
-from infra.artifacts import RULES_PATH
+from infra.artifacts import RULES_PATH, TIER_RULES_PATHS
 from infra.kube_provider import PROVIDER_TYPE
 from infra.policy_context import context_from_settings, rendered_objects
 from infra.result import RenderResult
 from infra.settings import stack_file
+from observability.rules import Tier
+from observability.rules.tiers import shard_tier_problems
 from policy.engine import check_files, check_stack_file, evaluate, mandatory
 
 Check = Callable[[RenderResult], list[str]]
@@ -31,14 +36,17 @@ def check_policies(result: RenderResult) -> list[str]:
 
 
 def check_rules_with_promtool(result: RenderResult) -> list[str]:
-    """`promtool check rules` on the rendered rules file (Debian's prometheus package)."""
+    """`promtool check rules` on the rendered rules files (Debian's prometheus package)."""
     promtool = shutil.which("promtool")
     if promtool is None:
         return ["promtool not found: install Debian's `prometheus` package (`sudo make sysdeps`)"]
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "rules.yaml"
-        path.write_text(result.files[RULES_PATH])
-        proc = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=120)
+        paths = []
+        for rendered in (RULES_PATH, *TIER_RULES_PATHS.values()):
+            path = Path(tmp) / Path(rendered).name
+            path.write_text(result.files[rendered])
+            paths.append(str(path))
+        proc = subprocess.run([promtool, "check", "rules", *paths], capture_output=True, text=True, timeout=120)
     if proc.returncode != 0:
         return [line for line in (proc.stderr or proc.stdout).splitlines() if line.strip()]
     return []
@@ -68,9 +76,17 @@ def check_provider(result: RenderResult) -> list[str]:
     return problems
 
 
+def check_rule_tiers(result: RenderResult) -> list[str]:
+    """Every rule of `rules-shard.yaml` reads one scrape target's series (observability.rules.tiers)."""
+    shard_file = yaml.safe_load(result.files[TIER_RULES_PATHS[Tier.SHARD]]) or {}
+    whole = yaml.safe_load(result.files[RULES_PATH]) or {}
+    return shard_tier_problems(shard_file.get("groups") or [], whole.get("groups") or [])
+
+
 ALL_CHECKS: list[tuple[str, Check]] = [
     ("kubernetes-provider", check_provider),
     ("kubernetes-schema", kube_validate.check_render),
     ("policies", check_policies),
     ("promtool-rules", check_rules_with_promtool),
+    ("rule-tiers", check_rule_tiers),
 ]

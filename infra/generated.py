@@ -21,14 +21,20 @@ class Generated:
     rule_groups: tuple[dict[str, Any], ...]
     rules_yaml: str
     dashboards: Mapping[str, str]  # uid -> dashboard JSON text
+    # The same rules split into the shard tier and the global tier (docs/scaling.md).
+    tier_groups: Mapping[rules.Tier, tuple[dict[str, Any], ...]]
+    tier_yaml: Mapping[rules.Tier, str]
 
 
 @functools.lru_cache(maxsize=8)
 def generated(cfg: ObservabilityConfig) -> Generated:
+    tiers = rules.tier_rule_groups(cfg)
     return Generated(
         rule_groups=tuple(rules.rule_groups(cfg)),
         rules_yaml=rules.rules_file_yaml(cfg),
         dashboards={uid: dashboards.to_json(d) for uid, d in sorted(dashboards.build_all(cfg).items())},
+        tier_groups={tier: tuple(groups) for tier, groups in tiers.items()},
+        tier_yaml=rules.tier_rules_yaml(cfg),
     )
 
 

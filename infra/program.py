@@ -67,6 +67,7 @@ def component_args(settings: Settings) -> ComponentArgs:
         alert_rules=AlertRulesArgs(
             groups=gen.rule_groups, rules_file_yaml=gen.rules_yaml, mode=scrape.mode,
             operator_selector=scrape.operator_selector, namespace=ns.monitoring, common_labels=labels,
+            shards=cfg.shards, tier_groups=gen.tier_groups, tier_yaml=gen.tier_yaml,
         ),
         alert_routing=AlertRoutingArgs(
             receivers=settings.alerting, cfg=cfg, mode=scrape.mode, operator_selector=scrape.operator_selector,

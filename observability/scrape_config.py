@@ -14,6 +14,14 @@ relabelled exactly as a discovered pod would be (the real-Prometheus test relies
 
 Target labels: `namespace`, `pod` and `service` (= pod label `app.kubernetes.io/name`). `node` is
 deliberately not a target label: the GPU poller exports `node` on its own series.
+
+Sharded scraping (`cfg.shards` > 1): in annotations mode each shard gets its own copy of the job
+(same job name, so `job` is the same label as with one server) that ends in `hashmod` over the
+final `__address__` and keeps its own remainder (`shard_relabel_configs`), so every target is
+scraped by exactly one shard. In operator mode the PodMonitor is unchanged: the operator appends
+the same two rules after its relabelings (`__address__` into `__tmp_hash`, `hashmod` by
+`spec.shards`, keep `$(SHARD)`) when the Prometheus resource sets `spec.shards`, and the
+PodMonitor neither sets `__tmp_hash` nor `__tmp_disable_sharding`.
 """
 
 from __future__ import annotations
@@ -138,8 +146,38 @@ def _check_namespaces(namespaces: Sequence[str]) -> list[str]:
     return names
 
 
-def annotation_scrape_configs(cfg: ObservabilityConfig, namespaces: Sequence[str]) -> list[dict[str, Any]]:
-    """`scrape_configs` entries: one pod-role job over `namespaces` honouring the annotations."""
+# Scrape shards: what `hashmod` writes the remainder into (dropped after relabelling, like every
+# `__` label), and the most shards a stack may run.
+SHARD_HASH_LABEL = "__tmp_hash"
+MAX_SHARDS = 64
+
+
+def shard_relabel_configs(shard: int, shards: int) -> list[dict[str, Any]]:
+    """The rules that keep the targets of `shard` (0-based) out of `shards`: none for one shard.
+
+    They run last, on the final `__address__` (pod IP and annotated port), so the container ports
+    of one pod, which relabel to one address, land on the same shard and fold into one target.
+    The remainder label is dropped again: a target's labels, and with them the phase at which
+    Prometheus scrapes it within the interval, are the same as without shards.
+    """
+    if not 1 <= shards <= MAX_SHARDS:
+        raise ValueError(f"shards = {shards}: expected a whole number from 1 to {MAX_SHARDS}")
+    if not 0 <= shard < shards:
+        raise ValueError(f"shard {shard} does not exist with {shards} shard(s): expected 0 to {shards - 1}")
+    if shards == 1:
+        return []
+    return [
+        {"source_labels": ["__address__"], "target_label": SHARD_HASH_LABEL, "modulus": shards, "action": "hashmod"},
+        {"source_labels": [SHARD_HASH_LABEL], "regex": str(shard), "action": "keep"},
+        {"regex": SHARD_HASH_LABEL, "action": "labeldrop"},
+    ]
+
+
+def annotation_scrape_configs(
+    cfg: ObservabilityConfig, namespaces: Sequence[str], shard: int = 0
+) -> list[dict[str, Any]]:
+    """`scrape_configs` entries of one shard: one pod-role job over `namespaces` honouring the
+    annotations, keeping only the shard's targets when the stack has more than one shard."""
     interval = f"{cfg.scrape_interval_seconds}s"
     return [
         {
@@ -147,20 +185,39 @@ def annotation_scrape_configs(cfg: ObservabilityConfig, namespaces: Sequence[str
             "scrape_interval": interval,
             "scrape_timeout": f"{min(cfg.scrape_interval_seconds, 10)}s",
             "kubernetes_sd_configs": [{"role": "pod", "namespaces": {"names": _check_namespaces(namespaces)}}],
-            "relabel_configs": annotation_relabel_configs(),
+            "relabel_configs": [*annotation_relabel_configs(), *shard_relabel_configs(shard, cfg.shards)],
         }
     ]
 
 
-def scrape_config_yaml(cfg: ObservabilityConfig, namespaces: Sequence[str]) -> str:
-    """A `scrape_configs:` document: `rendered/<stack>/prometheus/scrape-config.yaml` and the ConfigMap
-    key (Prometheus loads it through `scrape_config_files`, `promtool check config` checks it)."""
-    return _dump({"scrape_configs": annotation_scrape_configs(cfg, namespaces)})
+def shard_key(key: str, shard: int, shards: int) -> str:
+    """The file or object key of one shard's scrape config: `key` itself with one shard,
+    `scrape-config-shard-0.yaml` style with several."""
+    if shards == 1:
+        return key
+    stem, dot, extension = key.rpartition(".")
+    return f"{stem}-shard-{shard}{dot}{extension}"
 
 
-def additional_scrape_configs_yaml(cfg: ObservabilityConfig, namespaces: Sequence[str]) -> str:
+def scrape_config_yaml(cfg: ObservabilityConfig, namespaces: Sequence[str], shard: int = 0) -> str:
+    """A `scrape_configs:` document: `rendered/<stack>/prometheus/scrape-config.yaml` (one per shard
+    when sharded) and the ConfigMap key (Prometheus loads it through `scrape_config_files`,
+    `promtool check config` checks it)."""
+    return _dump({"scrape_configs": annotation_scrape_configs(cfg, namespaces, shard)})
+
+
+def additional_scrape_configs_yaml(cfg: ObservabilityConfig, namespaces: Sequence[str], shard: int = 0) -> str:
     """A bare list of scrape configs: the operator's additional-scrape-configs Secret key."""
-    return _dump(annotation_scrape_configs(cfg, namespaces))
+    return _dump(annotation_scrape_configs(cfg, namespaces, shard))
+
+
+def shard_scrape_configs(
+    cfg: ObservabilityConfig, namespaces: Sequence[str], key: str = CONFIGMAP_KEY
+) -> dict[str, str]:
+    """Key -> scrape config document of every shard: `scrape_configs:` documents under ConfigMap keys
+    or rendered file names (any key but the Secret's), bare lists under the Secret's key."""
+    render = additional_scrape_configs_yaml if key == SECRET_KEY else scrape_config_yaml
+    return {shard_key(key, i, cfg.shards): render(cfg, namespaces, i) for i in range(cfg.shards)}
 
 
 _OPERATOR_KEYS = {

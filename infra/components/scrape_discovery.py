@@ -9,6 +9,11 @@
   `scrape.objectName` are not used in this mode (a second job would scrape every pod twice).
 
 Watched namespaces: platform (services), training (jobs) and monitoring (the GPU poller).
+
+With more than one scrape shard (`prometheus.shards`), the ConfigMap or Secret holds one key per
+shard (`scrape-config-shard-<i>.yaml`, `prometheus-additional-shard-<i>.yaml`): shard i loads its
+own, which keeps only the targets `hashmod` assigns it. The PodMonitor stays the same: the
+operator shards it itself when the Prometheus resource sets `spec.shards` (docs/scaling.md).
 """
 
 from __future__ import annotations
@@ -64,14 +69,14 @@ class ScrapeDiscovery(pulumi.ComponentResource):
                 f"{name}-config",
                 metadata=metadata(args.common_labels, scrape.object_name, args.namespace, app=APP, component=COMPONENT),
                 type="Opaque",
-                string_data={scrape_config.SECRET_KEY: scrape_config.additional_scrape_configs_yaml(cfg, namespaces)},
+                string_data=scrape_config.shard_scrape_configs(cfg, namespaces, scrape_config.SECRET_KEY),
                 opts=child(self),
             )
         else:
             self.resource = k8s.core.v1.ConfigMap(
                 f"{name}-config",
                 metadata=metadata(args.common_labels, scrape.object_name, args.namespace, app=APP, component=COMPONENT),
-                data={scrape_config.CONFIGMAP_KEY: scrape_config.scrape_config_yaml(cfg, namespaces)},
+                data=scrape_config.shard_scrape_configs(cfg, namespaces, scrape_config.CONFIGMAP_KEY),
                 opts=child(self),
             )
         self.register_outputs({"mode": scrape.mode})

@@ -23,7 +23,7 @@ _URL_WITH_PASSWORD = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@", re.I
 KNOWN_KEYS = {
     "environment", "kubernetesVersion", "namespaces", "endpoints", "services", "scrape", "poller",
     "trainingJob", "grafana", "grafanaUrl", "runbookBaseUrl", "criticalDetectionSeconds", "kubeContext",
-    KUBECONFIG_KEY, *SECRET_KEYS,
+    KUBECONFIG_KEY, "cluster", "prometheus", *SECRET_KEYS,
 }  # fmt: skip
 
 
@@ -88,6 +88,7 @@ def load_settings(source: ConfigSource, secret: SecretReader) -> Settings:
     runbook_base_url = sections.runbook_base_url(r)
     alerting = sections.alerting(r, secret)
     kubernetes = sections.kubernetes_target(r, secret)
+    prometheus = sections.prometheus(r, environment, endpoints)
     if isinstance(poller.image, ImageBuild) and source.get("registryPassword") is None:
         r.problems.append(
             "registryPassword is missing: the poller image is built and pushed, so set it with "
@@ -112,6 +113,7 @@ def load_settings(source: ConfigSource, secret: SecretReader) -> Settings:
         runbook_base_url=runbook_base_url,
         critical_detection_seconds=budget,
         kubernetes=kubernetes,
+        prometheus=prometheus,
         common_labels={
             "app.kubernetes.io/part-of": PROJECT,
             "app.kubernetes.io/managed-by": "pulumi",

@@ -144,6 +144,16 @@ class GrafanaSettings:
 
 
 @dataclass(frozen=True)
+class PrometheusSettings:
+    """Sharded scraping and the global rule tier (docs/scaling.md)."""
+
+    shards: int = 1  # Prometheus scrape shards; 1 is one server evaluating every rule
+    cluster: str = ""  # the `cluster` external label of every Prometheus of the stack
+    clusters: tuple[str, ...] = ()  # every cluster the dashboards' global tier holds (this one included)
+    remote_write_url: str = ""  # where the shards remote-write to (the global tier's receiver)
+
+
+@dataclass(frozen=True)
 class AlertingReceivers:
     page_webhook_url: SecretValue
     chat_webhook_url: SecretValue
@@ -177,6 +187,7 @@ class Settings:
     critical_detection_seconds: int = DEFAULT_CRITICAL_DETECTION_SECONDS
     kubernetes: KubernetesTarget = KubernetesTarget(context=None)
     common_labels: Mapping[str, str] = field(default_factory=dict)
+    prometheus: PrometheusSettings = PrometheusSettings()
 
     def observability_config(self) -> ObservabilityConfig:
         """The one settings object that rules, dashboards and scrape config are generated from."""
@@ -189,4 +200,7 @@ class Settings:
             platform_services=tuple(s.name for s in self.services),
             datasource_uids=DatasourceUids(),
             grafana_folder=self.grafana.folder,
+            shards=self.prometheus.shards,
+            cluster=self.prometheus.cluster,
+            clusters=self.prometheus.clusters,
         )

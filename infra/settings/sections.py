@@ -22,6 +22,7 @@ from infra.settings.model import (
     Namespaces,
     PinnedImage,
     PollerSettings,
+    PrometheusSettings,
     Resources,
     ScrapeSettings,
     ServiceSettings,
@@ -30,7 +31,9 @@ from infra.settings.model import (
 )
 from infra.settings.reading import _DNS_LABEL, DNS_LABEL_EXPECTED, Reader, SecretReader
 from observability.config import ObservabilityConfig
+from observability.prometheus_config import REMOTE_WRITE_PATH
 from observability.rules.detection import detection_budget
+from observability.scrape_config import MAX_SHARDS
 
 _DIGEST_REF = re.compile(r"^[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)+@sha256:[0-9a-f]{64}$")
 RECEIVER_KEYS = ("alertPageWebhookUrl", "alertChatWebhookUrl", "alertLowPriorityWebhookUrl")
@@ -299,3 +302,25 @@ def kubernetes_target(r: Reader, secret: SecretReader) -> KubernetesTarget:
             'kubeconfig "$(cat kubeconfig)"`)'
         )
     return KubernetesTarget(context=context or None, kubeconfig=secret(KUBECONFIG_KEY) if has_kubeconfig else None)
+
+
+def prometheus(r: Reader, environment_name: str, ep: Endpoints) -> PrometheusSettings:
+    """`cluster` (the external label; default `foxhunt-<environment>`) and `prometheus.shards`,
+    `prometheus.clusters`, `prometheus.remoteWriteUrl` (default: the remote-write receiver of the
+    Prometheus at `endpoints.prometheus`, the global tier) (docs/scaling.md)."""
+    cluster = r.dns_name("cluster", r.raw("cluster") or f"foxhunt-{environment_name or 'dev'}")
+    pr = r.mapping("prometheus", r.raw("prometheus"), {"shards", "clusters", "remoteWriteUrl"})
+    shards = r.integer("prometheus.shards", pr.get("shards", 1), 1, MAX_SHARDS)
+    default_write = f"{ep.prometheus.rstrip('/')}{REMOTE_WRITE_PATH}" if ep.prometheus else ""
+    given = pr.get("remoteWriteUrl")
+    remote_write = r.url("prometheus.remoteWriteUrl", given) if given is not None else default_write
+    listed = pr.get("clusters", [cluster])
+    if not isinstance(listed, list) or not listed:
+        r.problem("prometheus.clusters", listed, "a non-empty list of cluster names (DNS-1123 labels)")
+        return PrometheusSettings(shards, cluster, (cluster,), remote_write)
+    clusters = tuple(r.dns_name(f"prometheus.clusters[{i}]", name) for i, name in enumerate(listed))
+    if len(set(clusters)) != len(clusters):
+        r.problem("prometheus.clusters", listed, "each cluster once")
+    if cluster and cluster not in clusters:
+        r.problem("prometheus.clusters", listed, f"a list that includes this stack's cluster {cluster!r}")
+    return PrometheusSettings(shards, cluster, clusters, remote_write)

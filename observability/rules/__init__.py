@@ -7,6 +7,9 @@ Public interface:
   holds and `promtool check rules` loads).
 - `alert_groups(cfg)` / `alert_rules(cfg)`: the typed alerts, for runbooks, policies and tests.
 - `ALERT_NAMES`, `ALERT_GROUP_NAMES`, `ALERTS_BY_GROUP`: names to enumerate without a config.
+- `tier_rule_groups(cfg)` / `tier_rules_yaml(cfg)`: the same rules split into the shard tier and
+  the global tier (`observability.rules.tiers`: every rule's tier derived from its expression),
+  what `rules-shard.yaml` and `rules-global.yaml` hold. Together they are exactly `rule_groups`.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from observability.rules.model import AlertRule, RecordingRule, RunbookQuery, Se
 from observability.rules.promql import duration
 from observability.rules.recording import RECORDING_RULES, recording_groups
 from observability.rules.render import dump_groups
+from observability.rules.tiers import Tier, split_groups
 
 __all__ = [
     "ALERTS_BY_GROUP",
@@ -33,10 +37,13 @@ __all__ = [
     "RecordingRule",
     "RunbookQuery",
     "Severity",
+    "Tier",
     "alert_groups",
     "alert_rules",
     "rule_groups",
     "rules_file_yaml",
+    "tier_rule_groups",
+    "tier_rules_yaml",
 ]
 
 _ALERT_GROUP_BUILDERS: tuple[tuple[str, Callable[[ObservabilityConfig], tuple[AlertRule, ...]]], ...] = (
@@ -76,6 +83,16 @@ def rule_groups(cfg: ObservabilityConfig) -> list[dict[str, Any]]:
 def rules_file_yaml(cfg: ObservabilityConfig) -> str:
     """The whole rules file (`groups:` ...) as YAML, byte-identical for equal configs."""
     return dump_groups(rule_groups(cfg))
+
+
+def tier_rule_groups(cfg: ObservabilityConfig) -> dict[Tier, list[dict[str, Any]]]:
+    """The rule groups of each tier (a group with rules of both tiers is in both, same name)."""
+    return split_groups(rule_groups(cfg))
+
+
+def tier_rules_yaml(cfg: ObservabilityConfig) -> dict[Tier, str]:
+    """The rules file of each tier, byte-identical for equal configs."""
+    return {tier: dump_groups(groups) for tier, groups in tier_rule_groups(cfg).items()}
 
 
 ALERT_GROUP_NAMES: tuple[str, ...] = tuple(name for name, _ in _ALERT_GROUP_BUILDERS)

@@ -102,6 +102,14 @@ BAD_CONFIGS = [
     ("plaintext-webhook", {"alertPageWebhookUrl": "https://hooks.example.invalid/T0/B0/x"}, "alertPageWebhookUrl is a credential given in plaintext"),
     ("password-in-url", mutated("endpoints", ["loki"], "http://admin:foxhunt123@loki:3100"), "no credentials in a URL"),
     ("credential-in-nested-key", mutated("poller", ["image", "password"], "hunter2"), "poller.image.password looks like a credential given in plaintext"),
+    ("shards-zero", {"prometheus": {"shards": 0}}, "prometheus.shards = 0: expected a whole number from 1 to 64"),
+    ("shards-too-many", {"prometheus": {"shards": 65}}, "prometheus.shards = 65: expected a whole number from 1 to 64"),
+    ("shards-fraction", {"prometheus": {"shards": 2.5}}, "prometheus.shards = 2.5: expected a whole number from 1 to 64"),
+    ("shards-typo", {"prometheus": {"shard": 2}}, "prometheus.shard is not a known setting"),
+    ("cluster-not-a-dns-label", {"cluster": "EU_1"}, "cluster = 'EU_1': expected a DNS-1123 label"),
+    ("clusters-without-this-one", {"cluster": "eu-1", "prometheus": {"clusters": ["us-1"]}}, "prometheus.clusters = [\"us-1\"]: expected a list that includes this stack's cluster 'eu-1'"),
+    ("remote-write-not-a-url", {"prometheus": {"shards": 2, "remoteWriteUrl": "global:9090"}}, "prometheus.remoteWriteUrl = 'global:9090': expected a URL"),
+    ("clusters-bad-name", {"prometheus": {"clusters": ["foxhunt-dev", "US 1"]}}, "prometheus.clusters[1] = 'US 1': expected a DNS-1123 label"),
 ]  # fmt: skip
 
 
@@ -223,3 +231,14 @@ def test_yaml_errors_name_the_file(tmp_path) -> None:
         read_stack_config("broken", root=tmp_path)
     assert str(caught.value).startswith("Pulumi.broken.yaml, line 3, column 1 is not valid YAML: ")
     assert "<unicode string>" not in str(caught.value)
+
+
+def test_one_shard_and_the_environment_s_cluster_by_default() -> None:
+    cfg = load().observability_config()
+    assert (cfg.shards, cfg.cluster, cfg.clusters) == (1, "foxhunt-dev", ("foxhunt-dev",))
+
+
+def test_shards_and_clusters_reach_the_observability_config() -> None:
+    settings = load(cluster="eu-1", prometheus={"shards": "4", "clusters": ["eu-1", "us-1"]})
+    cfg = settings.observability_config()
+    assert (cfg.shards, cfg.cluster, cfg.clusters) == (4, "eu-1", ("eu-1", "us-1"))

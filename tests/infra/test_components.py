@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +12,7 @@ import pytest
 import yaml
 
 from infra import REPO_ROOT, artifacts, components, generated, program, render
+from infra.checks import ALL_CHECKS
 from infra.components import alert_routing, common, gpu_poller, grafana, training_job
 from infra.components.service_scrape import PATCH_FIELD_MANAGER_ANNOTATION
 from infra.kube_provider import PROVIDER_TYPE
@@ -17,6 +20,7 @@ from infra.mock_engine import run_program
 from infra.result import RenderResult
 from infra.settings import PROJECT, ImageBuild, PinnedImage, placeholder_secret, read_stack_config, validate_stack
 from observability import scrape_config
+from observability.rules import Tier
 from observability.scrape_config import PATH_ANNOTATION, PORT_ANNOTATION, SCRAPE_ANNOTATION, SERVICE_LABEL
 from tests.infra.support import STACKS, is_secret, objects, one, run_raw
 
@@ -545,7 +549,7 @@ def test_a_dashboard_over_the_object_limit_fails_before_registering(monkeypatch:
     def huge(cfg: Any) -> generated.Generated:
         gen = real(cfg)
         big = json.dumps({"uid": "huge", "panels": ["x" * 1024] * 1100})
-        return generated.Generated(gen.rule_groups, gen.rules_yaml, {**gen.dashboards, "huge": big})
+        return dataclasses.replace(gen, dashboards={**gen.dashboards, "huge": big})
 
     monkeypatch.setattr(generated, "generated", huge)
     with pytest.raises(Exception, match=r"dashboard 'huge'.*over the 1 MiB"):
@@ -601,3 +605,133 @@ def test_two_instances_of_every_component_register_without_colliding(
     assert len(run.resources) == 2 * len([r for r in rendered[stack].run.resources if r.type != PROVIDER_TYPE])
     urns = [r.urn for r in run.resources]
     assert len(set(urns)) == len(urns)
+
+
+# ------------------------------------------------------------------------------------------------
+# Scrape shards and rule tiers
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sharded() -> dict[str, RenderResult]:
+    """dev (annotations mode, ConfigMap) and prod (operator mode) rendered with 3 scrape shards."""
+    return {stack: render.render_stack(stack, overrides={"prometheus": {"shards": 3}}) for stack in ("dev", "prod")}
+
+
+def test_sharded_annotations_mode_delivers_one_scrape_config_and_the_rule_tiers_per_key(
+    sharded: dict[str, RenderResult],
+) -> None:
+    result = sharded["dev"]
+    settings = result.settings
+    (configmap,) = [c for c in objects(result, "ConfigMap") if c["metadata"]["name"] == settings.scrape.object_name]
+    paths = artifacts.scrape_config_paths(3)
+    assert sorted(configmap["data"]) == [f"scrape-config-shard-{i}.yaml" for i in range(3)]
+    assert artifacts.SCRAPE_CONFIG_PATH not in result.files
+    for shard, path in enumerate(paths):
+        text = configmap["data"][f"scrape-config-shard-{shard}.yaml"]
+        assert result.files[path] == text
+        (job,) = yaml.safe_load(text)["scrape_configs"]
+        assert job["job_name"] == scrape_config.JOB_NAME
+        assert {"source_labels": ["__tmp_hash"], "regex": str(shard), "action": "keep"} in job["relabel_configs"]
+    (rules_map,) = [c for c in objects(result, "ConfigMap") if c["metadata"]["name"] == "foxhunt-ml-rules"]
+    assert rules_map["data"] == {
+        f"foxhunt-rules-{tier.value}.yaml": result.files[artifacts.TIER_RULES_PATHS[tier]] for tier in Tier
+    }
+    assert objects(result, "PrometheusRule") == []
+    for name, check in ALL_CHECKS:
+        assert check(result) == [], name
+
+
+def test_sharded_operator_mode_labels_a_prometheus_rule_per_tier_and_keeps_the_pod_monitor(
+    sharded: dict[str, RenderResult], rendered: dict[str, RenderResult]
+) -> None:
+    result = sharded["prod"]
+    selector = result.settings.scrape.operator_selector
+    by_tier = {r["metadata"]["labels"]["foxhunt.io/rule-tier"]: r for r in objects(result, "PrometheusRule")}
+    assert sorted(by_tier) == ["global", "shard"]
+    for tier in Tier:
+        rule = by_tier[tier.value]
+        assert rule["metadata"]["name"] == f"foxhunt-ml-rules-{tier.value}"
+        assert selector.items() <= rule["metadata"]["labels"].items()
+        assert rule["spec"]["groups"] == yaml.safe_load(result.files[artifacts.TIER_RULES_PATHS[tier]])["groups"]
+    assert one(result, "PodMonitor")["spec"] == one(rendered["prod"], "PodMonitor")["spec"]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_one_shard_renders_the_single_rules_object_and_both_tier_files(
+    rendered: dict[str, RenderResult], stack: str
+) -> None:
+    result = rendered[stack]
+    whole = yaml.safe_load(result.files[artifacts.RULES_PATH])["groups"]
+    tiers = [yaml.safe_load(result.files[artifacts.TIER_RULES_PATHS[t]])["groups"] for t in Tier]
+    names = sorted(str(r.get("alert") or r.get("record")) for g in whole for r in g["rules"])
+    assert names == sorted(
+        str(r.get("alert") or r.get("record")) for groups in tiers for g in groups for r in g["rules"]
+    )
+    assert artifacts.scrape_config_paths(1) == [artifacts.SCRAPE_CONFIG_PATH]
+    assert all("foxhunt.io/rule-tier" not in r["metadata"]["labels"] for r in objects(result, "PrometheusRule"))
+
+
+def _checkable(config_text: str, tmp_path: Path) -> Path:
+    """The config with Kubernetes discovery swapped for file discovery (Debian's build lacks it)."""
+    document = yaml.safe_load(config_text)
+    for job in document.get("scrape_configs") or []:
+        job.pop("kubernetes_sd_configs")
+        job["file_sd_configs"] = [{"files": [str(tmp_path / "none.json")]}]
+    path = tmp_path / "prometheus.yml"
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def test_every_server_of_a_sharded_stack_gets_a_config_promtool_accepts(
+    sharded: dict[str, RenderResult], tmp_path: Path
+) -> None:
+    result = sharded["dev"]
+    settings = result.settings
+    (rules_map,) = [c for c in objects(result, "ConfigMap") if c["metadata"]["name"] == "foxhunt-ml-rules"]
+    names = ["prometheus-shard-0.yml", "prometheus-shard-1.yml", "prometheus-shard-2.yml", "prometheus-global.yml"]
+    scrape_files = artifacts.scrape_config_paths(3)
+    for key, rules_text in rules_map["data"].items():  # mounted next to the config
+        (tmp_path / key).write_text(rules_text)
+    for name in names:
+        text = result.files[f"prometheus/{name}"]
+        document = yaml.safe_load(text)
+        assert document["global"]["external_labels"] == {"cluster": "foxhunt-dev"}
+        assert set(document["rule_files"]) <= set(rules_map["data"])
+        if name == "prometheus-global.yml":
+            assert "scrape_configs" not in document and "remote_write" not in document
+            assert document["rule_files"] == ["foxhunt-rules-global.yaml"]
+        else:
+            shard = int(name.removesuffix(".yml").rsplit("-", 1)[1])
+            assert document["rule_files"] == ["foxhunt-rules-shard.yaml"]
+            assert document["scrape_configs"] == yaml.safe_load(result.files[scrape_files[shard]])["scrape_configs"]
+            assert document["remote_write"] == [{"url": settings.prometheus.remote_write_url}]
+            assert settings.prometheus.remote_write_url == f"{settings.endpoints.prometheus}/api/v1/write"
+        proc = subprocess.run(
+            ["promtool", "check", "config", str(_checkable(text, tmp_path))], capture_output=True, text=True, timeout=60
+        )
+        assert proc.returncode == 0, name + proc.stdout + proc.stderr
+
+
+def test_one_shard_annotations_stack_gets_one_server_config(rendered: dict[str, RenderResult]) -> None:
+    document = yaml.safe_load(rendered["dev"].files["prometheus/prometheus.yml"])
+    assert document["global"]["external_labels"] == {"cluster": "foxhunt-dev"}
+    assert document["rule_files"] == ["foxhunt-rules.yaml"]
+    assert "remote_write" not in document
+    assert not any(p.startswith("prometheus/prometheus-") for p in rendered["dev"].files)
+
+
+def test_sharded_operator_stack_says_what_the_prometheus_resources_set(sharded: dict[str, RenderResult]) -> None:
+    result = sharded["prod"]
+    specs = yaml.safe_load(result.files[artifacts.OPERATOR_SPECS_PATH])
+    shards, global_tier = specs["prometheus-shards"], specs["prometheus-global"]
+    assert shards["shards"] == 3 and global_tier["enableRemoteWriteReceiver"] is True
+    assert shards["externalLabels"] == global_tier["externalLabels"] == {"cluster": "foxhunt-prod"}
+    for spec, rule in ((shards, "foxhunt-ml-rules-shard"), (global_tier, "foxhunt-ml-rules-global")):
+        (selected,) = [
+            r for r in objects(result, "PrometheusRule")
+            if spec["ruleSelector"]["matchLabels"].items() <= r["metadata"]["labels"].items()
+        ]  # fmt: skip
+        assert selected["metadata"]["name"] == rule
+    pod_monitor = one(result, "PodMonitor")
+    assert shards["podMonitorSelector"]["matchLabels"].items() <= pod_monitor["metadata"]["labels"].items()

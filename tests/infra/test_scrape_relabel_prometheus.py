@@ -231,3 +231,85 @@ def test_annotations_name_the_fields_the_relabelling_reads() -> None:
                        for s in rule.get("source_labels", [])}  # fmt: skip
     for key in annotations:
         assert annotation_label(key) in relabel_sources, key
+
+
+def operator_sharding_rules(shard: int, shards: int) -> list[dict[str, Any]]:
+    """What the Prometheus Operator appends to every PodMonitor job when `spec.shards` is set
+    (`$(SHARD)` is the shard's number in its pod): hash `__tmp_hash` if a relabeling set it, else
+    the final `__address__`, and keep the shard's remainder unless sharding is disabled."""
+    return [
+        {"source_labels": ["__address__", "__tmp_hash"], "target_label": "__tmp_hash", "regex": "(.+);",
+         "replacement": "$1", "action": "replace"},
+        {"source_labels": ["__tmp_hash"], "target_label": "__tmp_hash", "modulus": shards, "action": "hashmod"},
+        {"source_labels": ["__tmp_hash", "__tmp_disable_sharding"], "regex": f"{shard};|.+;.+", "action": "keep"},
+    ]  # fmt: skip
+
+
+def test_every_annotated_pod_is_scraped_by_exactly_one_shard_in_both_modes(
+    tmp_path: Path, prometheus: Callable[..., Any]
+) -> None:
+    """Three shards, each job as the stack renders it (annotations mode) or as the operator builds
+    it from the PodMonitor with `spec.shards: 3` (operator mode), loaded side by side into one
+    Prometheus under distinct job names: the discovered pods split into three disjoint sets that
+    cover every annotated pod, the same way in both modes (both hash the final address)."""
+    shards = 3
+    pods = [
+        pod_target(f"pod-{i}", ip=f"10.1.{i // 200}.{i % 200 + 1}", declared_port=8080,
+                   annotations=pod_scrape_annotations(9400 + i % 3), service="gpu-poller")
+        for i in range(24)
+    ]  # fmt: skip
+    # One pod with two declared container ports: one target, on one shard.
+    for container, port in (("app", 1), ("sidecar", 2)):
+        pods.append(pod_target("two-ports", ip="10.2.0.1", declared_port=port, container=container,
+                               annotations=pod_scrape_annotations(9400), service="risk-engine"))  # fmt: skip
+    pods.append(pod_target("unannotated", ip="10.2.0.2", declared_port=9400, annotations={}, service="x"))
+    sd_file = tmp_path / "pods.json"
+    sd_file.write_text(json.dumps(pods))
+    cfg = ObservabilityConfig(scrape_interval_seconds=1, shards=shards)
+    jobs = []
+    for shard in range(shards):
+        (job,) = annotation_scrape_configs(cfg, [NAMESPACE], shard)
+        assert job["job_name"] == JOB_NAME  # the same job on every shard: `job` is as with one server
+        del job["kubernetes_sd_configs"]
+        job.update(job_name=f"annotations-{shard}", file_sd_configs=[{"files": [str(sd_file)]}], scrape_timeout="1s")
+        jobs.append(job)
+        operator = emulated_operator_job(cfg, sd_file)
+        assert not any(
+            {"__tmp_hash", "__tmp_disable_sharding"} & {r.get("target_label"), *r.get("source_labels", [])}
+            for r in operator["relabel_configs"]
+        )
+        operator["job_name"] = f"operator-{shard}"
+        operator["relabel_configs"] += operator_sharding_rules(shard, shards)
+        jobs.append(operator)
+    prom = prometheus({"global": {"scrape_interval": "1s"}, "scrape_configs": jobs})
+
+    expected = {f"pod-{i}" for i in range(24)} | {"two-ports"}
+    deadline = time.monotonic() + 30
+    by_job: dict[str, list[str]] = {}
+    while time.monotonic() < deadline:
+        by_job = {}
+        for target in prom.api("/api/v1/targets?state=active")["activeTargets"]:
+            by_job.setdefault(target["scrapePool"], []).append(target["discoveredLabels"]["__meta_kubernetes_pod_name"])
+        if sum(len(v) for v in by_job.values()) == 2 * len(expected):
+            break
+        time.sleep(0.2)
+    for mode in ("annotations", "operator"):
+        assigned = [by_job.get(f"{mode}-{shard}", []) for shard in range(shards)]
+        every = [pod for pods_of_shard in assigned for pod in pods_of_shard]
+        assert sorted(every) == sorted(expected), (mode, by_job)  # each pod exactly once
+        assert all(assigned), f"{mode}: a shard got no target out of {len(expected)}: {by_job}"
+    for shard in range(shards):
+        assert sorted(by_job[f"annotations-{shard}"]) == sorted(by_job[f"operator-{shard}"])
+
+
+def test_one_shard_adds_no_relabelling_and_each_shard_keeps_its_own_remainder() -> None:
+    one = annotation_scrape_configs(ObservabilityConfig(), ["x"])[0]["relabel_configs"]
+    assert not any(r["action"] == "hashmod" for r in one)
+    for shard in range(4):
+        rules = annotation_scrape_configs(ObservabilityConfig(shards=4), ["x"], shard)[0]["relabel_configs"]
+        assert rules[:-3] == one
+        assert rules[-3:] == [
+            {"source_labels": ["__address__"], "target_label": "__tmp_hash", "modulus": 4, "action": "hashmod"},
+            {"source_labels": ["__tmp_hash"], "regex": str(shard), "action": "keep"},
+            {"regex": "__tmp_hash", "action": "labeldrop"},
+        ]

@@ -1,0 +1,240 @@
+"""Sharded fleet benchmark: each shard's rule-group cost and the global tier's, at 1, 2 and 4 shards.
+
+`python -m bench shards` (part of `make bench`) or `python -m bench.shards --nodes 1000 --shards 1,2,4`:
+for each shard count, the synthetic fleet (the same series and values as the fleet benchmark's
+live half) listens on one port per target; that many Prometheus shards scrape it by `hashmod`,
+evaluate the shard tier of the rules (`rules-shard.yaml`) and remote-write to a global Prometheus
+that evaluates the global tier (`rules-global.yaml`, `_fleet_shards`). After a warm-up, every
+group's evaluation time is read from each server's rule manager, and expressed in whole-fleet
+reads: the baseline group (`count()` over every GPU's series of one metric) evaluated by the
+global tier, which holds the whole fleet, in the same run. Writes the "Sharded fleet" section of
+BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import platform
+import re
+import resource
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench._fleet_data import FleetShape
+from bench._fleet_live import (
+    BASELINE_GROUP,
+    Target,
+    baseline_group,
+    collect_group_evaluations,
+    group_timings,
+    targets,
+)
+from bench._fleet_shards import TargetServers, start_topology
+from bench._fleet_values import Patterns
+from bench._query_timing import GroupTiming
+from observability.config import ObservabilityConfig
+from observability.rules import Tier, tier_rule_groups
+from observability.rules.render import dump_groups
+
+ROOT = Path(__file__).resolve().parent.parent
+BEGIN = "<!-- sharded-fleet:begin (written by `python -m bench shards`) -->"
+END = "<!-- sharded-fleet:end -->"
+WARMUP_SECONDS = 150  # the widest rate window a GPU rule reads ([2m]) is full
+EVALUATIONS = 6
+
+
+class AdvancingPages:
+    """The fleet's `/metrics` pages; values advance one sample per scrape interval (then hold)."""
+
+    def __init__(self, fleet: list[Target], interval: int) -> None:
+        self._fleet = fleet
+        self._interval = interval
+        self._started = time.monotonic()
+
+    def page(self, index: int) -> bytes | None:
+        if not 0 <= index < len(self._fleet):
+            return None
+        lines = self._fleet[index].lines
+        if not lines:
+            return b""
+        at = min(int((time.monotonic() - self._started) // self._interval), len(lines[0][1]) - 1)
+        return "".join(f"{prefix}{values[at]}\n" for prefix, values in lines).encode()
+
+
+@dataclass(frozen=True)
+class ShardRun:
+    shards: int
+    targets_per_shard: tuple[int, ...]
+    per_shard: tuple[tuple[GroupTiming, ...], ...]  # each shard's shard-tier groups
+    global_tier: tuple[GroupTiming, ...]  # the global tier's groups, the baseline last
+
+    @property
+    def fleet_read_ms(self) -> float:
+        baseline = next((g for g in self.global_tier if g.name == BASELINE_GROUP), None)
+        if baseline is None or baseline.total.error or not baseline.rule_ms:
+            return math.nan
+        return baseline.rule_ms[0][1]
+
+
+def run_shards(root: Path, shape: FleetShape, shards: int, warmup: float) -> ShardRun:
+    cfg = ObservabilityConfig(shards=shards, cluster="bench", clusters=("bench",))
+    interval = shape.interval_seconds
+    collect_wait = (EVALUATIONS + 4) * interval * 2
+    samples = int((60 + warmup + collect_wait) // interval) + 1
+    fleet = targets(cfg, shape, Patterns(samples, interval, int(time.time())))
+    tiers = tier_rule_groups(cfg)
+    global_groups = [*tiers[Tier.GLOBAL], baseline_group(cfg)]
+    rules = {Tier.SHARD: dump_groups(tiers[Tier.SHARD]), Tier.GLOBAL: dump_groups(global_groups)}
+    print(f"  {shards} shard(s): {len(fleet)} targets on their own ports ...", flush=True)
+    pages = AdvancingPages(fleet, interval)
+    with TargetServers(len(fleet), pages.page) as servers:
+        topology = start_topology(root / f"shards-{shards}", cfg, servers, [t.labels for t in fleet],
+                                  reference=False, rules=rules)  # fmt: skip
+        try:
+            topology.wait_scraping(len(fleet), timeout=120)
+            time.sleep(warmup)
+            shard_names = [str(g["name"]) for g in tiers[Tier.SHARD]]
+            global_names = [str(g["name"]) for g in global_groups]
+            # Every server's evaluations are recorded over the same minutes (one thread each).
+            with ThreadPoolExecutor(max_workers=len(topology.shards) + 1) as pool:
+                shard_seen = [
+                    pool.submit(collect_group_evaluations, s.api, shard_names, EVALUATIONS, collect_wait)
+                    for s in topology.shards
+                ]
+                global_seen = pool.submit(
+                    collect_group_evaluations, topology.global_tier.api, global_names, EVALUATIONS, collect_wait
+                )
+                per_shard = [
+                    tuple(group_timings(s.api, seen.result(), tiers[Tier.SHARD]))
+                    for s, seen in zip(topology.shards, shard_seen, strict=True)
+                ]
+                global_timed = tuple(group_timings(topology.global_tier.api, global_seen.result(), global_groups))
+            counts = [len(s.api.get("/api/v1/targets", {"state": "active"})["activeTargets"]) for s in topology.shards]
+        finally:
+            topology.stop()
+    run = ShardRun(shards, tuple(counts), tuple(per_shard), global_timed)
+    for i, timed in enumerate(run.per_shard):
+        total = sum(g.total.median_ms for g in timed if not g.total.error)
+        print(f"    shard {i}: {run.targets_per_shard[i]} targets, shard tier {total:.0f} ms an evaluation", flush=True)
+    total = sum(g.total.median_ms for g in run.global_tier if g.name != BASELINE_GROUP and not g.total.error)
+    print(f"    global tier {total:.0f} ms an evaluation; whole-fleet read {run.fleet_read_ms:.0f} ms", flush=True)
+    return run
+
+
+def _reads(ms: float, read: float) -> str:
+    if math.isnan(ms) or math.isnan(read) or read <= 0:
+        return "n/a"
+    return f"{ms / read:.1f}"
+
+
+def _cell(timing: GroupTiming | None, read: float) -> str:
+    if timing is None:
+        return "-"
+    if timing.total.error:
+        return f"failed: {timing.total.error[:40]}"
+    return f"{_ms(timing.total.median_ms)} ms ({_reads(timing.total.median_ms, read)})"
+
+
+def _ms(value: float) -> str:
+    return f"{value:.1f}" if value < 10 else f"{value:.0f}"
+
+
+def render(runs: list[ShardRun], shape: FleetShape, command: str, machine: str, warmup: float) -> str:
+    lines = [
+        BEGIN,
+        "## Sharded fleet",
+        "",
+        f"Command: `{command}` ({machine}). {shape.nodes} nodes x {shape.gpus_per_node} GPUs and "
+        f"{shape.training_jobs} training jobs (the fleet benchmark's live series and values), every target on its "
+        f"own 127.0.0.1 port, scraped every {shape.interval_seconds} s by N Prometheus 2.42 shards (`hashmod` "
+        "on the address, the rendered relabelling) that evaluate `rules-shard.yaml` and remote-write "
+        "everything to one global Prometheus (`--web.enable-remote-write-receiver`) evaluating "
+        f"`rules-global.yaml`. After {warmup:.0f} s of scraping, the median of {EVALUATIONS} evaluations of each "
+        "group as each server's rule manager timed it. All servers and the fleet share this machine's cores, "
+        "so the figures of one run compare with each other, not with a dedicated server.",
+        "",
+        "Cells: median ms an evaluation (whole-fleet reads: the median over the cost of one `count()` over "
+        "every GPU's series of one metric, evaluated by the global tier, which holds the whole fleet, in the "
+        "same run). Shard columns give the slowest shard; the global tier's groups are the same at every N.",
+        "",
+    ]
+    header = "| group | tier |" + "".join(f" {r.shards} shard(s) |" for r in runs)
+    lines += [header, "|---|---|" + "---:|" * len(runs)]
+    shard_names = [str(g.name) for g in runs[0].per_shard[0]] if runs and runs[0].per_shard else []
+    for name in shard_names:
+        cells = []
+        for run in runs:
+            timings = [t for shard in run.per_shard for t in shard if t.name == name]
+            slowest = max(timings, key=lambda t: -1 if t.total.error else t.total.median_ms, default=None)
+            cells.append(_cell(slowest, run.fleet_read_ms))
+        lines.append(f"| {name} | shard |" + "".join(f" {c} |" for c in cells))
+    global_names = [g.name for g in runs[0].global_tier if g.name != BASELINE_GROUP] if runs else []
+    for name in global_names:
+        cells = [_cell(next((t for t in r.global_tier if t.name == name), None), r.fleet_read_ms) for r in runs]
+        lines.append(f"| {name} | global |" + "".join(f" {c} |" for c in cells))
+    lines += ["", "| per evaluation | " + " | ".join(f"{r.shards} shard(s)" for r in runs) + " |"]
+    lines.append("|---|" + "---:|" * len(runs))
+    lines.append("| targets per shard | " + " | ".join(", ".join(map(str, r.targets_per_shard)) for r in runs) + " |")
+    lines.append("| whole-fleet read (baseline), ms | " + " | ".join(_ms(r.fleet_read_ms) for r in runs) + " |")
+    for label, pick in (("slowest shard's shard tier", max), ("fastest shard's shard tier", min)):
+        cells = []
+        for r in runs:
+            totals = [sum(t.total.median_ms for t in shard if not t.total.error) for shard in r.per_shard]
+            value = pick(totals) if totals else math.nan
+            cells.append(f"{_ms(value)} ms ({_reads(value, r.fleet_read_ms)})")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    cells = []
+    for r in runs:
+        value = sum(t.total.median_ms for t in r.global_tier if t.name != BASELINE_GROUP and not t.total.error)
+        cells.append(f"{_ms(value)} ms ({_reads(value, r.fleet_read_ms)})")
+    lines.append("| global tier | " + " | ".join(cells) + " |")
+    lines += ["", END]
+    return "\n".join(lines) + "\n"
+
+
+def write_section(path: Path, section: str) -> None:
+    text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
+    pattern = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END) + r"\n?", re.DOTALL)
+    updated = pattern.sub(lambda _: section, text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + section
+    path.write_text(updated, encoding="utf-8")
+
+
+def _machine() -> str:
+    return f"{os.cpu_count()} CPU cores, {platform.machine()}, Prometheus 2.42 (Debian)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.shards", description=__doc__)
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--gpus-per-node", type=int, default=8)
+    parser.add_argument("--jobs", type=int, default=50, help="concurrent training jobs")
+    parser.add_argument("--shards", default="1,2,4", help="comma-separated shard counts (default 1,2,4)")
+    parser.add_argument("--warmup", type=float, default=WARMUP_SECONDS, help="seconds of scraping before timing")
+    parser.add_argument("--workdir", type=Path, default=None, help="default: a temporary directory")
+    parser.add_argument("--no-write", action="store_true", help="print the section instead of writing BENCHMARKS.md")
+    args = parser.parse_args(argv if argv is not None else [])
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # one listening socket per target
+    shape = FleetShape(args.nodes, args.gpus_per_node, args.jobs)
+    counts = sorted({int(n) for n in args.shards.split(",") if n})
+    print(f"sharded fleet: {shape.nodes} nodes, shards {counts}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="shards-bench-", dir=args.workdir) as scratch:
+        runs = [run_shards(Path(scratch), shape, n, args.warmup) for n in counts]
+    command = "make bench" if argv is None else "python -m bench.shards " + " ".join(argv)
+    section = render(runs, shape, command, _machine(), args.warmup)
+    if args.no_write:
+        print(section)
+    else:
+        write_section(ROOT / "BENCHMARKS.md", section)
+        print(f"shards: wrote the Sharded fleet section of {ROOT / 'BENCHMARKS.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

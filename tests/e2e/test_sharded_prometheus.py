@@ -1,0 +1,255 @@
+"""Two scrape shards and a global tier answer like one Prometheus (real Prometheus 2.42 servers).
+
+A small synthetic fleet (16 GPU nodes x 2 GPUs, 8 training jobs, the ML service, Tempo's span
+metrics: 26 targets, each on its own 127.0.0.1 port) is scraped three ways at once:
+
+- two shards, each keeping the targets `hashmod` of the address assigns it (the rendered relabel
+  rules), evaluating `rules-shard.yaml` and remote-writing everything to
+- the global Prometheus (`--web.enable-remote-write-receiver`), which evaluates `rules-global.yaml`
+  (and scrapes Tempo's stand-in: Tempo remote-writes to the global tier);
+- one unsharded reference Prometheus scraping everything and evaluating both files.
+
+The fleet holds still so that the answers can be compared exactly: gauges keep one value, counters
+(and histogram buckets) grow linearly from the moment the fleet opens, which every server sees at
+the same scrape (same external labels: the same scrape phase per target; same rule file paths:
+the same evaluation phase per group). Then every dashboard query the global server answers equals
+the reference's answer, every alert is active on exactly one server of the sharded topology and
+the set equals the reference's, and every target is scraped by exactly one shard.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from bench._fleet_data import FleetShape
+from bench._fleet_live import NO_JOB, Target, targets
+from bench._fleet_shards import TargetServers, Topology, start_topology
+from bench._fleet_values import GPU_MEMORY_BYTES, Patterns
+from bench._prometheus import PrometheusApi
+from bench._query_timing import first_label_values
+from dashboards import build_all
+from dashboards.queries import panel_queries
+from observability import catalog
+from observability.catalog import MetricType
+from observability.config import ObservabilityConfig
+from observability.rules import Tier, rule_groups, tier_rule_groups
+
+INTERVAL = 5
+CFG = ObservabilityConfig(scrape_interval_seconds=INTERVAL, evaluation_interval_seconds=INTERVAL, shards=2,
+                          cluster="e2e", clusters=("e2e",))  # fmt: skip
+SHAPE = FleetShape(nodes=16, gpus_per_node=2, training_jobs=8, interval_seconds=INTERVAL)
+# Counters grow by their first value every RAMP_SECONDS from the moment the fleet opens.
+RAMP_SECONDS = 300.0
+# Scrapes and evaluations before answers are compared: every rate window of a dashboard
+# (4 scrape intervals) holds samples, and alerts have been evaluated a few times.
+WARMUP_SECONDS = 8 * INTERVAL
+AHEAD_SECONDS = 1.0
+REL_TOLERANCE = 1e-9  # the same samples, summed in another order
+EXTERNAL = "cluster"
+
+
+def _counter_series() -> frozenset[str]:
+    names: set[str] = set()
+    for metric in catalog.ALL_METRICS:
+        if metric.type is MetricType.COUNTER:
+            names.add(metric.name)
+        elif metric.type is MetricType.HISTOGRAM:
+            names.update(metric.series_names)
+    return frozenset(names)
+
+
+class SteadyFleet:
+    """Pages of the fleet's targets: 404 until `open()`, then gauges at their first synthesized
+    value and counters growing linearly (histogram buckets keep their order: each grows in
+    proportion to its value).
+
+    Every sample carries its own timestamp, `AHEAD_SECONDS` after the scrape: a rule evaluated at
+    time T reads only samples scraped before T - AHEAD_SECONDS, which the shards have written to
+    the global tier by then, so a global-tier rule sees exactly what the reference's sees. (A real
+    global tier evaluates up to the remote-write delay behind; here that would only blur the
+    comparison.)
+    """
+
+    def __init__(self, fleet: list[Target]) -> None:
+        counters = _counter_series()
+        self._lines = [
+            [(prefix, float(values[0]), prefix.split("{", 1)[0] in counters) for prefix, values in t.lines]
+            for t in fleet
+        ]
+        self._opened: float | None = None
+        self._phases: dict[int, float] = {}
+        self._lock = threading.Lock()
+
+    def set_first(self, target: int, series: str, value: float) -> None:
+        """Give the first `series` of a target this value (to make an alert fire)."""
+        lines = self._lines[target]
+        index = next(i for i, (prefix, _, _) in enumerate(lines) if prefix.startswith(series + "{"))
+        prefix, _, counter = lines[index]
+        lines[index] = (prefix, value, counter)
+
+    def set_all(self, series: str, value: float) -> None:
+        for lines in self._lines:
+            for i, (prefix, _, counter) in enumerate(lines):
+                if prefix.startswith(series + "{"):
+                    lines[i] = (prefix, value, counter)
+
+    def open(self) -> None:
+        with self._lock:
+            self._opened = time.time()
+
+    def page(self, index: int) -> bytes | None:
+        now = time.time()
+        with self._lock:
+            opened = self._opened
+            # Every server scrapes a target at the same phase, milliseconds apart: their scrapes
+            # fall on the same point of the interval's grid through the target's first scrape, which
+            # decides whether the fleet is open yet and is the samples' timestamp.
+            phase = self._phases.setdefault(index, now)
+        grid = phase + round((now - phase) / INTERVAL) * INTERVAL
+        if opened is None or grid < opened or index < 0:
+            return None
+        at = grid + AHEAD_SECONDS
+        growth = 1.0 + (at - opened) / RAMP_SECONDS
+        stamp = round(at * 1000)
+        return "".join(
+            f"{prefix}{value * growth if counter else value!r} {stamp}\n"
+            for prefix, value, counter in self._lines[index]
+        ).encode()
+
+
+def _first(fleet: list[Target], service: str) -> int:
+    return next(i for i, t in enumerate(fleet) if t.labels.get("service") == service)
+
+
+@pytest.fixture(scope="module")
+def topology(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Topology, list[Target]]]:
+    fleet = targets(CFG, SHAPE, Patterns(1, INTERVAL, int(time.time())))
+    steady = SteadyFleet(fleet)
+    # Make alerts of both tiers fire: a NaN in one job, a GPU error and a full GPU on one node
+    # (shard tier), training data two days old (global tier).
+    poller, job = _first(fleet, CFG.gpu_poller_service), _first(fleet, CFG.training_job_service)
+    steady.set_first(job, catalog.TRAINING_NAN_COUNT.name, 1.0)
+    steady.set_first(poller, catalog.GPU_ERRORS_TOTAL.name, 1.0)
+    steady.set_first(poller, catalog.GPU_MEMORY_USED_BYTES.name, 0.97 * GPU_MEMORY_BYTES)
+    steady.set_all(catalog.TRAINING_DATA_LAST_UPDATE_TIMESTAMP_SECONDS.name, time.time() - 2 * 86400)
+    with TargetServers(len(fleet), steady.page) as servers:
+        running = start_topology(
+            tmp_path_factory.mktemp("sharded"), CFG, servers, [t.labels for t in fleet], reference=True
+        )
+        try:
+            running.wait_scraping(len(fleet))
+            steady.open()
+            time.sleep(WARMUP_SECONDS)
+            yield running, fleet
+        finally:
+            running.stop()
+
+
+def _active_targets(api: PrometheusApi) -> list[dict[str, Any]]:
+    return list(api.get("/api/v1/targets", {"state": "active"})["activeTargets"])
+
+
+def test_every_target_is_scraped_by_exactly_one_shard(topology: tuple[Topology, list[Target]]) -> None:
+    running, fleet = topology
+    scraped = {t.labels["pod"] for t in fleet if t.labels.get("job", NO_JOB) != NO_JOB}
+    per_shard = [[t["labels"]["pod"] for t in _active_targets(s.api)] for s in running.shards]
+    assert all(per_shard), per_shard  # both shards have work
+    assert Counter(p for pods in per_shard for p in pods) == Counter(scraped)  # each exactly once
+    assert running.reference is not None
+    reference = {t["labels"].get("pod", t["labels"]["instance"]) for t in _active_targets(running.reference.api)}
+    tempo = {f"{NO_JOB}:{i}" for i, t in enumerate(fleet) if t.labels.get("job", NO_JOB) == NO_JOB}
+    assert reference == scraped | tempo
+    for shard in running.shards:
+        assert all(t["health"] == "up" for t in _active_targets(shard.api))
+    # What the shards wrote carries the cluster name (the external label) in the global tier.
+    answer = running.global_tier.api.query(f'count({catalog.UP.name}{{{EXTERNAL}="{CFG.cluster}"}} == 1)')
+    assert answer and int(float(answer[0]["value"][1])) == len(scraped)
+
+
+def _answers(api: PrometheusApi, expr: str, at: float) -> dict[tuple[tuple[str, str], ...], float]:
+    out: dict[tuple[tuple[str, str], ...], float] = {}
+    for series in api.query(expr, at):
+        labels = tuple(sorted((k, v) for k, v in series["metric"].items() if k != EXTERNAL))
+        assert labels not in out, f"{expr}: two answers for {dict(labels)}"
+        out[labels] = float(series["value"][1])
+    return out
+
+
+def _same(a: float, b: float) -> bool:
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    return math.isclose(a, b, rel_tol=REL_TOLERANCE, abs_tol=1e-9)
+
+
+def test_every_dashboard_query_of_the_global_tier_answers_like_one_server(
+    topology: tuple[Topology, list[Target]],
+) -> None:
+    running, _ = topology
+    assert running.reference is not None
+    reference, global_api = running.reference.api, running.global_tier.api
+    at = time.time() - INTERVAL  # everything the shards wrote by then has arrived
+    compared, non_empty, mismatches = 0, 0, []
+    for dashboard in build_all(CFG).values():
+        chosen = first_label_values(dashboard, reference)
+        for query in panel_queries(dashboard):
+            if query.datasource_type != "prometheus":
+                continue
+            expr = dataclasses.replace(query, variables={**query.variables, **chosen}).substituted
+            want, got = _answers(reference, expr, at), _answers(global_api, expr, at)
+            compared += 1
+            non_empty += bool(want)
+            if want.keys() != got.keys() or not all(_same(want[k], got[k]) for k in want):
+                mismatches.append(
+                    f"{query.dashboard_uid}/{query.panel_title}: {expr}\n  one server: {want}\n  sharded: {got}"
+                )
+    assert not mismatches, f"{len(mismatches)} of {compared} queries differ:\n" + "\n".join(mismatches)
+    assert compared > 50 and non_empty > compared * 0.6, (compared, non_empty)
+
+
+def _alerts(api: PrometheusApi) -> list[tuple[tuple[str, str], ...]]:
+    alerts = api.get("/api/v1/alerts")["alerts"]
+    return [tuple(sorted({**a["labels"], "state": a["state"]}.items())) for a in alerts]
+
+
+def test_each_alert_is_active_on_exactly_one_server_and_as_on_one_server(
+    topology: tuple[Topology, list[Target]],
+) -> None:
+    running, _ = topology
+    assert running.reference is not None
+    deadline = time.monotonic() + 6 * INTERVAL
+    while True:  # the global tier sees a change up to one evaluation later: wait until they agree
+        want = Counter(_alerts(running.reference.api))
+        got = Counter(a for server in (*running.shards, running.global_tier) for a in _alerts(server.api))
+        if want == got or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert got == want
+    assert set(got.values()) == {1}  # no alert twice (from two shards, or a shard and the global tier)
+    tier_of = {r["alert"]: tier for tier, groups in tier_rule_groups(CFG).items() for g in groups for r in g["rules"]
+               if "alert" in r}  # fmt: skip
+    firing = {dict(a)["alertname"] for a in got if dict(a)["state"] == "firing"}
+    assert {tier_of[name] for name in firing} == {Tier.SHARD, Tier.GLOBAL}, firing
+    for server in running.shards:
+        names = {dict(a)["alertname"] for a in _alerts(server.api)}
+        assert {tier_of[n] for n in names} <= {Tier.SHARD}
+    assert {tier_of[dict(a)["alertname"]] for a in _alerts(running.global_tier.api)} <= {Tier.GLOBAL}
+
+
+def test_shards_and_global_tier_load_only_their_groups(topology: tuple[Topology, list[Target]]) -> None:
+    running, _ = topology
+    tiers = tier_rule_groups(CFG)
+    for server, tier in ((running.shards[0], Tier.SHARD), (running.global_tier, Tier.GLOBAL)):
+        groups = server.api.get("/api/v1/rules")["groups"]
+        assert sorted(g["name"] for g in groups) == sorted(g["name"] for g in tiers[tier])
+        assert all(r["health"] == "ok" for g in groups for r in g["rules"]), [
+            (g["name"], r["name"], r.get("lastError")) for g in groups for r in g["rules"] if r["health"] != "ok"
+        ]
+    assert sum(len(g["rules"]) for t in tiers.values() for g in t) == sum(len(g["rules"]) for g in rule_groups(CFG))
