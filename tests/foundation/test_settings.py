@@ -239,6 +239,6 @@ def test_one_shard_and_the_environment_s_cluster_by_default() -> None:
 
 
 def test_shards_and_clusters_reach_the_observability_config() -> None:
-    settings = load(cluster="eu-1", prometheus={"shards": "4", "clusters": ["eu-1", "us-1"]})
+    settings = load(cluster="eu-1", prometheus={"shards": 4, "clusters": ["eu-1", "us-1"]})
     cfg = settings.observability_config()
     assert (cfg.shards, cfg.cluster, cfg.clusters) == (4, "eu-1", ("eu-1", "us-1"))
