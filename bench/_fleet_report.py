@@ -244,9 +244,70 @@ def summary(results: Sequence[ScaleResult]) -> list[str]:
     return out
 
 
-def write_section(path: Path, section: str) -> None:
+GROUPS_BEGIN = "<!-- fleet-rule-groups:begin (written by `python -m bench.fleet --rule-groups-only`) -->"
+GROUPS_END = "<!-- fleet-rule-groups:end -->"
+
+
+def render_rule_groups(
+    results: Sequence[tuple[FleetShape, Sequence[GroupTiming]]],
+    command: str,
+    machine: str,
+    live_warmup_seconds: float,
+    live_evaluations: int,
+    highlight: str = "",
+) -> str:
+    """A rule-groups-only run (no backfill, no panels): every group on a live fleet, each size."""
+    big_shape, big_groups = max(results, key=lambda r: r[0].nodes)
+    small_shape, small_list = min(results, key=lambda r: r[0].nodes)
+    small_groups = {g.name: g for g in small_list}
+    baseline = _baseline(big_groups)
+    lines = [
+        GROUPS_BEGIN,
+        "## Fleet scale: rule groups only",
+        "",
+        f"Command: `{command}` ({machine}). The live half of the fleet benchmark alone: a fresh Prometheus "
+        f"scrapes the synthetic fleet ({big_shape.gpus_per_node} GPUs a node, every series the poller exports) "
+        f"and itself every {big_shape.interval_seconds} s with every rule group loaded; after "
+        f"{live_warmup_seconds:.0f} s of scraping, {live_evaluations} evaluations of each group are read from "
+        "its rule manager (`/api/v1/rules`). Fleet reads = group median / the baseline's read of every GPU's "
+        "series of one metric (evaluated alongside, not deployed). All figures come from one run on one machine.",
+        "",
+    ]
+    for shape, groups in results:
+        base = _baseline(groups)
+        if base is not None:
+            costs = ", ".join(f"`{rule}` {_ms(ms)} ms" for rule, ms in base.rule_ms)
+            lines.append(f"- Baseline at {shape.nodes} nodes: {costs}.")
+    lines += [
+        "",
+        f"| group | rules | series and alerts out | median / p95 ms at {big_shape.nodes} nodes "
+        f"| at {small_shape.nodes} nodes ms | fleet reads | slowest rule (mean ms) |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for g in _real_groups(big_groups):
+        before = small_groups.get(g.name)
+        name = f"**{g.name}**" if g.name == highlight else g.name
+        slowest = f"{g.slowest_rule} ({_ms(g.slowest_rule_ms)})" if not g.total.error else _cell(g.total.error, 60)
+        lines.append(
+            f"| {name} | {g.rules} | {g.total.series} | {_timing(g.total)} | "
+            f"{_timing(before.total).split(' / ')[0] if before and small_shape != big_shape else 'n/a'} | "
+            f"{_fleet_reads(g, baseline)} | {slowest} |"
+        )
+    chosen = next((g for g in big_groups if g.name == highlight), None)
+    if chosen is not None and not chosen.total.error:
+        lines += [
+            "",
+            f"{highlight} at {big_shape.nodes} nodes: {_ms(chosen.total.median_ms)} ms median, "
+            f"{_ms(chosen.total.p95_ms)} ms p95 an evaluation ({_fleet_reads(chosen, baseline)} whole-fleet GPU "
+            f"reads); per rule (mean ms): " + ", ".join(f"{rule} {_ms(ms)}" for rule, ms in chosen.rule_ms) + ".",
+        ]
+    lines.append(GROUPS_END)
+    return "\n".join(lines) + "\n"
+
+
+def write_section(path: Path, section: str, begin: str = BEGIN, end: str = END) -> None:
     """Replace this benchmark's section of BENCHMARKS.md (between its markers), or append it."""
     text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
-    pattern = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END) + r"\n?", re.DOTALL)
+    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end) + r"\n?", re.DOTALL)
     updated = pattern.sub(lambda _: section, text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + section
     path.write_text(updated, encoding="utf-8")

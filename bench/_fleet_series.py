@@ -95,6 +95,7 @@ def poller_series(cfg: ObservabilityConfig, node_index: int, gpus: int) -> Itera
     yield SeriesSpec(catalog.GPU_POLLER_NVML_UP.name, node_labels, "one", 0)
     yield SeriesSpec(catalog.GPU_POLLER_COLLECTION_DURATION_SECONDS.name, node_labels, "poll_seconds", node_index)
     yield SeriesSpec(catalog.GPU_POLLER_DEVICES.name, node_labels, f"const:{gpus}", 0)
+    yield SeriesSpec(catalog.GPU_POLLER_DEVICES_ENUMERATED.name, node_labels, f"const:{gpus}", 0)
     for reason in FAILURE_REASONS:
         yield SeriesSpec(
             catalog.GPU_POLLER_COLLECTION_FAILURES_TOTAL.name, (*node_labels, ("reason", reason)), "zero", 0

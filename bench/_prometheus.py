@@ -148,12 +148,13 @@ class PrometheusServer:
         ready_timeout: float = 60.0,
         log_level: str = "warn",
         api_timeout: float = 60.0,
+        port: int | None = None,
     ) -> None:
         self.workdir = workdir
         self.data_dir = data_dir or workdir / "data"
         self.config_path = workdir / "prometheus.yml"
         self.log_path = workdir / "prometheus.log"
-        self.port = free_port()
+        self.port = port or free_port()
         self._config_text = config_text
         self._rule_files = dict(rule_files or {})
         self._extra_args = extra_args

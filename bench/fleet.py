@@ -25,14 +25,14 @@ import yaml
 
 from bench._fleet_data import FleetShape, backfill, data_end
 from bench._fleet_live import FleetExporter, baseline_group, collect_group_evaluations, group_timings, targets
-from bench._fleet_report import ScaleResult, render, write_section
+from bench._fleet_report import GROUPS_BEGIN, GROUPS_END, ScaleResult, render, render_rule_groups, write_section
 from bench._fleet_values import Patterns
-from bench._prometheus import PrometheusApi, PrometheusError, PrometheusServer, binary, config_yaml
+from bench._prometheus import PrometheusApi, PrometheusError, PrometheusServer, binary, config_yaml, free_port
 from bench._query_timing import GroupTiming, Timing, first_label_values, recording_levels, time_panel
 from dashboards import build_all
 from dashboards.queries import PanelQuery, panel_queries
 from observability.config import ObservabilityConfig
-from observability.rules import rule_groups
+from observability.rules import health, rule_groups
 from observability.rules.render import dump_groups
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -159,13 +159,18 @@ def time_rule_groups_live(
     groups = [*rule_groups(cfg), baseline_group(cfg)]
     print(f"  live: {len(fleet)} targets scraped every {interval}s, {len(groups)} rule groups ...", flush=True)
     with FleetExporter(fleet, interval) as exporter:
+        # Prometheus scrapes itself, as in production: the health group reads its rule-group metrics.
+        port = free_port()
+        self_scrape = {"job_name": "prometheus", "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}
         config = config_yaml(
-            exporter.scrape_configs(),
+            [*exporter.scrape_configs(), self_scrape],
             ["rules.yml"],
             scrape_interval=f"{interval}s",
             evaluation_interval=f"{cfg.evaluation_interval_seconds}s",
         )
-        with PrometheusServer(workdir / "prometheus-live", config, {"rules.yml": dump_groups(groups)}) as prometheus:
+        with PrometheusServer(
+            workdir / "prometheus-live", config, {"rules.yml": dump_groups(groups)}, port=port
+        ) as prometheus:
             exporter.wait_scraped(prometheus.api, timeout=scrape_wait)
             time.sleep(warmup)
             evaluations = collect_group_evaluations(
@@ -204,15 +209,34 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--workdir", type=Path, default=None, help="default: a temporary directory")
     parser.add_argument("--no-write", action="store_true", help="print the section instead of writing BENCHMARKS.md")
+    parser.add_argument(
+        "--rule-groups-only",
+        action="store_true",
+        help="only the live rule-group half (no backfill, no panels); writes its own section",
+    )
     args = parser.parse_args(argv if argv is not None else [])
     cfg = ObservabilityConfig()
     sizes = sorted({int(n) for n in args.nodes.split(",") if n})
+    command = "make bench" if argv is None else "python -m bench.fleet " + " ".join(argv)
+    if args.rule_groups_only:
+        with tempfile.TemporaryDirectory(prefix="fleet-groups-", dir=args.workdir) as scratch:
+            timed = []
+            for n in sizes:
+                shape = FleetShape(n, args.gpus_per_node, args.jobs)
+                print(f"fleet {n} nodes: rule groups on a live fleet ...", flush=True)
+                timed.append((shape, time_rule_groups_live(Path(scratch) / f"fleet-{n}", cfg, shape, args.live_warmup)))
+        section = render_rule_groups(timed, command, _machine(), args.live_warmup, LIVE_EVALUATIONS, health.GROUP)
+        if args.no_write:
+            print(section)
+        else:
+            write_section(ROOT / "BENCHMARKS.md", section, GROUPS_BEGIN, GROUPS_END)
+            print(f"fleet: wrote the rule-groups section of {ROOT / 'BENCHMARKS.md'}")
+        return 0
     with tempfile.TemporaryDirectory(prefix="fleet-bench-", dir=args.workdir) as scratch:
         results = [
             run_scale(Path(scratch), cfg, FleetShape(n, args.gpus_per_node, args.jobs), args.repeat, args.live_warmup)
             for n in sizes
         ]
-    command = "make bench" if argv is None else "python -m bench.fleet " + " ".join(argv)
     section = render(results, command, _machine(), args.repeat, args.live_warmup, LIVE_EVALUATIONS)
     if args.no_write:
         print(section)

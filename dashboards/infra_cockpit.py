@@ -1,8 +1,11 @@
 """Infra cockpit (seed 000, component 6): the health of what this project deploys.
 
 Scrape targets of the annotated platform services, the training jobs and the GPU poller; the
-poller's own health per node (NVML reachable, collection time and failures, driver versions);
-GPU hardware health; and the "Trace Health" row from Tempo's metrics generator.
+monitoring's own health (pollers up against GPU nodes, NVML down, GPUs enumerated against
+answering, the project's rule groups' cost, the pollers' scrape duration: what the
+`ml_monitoring_health` alerts watch); the poller's own health per node (NVML reachable, collection
+time and failures, driver versions); GPU hardware health; and the "Trace Health" row from Tempo's
+metrics generator.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dashboards.panels import GREEN, RED, YELLOW, Common, Query, Thresholds
 from observability import catalog
 from observability.config import ObservabilityConfig
 from observability.rules import dashboard_recording as rec
+from observability.rules import health, project_group_names
 from observability.rules.model import RecordingRule
 
 UID = "foxhunt-infra-cockpit"
@@ -102,6 +106,105 @@ def _worst(title: str, description: str, unit: str, expr: str, w: int = 8) -> pa
         Common(title, description, unit, w=w),
         [Query(f"topk({WORST}, {expr})", instant=True, format="table")],
         hidden_columns=("Time",),
+    )
+
+
+# How many rule groups the "worst groups" panel lists.
+WORST_GROUPS = 5
+
+
+def _monitoring_health(cfg: ObservabilityConfig) -> Row:
+    """Is the monitoring itself blind anywhere? Fleet totals only (no series per node)."""
+    pollers = promql.gauge(catalog.UP, (promql.matcher("service", cfg.gpu_poller_service),))
+    nvml_up = catalog.GPU_POLLER_NVML_UP.name
+    capacity = promql.gauge(catalog.KUBE_NODE_STATUS_CAPACITY, (promql.matcher("resource", health.GPU_RESOURCE),))
+    if cfg.kube_state_metrics:
+        gpu_nodes = Query(f"count({capacity} > 0)", "GPU nodes (nvidia.com/gpu capacity)")
+    else:
+        gpu_nodes = Query(f"count(max by (node) (last_over_time({nvml_up}[1h])))", "GPU nodes seen in the last hour")
+    enumerated = promql.by("max", ("node",), promql.gauge(catalog.GPU_POLLER_DEVICES_ENUMERATED))
+    answering = promql.by("max", ("node",), promql.gauge(catalog.GPU_POLLER_DEVICES))
+    gpu_counts = [
+        Query(promql.by("sum", (), enumerated), "enumerated by NVML"),
+        Query(promql.by("sum", (), answering), "answering"),
+    ]
+    if cfg.kube_state_metrics:
+        gpu_counts.append(Query(f"sum({capacity})", "capacity (kube-state-metrics)"))
+    groups = health.rule_group_matcher(project_group_names(cfg))
+    last = promql.gauge(catalog.PROMETHEUS_RULE_GROUP_LAST_DURATION_SECONDS, (groups,))
+    interval = promql.gauge(catalog.PROMETHEUS_RULE_GROUP_INTERVAL_SECONDS, (groups,))
+    share = f"{promql.by('max', ('rule_group',), last)} / {promql.by('max', ('rule_group',), interval)}"
+    scrape = promql.gauge(catalog.SCRAPE_DURATION_SECONDS, (promql.matcher("service", cfg.gpu_poller_service),))
+    return Row(
+        "Monitoring Health",
+        [
+            panels.timeseries(
+                Common(
+                    "Pollers Up vs GPU Nodes",
+                    "GPU poller targets answering against the GPU nodes"
+                    + (
+                        " (nodes with nvidia.com/gpu capacity, from kube-state-metrics)"
+                        if cfg.kube_state_metrics
+                        else " (nodes whose poller reported in the last hour)"
+                    )
+                    + ": a gap is a node whose GPUs nobody watches (GPUPollerDown).",
+                    "short",
+                    w=8,
+                    min=0,
+                ),
+                [Query(f"sum({pollers})", "pollers up"), gpu_nodes],
+            ),
+            panels.timeseries(
+                Common(
+                    "Nodes with NVML Down",
+                    "GPU nodes whose poller runs but cannot reach NVML (NVMLDown after 5 minutes).",
+                    "short",
+                    w=8,
+                    min=0,
+                    thresholds=Thresholds(GREEN, ((1, RED),)),
+                ),
+                [Query(f"count({promql.by('max', ('node',), nvml_up)} == 0) or vector(0)", "NVML down")],
+                threshold_style=panels.ThresholdStyle.AREA,
+            ),
+            panels.timeseries(
+                Common(
+                    "GPUs Enumerated vs Answering",
+                    "GPUs NVML enumerates over the fleet against those the pollers read: the difference is GPUs "
+                    "present but lost or failing (GPUsNotAnswering).",
+                    "short",
+                    w=8,
+                    min=0,
+                ),
+                gpu_counts,
+            ),
+            panels.prometheus_table(
+                Common(
+                    "Slowest Rule Groups (share of interval)",
+                    f"The {WORST_GROUPS} rule groups of this project whose last evaluation took the largest share of "
+                    "their interval: above 50% is the early warning that the fleet is outgrowing Prometheus "
+                    "(RuleGroupSlow). Needs Prometheus to scrape itself.",
+                    "percentunit",
+                    w=12,
+                    thresholds=Thresholds(GREEN, ((0.25, YELLOW), (0.5, RED))),
+                ),
+                [Query(f"topk({WORST_GROUPS}, {share})", instant=True, format="table")],
+                hidden_columns=("Time",),
+            ),
+            panels.timeseries(
+                Common(
+                    "Poller Scrape Duration",
+                    "How long Prometheus' scrapes of the GPU pollers take: slowest poller and 95th percentile over "
+                    "the fleet.",
+                    "s",
+                    w=12,
+                    min=0,
+                ),
+                [
+                    Query(promql.by("max", (), scrape), "slowest poller"),
+                    Query(f"quantile(0.95, {scrape})", "p95"),
+                ],
+            ),
+        ],
     )
 
 
@@ -336,13 +439,16 @@ def build(cfg: ObservabilityConfig) -> dict[str, Any]:
         DashboardSpec(
             uid=UID,
             title=TITLE,
-            description="Health of what foxhunt-observability deploys: scrape targets, GPU poller, GPUs, tracing.",
+            description=(
+                "Health of what foxhunt-observability deploys: scrape targets, the monitoring's own health, "
+                "GPU poller, GPUs, tracing."
+            ),
             tags=("infra", "gpu", "traces"),
             variables=[
                 variables.prometheus_datasource(cfg.datasource_uids.prometheus),
                 variables.label_values("node", "GPU node", catalog.GPU_POLLER_NVML_UP.name, "node"),
             ],
-            rows=[_scrape_targets(cfg), _poller_health(), _gpu_hardware(), _trace_health()],
+            rows=[_scrape_targets(cfg), _monitoring_health(cfg), _poller_health(), _gpu_hardware(), _trace_health()],
             min_interval=f"{cfg.scrape_interval_seconds}s",
             refresh="30s",
             time_from="now-6h",

@@ -1,9 +1,12 @@
 """Alertmanager routing for the stack: who hears about which alert, and what silences what.
 
+- Watchdog (always firing) goes to the heartbeat receiver, every minute, and nowhere else; nothing
+  else goes there. An external dead man's switch behind that receiver pages when the beat stops.
 - critical pages; high and warning go to chat; info goes to a low-priority receiver; anything
   without a known severity falls back to chat, so no alert is ever dropped.
-- Inhibition: a critical alert silences the warnings it explains on the same GPU, and
-  MLTrainingServiceDown silences the alerts its outage causes.
+- Inhibition: a critical alert silences the warnings it explains on the same GPU,
+  MLTrainingServiceDown silences the alerts its outage causes, a down GPU poller silences the GPU
+  and poller alerts of its node, and NVML down silences what follows from it on the node.
 
 Receiver URLs are credentials: they arrive as `ReceiverUrls` (plain strings the infra side unwraps
 from Pulumi secrets inside `Output.apply`) and never appear in the repository.
@@ -28,14 +31,15 @@ from urllib.parse import urlsplit
 import yaml
 
 from observability.config import ObservabilityConfig
-from observability.rules import alert_rules
+from observability.rules import alert_rules, gpu, health
 from observability.rules.model import Severity
 from observability.rules.promql import duration
 
 PAGE = "page"
 CHAT = "chat"
 LOW_PRIORITY = "low-priority"
-RECEIVERS: tuple[str, ...] = (PAGE, CHAT, LOW_PRIORITY)
+HEARTBEAT = "heartbeat"
+RECEIVERS: tuple[str, ...] = (PAGE, CHAT, LOW_PRIORITY, HEARTBEAT)
 
 # One notification per alert name and the place it happened (GPU alerts of one node together).
 GROUP_BY: tuple[str, ...] = ("alertname", "namespace", "service", "node", "model_type")
@@ -43,11 +47,12 @@ GROUP_BY: tuple[str, ...] = ("alertname", "namespace", "service", "node", "model
 
 @dataclass(frozen=True)
 class ReceiverUrls:
-    """Webhook URLs of the three receivers (secret values: never logged, never committed)."""
+    """Webhook URLs of the receivers (secret values: never logged, never committed)."""
 
     page: str
     chat: str
     low_priority: str
+    heartbeat: str  # the dead man's switch that expects Watchdog every minute
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -59,7 +64,7 @@ class ReceiverUrls:
                 raise ValueError(f"ReceiverUrls.{f.name} must be an http(s) URL with a host")
 
     def url_for(self, receiver: str) -> str:
-        return {PAGE: self.page, CHAT: self.chat, LOW_PRIORITY: self.low_priority}[receiver]
+        return {PAGE: self.page, CHAT: self.chat, LOW_PRIORITY: self.low_priority, HEARTBEAT: self.heartbeat}[receiver]
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,21 @@ DEFAULT_ROUTE = SeverityRoute(CHAT, (), 30, 300, 4 * 3600)
 
 
 @dataclass(frozen=True)
+class HeartbeatRoute:
+    """The first child route: only `alertname` goes to the heartbeat receiver, at once and then every
+    `repeat_interval_seconds` (no `continue`, so it reaches no other receiver)."""
+
+    alertname: str
+    receiver: str
+    group_wait_seconds: int
+    group_interval_seconds: int
+    repeat_interval_seconds: int
+
+
+HEARTBEAT_ROUTE = HeartbeatRoute(health.WATCHDOG, HEARTBEAT, 0, 60, 60)
+
+
+@dataclass(frozen=True)
 class Inhibition:
     """While a `sources` alert fires, matching `targets` alerts with equal `equal` labels are muted."""
 
@@ -92,6 +112,17 @@ class Inhibition:
     equal: tuple[str, ...]
     reason: str
 
+
+def _node_alerts(*groups: str) -> tuple[str, ...]:
+    """The alerts of these groups that locate a node (derived, so new GPU alerts are covered)."""
+    return tuple(
+        alert.name
+        for alert in alert_rules(ObservabilityConfig())
+        if alert.group in groups and "node" in alert.locating_labels
+    )
+
+
+_POLLER_HEALTH_ON_NODE = tuple(name for name in _node_alerts(health.GROUP) if name != health.POLLER_DOWN)
 
 INHIBITIONS: tuple[Inhibition, ...] = (
     Inhibition(
@@ -114,6 +145,21 @@ INHIBITIONS: tuple[Inhibition, ...] = (
             "Without the training service, jobs stall and model loads fail or go cold; these follow from the "
             "outage (one service per stack, so no label has to be equal)."
         ),
+    ),
+    Inhibition(
+        sources=(health.POLLER_DOWN,),
+        targets=(*_node_alerts(gpu.GROUP), *_POLLER_HEALTH_ON_NODE),
+        equal=("node",),
+        reason=(
+            "Without its poller a node's GPU series go stale or reset: the GPU and poller alerts of that node "
+            "say nothing new (a restarted poller re-reports a lost GPU) until the poller is back."
+        ),
+    ),
+    Inhibition(
+        sources=(health.NVML_DOWN,),
+        targets=(health.GPUS_NOT_ANSWERING, health.COLLECTION_FAILING),
+        equal=("node",),
+        reason="With NVML down no GPU answers and every NVML call fails: NVMLDown says it all for that node.",
     ),
 )
 
@@ -143,6 +189,28 @@ def _severities(route: SeverityRoute) -> list[str]:
     return [s.value for s in route.severities]
 
 
+def _heartbeat_route_classic() -> dict[str, Any]:
+    route = HEARTBEAT_ROUTE
+    return {
+        "receiver": route.receiver,
+        "matchers": [_matcher_text("alertname", [route.alertname])],
+        "group_wait": duration(route.group_wait_seconds),
+        "group_interval": duration(route.group_interval_seconds),
+        "repeat_interval": duration(route.repeat_interval_seconds),
+    }
+
+
+def _heartbeat_route_crd() -> dict[str, Any]:
+    route = HEARTBEAT_ROUTE
+    return {
+        "receiver": route.receiver,
+        "matchers": [_matcher_crd("alertname", [route.alertname])],
+        "groupWait": duration(route.group_wait_seconds),
+        "groupInterval": duration(route.group_interval_seconds),
+        "repeatInterval": duration(route.repeat_interval_seconds),
+    }
+
+
 def alertmanager_config(cfg: ObservabilityConfig, receivers: ReceiverUrls) -> dict[str, Any]:
     """Classic `alertmanager.yml` as a dict."""
     _check_inhibitions(cfg)
@@ -154,14 +222,17 @@ def alertmanager_config(cfg: ObservabilityConfig, receivers: ReceiverUrls) -> di
             "group_interval": duration(DEFAULT_ROUTE.group_interval_seconds),
             "repeat_interval": duration(DEFAULT_ROUTE.repeat_interval_seconds),
             "routes": [
-                {
-                    "receiver": route.receiver,
-                    "matchers": [_matcher_text("severity", _severities(route))],
-                    "group_wait": duration(route.group_wait_seconds),
-                    "group_interval": duration(route.group_interval_seconds),
-                    "repeat_interval": duration(route.repeat_interval_seconds),
-                }
-                for route in ROUTES
+                _heartbeat_route_classic(),
+                *(
+                    {
+                        "receiver": route.receiver,
+                        "matchers": [_matcher_text("severity", _severities(route))],
+                        "group_wait": duration(route.group_wait_seconds),
+                        "group_interval": duration(route.group_interval_seconds),
+                        "repeat_interval": duration(route.repeat_interval_seconds),
+                    }
+                    for route in ROUTES
+                ),
             ],
         },
         "inhibit_rules": [
@@ -173,7 +244,7 @@ def alertmanager_config(cfg: ObservabilityConfig, receivers: ReceiverUrls) -> di
             for i in INHIBITIONS
         ],
         "receivers": [
-            {"name": name, "webhook_configs": [{"url": receivers.url_for(name), "send_resolved": True}]}
+            {"name": name, "webhook_configs": [{"url": receivers.url_for(name), "send_resolved": _send_resolved(name)}]}
             for name in RECEIVERS
         ],
     }
@@ -190,10 +261,16 @@ def receiver_secret_data(receivers: ReceiverUrls) -> dict[str, str]:
     return {name: receivers.url_for(name) for name in RECEIVERS}
 
 
+def _send_resolved(receiver: str) -> bool:
+    """Resolved notifications, except to the heartbeat: Alertmanager resolves Watchdog when Prometheus
+    stops sending it, and a dead man's switch would take that notification for one more beat."""
+    return receiver != HEARTBEAT
+
+
 def _crd_webhook(name: str, receivers: ReceiverUrls, url_secret: str | None) -> dict[str, Any]:
     if url_secret is None:
-        return {"url": receivers.url_for(name), "sendResolved": True}
-    return {"urlSecret": {"name": url_secret, "key": name}, "sendResolved": True}
+        return {"url": receivers.url_for(name), "sendResolved": _send_resolved(name)}
+    return {"urlSecret": {"name": url_secret, "key": name}, "sendResolved": _send_resolved(name)}
 
 
 def alertmanager_config_crd_spec(
@@ -212,14 +289,17 @@ def alertmanager_config_crd_spec(
             "groupInterval": duration(DEFAULT_ROUTE.group_interval_seconds),
             "repeatInterval": duration(DEFAULT_ROUTE.repeat_interval_seconds),
             "routes": [
-                {
-                    "receiver": route.receiver,
-                    "matchers": [_matcher_crd("severity", _severities(route))],
-                    "groupWait": duration(route.group_wait_seconds),
-                    "groupInterval": duration(route.group_interval_seconds),
-                    "repeatInterval": duration(route.repeat_interval_seconds),
-                }
-                for route in ROUTES
+                _heartbeat_route_crd(),
+                *(
+                    {
+                        "receiver": route.receiver,
+                        "matchers": [_matcher_crd("severity", _severities(route))],
+                        "groupWait": duration(route.group_wait_seconds),
+                        "groupInterval": duration(route.group_interval_seconds),
+                        "repeatInterval": duration(route.repeat_interval_seconds),
+                    }
+                    for route in ROUTES
+                ),
             ],
         },
         "inhibitRules": [

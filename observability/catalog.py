@@ -28,6 +28,7 @@ class Producer(enum.Enum):
     ML_SERVICE = "ml_service"
     TEMPO_METRICS_GENERATOR = "tempo_metrics_generator"
     PROMETHEUS = "prometheus"
+    KUBE_STATE_METRICS = "kube_state_metrics"
 
 
 SEED_NAME_NOTE = "(Seed name kept: users' binaries already emit it; {why}.)"
@@ -291,7 +292,21 @@ GPU_POLLER_COLLECTION_FAILURES_TOTAL = Metric(
     _G,
 )
 GPU_POLLER_DEVICES = Metric(
-    "ml_gpu_poller_devices", MetricType.GAUGE, "", "GPUs reported by the last collection.", ("node",), _G
+    "ml_gpu_poller_devices",
+    MetricType.GAUGE,
+    "",
+    "GPUs answering: read in the last collection (0 when NVML is down).",
+    ("node",),
+    _G,
+)
+GPU_POLLER_DEVICES_ENUMERATED = Metric(
+    "ml_gpu_poller_devices_enumerated",
+    MetricType.GAUGE,
+    "",
+    "GPUs NVML enumerates on the node, answering or not (0 when NVML is down); more than "
+    "ml_gpu_poller_devices means a GPU is present but cannot be queried (lost or failing).",
+    ("node",),
+    _G,
 )
 
 # --- D. Checkpoints ---------------------------------------------------------------------------
@@ -498,6 +513,51 @@ UP = Metric(
     "1 if the last scrape of the target succeeded, else 0.",
     ("job", "instance", "namespace", "pod", "service"),
     Producer.PROMETHEUS,
+)
+
+SCRAPE_DURATION_SECONDS = Metric(
+    "scrape_duration_seconds",
+    MetricType.GAUGE,
+    "seconds",
+    "How long the last scrape of the target took.",
+    ("job", "instance", "namespace", "pod", "service"),
+    Producer.PROMETHEUS,
+)
+
+# --- Prometheus' own rule manager (Prometheus scraping itself; `rule_group` is "<file>;<group>") ---
+PROMETHEUS_RULE_EVALUATION_FAILURES_TOTAL = Metric(
+    "prometheus_rule_evaluation_failures_total",
+    MetricType.COUNTER,
+    "",
+    "Rule evaluations that failed, per rule group.",
+    ("job", "instance", "rule_group"),
+    Producer.PROMETHEUS,
+)
+PROMETHEUS_RULE_GROUP_LAST_DURATION_SECONDS = Metric(
+    "prometheus_rule_group_last_duration_seconds",
+    MetricType.GAUGE,
+    "seconds",
+    "How long the last evaluation of the rule group took.",
+    ("job", "instance", "rule_group"),
+    Producer.PROMETHEUS,
+)
+PROMETHEUS_RULE_GROUP_INTERVAL_SECONDS = Metric(
+    "prometheus_rule_group_interval_seconds",
+    MetricType.GAUGE,
+    "seconds",
+    "The rule group's evaluation interval.",
+    ("job", "instance", "rule_group"),
+    Producer.PROMETHEUS,
+)
+
+# --- kube-state-metrics (only where the stack says it runs: `kubeStateMetrics`) -------------------
+KUBE_NODE_STATUS_CAPACITY = Metric(
+    "kube_node_status_capacity",
+    MetricType.GAUGE,
+    "",
+    "A node's capacity per resource (GPUs: resource nvidia_com_gpu), from kube-state-metrics.",
+    ("node", "resource", "unit"),
+    Producer.KUBE_STATE_METRICS,
 )
 
 # --- Tempo metrics generator (span metrics and service graphs) --------------------------------

@@ -36,6 +36,9 @@ class ObservabilityConfig:
     training_service: str = "ml-training-service"
     training_job_service: str = "training-job"
     gpu_poller_service: str = "gpu-poller"
+    # Whether kube-state-metrics runs and is scraped with its own labels (honor_labels): the
+    # health alerts then also compare each GPU node's `nvidia.com/gpu` capacity with its poller.
+    kube_state_metrics: bool = False
     # The platform services whose scrape targets the infra cockpit shows.
     platform_services: tuple[str, ...] = ()
     datasource_uids: DatasourceUids = DatasourceUids()

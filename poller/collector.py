@@ -156,6 +156,7 @@ def build_families(node: str, result: PassResult, counters: CountersSnapshot) ->
         failures.add_metric([node, reason], count)
     families.append(failures)
     families.append(node_gauge(catalog.GPU_POLLER_DEVICES, len(result.samples)))
+    families.append(node_gauge(catalog.GPU_POLLER_DEVICES_ENUMERATED, result.enumerated))
     return families
 
 

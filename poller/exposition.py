@@ -86,6 +86,7 @@ _UP_HEADER = _header(catalog.GPU_POLLER_NVML_UP)
 _DURATION_HEADER = _header(catalog.GPU_POLLER_COLLECTION_DURATION_SECONDS)
 _FAILURES_HEADER = _header(catalog.GPU_POLLER_COLLECTION_FAILURES_TOTAL)
 _DEVICES_HEADER = _header(catalog.GPU_POLLER_DEVICES)
+_ENUMERATED_HEADER = _header(catalog.GPU_POLLER_DEVICES_ENUMERATED)
 
 
 class TextPageWriter:
@@ -102,6 +103,7 @@ class TextPageWriter:
         self._up = series_prefix(catalog.GPU_POLLER_NVML_UP.name, node_label)
         self._duration = series_prefix(catalog.GPU_POLLER_COLLECTION_DURATION_SECONDS.name, node_label)
         self._devices = series_prefix(catalog.GPU_POLLER_DEVICES.name, node_label)
+        self._enumerated = series_prefix(catalog.GPU_POLLER_DEVICES_ENUMERATED.name, node_label)
         self._failures: dict[str, str] = {}
         # Caches are replaced whole (one tuple), never updated in place: HTTP threads render
         # concurrently.
@@ -195,4 +197,6 @@ class TextPageWriter:
         append(failures_text)
         append(_DEVICES_HEADER)
         append(f"{self._devices}{len(result.samples)}\n")
+        append(_ENUMERATED_HEADER)
+        append(f"{self._enumerated}{result.enumerated}\n")
         return "".join(out).encode()

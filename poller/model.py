@@ -14,6 +14,12 @@ class GpuIdentity:
     name: str
 
 
+def unidentified_gpu(index: int) -> GpuIdentity:
+    """A GPU NVML enumerates at `index` but never identified (lost before its UUID was read):
+    its series carry the index only (empty `uuid` and `gpu_name`, which Prometheus drops)."""
+    return GpuIdentity(index, "", "")
+
+
 @dataclass(frozen=True)
 class DriverInfo:
     driver_version: str
@@ -49,6 +55,9 @@ class PassResult:
     finished_at: float
     samples: tuple[GpuSample, ...] = ()
     driver: DriverInfo | None = None
+    # GPUs NVML enumerated (nvmlDeviceGetCount) in the session the pass ran in; 0 when NVML is down.
+    # More than len(samples) means some GPU is enumerated but does not answer (lost, or failing).
+    enumerated: int = 0
 
     @property
     def duration_seconds(self) -> float:

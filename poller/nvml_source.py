@@ -3,8 +3,10 @@
 Faults and what the source does about them:
 - library missing or driver not loaded (a CPU-only node): the pass reports NVML down, the
   first failure is logged once, init is retried with exponential backoff on later passes;
-- a GPU lost (NVML_ERROR_GPU_IS_LOST): its samples go, the loss is counted once, the other GPUs
-  are still read, and NVML is re-initialised (with backoff) until the GPU answers again;
+- a GPU lost (NVML_ERROR_GPU_IS_LOST): its samples go, the loss is counted once (as a
+  `gpu_lost` GPU error under its index, and its UUID when it was ever read: a GPU lost before the
+  poller first identified it is counted under its index alone), the other GPUs are still read,
+  and NVML is re-initialised (with backoff) until the GPU answers again;
 - a field a GPU does not support, or a function an older driver lacks (FunctionNotFound): the
   field is omitted for that GPU until the next re-initialisation, the rest is read;
 - any other error on a field: that field is omitted from this pass and counted as `query`;
@@ -29,7 +31,7 @@ from typing import Any
 import pynvml
 
 from poller.error_counters import ErrorCounters
-from poller.model import DriverInfo, GpuIdentity, GpuSample, PassResult
+from poller.model import DriverInfo, GpuIdentity, GpuSample, PassResult, unidentified_gpu
 from poller.nvml_calls import FIELD_CALLS, FieldCall, FunctionMissingError
 
 LOG = logging.getLogger(__name__)
@@ -79,6 +81,7 @@ class Session:
     driver: DriverInfo
     devices: list[Device]
     gpus_by_handle: dict[int, GpuIdentity]
+    enumerated: int  # nvmlDeviceGetCount at init: GPUs present, answering or not
     # Owned by the XID event thread (created and used under NvmlSource.session_lock); freed by
     # NvmlSource before nvmlShutdown.
     event_set: Any = None
@@ -112,7 +115,7 @@ class NvmlSource:
         self._reinit_wanted = False
         self._next_attempt = 0.0
         self._down_logged = False
-        self._lost: dict[int, GpuIdentity | None] = {}  # by index: GPUs lost and not back yet
+        self._lost: dict[int, GpuIdentity] = {}  # by index: GPUs lost and not back yet
         self._known: dict[int, GpuIdentity] = {}  # last identity seen at each index
         self._last_uncorrected: dict[GpuIdentity, int] = {}
         self._logged_field_errors: set[tuple[int, str, int]] = set()
@@ -150,6 +153,7 @@ class NvmlSource:
             finished_at=self._clock(),
             samples=tuple(samples),
             driver=session.driver if session is not None else None,
+            enumerated=session.enumerated if session is not None else 0,
         )
 
     def _read_device(self, session: Session, device: Device) -> GpuSample | None:
@@ -200,17 +204,16 @@ class NvmlSource:
 
     # -- faults -----------------------------------------------------------------------------
 
-    def _mark_lost(self, index: int, gpu: GpuIdentity | None, err: Exception) -> None:
+    def _mark_lost(self, index: int, gpu: GpuIdentity, err: Exception) -> None:
         self._counters.record_failure("gpu_lost")
         if index in self._lost:
             return
         self._lost[index] = gpu
-        if gpu is not None:
-            self._counters.record_error(gpu, "gpu_lost")
+        self._counters.record_error(gpu, "gpu_lost")
         LOG.error(
             "GPU %d (%s) is lost (%s); its series are dropped until NVML re-initialises and it answers",
             index,
-            gpu.uuid if gpu else "uuid unknown",
+            gpu.uuid or "uuid unknown: lost before the poller identified it",
             err,
         )
 
@@ -293,7 +296,7 @@ class NvmlSource:
                     raise
                 complete = False
                 if err.value in LOST_CODES:
-                    self._mark_lost(index, self._known.get(index), err)
+                    self._mark_lost(index, self._known.get(index) or unidentified_gpu(index), err)
                 else:
                     self._counters.record_failure("query")
                     LOG.warning("GPU %d: skipped until the next re-initialisation (%s)", index, err)
@@ -308,6 +311,7 @@ class NvmlSource:
             driver=self._driver_info(),
             devices=devices,
             gpus_by_handle={handle_address(d.handle): d.gpu for d in devices},
+            enumerated=count,
         )
         return session, complete
 

@@ -39,6 +39,7 @@ _STAND_IN = ReceiverUrls(
     page="https://stand-in.invalid/page",
     chat="https://stand-in.invalid/chat",
     low_priority="https://stand-in.invalid/low",
+    heartbeat="https://stand-in.invalid/heartbeat",
 )
 
 
@@ -69,10 +70,11 @@ class AlertRouting(pulumi.ComponentResource):
             pulumi.Output.secret(receivers.page_webhook_url),
             pulumi.Output.secret(receivers.chat_webhook_url),
             pulumi.Output.secret(receivers.low_priority_webhook_url),
+            pulumi.Output.secret(receivers.heartbeat_url),
         )
 
         def receiver_urls(values: Sequence[str]) -> ReceiverUrls:
-            return ReceiverUrls(page=values[0], chat=values[1], low_priority=values[2])
+            return ReceiverUrls(page=values[0], chat=values[1], low_priority=values[2], heartbeat=values[3])
 
         def secret_data(values: Sequence[str]) -> dict[str, str]:
             return alertmanager.receiver_secret_data(receiver_urls(values))

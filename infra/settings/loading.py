@@ -23,7 +23,7 @@ _URL_WITH_PASSWORD = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@", re.I
 KNOWN_KEYS = {
     "environment", "kubernetesVersion", "namespaces", "endpoints", "services", "scrape", "poller",
     "trainingJob", "grafana", "grafanaUrl", "runbookBaseUrl", "criticalDetectionSeconds", "kubeContext",
-    KUBECONFIG_KEY, "cluster", "prometheus", *SECRET_KEYS,
+    KUBECONFIG_KEY, "cluster", "prometheus", "kubeStateMetrics", *SECRET_KEYS,
 }  # fmt: skip
 
 
@@ -89,6 +89,7 @@ def load_settings(source: ConfigSource, secret: SecretReader) -> Settings:
     alerting = sections.alerting(r, secret)
     kubernetes = sections.kubernetes_target(r, secret)
     prometheus = sections.prometheus(r, environment, endpoints)
+    kube_state_metrics = sections.kube_state_metrics(r)
     if isinstance(poller.image, ImageBuild) and source.get("registryPassword") is None:
         r.problems.append(
             "registryPassword is missing: the poller image is built and pushed, so set it with "
@@ -114,6 +115,7 @@ def load_settings(source: ConfigSource, secret: SecretReader) -> Settings:
         critical_detection_seconds=budget,
         kubernetes=kubernetes,
         prometheus=prometheus,
+        kube_state_metrics=kube_state_metrics,
         common_labels={
             "app.kubernetes.io/part-of": PROJECT,
             "app.kubernetes.io/managed-by": "pulumi",

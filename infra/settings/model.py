@@ -20,7 +20,9 @@ DEFAULT_CRITICAL_DETECTION_SECONDS = 30
 SUPPORTED_KUBERNETES_MINORS = range(27, 38)  # 1.27 .. 1.37: schemas kubernetes-validate ships
 
 # Secret config keys: a value for these must be a Pulumi secret (`pulumi config set --secret`).
-SECRET_KEYS = ("alertPageWebhookUrl", "alertChatWebhookUrl", "alertLowPriorityWebhookUrl", "registryPassword")
+# The receivers' URLs, in AlertingReceivers' field order (the heartbeat: Watchdog every minute).
+RECEIVER_KEYS = ("alertPageWebhookUrl", "alertChatWebhookUrl", "alertLowPriorityWebhookUrl", "alertHeartbeatUrl")
+SECRET_KEYS = (*RECEIVER_KEYS, "registryPassword")
 DIGEST_EXPECTED = "an image reference pinned by digest: REGISTRY/REPO@sha256:<64 hex>"
 # The kubeconfig a stack may carry as a Pulumi secret (`pulumi config set --secret kubeconfig ...`).
 KUBECONFIG_KEY = "kubeconfig"
@@ -158,6 +160,7 @@ class AlertingReceivers:
     page_webhook_url: SecretValue
     chat_webhook_url: SecretValue
     low_priority_webhook_url: SecretValue
+    heartbeat_url: SecretValue  # the dead man's switch that expects Watchdog every minute
 
 
 @dataclass(frozen=True)
@@ -188,6 +191,8 @@ class Settings:
     kubernetes: KubernetesTarget = KubernetesTarget(context=None)
     common_labels: Mapping[str, str] = field(default_factory=dict)
     prometheus: PrometheusSettings = PrometheusSettings()
+    # kube-state-metrics runs and is scraped with its own labels: health alerts compare GPU capacity.
+    kube_state_metrics: bool = False
 
     def observability_config(self) -> ObservabilityConfig:
         """The one settings object that rules, dashboards and scrape config are generated from."""
@@ -203,4 +208,5 @@ class Settings:
             shards=self.prometheus.shards,
             cluster=self.prometheus.cluster,
             clusters=self.prometheus.clusters,
+            kube_state_metrics=self.kube_state_metrics,
         )

@@ -11,6 +11,7 @@ from infra.settings.model import (
     DEFAULT_CRITICAL_DETECTION_SECONDS,
     DIGEST_EXPECTED,
     KUBECONFIG_KEY,
+    RECEIVER_KEYS,
     SCRAPE_DELIVERIES,
     SCRAPE_MODES,
     SUPPORTED_KUBERNETES_MINORS,
@@ -36,7 +37,6 @@ from observability.rules.detection import detection_budget
 from observability.scrape_config import MAX_SHARDS
 
 _DIGEST_REF = re.compile(r"^[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)+@sha256:[0-9a-f]{64}$")
-RECEIVER_KEYS = ("alertPageWebhookUrl", "alertChatWebhookUrl", "alertLowPriorityWebhookUrl")
 
 
 def environment(r: Reader) -> str:
@@ -324,3 +324,14 @@ def prometheus(r: Reader, environment_name: str, ep: Endpoints) -> PrometheusSet
     if cluster and cluster not in clusters:
         r.problem("prometheus.clusters", listed, f"a list that includes this stack's cluster {cluster!r}")
     return PrometheusSettings(shards, cluster, clusters, remote_write)
+
+
+def kube_state_metrics(r: Reader) -> bool:
+    """Whether kube-state-metrics runs (the health alerts then check GPU nodes by capacity)."""
+    value = r.raw("kubeStateMetrics")
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        r.problem("kubeStateMetrics", value, "true or false (whether kube-state-metrics runs)")
+        return False
+    return value

@@ -1,8 +1,9 @@
-"""Alert and recording rules of the ML training platform (seed 001: 22 alerts in 6 groups).
+"""Alert and recording rules of the ML training platform (seed 001: 22 alerts in 6 groups), and the
+monitoring's own health alerts (`ml_monitoring_health`).
 
 Public interface:
 - `rule_groups(cfg)`: every rule group (recording groups, the dashboards' recording groups, the six
-  alert groups) as plain dicts in Prometheus rule-file shape, in a fixed order.
+  alert groups, the health group) as plain dicts in Prometheus rule-file shape, in a fixed order.
 - `rules_file_yaml(cfg)`: the whole rules file as YAML (what `rendered/<stack>/prometheus/rules.yaml`
   holds and `promtool check rules` loads).
 - `alert_groups(cfg)` / `alert_rules(cfg)`: the typed alerts, for runbooks, policies and tests.
@@ -18,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from observability.config import ObservabilityConfig
-from observability.rules import gpu, pipeline, quality, storage, training
+from observability.rules import gpu, health, pipeline, quality, storage, training
 from observability.rules.dashboard_recording import dashboard_recording_groups
 from observability.rules.detection import CRITICAL_DETECTION_ALERTS, detection_budget
 from observability.rules.model import AlertRule, RecordingRule, RunbookQuery, Severity
@@ -53,11 +54,21 @@ _ALERT_GROUP_BUILDERS: tuple[tuple[str, Callable[[ObservabilityConfig], tuple[Al
     (quality.GROUP, quality.quality_alerts),
     (pipeline.GROUP, pipeline.pipeline_alerts),
     (storage.GROUP, storage.storage_alerts),
+    (health.GROUP, lambda cfg: health.health_alerts(cfg, project_group_names(cfg))),
 )
 
 
+def project_group_names(cfg: ObservabilityConfig) -> list[str]:
+    """The name of every rule group the project renders (what the health group watches)."""
+    return [
+        *(group["name"] for group in recording_groups(cfg)),
+        *(group["name"] for group in dashboard_recording_groups(cfg)),
+        *(name for name, _ in _ALERT_GROUP_BUILDERS),
+    ]
+
+
 def alert_groups(cfg: ObservabilityConfig) -> list[tuple[str, tuple[AlertRule, ...]]]:
-    """The six alert groups of seed 001, in the seed's order, each with its alerts.
+    """The six alert groups of seed 001, in the seed's order, then the health group, each with its alerts.
 
     Raises ValueError when the config's intervals make the 30-second detection promise impossible.
     """

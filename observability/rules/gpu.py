@@ -20,7 +20,11 @@ from observability.rules.promql import by, counter_increased, duration, gauge
 
 GROUP = "ml_gpu_resources"
 GPU_LABELS = recording.GPU_LABELS
-_GPU = "GPU {{ $labels.gpu_id }} ({{ $labels.gpu_name }}, {{ $labels.uuid }}) on node {{ $labels.node }}"
+# A GPU lost before the poller ever read its UUID has only its index (uuid and gpu_name are empty).
+_GPU = (
+    "GPU {{ $labels.gpu_id }} ({{ if $labels.uuid }}{{ $labels.gpu_name }}, {{ $labels.uuid }}{{ else }}never "
+    "identified: lost before its UUID was read{{ end }}) on node {{ $labels.node }}"
+)
 _ONE_GPU = '{node="<node>", gpu_id="<gpu_id>"}'
 
 # The seed gives GPUMemoryExhausted `for: 1m` but also promises out-of-memory detection within

@@ -91,6 +91,7 @@ def test_instant_table_targets_are_marked_instant(default_dashboards):
     instant = {q.panel_title for q in panel_queries(infra) if q.instant}
     assert instant == {
         "Targets Down",
+        "Slowest Rule Groups (share of interval)",
         "Driver Versions",
         "NVML Up per Node",
         "Nodes with NVML Down",

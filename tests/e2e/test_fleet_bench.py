@@ -22,7 +22,16 @@ from bench._fleet_live import (
     group_timings,
     targets,
 )
-from bench._fleet_report import BEGIN, END, ScaleResult, render, write_section
+from bench._fleet_report import (
+    BEGIN,
+    END,
+    GROUPS_BEGIN,
+    GROUPS_END,
+    ScaleResult,
+    render,
+    render_rule_groups,
+    write_section,
+)
 from bench._fleet_series import HistogramSpec, SeriesSpec, job_id, poller_series, training_job_series
 from bench._fleet_values import Patterns
 from bench._prometheus import PrometheusApi, PrometheusServer, config_yaml
@@ -282,3 +291,30 @@ def test_instant_targets_are_judged_by_their_instant_query_and_groups_by_fleet_r
     assert "| 2.0 |" in section  # 80 ms = two whole-fleet GPU reads of 40 ms
     assert "`bench:gpu:count` 40 ms" in section
     assert f"| {BASELINE_GROUP} |" not in section  # the baseline is a yardstick, not a group
+
+
+def test_the_rule_groups_only_report_shows_each_group_and_the_highlighted_one_per_rule(tmp_path):
+    def groups(health_ms: float) -> list[GroupTiming]:
+        return [
+            GroupTiming("ml_storage", 3, Timing(2.0, 3.0, 6), "CheckpointSaveFailures", 1.0, (("a", 1.0),)),
+            GroupTiming(
+                "ml_monitoring_health", 8, Timing(health_ms, health_ms * 2, 6), "GPUPollerDown", health_ms / 2,
+                (("GPUPollerDown", health_ms / 2), ("Watchdog", 0.1)),
+            ),
+            GroupTiming(BASELINE_GROUP, 2, Timing(45.0, 50.0, 6), "b", 40.0, (("bench:gpu:count", 40.0),)),
+        ]  # fmt: skip
+
+    small, big = FleetShape(100, 8, 50), FleetShape(1000, 8, 50)
+    section = render_rule_groups(
+        [(small, groups(4.0)), (big, groups(20.0))], "python -m bench.fleet --rule-groups-only", "2 cores", 150, 6,
+        "ml_monitoring_health",
+    )  # fmt: skip
+    assert section.startswith(GROUPS_BEGIN) and section.rstrip().endswith(GROUPS_END)
+    assert "| **ml_monitoring_health** | 8 | 6 | 20 / 40 | 4.0 | 0.5 | GPUPollerDown (10) |" in section  # 20 / 40
+    assert "per rule (mean ms): GPUPollerDown 10, Watchdog 0.1." in section
+    assert f"| {BASELINE_GROUP} |" not in section
+    path = tmp_path / "BENCHMARKS.md"
+    path.write_text(f"# Benchmarks\n\n{BEGIN}\nthe full run\n{END}\n")
+    write_section(path, section, GROUPS_BEGIN, GROUPS_END)
+    text = path.read_text()
+    assert "the full run" in text and text.count(GROUPS_BEGIN) == 1

@@ -100,6 +100,8 @@ BAD_CONFIGS = [
     ("gpu-count-zero", mutated("trainingJob", ["gpuCount"], 0), "trainingJob.gpuCount = 0: expected a whole number from 1 to 16"),
     ("bad-quantity", mutated("poller", ["resources", "memoryLimit"], "lots"), "poller.resources.memoryLimit = 'lots': expected a Kubernetes quantity"),
     ("plaintext-webhook", {"alertPageWebhookUrl": "https://hooks.example.invalid/T0/B0/x"}, "alertPageWebhookUrl is a credential given in plaintext"),
+    ("plaintext-heartbeat", {"alertHeartbeatUrl": "https://hooks.example.invalid/beat"}, "alertHeartbeatUrl is a credential given in plaintext"),
+    ("kube-state-metrics-not-a-bool", {"kubeStateMetrics": "maybe"}, "kubeStateMetrics = 'maybe': expected true or false"),
     ("password-in-url", mutated("endpoints", ["loki"], "http://admin:foxhunt123@loki:3100"), "no credentials in a URL"),
     ("credential-in-nested-key", mutated("poller", ["image", "password"], "hunter2"), "poller.image.password looks like a credential given in plaintext"),
     ("shards-zero", {"prometheus": {"shards": 0}}, "prometheus.shards = 0: expected a whole number from 1 to 64"),
@@ -139,6 +141,20 @@ def test_missing_required_secret_names_the_command_to_set_it() -> None:
     source = DictConfigSource("dev", values, config.secret_keys)
     with pytest.raises(SettingsError, match=r"pulumi config set --secret alertChatWebhookUrl"):
         load_settings(source, values.get)
+
+
+def test_missing_heartbeat_url_names_the_command_to_set_it() -> None:
+    config = read_stack_config("dev")
+    values = {k: v for k, v in config.values.items() if k != "alertHeartbeatUrl"}
+    source = DictConfigSource("dev", values, config.secret_keys)
+    with pytest.raises(SettingsError, match=r"pulumi config set --secret alertHeartbeatUrl"):
+        load_settings(source, values.get)
+
+
+def test_kube_state_metrics_reaches_the_rules_config() -> None:
+    assert load("dev").observability_config().kube_state_metrics is False
+    assert load("prod").observability_config().kube_state_metrics is True
+    assert load(kubeStateMetrics=True).observability_config().kube_state_metrics is True
 
 
 def test_secure_values_are_secrets_and_never_plaintext() -> None:

@@ -18,7 +18,15 @@ from infra.components.service_scrape import PATCH_FIELD_MANAGER_ANNOTATION
 from infra.kube_provider import PROVIDER_TYPE
 from infra.mock_engine import run_program
 from infra.result import RenderResult
-from infra.settings import PROJECT, ImageBuild, PinnedImage, placeholder_secret, read_stack_config, validate_stack
+from infra.settings import (
+    PROJECT,
+    RECEIVER_KEYS,
+    ImageBuild,
+    PinnedImage,
+    placeholder_secret,
+    read_stack_config,
+    validate_stack,
+)
 from observability import scrape_config
 from observability.rules import Tier
 from observability.scrape_config import PATH_ANNOTATION, PORT_ANNOTATION, SCRAPE_ANNOTATION, SERVICE_LABEL
@@ -466,8 +474,7 @@ def test_rules_are_delivered_by_mode_from_the_rendered_rule_groups(
 @pytest.mark.parametrize("stack", STACKS)
 def test_receiver_urls_appear_only_in_secret_string_data(rendered: dict[str, RenderResult], stack: str) -> None:
     result = rendered[stack]
-    urls = [placeholder_secret(stack, k) for k in ("alertPageWebhookUrl", "alertChatWebhookUrl",
-                                                           "alertLowPriorityWebhookUrl")]  # fmt: skip
+    urls = [placeholder_secret(stack, k) for k in RECEIVER_KEYS]
     holders = []
     for path, manifest in result.manifests.items():
         text = json.dumps(manifest)
@@ -511,8 +518,8 @@ def test_classic_mode_ships_a_whole_alertmanager_config(rendered: dict[str, Rend
     secret = next(s for s in objects(result, "Secret") if s["metadata"]["name"] == alert_routing.CONFIG_SECRET)
     config = yaml.safe_load(secret["stringData"][alert_routing.CONFIG_KEY])
     urls = {c["url"] for r in config["receivers"] for c in r["webhook_configs"]}
-    assert urls == {placeholder_secret("dev", k) for k in ("alertPageWebhookUrl", "alertChatWebhookUrl",
-                                                                  "alertLowPriorityWebhookUrl")}  # fmt: skip
+    assert urls == {placeholder_secret("dev", k) for k in RECEIVER_KEYS}
+    assert len(urls) == 4  # page, chat, low priority, heartbeat
     assert objects(result, "AlertmanagerConfig") == []
 
 

@@ -17,7 +17,7 @@ from poller.collector import GpuCollector, SharedPass, build_families
 from poller.error_counters import ErrorCounters
 from poller.exported_metrics import ERROR_TYPES, FAILURE_REASONS, GPU_GAUGES
 from poller.exposition import TextPageWriter
-from poller.model import DriverInfo, GpuIdentity, GpuSample, PassResult
+from poller.model import DriverInfo, GpuIdentity, GpuSample, PassResult, unidentified_gpu
 
 GPU0 = GpuIdentity(0, "GPU-aaaa", "NVIDIA A100-SXM4-80GB")
 GPU1 = GpuIdentity(1, 'GPU-bb"b\\', 'Odd "name"\nwith newline')
@@ -146,6 +146,7 @@ def make_page_inputs() -> tuple[PassResult, ErrorCounters]:
     counters.record_xid(GPU1, 4242)
     counters.record_error(GPU1, "gpu_lost")
     counters.record_failure("gpu_lost")
+    counters.record_error(unidentified_gpu(2), "gpu_lost")  # lost before it was ever identified
     partial = GpuSample(GPU1, utilization_percent=3, temperature_celsius=30)  # unsupported fields stay None
     result = PassResult(
         nvml_up=True,
@@ -153,6 +154,7 @@ def make_page_inputs() -> tuple[PassResult, ErrorCounters]:
         finished_at=10.0021,
         samples=(full_sample(GPU0), partial),
         driver=DriverInfo("550.54.15", "12.550.54.15", "12.4"),
+        enumerated=3,
     )
     return result, counters
 
@@ -215,12 +217,17 @@ def test_page_content_labels_units_and_children() -> None:
     assert errors(gpu0, "xid") == 2 and errors(gpu1, "xid") == 1
     assert errors(gpu1, "gpu_lost") == 1 and errors(gpu0, "gpu_lost") == 0
     assert errors(gpu0, "ecc_uncorrected") == 0
+    # A GPU lost before the poller read its UUID is counted under its index alone.
+    unidentified = (("gpu_id", "2"), ("gpu_name", ""), ("node", "node-1"), ("uuid", ""))
+    assert errors(unidentified, "gpu_lost") == 1
+    assert errors(unidentified, "xid") == 0
 
     node = (("node", "node-1"),)
     for reason in FAILURE_REASONS:
         assert (catalog.GPU_POLLER_COLLECTION_FAILURES_TOTAL.name, tuple(sorted((*node, ("reason", reason))))) in page
     assert page[(catalog.GPU_POLLER_NVML_UP.name, node)] == 1
-    assert page[(catalog.GPU_POLLER_DEVICES.name, node)] == 2
+    assert page[(catalog.GPU_POLLER_DEVICES.name, node)] == 2  # answering
+    assert page[(catalog.GPU_POLLER_DEVICES_ENUMERATED.name, node)] == 3  # one enumerated GPU does not answer
     assert page[(catalog.GPU_POLLER_COLLECTION_DURATION_SECONDS.name, node)] == pytest.approx(0.0021)
     info = (
         ("cuda_driver_version", "12.4"),
@@ -240,6 +247,7 @@ def test_nvml_down_page_has_health_and_no_gpu_series() -> None:
     node = (("node", "cpu-node"),)
     assert page[(catalog.GPU_POLLER_NVML_UP.name, node)] == 0
     assert page[(catalog.GPU_POLLER_DEVICES.name, node)] == 0
+    assert page[(catalog.GPU_POLLER_DEVICES_ENUMERATED.name, node)] == 0
     assert page[(catalog.GPU_POLLER_COLLECTION_FAILURES_TOTAL.name, (*node, ("reason", "init")))] == 1
     assert all(name.startswith("ml_gpu_poller_") for name, _ in page)
 

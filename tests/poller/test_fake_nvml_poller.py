@@ -26,6 +26,7 @@ StartPoller = Callable[..., Any]
 TEMP = catalog.GPU_TEMPERATURE_CELSIUS.name
 UP = catalog.GPU_POLLER_NVML_UP.name
 DEVICES = catalog.GPU_POLLER_DEVICES.name
+ENUMERATED = catalog.GPU_POLLER_DEVICES_ENUMERATED.name
 FAILURES = catalog.GPU_POLLER_COLLECTION_FAILURES_TOTAL.name
 ERRORS = catalog.GPU_ERRORS_TOTAL.name
 XIDS = catalog.GPU_XID_ERRORS_TOTAL.name
@@ -153,6 +154,7 @@ def test_lost_gpu_drops_its_series_counts_once_keeps_the_others_and_comes_back(
     config.gpus[1].lost = True
     config.write(nvml_config)
     poller.wait_for(DEVICES, 2)
+    assert poller.value(ENUMERATED) == 3
     assert poller.values(TEMP, gpu_id="1") == []
     assert poller.value(TEMP, gpu_id="0") == 40
     assert poller.value(TEMP, gpu_id="2") == 42
@@ -170,6 +172,34 @@ def test_lost_gpu_drops_its_series_counts_once_keeps_the_others_and_comes_back(
     assert poller.value(ERRORS, gpu_id="1", error_type="gpu_lost") == 1
     assert poller.log().count("GPU 1 (GPU-00000000-0000-0000-0000-000000000001) is lost") == 1
     assert "GPU 1 (GPU-00000000-0000-0000-0000-000000000001) answers again" in poller.log()
+
+
+def test_a_gpu_lost_from_the_first_pass_is_counted_under_its_index(
+    harness: ModuleType, fake_nvml_lib: Path, nvml_config: Path, start_poller: StartPoller
+) -> None:
+    """A GPU that fell off the bus before the poller started: NVML enumerates it, never identifies it."""
+    config = harness.FakeNvml(gpus=[harness.FakeGpu(temperature=40 + i) for i in range(3)])
+    config.gpus[1].lost = True
+    config.write(nvml_config)
+    poller = start_poller(fake_nvml_lib, nvml_config)
+    assert poller.value(UP) == 1
+    assert poller.value(ENUMERATED) == 3
+    assert poller.value(DEVICES) == 2
+    assert poller.values(TEMP, gpu_id="1") == []
+    # Counted once, under its index: no UUID or name was ever read (empty labels, which Prometheus drops).
+    assert poller.value(ERRORS, gpu_id="1", error_type="gpu_lost", uuid="", gpu_name="") == 1
+    assert poller.value(ERRORS, gpu_id="0", error_type="gpu_lost") == 0
+    time.sleep(1.5)  # re-initialisations while it is still lost do not count it again
+    assert poller.value(ERRORS, gpu_id="1", error_type="gpu_lost") == 1
+    assert poller.log().count("GPU 1 (uuid unknown: lost before the poller identified it) is lost") == 1
+
+    config.gpus[1].lost = False
+    config.write(nvml_config)
+    poller.wait_for(TEMP, 41, timeout=15, gpu_id="1")  # answers again: now identified
+    assert poller.value(DEVICES) == 3
+    uuid = config.gpus[1].default_uuid(1)
+    assert poller.value(ERRORS, gpu_id="1", error_type="gpu_lost", uuid=uuid) == 0
+    assert poller.value(ERRORS, gpu_id="1", error_type="gpu_lost", uuid="") == 1  # the loss stays counted
 
 
 def test_unsupported_fields_are_omitted_and_the_rest_reported(
@@ -229,6 +259,7 @@ def test_nvml_gone_mid_session_reports_down_and_reinitialises(
     config.write(nvml_config)
     poller.wait_for(UP, 0)
     assert poller.values(TEMP) == []
+    assert poller.value(ENUMERATED) == 0
     config.init_error = 0
     config.gpus[0].errors = {}
     config.write(nvml_config)

@@ -13,6 +13,7 @@ from observability import catalog
 from observability.rules import recording
 from observability.rules.promql import duration
 from observability.thresholds import DEFAULT_THRESHOLDS, Thresholds
+from tests.rules.health_cases import HEALTH_CASES
 from tests.rules.promtool_harness import (
     Case,
     Check,
@@ -726,6 +727,8 @@ def alert_cases(th: Thresholds = DEFAULT_THRESHOLDS) -> tuple[Case, ...]:
             },
             silent(600, 720),
         ),
+        # --- ml_monitoring_health (and the lost-at-first-pass GPU): tests/rules/health_cases.py -------
+        *HEALTH_CASES,
     )
 
 

@@ -32,8 +32,13 @@ RECEIVERS = ReceiverUrls(
     page="https://hooks.example.invalid/page",
     chat="https://hooks.example.invalid/chat",
     low_priority="https://hooks.example.invalid/low-priority",
+    heartbeat="https://hooks.example.invalid/heartbeat",
 )
 EXPECTED_RECEIVER = {"critical": "page", "high": "chat", "warning": "chat", "info": "low-priority"}
+
+
+def expected_receiver(alert_name: str, severity: str) -> str:
+    return "heartbeat" if alert_name == "Watchdog" else EXPECTED_RECEIVER[severity]
 
 
 def _tool(name: str) -> str:
@@ -72,7 +77,7 @@ def test_amtool_check_config_passes(config_file):
         [_tool("amtool"), "check-config", str(config_file)], capture_output=True, text=True, check=False
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "3 inhibit rules" in proc.stdout and "3 receivers" in proc.stdout
+    assert "5 inhibit rules" in proc.stdout and "4 receivers" in proc.stdout
 
 
 def test_amtool_check_config_passes_for_every_stack(tmp_path):
@@ -82,6 +87,7 @@ def test_amtool_check_config_passes_for_every_stack(tmp_path):
             page=settings.alerting.page_webhook_url,
             chat=settings.alerting.chat_webhook_url,
             low_priority=settings.alerting.low_priority_webhook_url,
+            heartbeat=settings.alerting.heartbeat_url,
         )
         path = tmp_path / f"{stack}.yml"
         path.write_text(alertmanager_config_yaml(settings.observability_config(), receivers), encoding="utf-8")
@@ -104,10 +110,45 @@ def test_routes_test_fails_on_a_wrong_receiver(config_file):
 
 @pytest.mark.parametrize("alert", alert_rules(CFG), ids=lambda a: a.name)
 def test_every_alert_reaches_the_receiver_of_its_severity(config_file, alert):
-    expected = EXPECTED_RECEIVER[alert.severity.value]
+    expected = expected_receiver(alert.name, alert.severity.value)
     labels = {"alertname": alert.name, "severity": alert.severity.value} | {k: "x" for k in alert.locating_labels}
     proc = _routes_test(config_file, expected, labels)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("severity", ["critical", "high", "warning", "info", ""])
+def test_only_watchdog_reaches_the_heartbeat_receiver(config_file, severity):
+    labels = {"severity": severity} if severity else {}
+    watchdog = _routes_test(config_file, "heartbeat", {"alertname": "Watchdog", **labels})
+    assert watchdog.returncode == 0 and watchdog.stdout.strip() == "heartbeat", watchdog.stdout + watchdog.stderr
+    other = _routes_test(config_file, "heartbeat", {"alertname": "GPUPollerDown", **labels})
+    assert other.returncode != 0, f"an alert other than Watchdog reached the heartbeat: {other.stdout}"
+
+
+def test_heartbeat_repeats_every_minute_and_never_sends_resolved():
+    config = alertmanager_config(CFG, RECEIVERS)
+    first = config["route"]["routes"][0]
+    assert first == {
+        "receiver": "heartbeat",
+        "matchers": ['alertname="Watchdog"'],
+        "group_wait": "0s",
+        "group_interval": "1m",
+        "repeat_interval": "1m",
+    }
+    assert "continue" not in first
+    (heartbeat,) = [r for r in config["receivers"] if r["name"] == "heartbeat"]
+    assert heartbeat["webhook_configs"] == [{"url": RECEIVERS.heartbeat, "send_resolved": False}]
+    assert not any("Watchdog" in str(rule) for rule in config["inhibit_rules"])
+
+
+def test_a_down_poller_mutes_every_gpu_alert_of_its_node_including_new_ones():
+    (poller,) = [i for i in INHIBITIONS if i.sources == ("GPUPollerDown",)]
+    node_gpu_alerts = {
+        a.name for a in alert_rules(CFG) if a.group == "ml_gpu_resources" and "node" in a.locating_labels
+    }
+    assert node_gpu_alerts and node_gpu_alerts <= set(poller.targets)
+    assert poller.equal == ("node",)
+    assert "GPUPollerDown" not in poller.targets
 
 
 def test_inhibition_equal_labels_locate_both_alerts():
@@ -135,8 +176,13 @@ def test_inhibition_of_an_unknown_alert_is_rejected(monkeypatch):
 )
 def test_receiver_urls_must_be_http_urls_and_are_never_echoed(bad):
     with pytest.raises(ValueError) as error:
-        ReceiverUrls(page=bad, chat=RECEIVERS.chat, low_priority=RECEIVERS.low_priority)
+        ReceiverUrls(page=bad, chat=RECEIVERS.chat, low_priority=RECEIVERS.low_priority, heartbeat=RECEIVERS.heartbeat)
     assert "ReceiverUrls.page" in str(error.value)
+    if bad:
+        assert bad not in str(error.value)
+    with pytest.raises(ValueError) as error:
+        ReceiverUrls(page=RECEIVERS.page, chat=RECEIVERS.chat, low_priority=RECEIVERS.low_priority, heartbeat=bad)
+    assert "ReceiverUrls.heartbeat" in str(error.value)
     if bad:
         assert bad not in str(error.value)
 
@@ -144,7 +190,7 @@ def test_receiver_urls_must_be_http_urls_and_are_never_echoed(bad):
 def test_receiver_urls_come_only_from_the_arguments():
     config = alertmanager_config(CFG, RECEIVERS)
     urls = {c["url"] for r in config["receivers"] for c in r["webhook_configs"]}
-    assert urls == {RECEIVERS.page, RECEIVERS.chat, RECEIVERS.low_priority}
+    assert urls == {RECEIVERS.page, RECEIVERS.chat, RECEIVERS.low_priority, RECEIVERS.heartbeat}
     source = Path(am.__file__).read_text(encoding="utf-8")
     assert "://" not in source.replace("http(s)", "").replace('("http", "https")', "")
 
@@ -256,6 +302,9 @@ def alertmanager_url(config_file, tmp_path_factory) -> Iterator[str]:
 GPU_A = {"node": "gpu-node-1", "gpu_id": "0", "uuid": "GPU-a", "gpu_name": "NVIDIA H100"}
 GPU_B = {"node": "gpu-node-1", "gpu_id": "1", "uuid": "GPU-b", "gpu_name": "NVIDIA H100"}
 GPU_C = {"node": "gpu-node-2", "gpu_id": "0", "uuid": "GPU-c", "gpu_name": "NVIDIA H100"}
+GPU_D = {"node": "gpu-node-3", "gpu_id": "0", "uuid": "GPU-d", "gpu_name": "NVIDIA H100"}
+GPU_E = {"node": "gpu-node-4", "gpu_id": "2", "uuid": "GPU-e", "gpu_name": "NVIDIA H100"}
+POLLER_D = {"namespace": "monitoring", "pod": "gpu-poller-d", "node": "gpu-node-3"}
 JOB = {"namespace": "training", "model_type": "dqn", "job_id": "job-1"}
 SEVERITY = {a.name: a.severity.value for a in alert_rules(CFG)}
 
@@ -271,6 +320,17 @@ SCENARIO = [
     ("ModelLoadingFailures", {"namespace": "foxhunt", "service": "ml-inference-service", "model_type": "tft"}, True),
     ("ModelDriftDetected", {"namespace": "foxhunt", "service": "ml-inference-service", "model_type": "tft"}, False),
     ("TrainingNaNDetected", {**JOB, "tensor_type": "loss"}, False),  # critical alerts are never muted
+    # A down poller mutes its node's GPU and poller alerts (a restarted one re-reports a lost GPU).
+    ("GPUPollerDown", POLLER_D, False),
+    ("GPUErrorsDetected", GPU_D, True),
+    ("GPUTemperatureHigh", GPU_D, True),
+    ("GPUPollerCollectionSlow", {"node": "gpu-node-3"}, True),
+    ("GPUTemperatureHigh", GPU_E, False),  # another node
+    # NVML down explains the node's GPUs not answering and its failing NVML calls.
+    ("NVMLDown", {"node": "gpu-node-4"}, False),
+    ("GPUsNotAnswering", {"node": "gpu-node-4"}, True),
+    ("GPUPollerCollectionFailing", {"node": "gpu-node-4"}, True),
+    ("Watchdog", {}, False),  # never muted
 ]
 
 
@@ -287,12 +347,21 @@ def test_a_real_alertmanager_applies_the_inhibitions(alertmanager_url):
     )
     with urllib.request.urlopen(request, timeout=5) as response:
         assert response.status == 200
-    with urllib.request.urlopen(f"{alertmanager_url}/api/v2/alerts", timeout=5) as response:
-        got = json.load(response)
+    expected = {(name, labels.get("gpu_id"), labels.get("node")): muted for name, labels, muted in SCENARIO}
+    # Alertmanager's inhibitor sees new alerts asynchronously: read until it has caught up (or time out).
+    deadline = time.monotonic() + 15
+    while True:
+        with urllib.request.urlopen(f"{alertmanager_url}/api/v2/alerts", timeout=5) as response:
+            got = json.load(response)
+        muted = {
+            (a["labels"]["alertname"], a["labels"].get("gpu_id"), a["labels"].get("node")): bool(
+                a["status"]["inhibitedBy"]
+            )
+            for a in got
+        }
+        if muted == expected or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     assert len(got) == len(SCENARIO)
-    muted = {
-        (a["labels"]["alertname"], a["labels"].get("gpu_id"), a["labels"].get("node")): bool(a["status"]["inhibitedBy"])
-        for a in got
-    }
-    for name, labels, expected in SCENARIO:
-        assert muted[(name, labels.get("gpu_id"), labels.get("node"))] is expected, name
+    for key, should_be_muted in expected.items():
+        assert muted[key] is should_be_muted, key

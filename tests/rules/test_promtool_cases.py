@@ -9,6 +9,7 @@ import pytest
 from observability.config import ObservabilityConfig
 from observability.rules import ALERT_NAMES, RECORDING_RULES
 from tests.rules.alert_cases import CASES, RECORD_CASES
+from tests.rules.health_cases import KSM_CASES
 from tests.rules.promtool_harness import Suite, run_promtool_tests
 
 
@@ -16,17 +17,21 @@ def test_promtool_passes_every_case(promtool_run):
     assert promtool_run.result.returncode == 0, promtool_run.result.output[-20000:]
 
 
+# Always firing by design: its silence is what the external dead man's switch detects.
+ALWAYS_FIRING = {"Watchdog"}
+
+
 @pytest.mark.parametrize("alert", ALERT_NAMES)
 def test_alert_has_firing_and_silent_cases_that_pass(alert, promtool_run):
-    cases = [c for c in CASES if c.alert == alert]
+    cases = [c for c in (*CASES, *KSM_CASES) if c.alert == alert]
     assert any(c.fires for c in cases), f"{alert} has no case where it fires"
-    assert any(c.stays_silent for c in cases), f"{alert} has no case where it stays silent"
+    assert alert in ALWAYS_FIRING or any(c.stays_silent for c in cases), f"{alert} has no case where it stays silent"
     failed = {name for name in promtool_run.result.failed_groups() if name.startswith(f"{alert}: ")}
     assert not failed, promtool_run.result.output[-20000:]
 
 
 def test_cases_name_only_existing_alerts():
-    unknown = {c.alert for c in CASES} - set(ALERT_NAMES)
+    unknown = {c.alert for c in (*CASES, *KSM_CASES)} - set(ALERT_NAMES)
     assert not unknown, f"cases for alerts that do not exist (they would pass vacuously): {unknown}"
 
 
@@ -67,6 +72,10 @@ def _description_drops_gpu(groups: list[dict[str, Any]]) -> None:
     rule["annotations"]["description"] = rule["annotations"]["description"].replace("GPU {{ $labels.gpu_id }} ", "")
 
 
+def _health_for_shortened(groups: list[dict[str, Any]]) -> None:
+    _alert(groups, "GPUPollerDown")["for"] = "4m"
+
+
 MUTATIONS = {
     "threshold made inclusive": (
         _threshold_inclusive,
@@ -82,6 +91,11 @@ MUTATIONS = {
         _seed_memory_for,
         "GPUMemoryExhausted",
         {_case("GPUMemoryExhausted", "on two consecutive scrapes fires")},
+    ),
+    "poller-down after 4m instead of 5m": (
+        _health_for_shortened,
+        "GPUPollerDown",
+        {"GPUPollerDown: a poller target failing its scrapes for 5m fires, on the node its own series named"},
     ),
     "description without the GPU": (
         _description_drops_gpu,

@@ -19,6 +19,7 @@ from observability.rules import (
     RECORDING_RULES,
     Severity,
     alert_rules,
+    project_group_names,
     recording,
     rule_groups,
     rules_file_yaml,
@@ -60,6 +61,20 @@ SEED_CRITICAL = {
 SEED_HIGH = {"MLTrainingServiceDown", "ModelLoadingFailures"}
 INFO = {"GPUUtilizationLow", "GPUUtilizationCritical"}  # the seed's table has two info alerts
 REQUIRED_ANNOTATIONS = ("summary", "description", "impact", "action", "runbook_url")
+# The monitoring's own health (not in the seed): who watches the watchers.
+HEALTH_GROUP = "ml_monitoring_health"
+HEALTH_ALERTS = (
+    "GPUPollerDown",
+    "NVMLDown",
+    "GPUsNotAnswering",
+    "GPUPollerCollectionFailing",
+    "GPUPollerCollectionSlow",
+    "RuleGroupEvaluationFailures",
+    "RuleGroupSlow",
+    "Watchdog",
+)
+# Alerts that locate nothing (always firing): their description need not name a label.
+UNLOCATED = {"Watchdog"}
 
 
 def rule_problems(rule: dict[str, Any], cfg: ObservabilityConfig = CFG) -> list[str]:
@@ -75,7 +90,7 @@ def rule_problems(rule: dict[str, Any], cfg: ObservabilityConfig = CFG) -> list[
     summary = str(annotations.get("summary", ""))
     if "{{" in summary or not summary.endswith(".") or summary.count(". ") > 0:
         problems.append("summary must be one static sentence")
-    if "{{ $labels." not in str(annotations.get("description", "")):
+    if "{{ $labels." not in str(annotations.get("description", "")) and rule.get("alert") not in UNLOCATED:
         problems.append("description must be a template naming the labels that locate the problem")
     if not str(annotations.get("runbook_url", "")).startswith(f"{cfg.runbook_base_url}#"):
         problems.append("runbook_url must point at a section of docs/runbooks.md")
@@ -84,17 +99,17 @@ def rule_problems(rule: dict[str, Any], cfg: ObservabilityConfig = CFG) -> list[
     return problems
 
 
-def test_six_groups_with_the_seeds_alerts():
-    assert ALERTS_BY_GROUP == SEED_GROUPS
-    assert tuple(SEED_GROUPS) == ALERT_GROUP_NAMES
-    assert len(ALERT_NAMES) == 22 == len(set(ALERT_NAMES))
+def test_six_groups_with_the_seeds_alerts_then_the_health_group():
+    assert ALERTS_BY_GROUP == {**SEED_GROUPS, HEALTH_GROUP: HEALTH_ALERTS}
+    assert (*SEED_GROUPS, HEALTH_GROUP) == ALERT_GROUP_NAMES
+    assert len(ALERT_NAMES) == 22 + len(HEALTH_ALERTS) == len(set(ALERT_NAMES))
     alert_groups = [g for g in rule_groups(CFG) if any("alert" in r for r in g["rules"])]
-    assert [g["name"] for g in alert_groups] == list(SEED_GROUPS)
+    assert [g["name"] for g in alert_groups] == [*SEED_GROUPS, HEALTH_GROUP]
     assert all(all("alert" in r for r in g["rules"]) for g in alert_groups)
 
 
 def test_severities_follow_the_seed():
-    severity = {a.name: a.severity for a in alert_rules(CFG)}
+    severity = {a.name: a.severity for a in alert_rules(CFG) if a.group != HEALTH_GROUP}
     assert {n for n, s in severity.items() if s is Severity.CRITICAL} == SEED_CRITICAL
     assert {n for n, s in severity.items() if s is Severity.HIGH} == SEED_HIGH
     assert {n for n, s in severity.items() if s is Severity.INFO} == INFO
@@ -185,6 +200,24 @@ def test_aggregations_keep_the_locating_labels(alert):
         assert set(alert.locating_labels) <= kept, (alert.name, clause)
 
 
+def test_health_alerts_watch_exactly_the_projects_rule_groups():
+    names = project_group_names(CFG)
+    assert set(names) == {g["name"] for g in rule_groups(CFG)}
+    for alert in alert_rules(CFG):
+        if alert.name.startswith("RuleGroup"):
+            for name in names:
+                assert name.replace(".", "[.]") in alert.expr, (alert.name, name)
+
+
+def test_kube_state_metrics_adds_the_capacity_checks():
+    with_ksm = {a.name: a.expr for a in alert_rules(ObservabilityConfig(kube_state_metrics=True))}
+    without = {a.name: a.expr for a in alert_rules(CFG)}
+    for name in ("GPUPollerDown", "GPUsNotAnswering"):
+        assert catalog.KUBE_NODE_STATUS_CAPACITY.name in with_ksm[name]
+        assert catalog.KUBE_NODE_STATUS_CAPACITY.name not in without[name]
+    assert all(catalog.KUBE_NODE_STATUS_CAPACITY.name not in expr for expr in without.values())
+
+
 def test_gpu_alerts_locate_the_gpu():
     for alert in alert_rules(CFG):
         if alert.group == "ml_gpu_resources":
@@ -233,7 +266,7 @@ _PROMQL_WORDS = {
 
 def _series_names(expr: str) -> set[str]:
     without_strings = re.sub(r'"[^"]*"', '""', expr)
-    without_labels = re.sub(r"\b(by|without|on|ignoring) \([^)]*\)", "", without_strings)
+    without_labels = re.sub(r"\b(by|without|on|ignoring|group_left|group_right) \([^)]*\)", "", without_strings)
     without_matchers = re.sub(r"\{[^}]*\}", "{}", without_labels)
     return {n for n in _SERIES_NAME.findall(without_matchers) if n not in _PROMQL_WORDS and not n.isdigit()}
 

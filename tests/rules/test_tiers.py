@@ -168,12 +168,10 @@ def test_the_two_tier_files_hold_every_rule_once_in_order() -> None:
 
 
 def test_a_rule_over_series_outside_the_catalog_must_declare_its_tier() -> None:
-    groups = [_group({"alert": "SelfMonitoring", "expr": "prometheus_rule_group_last_duration_seconds > 10"})]
-    with pytest.raises(
-        TierError, match=r"g/SelfMonitoring reads prometheus_rule_group_last_duration_seconds.*DECLARED"
-    ):
+    groups = [_group({"alert": "SelfMonitoring", "expr": "prometheus_tsdb_head_series > 1e7"})]
+    with pytest.raises(TierError, match=r"g/SelfMonitoring reads prometheus_tsdb_head_series.*DECLARED"):
         place(groups, {})
-    declared = {"SelfMonitoring": Declared(Tier.SHARD, "every Prometheus watches its own rule groups")}
+    declared = {"SelfMonitoring": Declared(Tier.SHARD, "every Prometheus watches its own head")}
     assert [p.tier for p in place(groups, declared)] == [Tier.SHARD]
 
 
