@@ -35,6 +35,7 @@ def alertmanager_yaml(settings: Settings) -> str:
         page=secret_placeholder("alertPageWebhookUrl"),
         chat=secret_placeholder("alertChatWebhookUrl"),
         low_priority=secret_placeholder("alertLowPriorityWebhookUrl"),
+        heartbeat=secret_placeholder("alertHeartbeatUrl"),
     )
     header = (
         f"# Alertmanager routing of stack {settings.stack} ({settings.scrape.mode} mode). Receiver URLs are\n"

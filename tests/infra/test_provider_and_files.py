@@ -97,7 +97,7 @@ def test_alertmanager_config_is_written_readably_with_secret_placeholders(render
     document = yaml.safe_load(text)
     urls = {c["url"] for r in document["receivers"] for c in r["webhook_configs"]}
     assert urls == {secret_placeholder(k) for k in ("alertPageWebhookUrl", "alertChatWebhookUrl",
-                                                    "alertLowPriorityWebhookUrl")}  # fmt: skip
+                                                    "alertLowPriorityWebhookUrl", "alertHeartbeatUrl")}  # fmt: skip
     assert "alerts.invalid" not in text
     path = tmp_path / "alertmanager.yaml"
     path.write_text(text)
