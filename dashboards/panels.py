@@ -62,6 +62,9 @@ class Query:
     legend: str = ""
     instant: bool = False
     format: Literal["time_series", "table", "heatmap"] = "time_series"
+    # Ask Prometheus for the exemplars of the queried series too: Grafana draws them, and the
+    # Prometheus datasource links their `trace_id` to Tempo (the trainers' duration histograms).
+    exemplar: bool = False
 
 
 @dataclass(frozen=True)
@@ -141,6 +144,8 @@ def prometheus_targets(queries: Sequence[Query]) -> list[cogbuilder.Builder[cogv
         t = t.instant() if q.instant else t.range()
         if q.format != "time_series":
             t = t.format(prometheus_model.PromQueryFormat(q.format))
+        if q.exemplar:
+            t = t.exemplar(True)
         targets.append(t)
     return targets
 

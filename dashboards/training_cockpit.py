@@ -345,10 +345,10 @@ def _errors() -> Row:
 
 
 def _timing() -> Row:
-    def histogram(title: str, description: str, metric: catalog.Metric) -> panels.PanelBuilder:
+    def histogram(title: str, description: str, metric: catalog.Metric, exemplar: bool = False) -> panels.PanelBuilder:
         return panels.heatmap(
             Common(title, description, "s", w=12),
-            [Query(promql.bucket_increase(metric, (MODEL,)), "{{le}}", format="heatmap")],
+            [Query(promql.bucket_increase(metric, (MODEL,)), "{{le}}", format="heatmap", exemplar=exemplar)],
         )
 
     job_duration = rec.TRAINING_JOB_DURATION_SECONDS_BUCKET_RATE1H
@@ -357,8 +357,10 @@ def _timing() -> Row:
         [
             histogram(
                 "Iteration Seconds Histogram",
-                "Distribution of training iteration durations over time.",
+                "Distribution of training iteration durations over time; an exemplar opens the trace of "
+                "the iteration it was recorded in.",
                 catalog.TRAINING_ITERATION_SECONDS,
+                exemplar=True,
             ),
             histogram(
                 "Data Load Seconds Histogram",

@@ -18,6 +18,7 @@ import yaml
 
 from observability.config import ObservabilityConfig
 from observability.rules import rules_file_yaml
+from observability.scrape_config import EXEMPLAR_STORAGE_FEATURE
 
 RULES_FILE = "rules.yml"
 
@@ -62,8 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     config = write(args.directory, cfg, args.trainer, args.poller)
     data = args.directory / "data"
     print(
-        f"prometheus --config.file={shlex.quote(str(config))} --storage.tsdb.path={shlex.quote(str(data))} "
-        "--web.listen-address=127.0.0.1:9090"
+        f"prometheus --config.file={shlex.quote(str(config))} --enable-feature={EXEMPLAR_STORAGE_FEATURE} "
+        f"--storage.tsdb.path={shlex.quote(str(data))} --web.listen-address=127.0.0.1:9090"
     )
     return 0
 

@@ -10,7 +10,7 @@ trainer's registry) with the same pieces.
 Formats. `negotiate` picks, from the formats a page offers, the one the scraper's `Accept` header
 prefers (Prometheus asks for OpenMetrics first, then the text format). OpenMetrics carries
 exemplars (a `trace_id` on a histogram bucket), the text format does not. OpenMetrics requires a
-counter's sample to end in `_total`; a counter whose samples do not (the seed name
+counter's sample to end in `_total`; a counter whose samples do not (the catalog name
 `ml_training_nan_count`, kept because users' binaries emit it) is written as an `unknown` family
 under its exact name, so the series Prometheus stores is named the same under both formats and
 every rule and panel that reads it works whichever format a scraper asks for (only the type in

@@ -12,6 +12,10 @@ load the right files (docs/scaling.md):
 - `operator_specs(cfg, ...)`: the fields the Prometheus Operator's Prometheus resources must set:
   the scraping resource (`shards`, `externalLabels`, the PodMonitor and rule selectors, remote
   write) and, when sharded, the global tier's.
+
+Every server keeps exemplars (the training jobs' `trace_id` exemplars, which Grafana links to
+Tempo): the files say it needs `--enable-feature=exemplar-storage`, the operator fields set
+`enableFeatures`, and the shards' remote write sends exemplars on to the global tier.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Any
 import yaml
 
 from observability.config import ObservabilityConfig
-from observability.scrape_config import annotation_scrape_configs
+from observability.scrape_config import EXEMPLAR_STORAGE_FEATURE, annotation_scrape_configs, requirement_comment
 
 CLUSTER_LABEL = "cluster"
 # The label of the PrometheusRules of each tier, which the Prometheus resources select by.
@@ -73,18 +77,18 @@ def server_configs(
             "rule_files": [rule_files.whole],
             "scrape_configs": annotation_scrape_configs(cfg, namespaces),
         }
-        return {config_file_name(0, 1): _dump(document)}
+        return {config_file_name(0, 1): requirement_comment() + _dump(document)}
     files = {}
     for shard in range(cfg.shards):
         document = {
             "global": _global_section(cfg),
             "rule_files": [rule_files.shard],
             "scrape_configs": annotation_scrape_configs(cfg, namespaces, shard),
-            "remote_write": [{"url": remote_write_url}],
+            "remote_write": [{"url": remote_write_url, "send_exemplars": True}],
         }
-        files[config_file_name(shard, cfg.shards)] = _dump(document)
+        files[config_file_name(shard, cfg.shards)] = requirement_comment() + _dump(document)
     global_tier = {"global": _global_section(cfg), "rule_files": [rule_files.global_tier]}
-    files[config_file_name(None, cfg.shards)] = _dump(global_tier)
+    files[config_file_name(None, cfg.shards)] = requirement_comment() + _dump(global_tier)
     return files
 
 
@@ -94,6 +98,7 @@ def operator_specs(
     """The Prometheus resources' spec fields this stack relies on (operator mode), by resource."""
     selector = dict(sorted(operator_selector.items()))
     scraping: dict[str, Any] = {
+        "enableFeatures": [EXEMPLAR_STORAGE_FEATURE],
         "externalLabels": external_labels(cfg),
         "podMonitorSelector": {"matchLabels": selector},
         "ruleSelector": {"matchLabels": selector},
@@ -102,8 +107,9 @@ def operator_specs(
         return {"prometheus": scraping}
     scraping["shards"] = cfg.shards
     scraping["ruleSelector"] = {"matchLabels": {**selector, TIER_LABEL: "shard"}}
-    scraping["remoteWrite"] = [{"url": remote_write_url}]
+    scraping["remoteWrite"] = [{"url": remote_write_url, "sendExemplars": True}]
     global_tier = {
+        "enableFeatures": [EXEMPLAR_STORAGE_FEATURE],
         "enableRemoteWriteReceiver": True,
         "externalLabels": external_labels(cfg),
         "podMonitorSelector": None,

@@ -46,6 +46,27 @@ SERVICE_LABEL = "app.kubernetes.io/name"  # pod label that becomes the `service`
 FINAL_SCRAPE_WAIT_ENV = "FOXHUNT_METRICS_FINAL_SCRAPE_WAIT_SECONDS"
 
 
+# The training jobs' iteration and checkpoint histograms carry `trace_id` exemplars, served as
+# OpenMetrics to a scraper that asks for it (Prometheus does); Prometheus keeps exemplars only with
+# this feature enabled. Said where Prometheus' operators look: a comment on top of the scrape
+# config, an annotation on the scrape discovery object and on the training job template.
+EXEMPLAR_STORAGE_FEATURE = "exemplar-storage"
+PROMETHEUS_REQUIRES_ANNOTATION = "foxhunt.io/prometheus-requires"
+PROMETHEUS_REQUIREMENT = (
+    f"--enable-feature={EXEMPLAR_STORAGE_FEATURE} (Prometheus Operator: spec.enableFeatures: "
+    f"[{EXEMPLAR_STORAGE_FEATURE}]), to keep the trace_id exemplars of the training jobs' histograms"
+)
+
+
+def prometheus_requirement_annotations() -> dict[str, str]:
+    return {PROMETHEUS_REQUIRES_ANNOTATION: PROMETHEUS_REQUIREMENT}
+
+
+def requirement_comment() -> str:
+    """The YAML comment that heads every scrape and server config file."""
+    return f"# Prometheus needs {PROMETHEUS_REQUIREMENT}.\n"
+
+
 def final_scrape_wait_seconds(cfg: ObservabilityConfig) -> int:
     """Two scrape intervals: one scrape may fail, the next one still sees the final values."""
     return 2 * cfg.scrape_interval_seconds
@@ -203,12 +224,12 @@ def scrape_config_yaml(cfg: ObservabilityConfig, namespaces: Sequence[str], shar
     """A `scrape_configs:` document: `rendered/<stack>/prometheus/scrape-config.yaml` (one per shard
     when sharded) and the ConfigMap key (Prometheus loads it through `scrape_config_files`,
     `promtool check config` checks it)."""
-    return _dump({"scrape_configs": annotation_scrape_configs(cfg, namespaces, shard)})
+    return requirement_comment() + _dump({"scrape_configs": annotation_scrape_configs(cfg, namespaces, shard)})
 
 
 def additional_scrape_configs_yaml(cfg: ObservabilityConfig, namespaces: Sequence[str], shard: int = 0) -> str:
     """A bare list of scrape configs: the operator's additional-scrape-configs Secret key."""
-    return _dump(annotation_scrape_configs(cfg, namespaces, shard))
+    return requirement_comment() + _dump(annotation_scrape_configs(cfg, namespaces, shard))
 
 
 def shard_scrape_configs(

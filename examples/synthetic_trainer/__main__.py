@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
 import tempfile
@@ -13,7 +14,9 @@ from types import FrameType
 
 from examples.synthetic_trainer.faults import FaultPlan
 from examples.synthetic_trainer.job import SyntheticTrainer, TrainerSettings
-from observability.instrument import METRICS_PORT, TrainingMetrics, init_observability
+from observability.instrument import METRICS_PORT, TrainingMetrics, init_observability, log_context
+
+log = logging.getLogger("examples.synthetic_trainer")
 
 
 def _host_port(text: str) -> tuple[str, int]:
@@ -50,7 +53,11 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    init_observability("synthetic-trainer")
+    try:
+        init_observability("synthetic-trainer")
+    except ValueError as error:  # LOG_FORMAT or LOG_LEVEL
+        print(f"synthetic trainer: {error}", file=sys.stderr)
+        return 2
     faults = FaultPlan(
         nan_epochs=args.nan_at_epochs,
         nan_tensor=args.nan_tensor,
@@ -86,10 +93,11 @@ def main(argv: list[str] | None = None) -> int:
         settings.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         job = metrics.start_job(settings.model_type, job_id, folds_planned=settings.folds)
         url = f"http://{host}:{server.port}/metrics"
-        print(f"training {settings.model_type} job {job_id}: metrics on {url}", flush=True)
-        status = SyntheticTrainer(settings, faults, job, stop).run()
-        job.finish(status)
-        print(f"job {job_id} {status}", flush=True)
+        with log_context(job_id=job_id, model_type=settings.model_type):
+            log.info("serving metrics", extra={"url": url})
+            status = SyntheticTrainer(settings, faults, job, stop).run()
+            job.finish(status)
+            log.info("job finished", extra={"status": status})
         if args.linger:
             stop.wait(None if args.linger < 0 else args.linger)
     server.close()

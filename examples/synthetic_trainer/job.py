@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import resource
@@ -14,9 +15,10 @@ from opentelemetry import trace
 
 from examples.synthetic_trainer.faults import FaultPlan
 from examples.synthetic_trainer.simulation import LossCurve, quality_from_loss
-from observability.instrument import JobMetrics
+from observability.instrument import JobMetrics, log_context
 
 tracer = trace.get_tracer("examples.synthetic_trainer")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -79,20 +81,27 @@ class SyntheticTrainer:
     def run(self) -> str:
         """Train every fold; returns the final status (completed, failed or stopped)."""
         s = self.settings
-        with tracer.start_as_current_span("training_job") as span:
+        with (
+            log_context(job_id=s.job_id, model_type=s.model_type),
+            tracer.start_as_current_span("training_job") as span,
+        ):
             span.set_attribute("ml.model_type", s.model_type)
             span.set_attribute("ml.job_id", s.job_id)
+            log.info("job started", extra={"folds": s.folds, "epochs_per_fold": s.epochs_per_fold})
+            status = "completed"
             for fold in range(s.folds):
                 status = self._fold(fold)
                 if status != "running":
-                    span.set_attribute("ml.status", status)
-                    return status
-            span.set_attribute("ml.status", "completed")
-        return "completed"
+                    break
+            else:
+                status = "completed"
+            span.set_attribute("ml.status", status)
+            log.log(logging.INFO if status == "completed" else logging.WARNING, "job %s", status)
+        return status
 
     def _fold(self, fold: int) -> str:
         s = self.settings
-        with tracer.start_as_current_span("fold") as span:
+        with log_context(fold=fold), tracer.start_as_current_span("fold") as span:
             span.set_attribute("ml.fold", fold)
             started = time.monotonic()
             self._load_data()
@@ -109,8 +118,17 @@ class SyntheticTrainer:
                     best_train, best_val = min(best_train, result[0]), min(best_val, result[1])
                 if epoch_in_fold % s.checkpoint_every == 0:
                     self._save_checkpoint(fold)
-            self.job.record_fold(fold, best_train, best_val, s.epochs_per_fold, time.monotonic() - started)
+            seconds = time.monotonic() - started
+            self.job.record_fold(fold, best_train, best_val, s.epochs_per_fold, seconds)
             self.job.set_model_quality(*quality_from_loss(best_val))
+            log.info(
+                "fold finished",
+                extra={
+                    "best_train_loss": round(best_train, 6),
+                    "best_val_loss": round(best_val, 6),
+                    "seconds": round(seconds, 3),
+                },
+            )
         return "running"
 
     def _epoch(self, curve: LossCurve, epoch_in_fold: int) -> tuple[str, tuple[float, float] | None]:
@@ -127,11 +145,28 @@ class SyntheticTrainer:
                 span.add_event("nan_detected", {"ml.tensor_type": self.faults.nan_tensor})
                 self.job.record_nan_detection(self.faults.nan_tensor)
                 if s.stop_on_nan:
+                    log.error(
+                        "NaN detected: failing the job",
+                        extra={"epoch": self.epoch, "tensor_type": self.faults.nan_tensor},
+                    )
                     self.job.record_failure("nan")
                     return "failed", None
-                return "running", None  # the step is skipped, as a trainer with a NaN guard does
+                # The step is skipped, as a trainer with a NaN guard does.
+                log.warning(
+                    "NaN detected: step skipped", extra={"epoch": self.epoch, "tensor_type": self.faults.nan_tensor}
+                )
+                return "running", None
             elapsed = time.monotonic() - started
             self.job.record_training_iteration(self.epoch, result.train_loss, result.val_loss, elapsed)
+            log.info(
+                "epoch done",
+                extra={
+                    "epoch": self.epoch,
+                    "train_loss": round(result.train_loss, 6),
+                    "val_loss": round(result.val_loss, 6),
+                    "seconds": round(elapsed, 3),
+                },
+            )
             return "running", (result.train_loss, result.val_loss)
 
     def _load_data(self) -> None:
@@ -154,6 +189,13 @@ class SyntheticTrainer:
                 partial.replace(path)
             except OSError as error:
                 span.record_exception(error)
+                span.set_status(trace.Status(trace.StatusCode.ERROR, str(error)))
                 self.job.record_checkpoint_save(False, time.monotonic() - started, 0, "io_error")
+                log.error("checkpoint save failed", extra={"epoch": self.epoch, "path": str(path), "error": str(error)})
                 return
-            self.job.record_checkpoint_save(True, time.monotonic() - started, len(payload))
+            seconds = time.monotonic() - started
+            self.job.record_checkpoint_save(True, seconds, len(payload))
+            log.info(
+                "checkpoint saved",
+                extra={"epoch": self.epoch, "path": str(path), "bytes": len(payload), "seconds": round(seconds, 3)},
+            )

@@ -51,6 +51,7 @@ class ScrapeDiscovery(pulumi.ComponentResource):
     def __init__(self, name: str, args: ScrapeDiscoveryArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(TYPE, name, None, opts)
         cfg, scrape, namespaces = args.cfg, args.scrape, list(args.watched_namespaces)
+        requirements = scrape_config.prometheus_requirement_annotations()
         self.resource: pulumi.CustomResource
         if scrape.mode == "operator":
             self.resource = k8s.apiextensions.CustomResource(
@@ -59,7 +60,7 @@ class ScrapeDiscovery(pulumi.ComponentResource):
                 kind="PodMonitor",
                 metadata=metadata(
                     args.common_labels, scrape_config.POD_MONITOR_NAME, args.namespace, app=APP, component=COMPONENT,
-                    extra_labels=scrape.operator_selector,
+                    extra_labels=scrape.operator_selector, annotations=requirements,
                 ),
                 spec=scrape_config.pod_monitor_spec(cfg, namespaces),
                 opts=child(self),
@@ -67,7 +68,14 @@ class ScrapeDiscovery(pulumi.ComponentResource):
         elif scrape.delivery == "secret":
             self.resource = k8s.core.v1.Secret(
                 f"{name}-config",
-                metadata=metadata(args.common_labels, scrape.object_name, args.namespace, app=APP, component=COMPONENT),
+                metadata=metadata(
+                    args.common_labels,
+                    scrape.object_name,
+                    args.namespace,
+                    app=APP,
+                    component=COMPONENT,
+                    annotations=requirements,
+                ),
                 type="Opaque",
                 string_data=scrape_config.shard_scrape_configs(cfg, namespaces, scrape_config.SECRET_KEY),
                 opts=child(self),
@@ -75,7 +83,14 @@ class ScrapeDiscovery(pulumi.ComponentResource):
         else:
             self.resource = k8s.core.v1.ConfigMap(
                 f"{name}-config",
-                metadata=metadata(args.common_labels, scrape.object_name, args.namespace, app=APP, component=COMPONENT),
+                metadata=metadata(
+                    args.common_labels,
+                    scrape.object_name,
+                    args.namespace,
+                    app=APP,
+                    component=COMPONENT,
+                    annotations=requirements,
+                ),
                 data=scrape_config.shard_scrape_configs(cfg, namespaces, scrape_config.CONFIGMAP_KEY),
                 opts=child(self),
             )

@@ -39,7 +39,12 @@ from infra.components.common import (
 )
 from infra.settings import TrainingJobSettings
 from observability.config import ObservabilityConfig
-from observability.scrape_config import FINAL_SCRAPE_WAIT_ENV, final_scrape_wait_seconds, pod_scrape_annotations
+from observability.scrape_config import (
+    FINAL_SCRAPE_WAIT_ENV,
+    final_scrape_wait_seconds,
+    pod_scrape_annotations,
+    prometheus_requirement_annotations,
+)
 
 TYPE = "foxhunt:observability:TrainingJobTemplate"
 COMPONENT = "training"
@@ -133,7 +138,11 @@ def cronjob_manifest(args: TrainingJobArgs) -> dict[str, Any]:
         "kind": "CronJob",
         "metadata": metadata(
             args.common_labels, args.job.name, args.namespace, app=service, component=COMPONENT,
-            annotations={DELETION_POLICY_ANNOTATION: "orphan", "foxhunt.io/usage": usage(args)},
+            annotations={
+                DELETION_POLICY_ANNOTATION: "orphan",
+                "foxhunt.io/usage": usage(args),
+                **prometheus_requirement_annotations(),
+            },
         ),
         "spec": {
             "schedule": NEVER,
@@ -157,7 +166,10 @@ def job_manifest(args: TrainingJobArgs) -> dict[str, Any]:
     job = args.job
     meta = metadata(
         args.common_labels, job.name, args.namespace, app=args.cfg.training_job_service, component=COMPONENT,
-        annotations={"foxhunt.io/usage": f"kubectl create -f <this file>, or: {usage(args)}"},
+        annotations={
+            "foxhunt.io/usage": f"kubectl create -f <this file>, or: {usage(args)}",
+            **prometheus_requirement_annotations(),
+        },
     )  # fmt: skip
     meta["generateName"] = f"{job.model_type}-training-"
     del meta["name"]

@@ -2,7 +2,8 @@
 
 from observability.instrument import TrainingMetrics, init_observability
 
-init_observability("train_baseline_rl")          # OTLP if $OTEL_EXPORTER_OTLP_ENDPOINT, else console
+init_observability("train_baseline_rl")          # OTLP if $OTEL_EXPORTER_OTLP_ENDPOINT, else console;
+                                                 # logs to stdout (LOG_FORMAT), trace IDs inside spans
 metrics = TrainingMetrics()                      # a dedicated registry
 server = metrics.serve(9094)                     # /metrics and /healthz
 job = metrics.start_job("dqn", job_id, folds_planned=5)
@@ -15,6 +16,7 @@ server.close()                                   # first waits for one more scra
 """
 
 from observability.exposition import OPENMETRICS, TEXT, render_openmetrics, render_text
+from observability.instrument.logs import LOG_FORMATS, configure_logging, log_context
 from observability.instrument.server import METRICS_PORT, MetricsServer, start_metrics_server
 from observability.instrument.tracing import build_tracer_provider, init_observability
 from observability.instrument.training import (
@@ -30,6 +32,7 @@ __all__ = [
     "CHECKPOINT_ERROR_TYPES",
     "FAILURE_ERROR_TYPES",
     "JOB_STATUSES",
+    "LOG_FORMATS",
     "METRICS_PORT",
     "NAN_TENSOR_TYPES",
     "OPENMETRICS",
@@ -38,7 +41,9 @@ __all__ = [
     "MetricsServer",
     "TrainingMetrics",
     "build_tracer_provider",
+    "configure_logging",
     "init_observability",
+    "log_context",
     "render_openmetrics",
     "render_text",
     "start_metrics_server",

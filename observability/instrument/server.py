@@ -11,7 +11,7 @@ from prometheus_client.registry import CollectorRegistry
 from observability.exposition import CollectorPage, MetricsHTTPServer
 from observability.scrape_config import FINAL_SCRAPE_WAIT_ENV
 
-# The port seed 001 gives the trainers' metrics server.
+# Default port of the trainers' metrics server.
 METRICS_PORT = 9094
 
 

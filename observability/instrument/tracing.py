@@ -1,4 +1,4 @@
-"""`init_observability`: OpenTelemetry tracing for a trainer (seed 000, component 3).
+"""`init_observability`: OpenTelemetry tracing and trace-aware logging for a trainer.
 
 With `OTEL_EXPORTER_OTLP_ENDPOINT` set (the training job template sets it to Tempo's OTLP gRPC
 port), spans go there through the OTLP gRPC exporter; without it they are not exported, so a
@@ -23,6 +23,8 @@ from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+
+from observability.instrument.logs import configure_logging
 
 ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
 TRACES_EXPORTER_ENV = "OTEL_TRACES_EXPORTER"  # OpenTelemetry's own variable: otlp, console or none
@@ -75,17 +77,16 @@ def build_tracer_provider(
 
 
 def init_observability(service_name: str, endpoint: str | None = None) -> TracerProvider:
-    """Install tracing for this process and basic console logging; returns the tracer provider.
+    """Install tracing and trace-aware logging for this process; returns the tracer provider.
 
+    Logging (`observability.instrument.logs`): stdout, one record a line, `LOG_FORMAT` (logfmt by
+    default, json, text) at `LOG_LEVEL` (INFO by default); records inside a span carry its
+    `trace_id` and `span_id`. A bad LOG_FORMAT or LOG_LEVEL raises before anything is installed.
     `endpoint` defaults to `$OTEL_EXPORTER_OTLP_ENDPOINT`; unset or empty means spans are not
-    exported unless `OTEL_TRACES_EXPORTER=console` asks for them on stderr. Spans still buffered
-    are flushed at exit.
+    exported unless `OTEL_TRACES_EXPORTER=console` asks for them on stderr (stdout stays the
+    logs'). Spans still buffered are flushed at exit.
     """
-    if not logging.getLogger().handlers:
-        logging.basicConfig(
-            level=os.environ.get("LOG_LEVEL", "INFO").upper(),
-            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        )
+    configure_logging()
     endpoint = endpoint if endpoint is not None else os.environ.get(ENDPOINT_ENV) or None
     provider = build_tracer_provider(service_name, endpoint)
     trace.set_tracer_provider(provider)

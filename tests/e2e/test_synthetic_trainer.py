@@ -149,7 +149,7 @@ def test_the_cli_serves_metrics_and_takes_faults_by_signal(start_trainer):
         error_type="io_error",
     )
     assert trainer.stop() == 1  # SIGTERM: the job ends as stopped
-    assert "job cli-job stopped" in trainer.log()
+    assert 'msg="job finished" job_id=cli-job model_type=ppo status=stopped' in trainer.log()
 
 
 def test_the_cli_traces_to_the_otlp_endpoint_of_the_job_template(start_trainer, otlp_collector):

@@ -104,5 +104,7 @@ def test_init_observability_installs_the_global_provider(otlp_collector):
         [sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
-    assert f"via OTLP gRPC to http://127.0.0.1:{port}" in done.stderr  # the startup log line
+    # The startup log line, on stdout in logfmt; outside any span, so without trace IDs.
+    assert f'msg="tracing train_baseline_supervised via OTLP gRPC to http://127.0.0.1:{port}"' in done.stdout
+    assert "trace_id" not in done.stdout
     assert collector.wait_for_span("hyperopt_trial")["service.name"] == "train_baseline_supervised"

@@ -1,5 +1,5 @@
 """observability.exposition: format negotiation, both formats written from one registry, exemplars,
-the seed counter without `_total`, and the HTTP server both the poller and the trainer run."""
+the catalog counter without `_total`, and the HTTP server both the poller and the trainer run."""
 
 from __future__ import annotations
 
@@ -136,7 +136,7 @@ def test_the_text_format_has_no_exemplars_and_both_formats_store_the_same_series
     ) in from_openmetrics
 
 
-def test_the_seed_counter_without_total_is_an_unknown_family_in_openmetrics_under_its_exact_name() -> None:
+def test_the_counter_without_total_is_an_unknown_family_in_openmetrics_under_its_exact_name() -> None:
     metrics = TrainingMetrics()
     metrics.start_job("dqn", "job-1").record_nan_detection("gradient")
     page = render_openmetrics(metrics.registry).decode()

@@ -712,7 +712,7 @@ def test_every_server_of_a_sharded_stack_gets_a_config_promtool_accepts(
             shard = int(name.removesuffix(".yml").rsplit("-", 1)[1])
             assert document["rule_files"] == ["foxhunt-rules-shard.yaml"]
             assert document["scrape_configs"] == yaml.safe_load(result.files[scrape_files[shard]])["scrape_configs"]
-            assert document["remote_write"] == [{"url": settings.prometheus.remote_write_url}]
+            assert document["remote_write"] == [{"url": settings.prometheus.remote_write_url, "send_exemplars": True}]
             assert settings.prometheus.remote_write_url == f"{settings.endpoints.prometheus}/api/v1/write"
         proc = subprocess.run(
             ["promtool", "check", "config", str(_checkable(text, tmp_path))], capture_output=True, text=True, timeout=60
@@ -733,6 +733,8 @@ def test_sharded_operator_stack_says_what_the_prometheus_resources_set(sharded: 
     specs = yaml.safe_load(result.files[artifacts.OPERATOR_SPECS_PATH])
     shards, global_tier = specs["prometheus-shards"], specs["prometheus-global"]
     assert shards["shards"] == 3 and global_tier["enableRemoteWriteReceiver"] is True
+    assert shards["enableFeatures"] == global_tier["enableFeatures"] == ["exemplar-storage"]
+    assert shards["remoteWrite"][0]["sendExemplars"] is True
     assert shards["externalLabels"] == global_tier["externalLabels"] == {"cluster": "foxhunt-prod"}
     for spec, rule in ((shards, "foxhunt-ml-rules-shard"), (global_tier, "foxhunt-ml-rules-global")):
         (selected,) = [
