@@ -10,7 +10,7 @@ DIFF_FORMAT ?= text
 STACKS := $(shell python3 -m infra.stacks)
 PYTEST_ARGS ?=
 
-.PHONY: render render-all diff test lint bench docs clean sysdeps venv dashboards-readme
+.PHONY: render render-all diff generate check test lint bench clean sysdeps venv device-check device-check-deps
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -36,10 +36,25 @@ diff: $(VENV)/.installed
 sysdeps:
 	./scripts/install-system-packages.sh
 
-## the whole test suite (what CI runs)
+## rewrite every committed generated file from the code (runbooks, dashboards README)
+generate: $(VENV)/.installed
+	$(PY) -m infra.generate
+
+## what CI runs (.ci/run): generated files current and committed, lint, format, strict types, tests
+check: sysdeps generate
+	@stale=$$(git status --porcelain -- $$($(PY) -m infra.generate --list)); \
+	if [ -n "$$stale" ]; then \
+	  echo "$$stale"; echo "generated files differ from the committed ones: commit what make generate wrote" >&2; \
+	  exit 1; \
+	fi
+	$(MAKE) lint
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+## the whole test suite
 test: sysdeps $(VENV)/.installed
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+## ruff (lint and format), mypy strict, actionlint over the CI workflows
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -50,9 +65,14 @@ lint: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(PY) -m bench
 
-## regenerate dashboards/README.md (rows and panels of every dashboard) from the code
-dashboards-readme: $(VENV)/.installed
-	$(PY) -m dashboards.readme
+## on a machine with an NVIDIA GPU: the poller against the real driver and nvidia-smi (builds nothing;
+## needs python3 >= 3.11 with the poller's two packages, or build/device-check from device-check-deps)
+device-check:
+	$(PYTHON) scripts/device_check.py
+
+## the poller's pinned packages into build/device-check/site (where a package registry is reachable)
+device-check-deps:
+	$(PYTHON) -m pip install --quiet --target build/device-check/site -r poller/requirements.txt
 
 clean:
 	rm -rf rendered .pytest_cache .mypy_cache .ruff_cache

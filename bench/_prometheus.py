@@ -16,7 +16,7 @@ import socket
 import subprocess
 import time
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -48,15 +48,16 @@ def config_yaml(
     *,
     scrape_interval: str = "15s",
     evaluation_interval: str = "15s",
+    alertmanagers: Sequence[str] = (),
 ) -> str:
-    return yaml.safe_dump(
-        {
-            "global": {"scrape_interval": scrape_interval, "evaluation_interval": evaluation_interval},
-            "rule_files": rule_files,
-            "scrape_configs": scrape_configs,
-        },
-        sort_keys=False,
-    )
+    config: dict[str, Any] = {
+        "global": {"scrape_interval": scrape_interval, "evaluation_interval": evaluation_interval},
+        "rule_files": rule_files,
+    }
+    if alertmanagers:
+        config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": list(alertmanagers)}]}]}
+    config["scrape_configs"] = scrape_configs
+    return yaml.safe_dump(config, sort_keys=False)
 
 
 class PrometheusApi:
@@ -188,7 +189,11 @@ class PrometheusServer:
         ]
         with self.log_path.open("ab") as log:
             self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir)
-        self.wait_ready()
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()  # `with` never reaches __exit__ when __enter__ fails: no orphaned server
+            raise
         return self
 
     def wait_ready(self) -> None:

@@ -20,18 +20,17 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 
+from bench._report import write_section
 from infra import REPO_ROOT, kube_validate, render
 from infra.result import RenderResult, kubernetes_manifest
 from infra.settings import available_stacks
 
 STACKS = available_stacks()
 START, END = "<!-- deployment:start -->", "<!-- deployment:end -->"
-BENCHMARKS = REPO_ROOT / "BENCHMARKS.md"
 
 
 def _median_seconds(fn: Callable[[], Any], runs: int) -> float:
@@ -161,22 +160,11 @@ def section(figures: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_section(text: str, path: Path = BENCHMARKS) -> None:
-    current = path.read_text() if path.exists() else "# Benchmarks\n"
-    if START in current and END in current:
-        before = current[: current.index(START)]
-        after = current[current.index(END) + len(END) :].lstrip("\n")
-        updated = before + text + ("\n" + after if after else "")
-    else:
-        updated = current.rstrip("\n") + "\n\n" + text
-    path.write_text(updated)
-
-
 def main() -> None:
     figures = measure()
     text = section(figures)
     print(text)
-    write_section(text)
+    write_section(text, START, END)
 
 
 if __name__ == "__main__":

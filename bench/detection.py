@@ -1,4 +1,4 @@
-"""Critical-failure detection latency on a real Prometheus (the seed's 30-second promise).
+"""Critical-failure detection latency on a real Prometheus (the 30-second promise for critical failures).
 
 `python -m bench detection` (part of `make bench`): a tiny exporter on 127.0.0.1 serves NaN
 counters, GPU memory and XID counters; Prometheus 2.42 scrapes it and evaluates the rendered rules
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import random
-import re
 import statistics
 import tempfile
 import threading
@@ -30,13 +29,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from bench._prometheus import PrometheusServer, config_yaml
+from bench._report import write_section
 from observability import catalog
 from observability.config import ObservabilityConfig
 from observability.rules import CRITICAL_DETECTION_ALERTS, alert_rules, rules_file_yaml
 from observability.rules.detection import detection_budget
 
-ROOT = Path(__file__).resolve().parent.parent
-BENCHMARKS = ROOT / "BENCHMARKS.md"
 BEGIN = "<!-- bench.detection: begin -->"
 END = "<!-- bench.detection: end -->"
 GPU_TOTAL_BYTES = 80e9
@@ -286,13 +284,6 @@ def render(runs: list[ConfigRun], command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_section(path: Path, section: str) -> None:
-    text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
-    pattern = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END) + r"\n?", re.DOTALL)
-    updated = pattern.sub(lambda _: section, text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + section
-    path.write_text(updated, encoding="utf-8")
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--per-alert", type=int, default=6, help="injections per alert and config")
@@ -308,7 +299,7 @@ def main(argv: list[str] | None = None) -> None:
     section = render(runs, "python -m bench detection")
     print(section)
     if not args.no_write:
-        write_section(BENCHMARKS, section)
+        write_section(section, BEGIN, END)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
-"""GPU poller benchmarks (issue 3); figures go to the "GPU poller" section of BENCHMARKS.md.
+"""GPU poller benchmarks; figures go to the "GPU poller" section of BENCHMARKS.md.
 
-1. CPU time of one full collection of 8 GPUs including writing `/metrics`, side by side in one
-   run with spawning one trivial subprocess (the floor of any nvidia-smi based poller) and with
-   the same page written by prometheus-client's generic `generate_latest`.
+1. CPU time of one full collection of 8 GPUs including writing `/metrics`, with GPM profiling
+   metrics (two GPM calls per GPU per pass) and without, side by side in one run with spawning
+   one trivial subprocess (the floor of any nvidia-smi based poller) and with the same page
+   written by prometheus-client's generic `generate_latest`.
 2. Resident memory of the poller process after start and after 10,000 scrapes.
 3. 50 concurrent scrapers on loopback for a bounded time: errors and latency.
 4. The image size (buildah, offline), when buildah is available and we are root.
@@ -11,14 +12,14 @@ Everything runs against the fake libnvidia-ml.so.1 of tests/poller (no GPU here)
 almost nothing, so the figures are the poller's own cost; on real hardware each NVML call adds
 the driver's time.
 
-Run: `make bench` or `.venv/bin/python -m bench poller`.
+Run: `make bench` or `.venv/bin/python -m bench poller` (with BENCH_POLLER_KEEP_IMAGE_FIGURES=1 the
+image is not built again and its last figures are kept).
 """
 
 from __future__ import annotations
 
 import asyncio
 import ctypes
-import importlib
 import os
 import platform
 import resource
@@ -32,10 +33,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from observability import catalog
+from prometheus_client import CollectorRegistry, generate_latest
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-BENCHMARKS = REPO_ROOT / "BENCHMARKS.md"
+from bench._report import BENCHMARKS, write_section
+from observability import catalog
+from poller.collector import SharedPass
+from poller.error_counters import ErrorCounters
+from poller.exposition import TextPageWriter
+from poller.nvml_source import NvmlSource
+from tests.poller import image_harness as images
+from tests.poller.fake_nvml import fake_nvml_harness
+from tests.poller.reference_collector import GpuCollector
+
 SECTION_START = "<!-- gpu-poller:start -->"
 SECTION_END = "<!-- gpu-poller:end -->"
 GPUS = 8
@@ -43,11 +52,8 @@ CPU_ITERATIONS = 2000
 RSS_SCRAPES = 10_000
 CONCURRENT_SCRAPERS = 50
 CONCURRENT_SECONDS = 10.0
-
-
-def _load(module: str) -> ModuleType:
-    """A test harness module (plain imports: `python -m bench` runs from the repository root)."""
-    return importlib.import_module(module)
+# Set to 1 to keep the image figures BENCHMARKS.md already holds instead of building the image.
+ENV_SKIP_IMAGE = "BENCH_POLLER_KEEP_IMAGE_FIGURES"
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -67,11 +73,13 @@ class Distribution:
 
 @dataclass(frozen=True)
 class CpuFigures:
-    poller_us: Distribution
+    poller_us: Distribution  # GPM on
+    poller_without_gpm_us: Distribution
     generate_latest_us: Distribution
     spawn_us: Distribution
     page_bytes: int
     page_samples: int
+    page_samples_without_gpm: int
 
 
 def _rusage_cpu_seconds() -> float:
@@ -89,36 +97,55 @@ def measure_cpu(harness: ModuleType, work: Path) -> CpuFigures:
     os.environ["FAKE_NVML_RELOAD_MS"] = "3600000"  # the fake's own file check is not the poller's cost
     ctypes.CDLL(str(lib_dir / harness.SONAME))  # nvidia-ml-py's CDLL("libnvidia-ml.so.1") now finds this one
 
-    from prometheus_client import CollectorRegistry, generate_latest
-
-    from poller.collector import GpuCollector, SharedPass
-    from poller.error_counters import ErrorCounters
-    from poller.exposition import TextPageWriter
-    from poller.nvml_source import NvmlSource
-
     counters = ErrorCounters()
-    shared = SharedPass(NvmlSource(counters), counters, min_interval=0.0)
+    source = NvmlSource(counters)
+    shared = SharedPass(source, counters, min_interval=0.0)
     writer = TextPageWriter("bench-node")
     registry = CollectorRegistry()
     registry.register(GpuCollector(shared, counters, "bench-node"))
+    # The same poller on the same GPUs without GPM (as on a GPU older than Hopper).
+    plain_counters = ErrorCounters()
+    plain_source = NvmlSource(plain_counters)
+    plain_shared = SharedPass(plain_source, plain_counters, min_interval=0.0)
+    plain_writer = TextPageWriter("bench-node")
 
     def page() -> bytes:
         return writer.render(shared.latest(), counters.snapshot())
 
+    def plain_page() -> bytes:
+        return plain_writer.render(plain_shared.latest(), plain_counters.snapshot())
+
+    page()  # the first pass only takes the GPM baseline
     first = page()
     if b'ml_gpu_poller_devices{node="bench-node"} 8' not in first:
         raise RuntimeError("the fake library did not give 8 GPUs:\n" + first.decode())
+    if first.count(catalog.GPU_SM_ACTIVE_PERCENT.name.encode() + b"{") != GPUS:
+        raise RuntimeError("GPM is not on for every GPU:\n" + first.decode())
+    plain_page()
+    assert plain_source.session is not None
+    for device in plain_source.session.devices:
+        if device.gpm is not None:
+            device.gpm.free()
+            device.gpm = None
+    plain_first = plain_page()
+    if catalog.GPU_SM_ACTIVE_PERCENT.name.encode() + b"{" in plain_first:
+        raise RuntimeError("GPM is still on in the comparison poller")
     for _ in range(200):
         page()
+        plain_page()
         generate_latest(registry)
 
     poller: list[float] = []
+    plain: list[float] = []
     reference: list[float] = []
     spawn: list[float] = []
+    # The two pollers take turns going first: the first after a spawn finds the caches cold.
+    order = ((page, poller), (plain_page, plain))
     for i in range(CPU_ITERATIONS):
-        started = time.thread_time_ns()
-        page()
-        poller.append((time.thread_time_ns() - started) / 1000)
+        for render, figures in order if i % 2 == 0 else order[::-1]:
+            started = time.thread_time_ns()
+            render()
+            figures.append((time.thread_time_ns() - started) / 1000)
         if i % 4 == 0:
             started = time.thread_time_ns()
             generate_latest(registry)
@@ -126,12 +153,20 @@ def measure_cpu(harness: ModuleType, work: Path) -> CpuFigures:
         before = _rusage_cpu_seconds()
         subprocess.run(["/bin/true"], check=True)
         spawn.append((_rusage_cpu_seconds() - before) * 1e6)
+    source.close()
+    plain_source.close()
+
+    def samples(text: bytes) -> int:
+        return sum(1 for line in text.splitlines() if line and not line.startswith(b"#"))
+
     return CpuFigures(
         Distribution.of(poller),
+        Distribution.of(plain),
         Distribution.of(reference),
         Distribution.of(spawn),
         len(first),
-        sum(1 for line in first.splitlines() if line and not line.startswith(b"#")),
+        samples(first),
+        samples(plain_first),
     )
 
 
@@ -231,12 +266,24 @@ class ImageFigures:
     build_seconds: float | None
     note: str
     layer_sizes: tuple[int, ...] = ()
+    paragraph: str = ""  # the previous run's image paragraph, kept as it was
+
+
+def previous_image_paragraph(path: Path = BENCHMARKS) -> str | None:
+    """The image paragraph of the section as BENCHMARKS.md holds it, if it has measured figures."""
+    if not path.exists() or SECTION_START not in path.read_text():
+        return None
+    section = path.read_text().split(SECTION_START, 1)[1].split(SECTION_END, 1)[0]
+    suffix = " (from the run that built it)"
+    for paragraph in (p.strip() for p in section.split("\n\n")):
+        if paragraph.startswith("**Image** ("):
+            return paragraph if paragraph.endswith(suffix) else paragraph + suffix
+    return None
 
 
 def measure_image() -> ImageFigures:
     if shutil.which("buildah") is None or shutil.which("debootstrap") is None or os.geteuid() != 0:
         return ImageFigures(None, None, "not measured: needs root, buildah and debootstrap")
-    images = _load("tests.poller.image_harness")
     store = Path(tempfile.mkdtemp(prefix="poller-image-bench-", dir="/var/tmp"))
     try:
         started = time.monotonic()
@@ -275,21 +322,27 @@ def render_section(
         f"{load[0]:.1f}), Python {platform.python_version()}.",
         "",
         f"**One full collection of {GPUS} GPUs including writing `/metrics`** ({cpu.page_samples} samples, "
-        f"{cpu.page_bytes / 1000:.1f} kB), CPU time, {CPU_ITERATIONS} runs interleaved in one process:",
+        f"{cpu.page_bytes / 1000:.1f} kB, with GPM; {cpu.page_samples_without_gpm} samples without), CPU time, "
+        f"{CPU_ITERATIONS} runs interleaved in one process:",
         "",
         "| what | median | p99 |",
         "|---|---|---|",
-        f"| poller: NVML pass + text page | {cpu.poller_us.median:.0f} µs | {cpu.poller_us.p99:.0f} µs |",
+        f"| poller with GPM: NVML pass (2 GPM calls a GPU) + text page | {cpu.poller_us.median:.0f} µs | "
+        f"{cpu.poller_us.p99:.0f} µs |",
+        f"| poller without GPM (a GPU older than Hopper) | {cpu.poller_without_gpm_us.median:.0f} µs | "
+        f"{cpu.poller_without_gpm_us.p99:.0f} µs |",
         f"| spawn `/bin/true` (parent + child; the floor of an nvidia-smi poller) | "
         f"{cpu.spawn_us.median:.0f} µs | {cpu.spawn_us.p99:.0f} µs |",
         f"| same page via prometheus-client `generate_latest` (reference) | "
         f"{cpu.generate_latest_us.median:.0f} µs | {cpu.generate_latest_us.p99:.0f} µs |",
         "",
-        f"The poller is **{cpu.spawn_us.median / cpu.poller_us.median:.1f}x** cheaper than the spawn floor at "
-        f"the median and {cpu.spawn_us.p99 / cpu.poller_us.p99:.1f}x at p99 (goal: 3x). nvidia-smi itself "
-        "costs tens of milliseconds a call (seed 000: ~50 ms).",
+        f"With GPM the poller is **{cpu.spawn_us.median / cpu.poller_us.median:.1f}x** cheaper than the spawn "
+        f"floor at the median and {cpu.spawn_us.p99 / cpu.poller_us.p99:.1f}x at p99 (goal: 3x); without GPM "
+        f"{cpu.spawn_us.median / cpu.poller_without_gpm_us.median:.1f}x at the median (GPM adds "
+        f"{cpu.poller_us.median - cpu.poller_without_gpm_us.median:.0f} µs a pass for {GPUS} GPUs). nvidia-smi "
+        "itself costs tens of milliseconds a call (about 50 ms).",
         "",
-        f"**Resident memory** (VmRSS of `python -m poller`, {GPUS} fake GPUs): "
+        f"**Resident memory** (VmRSS of `python -m poller`, {GPUS} fake GPUs with GPM): "
         f"{rss.after_start_kib / mib:.1f} MiB after start and a first scrape, "
         f"{rss.after_scrapes_kib / mib:.1f} MiB after {rss.scrapes:,} sequential scrapes "
         f"(growth {(rss.after_scrapes_kib - rss.after_start_kib) / mib:+.2f} MiB; goal: under 40 MiB, growth "
@@ -310,7 +363,9 @@ def render_section(
             f"{figures.latency_ms.median:.1f} ms | {figures.latency_ms.p99:.1f} ms | {figures.max_ms:.1f} ms |"
         )
     lines.append("")
-    if image.size_bytes is not None and image.build_seconds is not None:
+    if image.paragraph:
+        lines.append(image.paragraph)
+    elif image.size_bytes is not None and image.build_seconds is not None:
         lines.append(
             f"**Image** (`poller/Dockerfile`, built offline with buildah on a debootstrap bookworm+python3 base; "
             f"uncompressed): **{image.size_bytes / 1e6:.1f} MB** (goal: under 150 MB; dcgm-exporter images "
@@ -324,20 +379,9 @@ def render_section(
     return "\n".join(lines) + "\n"
 
 
-def write_section(section: str, path: Path = BENCHMARKS) -> None:
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    if SECTION_START in text and SECTION_END in text:
-        before, rest = text.split(SECTION_START, 1)
-        _, after = rest.split(SECTION_END, 1)
-        text = before + section.rstrip("\n") + after
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    path.write_text(text)
-
-
 def main() -> None:
     load = os.getloadavg()
-    harness = _load("tests.poller.fake_nvml.fake_nvml_harness")
+    harness = fake_nvml_harness
     with tempfile.TemporaryDirectory(prefix="bench-poller-") as tmp:
         work = Path(tmp)
         lib_dir = harness.build_fake_nvml(work / "subprocess-lib")
@@ -350,10 +394,15 @@ def main() -> None:
             )
             for m in (0.0, 5.0)
         ]
-    image = _time("image", measure_image)
+    previous = previous_image_paragraph()
+    if os.environ.get(ENV_SKIP_IMAGE) == "1" and previous is not None:
+        # The image build shares one container storage with the image test: keep the last figures.
+        image = ImageFigures(None, None, "", paragraph=previous)
+    else:
+        image = _time("image", measure_image)  # type: ignore[assignment]
     section = render_section(cpu, rss, concurrency, image, load)  # type: ignore[arg-type]
     print(section)
-    write_section(section)
+    write_section(section, SECTION_START, SECTION_END)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@
 for each shard count, the synthetic fleet (the same series and values as the fleet benchmark's
 live half) listens on one port per target; that many Prometheus shards scrape it by `hashmod`,
 evaluate the shard tier of the rules (`rules-shard.yaml`) and remote-write to a global Prometheus
-that evaluates the global tier (`rules-global.yaml`, `_fleet_shards`). After a warm-up, every
+that evaluates the global tier (`rules-global.yaml`, `bench.fleet.shards`). After a warm-up, every
 group's evaluation time is read from each server's rule manager, and expressed in whole-fleet
 reads: the baseline group (`count()` over every GPU's series of one metric) evaluated by the
 global tier, which holds the whole fleet, in the same run. Writes the "Sharded fleet" section of
@@ -17,7 +17,6 @@ import argparse
 import math
 import os
 import platform
-import re
 import resource
 import sys
 import tempfile
@@ -26,8 +25,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench._fleet_data import FleetShape
-from bench._fleet_live import (
+from bench._report import BENCHMARKS, write_section
+from bench.fleet.data import FleetShape
+from bench.fleet.live import (
     BASELINE_GROUP,
     Target,
     baseline_group,
@@ -35,14 +35,13 @@ from bench._fleet_live import (
     group_timings,
     targets,
 )
-from bench._fleet_shards import TargetServers, start_topology
-from bench._fleet_values import Patterns
-from bench._query_timing import GroupTiming
+from bench.fleet.query_timing import GroupTiming
+from bench.fleet.shards import TargetServers, start_topology
+from bench.fleet.values import Patterns
 from observability.config import ObservabilityConfig
 from observability.rules import Tier, tier_rule_groups
 from observability.rules.render import dump_groups
 
-ROOT = Path(__file__).resolve().parent.parent
 BEGIN = "<!-- sharded-fleet:begin (written by `python -m bench shards`) -->"
 END = "<!-- sharded-fleet:end -->"
 WARMUP_SECONDS = 150  # the widest rate window a GPU rule reads ([2m]) is full
@@ -198,13 +197,6 @@ def render(runs: list[ShardRun], shape: FleetShape, command: str, machine: str, 
     return "\n".join(lines) + "\n"
 
 
-def write_section(path: Path, section: str) -> None:
-    text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
-    pattern = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END) + r"\n?", re.DOTALL)
-    updated = pattern.sub(lambda _: section, text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + section
-    path.write_text(updated, encoding="utf-8")
-
-
 def _machine() -> str:
     return f"{os.cpu_count()} CPU cores, {platform.machine()}, Prometheus 2.42 (Debian)"
 
@@ -231,8 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_write:
         print(section)
     else:
-        write_section(ROOT / "BENCHMARKS.md", section)
-        print(f"shards: wrote the Sharded fleet section of {ROOT / 'BENCHMARKS.md'}")
+        write_section(section, BEGIN, END)
+        print(f"shards: wrote the Sharded fleet section of {BENCHMARKS}")
     return 0
 
 

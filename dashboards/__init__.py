@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 # The SDK warns on import that the classic dashboard model is deprecated in favour of the v2
@@ -25,7 +24,7 @@ from dashboards.clusters import with_cluster_variable
 from dashboards.layout import to_json
 from observability.config import ObservabilityConfig
 
-__all__ = ["BUILDERS", "build_all", "to_json", "write_all"]
+__all__ = ["BUILDERS", "build_all", "to_json"]
 
 # uid -> builder, in the order the README lists them.
 BUILDERS: dict[str, Callable[[ObservabilityConfig], dict[str, Any]]] = {
@@ -43,14 +42,3 @@ def build_all(cfg: ObservabilityConfig) -> dict[str, dict[str, Any]]:
         if dashboard["uid"] != uid:
             raise ValueError(f"dashboard registered as {uid} has uid {dashboard['uid']}")
     return built
-
-
-def write_all(cfg: ObservabilityConfig, directory: Path) -> list[Path]:
-    """Write `<uid>.json` for every dashboard into `directory`; returns the paths written."""
-    directory.mkdir(parents=True, exist_ok=True)
-    written = []
-    for uid, dashboard in build_all(cfg).items():
-        path = directory / f"{uid}.json"
-        path.write_text(to_json(dashboard), encoding="utf-8")
-        written.append(path)
-    return written

@@ -1,24 +1,25 @@
-"""Infra cockpit (seed 000, component 6): the health of what this project deploys.
+"""Infra cockpit: the health of what this project deploys.
 
 Scrape targets of the annotated platform services, the training jobs and the GPU poller; the
 monitoring's own health (pollers up against GPU nodes, NVML down, GPUs enumerated against
 answering, the project's rule groups' cost, the pollers' scrape duration: what the
 `ml_monitoring_health` alerts watch); the poller's own health per node (NVML reachable, collection
-time and failures, driver versions); GPU hardware health; and the "Trace Health" row from Tempo's
-metrics generator.
+time and failures, driver versions); GPU hardware health; the fleet's profiling figures (GPM: SM
+and tensor activity, interconnect traffic); and the "Trace Health" row from Tempo's metrics
+generator.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from dashboards import panels, promql, variables
+from dashboards import panels, variables
 from dashboards.layout import DashboardSpec, Row, assemble
 from dashboards.panels import GREEN, RED, YELLOW, Common, Query, Thresholds
-from observability import catalog
+from observability import catalog, promql
 from observability.config import ObservabilityConfig
 from observability.rules import dashboard_recording as rec
-from observability.rules import health, project_group_names
+from observability.rules import health, jobs, project_group_names
 from observability.rules.model import RecordingRule
 
 UID = "foxhunt-infra-cockpit"
@@ -61,7 +62,7 @@ def _scrape_targets(cfg: ObservabilityConfig) -> Row:
                     thresholds=ALL_UP,
                     mappings=UP_DOWN,
                 ),
-                [Query(promql.by("min", ("service",), _up(platform)), "{{service}}")],
+                [Query(promql.aggregate("min", ("service",), _up(platform)), "{{service}}")],
                 background=True,
             ),
             _targets_up(
@@ -78,7 +79,7 @@ def _scrape_targets(cfg: ObservabilityConfig) -> Row:
                 Common(
                     "Targets Up by Service", "Scrape targets answering, per service, over time.", "short", w=12, min=0
                 ),
-                [Query(promql.by("sum", ("service",), _up(every_service)), "{{service}}")],
+                [Query(promql.aggregate("sum", ("service",), _up(every_service)), "{{service}}")],
             ),
             panels.prometheus_table(
                 Common(
@@ -96,7 +97,7 @@ def _scrape_targets(cfg: ObservabilityConfig) -> Row:
 
 def _node_gauge(metric: catalog.Metric) -> str:
     """One value per node (a poller pod restarting briefly exports a node twice)."""
-    return promql.by("max", ("node",), promql.gauge(metric, (NODE,)))
+    return promql.aggregate("max", ("node",), promql.gauge(metric, (NODE,)))
 
 
 def _worst(title: str, description: str, unit: str, expr: str, w: int = 8) -> panels.PanelBuilder:
@@ -122,18 +123,18 @@ def _monitoring_health(cfg: ObservabilityConfig) -> Row:
         gpu_nodes = Query(f"count({capacity} > 0)", "GPU nodes (nvidia.com/gpu capacity)")
     else:
         gpu_nodes = Query(f"count(max by (node) (last_over_time({nvml_up}[1h])))", "GPU nodes seen in the last hour")
-    enumerated = promql.by("max", ("node",), promql.gauge(catalog.GPU_POLLER_DEVICES_ENUMERATED))
-    answering = promql.by("max", ("node",), promql.gauge(catalog.GPU_POLLER_DEVICES))
+    enumerated = promql.aggregate("max", ("node",), promql.gauge(catalog.GPU_POLLER_DEVICES_ENUMERATED))
+    answering = promql.aggregate("max", ("node",), promql.gauge(catalog.GPU_POLLER_DEVICES))
     gpu_counts = [
-        Query(promql.by("sum", (), enumerated), "enumerated by NVML"),
-        Query(promql.by("sum", (), answering), "answering"),
+        Query(promql.aggregate("sum", (), enumerated), "enumerated by NVML"),
+        Query(promql.aggregate("sum", (), answering), "answering"),
     ]
     if cfg.kube_state_metrics:
         gpu_counts.append(Query(f"sum({capacity})", "capacity (kube-state-metrics)"))
     groups = health.rule_group_matcher(project_group_names(cfg))
     last = promql.gauge(catalog.PROMETHEUS_RULE_GROUP_LAST_DURATION_SECONDS, (groups,))
     interval = promql.gauge(catalog.PROMETHEUS_RULE_GROUP_INTERVAL_SECONDS, (groups,))
-    share = f"{promql.by('max', ('rule_group',), last)} / {promql.by('max', ('rule_group',), interval)}"
+    share = f"{promql.aggregate('max', ('rule_group',), last)} / {promql.aggregate('max', ('rule_group',), interval)}"
     scrape = promql.gauge(catalog.SCRAPE_DURATION_SECONDS, (promql.matcher("service", cfg.gpu_poller_service),))
     return Row(
         "Monitoring Health",
@@ -163,7 +164,7 @@ def _monitoring_health(cfg: ObservabilityConfig) -> Row:
                     min=0,
                     thresholds=Thresholds(GREEN, ((1, RED),)),
                 ),
-                [Query(f"count({promql.by('max', ('node',), nvml_up)} == 0) or vector(0)", "NVML down")],
+                [Query(f"count({promql.aggregate('max', ('node',), nvml_up)} == 0) or vector(0)", "NVML down")],
                 threshold_style=panels.ThresholdStyle.AREA,
             ),
             panels.timeseries(
@@ -200,7 +201,7 @@ def _monitoring_health(cfg: ObservabilityConfig) -> Row:
                     min=0,
                 ),
                 [
-                    Query(promql.by("max", (), scrape), "slowest poller"),
+                    Query(promql.aggregate("max", (), scrape), "slowest poller"),
                     Query(f"quantile(0.95, {scrape})", "p95"),
                 ],
             ),
@@ -212,7 +213,7 @@ def _poller_health() -> Row:
     nvml_down = f"{_node_gauge(catalog.GPU_POLLER_NVML_UP)} == 0"
     duration = promql.gauge(catalog.GPU_POLLER_COLLECTION_DURATION_SECONDS, (NODE,))
     devices = _node_gauge(catalog.GPU_POLLER_DEVICES)
-    failures = promql.by("sum", ("node",), promql.rate(catalog.GPU_POLLER_COLLECTION_FAILURES_TOTAL, (NODE,)))
+    failures = promql.aggregate("sum", ("node",), promql.rate(catalog.GPU_POLLER_COLLECTION_FAILURES_TOTAL, (NODE,)))
     return Row(
         "GPU Poller Health",
         [
@@ -248,7 +249,7 @@ def _poller_health() -> Row:
                     min=0,
                 ),
                 [
-                    Query(promql.by("max", (), duration), "slowest node"),
+                    Query(promql.aggregate("max", (), duration), "slowest node"),
                     Query(f"quantile(0.95, {duration})", "p95"),
                     Query(f"quantile(0.5, {duration})", "median"),
                 ],
@@ -269,7 +270,7 @@ def _poller_health() -> Row:
                 "Slowest Collections",
                 f"The {WORST} nodes whose last NVML collection took longest.",
                 "s",
-                promql.by("max", ("node",), duration),
+                promql.aggregate("max", ("node",), duration),
             ),
             _worst(
                 "Most Collection Failures",
@@ -286,15 +287,15 @@ def _poller_health() -> Row:
                     min=0,
                 ),
                 [
-                    Query(promql.by("sum", (), devices), "GPUs in the fleet", instant=True),
-                    Query(promql.by("min", (), devices), "fewest on a node", instant=True),
+                    Query(promql.aggregate("sum", (), devices), "GPUs in the fleet", instant=True),
+                    Query(promql.aggregate("min", (), devices), "fewest on a node", instant=True),
                 ],
             ),
             panels.prometheus_table(
                 Common("Driver Versions", "Nodes running each NVML, driver and CUDA driver version.", "short", w=16),
                 [
                     Query(
-                        promql.by(
+                        promql.aggregate(
                             "count",
                             ("driver_version", "nvml_version", "cuda_driver_version"),
                             promql.gauge(catalog.GPU_DRIVER_INFO, (NODE,)),
@@ -317,7 +318,7 @@ def _gpu_hardware() -> Row:
         )
 
     def worst_gpus(title: str, what: str, metric: catalog.Metric) -> panels.PanelBuilder:
-        per_gpu = promql.by("sum", ("node", "gpu_id"), promql.rate(metric, (NODE,)))
+        per_gpu = promql.aggregate("sum", ("node", "gpu_id"), promql.rate(metric, (NODE,)))
         return _worst(
             title,
             f"The {WORST} GPUs with the most {what} per second now (only GPUs that have any).",
@@ -392,8 +393,97 @@ def _gpu_hardware() -> Row:
                 "Highest Power Draw",
                 f"The {WORST} GPUs drawing the most power now.",
                 "watt",
-                promql.by("max", ("node", "gpu_id"), power),
+                promql.aggregate("max", ("node", "gpu_id"), power),
                 w=24,
+            ),
+        ],
+    )
+
+
+def _gpu_profiling() -> Row:
+    return Row(
+        "GPU Profiling (GPM)",
+        [
+            panels.timeseries(
+                Common(
+                    "Fleet Busyness: NVML vs GPM",
+                    "Medians over the GPUs that report GPM (Hopper and newer): NVML utilization (dashed) "
+                    "against SM activity and tensor-core activity.",
+                    "percent",
+                    w=8,
+                    min=0,
+                    max=100,
+                ),
+                [
+                    Query(rec.GPU_UTILIZATION_P50_WHERE_GPM.record, "NVML utilization median"),
+                    Query(rec.GPU_SM_ACTIVE_P50.record, "SM active median"),
+                    Query(rec.GPU_TENSOR_ACTIVE_P50.record, "tensor active median"),
+                ],
+                dashed_refs=("A",),
+            ),
+            panels.timeseries(
+                Common(
+                    "SM Occupancy and DRAM Bandwidth",
+                    "Fleet medians of SM occupancy (resident warps of the maximum) and DRAM bandwidth used.",
+                    "percent",
+                    w=8,
+                    min=0,
+                    max=100,
+                ),
+                [
+                    Query(rec.GPU_SM_OCCUPANCY_P50.record, "SM occupancy median"),
+                    Query(rec.GPU_DRAM_BANDWIDTH_P50.record, "DRAM bandwidth median"),
+                ],
+            ),
+            panels.timeseries(
+                Common(
+                    "Interconnect Traffic",
+                    "Bytes per second over the fleet: NVLink (solid) and PCIe (dashed), received by GPUs (rx) "
+                    "and sent (tx).",
+                    "Bps",
+                    w=8,
+                    min=0,
+                ),
+                [
+                    Query(rec.GPU_NVLINK_BYTES_RATE.record, "NVLink {{direction}}"),
+                    Query(rec.GPU_PCIE_BYTES_RATE.record, "PCIe {{direction}}"),
+                ],
+                dashed_refs=("B",),
+            ),
+        ],
+    )
+
+
+def _gpu_allocation(cfg: ObservabilityConfig) -> Row:
+    idle = cfg.thresholds.gpu_utilization_low_percent
+    return Row(
+        "GPU Allocation",
+        [
+            panels.timeseries(
+                Common(
+                    "Held vs Free GPUs",
+                    "GPUs of the fleet held by a training job (ml_training_job_gpu_info joined on uuid) and GPUs "
+                    "no job holds (free capacity), as the pollers report them.",
+                    "short",
+                    w=12,
+                    min=0,
+                ),
+                [Query(jobs.FLEET_HELD.record, "held by a job"), Query(jobs.FLEET_UNHELD.record, "free")],
+                stacked=True,
+                fill_opacity=40,
+            ),
+            panels.timeseries(
+                Common(
+                    "Held but Idle GPUs",
+                    f"GPUs a training job holds while they run below {idle.short} utilization: paid for and "
+                    "idle (GPUUtilizationLow names the jobs).",
+                    "short",
+                    w=12,
+                    min=0,
+                    thresholds=Thresholds(GREEN, ((1, YELLOW),)),
+                ),
+                [Query(jobs.FLEET_HELD_IDLE, "held, idle")],
+                threshold_style=panels.ThresholdStyle.AREA,
             ),
         ],
     )
@@ -448,7 +538,15 @@ def build(cfg: ObservabilityConfig) -> dict[str, Any]:
                 variables.prometheus_datasource(cfg.datasource_uids.prometheus),
                 variables.label_values("node", "GPU node", catalog.GPU_POLLER_NVML_UP.name, "node"),
             ],
-            rows=[_scrape_targets(cfg), _monitoring_health(cfg), _poller_health(), _gpu_hardware(), _trace_health()],
+            rows=[
+                _scrape_targets(cfg),
+                _monitoring_health(cfg),
+                _poller_health(),
+                _gpu_hardware(),
+                _gpu_profiling(),
+                _gpu_allocation(cfg),
+                _trace_health(),
+            ],
             min_interval=f"{cfg.scrape_interval_seconds}s",
             refresh="30s",
             time_from="now-6h",

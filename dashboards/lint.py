@@ -20,7 +20,7 @@ from dashboards.queries import VARIABLE, builtin_values, dashboard_variables, pa
 from observability import catalog
 from observability.catalog import MetricType
 from observability.config import ObservabilityConfig
-from observability.rules import dashboard_recording, recording
+from observability.rules import dashboard_recording, jobs, recording
 
 Dashboard = Mapping[str, Any]
 Rule = Callable[[Dashboard], list[str]]
@@ -254,9 +254,14 @@ def histograms_by_le(d: Dashboard) -> list[str]:
 
 def recorded_expressions() -> dict[str, str]:
     """record -> expression of every recording rule a dashboard may read (the alert engineer's
-    groups and the dashboards' own; rule expressions do not depend on the config)."""
+    groups, the per-job GPU group and the dashboards' own; the expressions' shapes do not depend on
+    the config, only the prices in the cost rules do)."""
     cfg = ObservabilityConfig()
-    groups = [*recording.recording_groups(cfg), *dashboard_recording.dashboard_recording_groups(cfg)]
+    groups = [
+        *recording.recording_groups(cfg),
+        *jobs.job_groups(cfg),
+        *dashboard_recording.dashboard_recording_groups(cfg),
+    ]
     return {str(r["record"]): str(r["expr"]) for g in groups for r in g["rules"] if "record" in r}
 
 

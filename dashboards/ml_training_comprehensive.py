@@ -1,4 +1,5 @@
-"""ML Training Comprehensive (seed 001, section 3): its 8 rows and panels, thresholds and colours.
+"""ML Training Comprehensive: the platform's main training dashboard, 8 rows, with its thresholds
+and colours.
 
 `$model_type` (multi-select, include all) and `$job_id` (single select), refresh 10 s, last
 hour by default, table legends with the last non-null and the minimum value.
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dashboards import panels, promql, variables
+from dashboards import panels, variables
 from dashboards.layout import DashboardSpec, Row, assemble
 from dashboards.panels import BLUE, GREEN, RED, YELLOW, Common, Query, Thresholds
 from dashboards.threshold_steps import (
@@ -18,9 +19,10 @@ from dashboards.threshold_steps import (
     temperature_steps,
     training_speed_steps,
 )
-from observability import catalog
+from observability import catalog, promql
 from observability.config import ObservabilityConfig
 from observability.rules import dashboard_recording as rec
+from observability.rules import jobs
 from observability.thresholds import Thresholds as AlertThresholds
 
 UID = "ml-training-comprehensive"
@@ -33,7 +35,8 @@ GPU_LEGEND = "{{node}} GPU {{gpu_id}}"
 # GPUs a per-GPU panel draws at most per target (the recorded topk / bottomk lists).
 TOP = rec.GPU_EXTREMES
 
-# Seed 001's colours. Steps that show an alert's threshold are derived from it (see `_*_steps`).
+# The colours the platform's monitoring report specifies. Steps that show an alert's threshold are
+# derived from it (dashboards/threshold_steps.py).
 NAN_RED_ABOVE_ZERO = Thresholds(GREEN, ((1, RED),))  # integer counts (ceil), so "1" is "above 0"
 PROGRESS = Thresholds(BLUE, ((50, YELLOW), (100, GREEN)))  # blue -> yellow -> green
 ACCURACY = Thresholds(RED, ((0.85, YELLOW), (0.90, GREEN)))  # red <0.85, yellow 0.85-0.90, green >0.90
@@ -46,7 +49,7 @@ def _job(metric: catalog.Metric) -> str:
 
 
 def _high_level_status(th: AlertThresholds) -> Row:
-    nan_count = f"ceil({promql.by('sum', (), promql.increase(catalog.TRAINING_NAN_COUNT, (MODEL, JOB)))})"
+    nan_count = f"ceil({promql.aggregate('sum', (), promql.increase(catalog.TRAINING_NAN_COUNT, (MODEL, JOB)))})"
     return Row(
         "High-Level Status",
         [
@@ -54,7 +57,7 @@ def _high_level_status(th: AlertThresholds) -> Row:
                 Common("Training Jobs by Status", "Running, pending and failed training jobs.", "short", w=6),
                 [
                     Query(
-                        promql.by(
+                        promql.aggregate(
                             "sum",
                             ("status",),
                             promql.gauge(
@@ -97,7 +100,7 @@ def _high_level_status(th: AlertThresholds) -> Row:
                 Common("Training Loss Curves", "Mean training loss of every model type, overlaid.", "none", w=6),
                 [
                     Query(
-                        promql.by("avg", ("model_type",), promql.gauge(catalog.TRAINING_LOSS, (MODEL,))),
+                        promql.aggregate("avg", ("model_type",), promql.gauge(catalog.TRAINING_LOSS, (MODEL,))),
                         "{{model_type}}",
                     )
                 ],
@@ -179,6 +182,29 @@ def _gpu_monitoring(th: AlertThresholds) -> Row:
                 [Query(f"topk({TOP}, {memory})", GPU_LEGEND, instant=True)],
                 background=True,
             ),
+            panels.timeseries(
+                Common(
+                    "True Utilization",
+                    "Fleet medians over the GPUs that report GPM (Hopper and newer): NVML utilization (a kernel "
+                    "was running, dashed) against SM activity, tensor-core activity and DRAM bandwidth. The gap "
+                    "is busyness NVML's figure hides.",
+                    "percent",
+                    w=24,
+                    min=0,
+                    max=100,
+                ),
+                [
+                    Query(rec.GPU_UTILIZATION_P50_WHERE_GPM.record, "NVML utilization"),
+                    Query(rec.GPU_SM_ACTIVE_P50.record, "SM active"),
+                    Query(rec.GPU_TENSOR_ACTIVE_P50.record, "tensor active"),
+                    Query(rec.GPU_DRAM_BANDWIDTH_P50.record, "DRAM bandwidth"),
+                    # The selected job's GPUs (recorded per job): its NVML utilization beside its GPM means.
+                    Query(promql.selector(jobs.JOB_UTILIZATION_AVG.record, (MODEL, JOB)), "job NVML utilization"),
+                    Query(promql.selector(jobs.JOB_SM_ACTIVE_AVG.record, (MODEL, JOB)), "job SM active"),
+                    Query(promql.selector(jobs.JOB_TENSOR_ACTIVE_AVG.record, (MODEL, JOB)), "job tensor active"),
+                ],
+                dashed_refs=("A", "E"),
+            ),
         ],
     )
 
@@ -249,7 +275,7 @@ def _performance(th: AlertThresholds) -> Row:
 
 def _checkpoints() -> Row:
     def per_model(metric: catalog.Metric) -> str:
-        return promql.by("sum", ("model_type",), promql.rate(metric, (MODEL, JOB)))
+        return promql.aggregate("sum", ("model_type",), promql.rate(metric, (MODEL, JOB)))
 
     return Row(
         "Checkpoint Management",
@@ -312,7 +338,7 @@ def _advanced() -> Row:
 
 
 def _error_tracking() -> Row:
-    failures = promql.by("sum", ("error_type",), promql.increase(catalog.TRAINING_FAILURES_TOTAL, (MODEL,)))
+    failures = promql.aggregate("sum", ("error_type",), promql.increase(catalog.TRAINING_FAILURES_TOTAL, (MODEL,)))
     return Row(
         "Error Tracking",
         [
@@ -340,6 +366,38 @@ def _error_tracking() -> Row:
                 [Query(rec.GPU_ERRORS_RATE.record, "{{error_type}}")],
                 calcs=("max",),
                 background=True,
+            ),
+        ],
+    )
+
+
+def _cost_and_energy(cfg: ObservabilityConfig) -> Row:
+    unit = f"suffix: {cfg.currency}"
+    return Row(
+        "GPU Cost and Energy",
+        [
+            panels.bar_gauge(
+                Common(
+                    "GPU cost per model type (24 h)",
+                    f"Estimated cost ({cfg.currency}) of the GPUs each model type's jobs held over the last 24 hours: "
+                    "GPU-hours at the stack's price per GPU model (gpuHourlyCost) plus their energy at "
+                    "energyPricePerKWh. An estimate from the stack's prices, not an invoice.",
+                    unit,
+                    w=12,
+                    min=0,
+                ),
+                [Query(promql.selector(jobs.MODEL_COST_24H, (MODEL,)), "{{model_type}}", instant=True)],
+            ),
+            panels.bar_gauge(
+                Common(
+                    "Energy per job",
+                    "Energy (kWh) each job's GPUs have consumed since Prometheus first recorded the job (NVML energy "
+                    "counters; GPUs that cannot report energy are missing).",
+                    "kwatth",
+                    w=12,
+                    min=0,
+                ),
+                [Query(promql.selector(jobs.JOB_KWH.record, (MODEL,)), "{{model_type}} {{job_id}}", instant=True)],
             ),
         ],
     )
@@ -375,6 +433,7 @@ def build(cfg: ObservabilityConfig) -> dict[str, Any]:
                 _checkpoints(),
                 _advanced(),
                 _error_tracking(),
+                _cost_and_energy(cfg),
             ],
             min_interval=f"{cfg.scrape_interval_seconds}s",
             refresh="10s",

@@ -22,7 +22,6 @@ from grafana_foundation_sdk.builders import loki as loki_builder
 from grafana_foundation_sdk.builders import nodegraph as nodegraph_builder
 from grafana_foundation_sdk.builders import prometheus as prometheus_builder
 from grafana_foundation_sdk.builders import stat as stat_builder
-from grafana_foundation_sdk.builders import statetimeline as statetimeline_builder
 from grafana_foundation_sdk.builders import table as table_builder
 from grafana_foundation_sdk.builders import tempo as tempo_builder
 from grafana_foundation_sdk.builders import timeseries as timeseries_builder
@@ -44,7 +43,7 @@ PROMETHEUS = common_model.DataSourceRef(type_val="prometheus", uid=f"${{{PROMETH
 TEMPO = common_model.DataSourceRef(type_val="tempo", uid=f"${{{TEMPO_VARIABLE}}}")
 LOKI = common_model.DataSourceRef(type_val="loki", uid=f"${{{LOKI_VARIABLE}}}")
 
-# Legend of every time series: a table with the last and the minimum value (seed 001).
+# Legend of every time series: a table with the last and the minimum value.
 LEGEND_CALCS = ("lastNotNull", "min")
 
 # How a time series draws its thresholds (line, area, dashed, ...).
@@ -282,15 +281,6 @@ def bar_gauge(c: Common, queries: Sequence[Query], *, calcs: Sequence[str] = ("l
     panel = _common(bargauge_builder.Panel(), c, PROMETHEUS).targets(prometheus_targets(queries))
     panel = panel.reduce_options(_reduce(calcs)).orientation(common_model.VizOrientation.HORIZONTAL)
     panel = panel.display_mode(common_model.BarGaugeDisplayMode.GRADIENT).show_unfilled(True)
-    panel = panel.color_scheme(dashboard_builder.FieldColor().mode(dashboard_model.FieldColorModeId.THRESHOLDS))
-    built: PanelBuilder = panel
-    return built
-
-
-def state_timeline(c: Common, queries: Sequence[Query]) -> PanelBuilder:
-    """States over time (1/0 health signals), coloured by value mappings and thresholds."""
-    panel = _common(statetimeline_builder.Panel(), c, PROMETHEUS).targets(prometheus_targets(queries))
-    panel = panel.show_value(common_model.VisibilityMode.NEVER).merge_values(True).legend(_legend(False))
     panel = panel.color_scheme(dashboard_builder.FieldColor().mode(dashboard_model.FieldColorModeId.THRESHOLDS))
     built: PanelBuilder = panel
     return built

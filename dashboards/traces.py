@@ -1,4 +1,4 @@
-"""Traces (seed 000, component 5): service map, trace search, span duration and errors by service.
+"""Traces: service map, trace search, span duration and errors by service.
 
 The service map and the search table query Tempo. Duration and error panels read Tempo's span
 metrics and service-graph metrics from Prometheus (through the dashboard recording rules). From
@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from dashboards import panels, promql, variables
+from dashboards import panels, variables
 from dashboards.layout import DashboardSpec, Row, assemble
 from dashboards.panels import GREEN, RED, YELLOW, Common, LogQuery, Query, Thresholds, TraceQuery
-from observability import catalog
+from observability import catalog, promql
 from observability.config import ObservabilityConfig
 from observability.rules import dashboard_recording as rec
 

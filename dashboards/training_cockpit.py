@@ -1,20 +1,22 @@
-"""Training cockpit (seed 000, component 4): the per-fold view of training jobs in 8 rows.
+"""Training cockpit: the per-fold view of training jobs in 9 rows.
 
-Variables: `$model` (label `model_type`), `$fold`, `$node` (GPUs) and `$interval`, the minimum
-query interval from which Grafana derives `$__rate_interval` for every rate in the dashboard.
+Variables: `$model` (label `model_type`), `$fold`, `$job_id` (the job whose GPUs "This Job's
+GPUs" shows), `$node` (GPUs) and `$interval`, the minimum query interval from which Grafana
+derives `$__rate_interval` for every rate in the dashboard.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from dashboards import panels, promql, variables
+from dashboards import panels, variables
 from dashboards.layout import DashboardSpec, Row, assemble
 from dashboards.panels import BLUE, GREEN, RED, YELLOW, Common, Query, Thresholds
 from dashboards.threshold_steps import temperature_steps
-from observability import catalog
+from observability import catalog, promql
 from observability.config import ObservabilityConfig
 from observability.rules import dashboard_recording as rec
+from observability.rules import jobs
 from observability.rules.model import RecordingRule
 from observability.thresholds import Thresholds as AlertThresholds
 
@@ -24,16 +26,19 @@ TITLE = "Foxhunt Training Cockpit"
 MODEL = promql.variable_matcher("model_type", "model")
 FOLD = promql.variable_matcher("fold", "fold")
 NODE = promql.variable_matcher("node", "node")
+JOB_ID = promql.variable_matcher("job_id", "job_id")
 JOB_LEGEND = "{{model_type}} {{job_id}}"
 FOLD_LEGEND = "{{model_type}} {{job_id}} fold {{fold}}"
 GPU_LEGEND = "{{node}} GPU {{gpu_id}}"
 ERRORS = Thresholds(GREEN, ((1e-3, RED),))
 # GPUs a per-GPU panel draws at most per target (topk / bottomk).
 TOP = 5
+# GPUs of one job "This Job's GPUs" draws at most (a job of up to two 8-GPU nodes is drawn whole).
+JOB_GPUS = 16
 
 
 def _sum_rate(metric: catalog.Metric, labels: tuple[str, ...], matchers: tuple[str, ...] = (MODEL,)) -> str:
-    return promql.by("sum", labels, promql.rate(metric, matchers))
+    return promql.aggregate("sum", labels, promql.rate(metric, matchers))
 
 
 def _quantiles(rule: RecordingRule, labels: tuple[str, ...]) -> list[Query]:
@@ -45,10 +50,10 @@ def _quantiles(rule: RecordingRule, labels: tuple[str, ...]) -> list[Query]:
 
 
 def _active_jobs() -> Row:
-    fold_progress = (
-        f"100 * {promql.by('count', ('model_type', 'job_id'), promql.gauge(catalog.TRAINING_FOLD_LOSS, (MODEL,)))}"
-        f" / {promql.by('max', ('model_type', 'job_id'), promql.gauge(catalog.TRAINING_FOLDS_PLANNED, (MODEL,)))}"
-    )
+    per_job = ("model_type", "job_id")
+    folds_done = promql.aggregate("count", per_job, promql.gauge(catalog.TRAINING_FOLD_LOSS, (MODEL,)))
+    folds_planned = promql.aggregate("max", per_job, promql.gauge(catalog.TRAINING_FOLDS_PLANNED, (MODEL,)))
+    fold_progress = f"100 * {folds_done} / {folds_planned}"
     return Row(
         "Active Jobs",
         [
@@ -56,7 +61,9 @@ def _active_jobs() -> Row:
                 Common("Active Workers", "Training workers running now, per model type.", "short", w=4),
                 [
                     Query(
-                        promql.by("sum", ("model_type",), promql.gauge(catalog.TRAINING_ACTIVE_WORKERS, (MODEL,))),
+                        promql.aggregate(
+                            "sum", ("model_type",), promql.gauge(catalog.TRAINING_ACTIVE_WORKERS, (MODEL,))
+                        ),
                         "{{model_type}}",
                     )
                 ],
@@ -177,7 +184,7 @@ def _gpu_resources(th: AlertThresholds) -> Row:
                 ),
                 [
                     _busiest(catalog.GPU_MEMORY_USED_BYTES, " used"),
-                    Query(promql.by("max", (), _gpus(catalog.GPU_MEMORY_TOTAL_BYTES)), "total"),
+                    Query(promql.aggregate("max", (), _gpus(catalog.GPU_MEMORY_TOTAL_BYTES)), "total"),
                 ],
                 dashed_refs=("B",),
             ),
@@ -204,7 +211,7 @@ def _gpu_resources(th: AlertThresholds) -> Row:
                 ),
                 [
                     _busiest(catalog.GPU_POWER_WATTS, " draw"),
-                    Query(promql.by("max", (), _gpus(catalog.GPU_POWER_LIMIT_WATTS)), "limit"),
+                    Query(promql.aggregate("max", (), _gpus(catalog.GPU_POWER_LIMIT_WATTS)), "limit"),
                 ],
                 dashed_refs=("B",),
             ),
@@ -218,6 +225,119 @@ def _gpu_resources(th: AlertThresholds) -> Row:
                     max=100,
                 ),
                 [_busiest(catalog.GPU_MEMORY_UTILIZATION_PERCENT)],
+            ),
+            _true_utilization(),
+        ],
+    )
+
+
+def _true_utilization() -> panels.PanelBuilder:
+    # Means over the selected GPUs that report GPM (Hopper and newer), NVML's figure over the same
+    # GPUs: one series per target whatever `$node` selects.
+    def mean(metric: catalog.Metric) -> str:
+        return promql.aggregate("avg", (), _gpus(metric))
+
+    nvml_where_gpm = promql.aggregate(
+        "avg", (), f"{_gpus(catalog.GPU_UTILIZATION_PERCENT)} and {_gpus(catalog.GPU_SM_ACTIVE_PERCENT)}"
+    )
+    return panels.timeseries(
+        Common(
+            "True Utilization",
+            "NVML utilization (a kernel was running, dashed) against what the selected GPUs really did: SM "
+            "activity, tensor-core activity and DRAM bandwidth (GPM, Hopper and newer; GPUs without GPM are "
+            "left out). A GPU at 100% utilization with low SM activity runs small kernels or waits.",
+            "percent",
+            w=24,
+            min=0,
+            max=100,
+        ),
+        [
+            Query(nvml_where_gpm, "NVML utilization"),
+            Query(mean(catalog.GPU_SM_ACTIVE_PERCENT), "SM active"),
+            Query(mean(catalog.GPU_TENSOR_ACTIVE_PERCENT), "tensor active"),
+            Query(mean(catalog.GPU_DRAM_BANDWIDTH_UTILIZATION_PERCENT), "DRAM bandwidth"),
+            # The same comparison for the GPUs job $job_id holds (recorded per job).
+            Query(promql.selector(jobs.JOB_UTILIZATION_AVG.record, (JOB_ID,)), "{{job_id}} NVML utilization"),
+            Query(promql.selector(jobs.JOB_SM_ACTIVE_AVG.record, (JOB_ID,)), "{{job_id}} SM active"),
+            Query(promql.selector(jobs.JOB_TENSOR_ACTIVE_AVG.record, (JOB_ID,)), "{{job_id}} tensor active"),
+        ],
+        dashed_refs=("A", "E"),
+    )
+
+
+def currency_unit(cfg: ObservabilityConfig) -> str:
+    """Grafana unit of the cost estimates: the stack's currency code after the number."""
+    return f"suffix: {cfg.currency}"
+
+
+def _this_jobs_gpus(cfg: ObservabilityConfig) -> Row:
+    # The job's GPUs only, from the recorded held-GPU series (`jobs.py`): a job's GPUs, not a node's,
+    # so two 1-GPU jobs on one node are two different views.
+    def held(title: str, description: str, unit: str, rule: RecordingRule, **extra: Any) -> panels.PanelBuilder:
+        return panels.timeseries(
+            Common(title, f"{description} Each GPU job $job_id holds (up to {JOB_GPUS}).", unit, w=6, **extra),
+            [Query(f"topk({JOB_GPUS}, {promql.selector(rule.record, (JOB_ID,))})", GPU_LEGEND)],
+        )
+
+    def so_far(title: str, description: str, unit: str, record: str) -> panels.PanelBuilder:
+        return panels.stat(
+            Common(title, description, unit, w=4, min=0),
+            [
+                Query(
+                    promql.aggregate("sum", ("job_id",), promql.selector(record, (JOB_ID,))), "{{job_id}}", instant=True
+                )
+            ],
+        )
+
+    estimate = (
+        "An estimate, counted from when Prometheus first recorded the job: the stack's prices "
+        "(gpuHourlyCost by GPU model, energyPricePerKWh), not an invoice."
+    )
+    return Row(
+        "This Job's GPUs",
+        [
+            held(
+                "Job GPU Utilization",
+                "Share of time a kernel ran.",
+                "percent",
+                jobs.HELD_UTILIZATION,
+                min=0,
+                max=100,
+            ),
+            held(
+                "Job GPU Memory Used",
+                "Share of device memory in use.",
+                "percentunit",
+                jobs.HELD_MEMORY_RATIO,
+                min=0,
+                max=1,
+            ),
+            held("Job GPU Power", "Power draw.", "watt", jobs.HELD_POWER, min=0),
+            held(
+                "Job GPU Temperature",
+                f"Core temperature; throttling risk above {cfg.thresholds.gpu_temperature_high_celsius.short}.",
+                "celsius",
+                jobs.HELD_TEMPERATURE,
+                thresholds=temperature_steps(cfg.thresholds),
+            ),
+            so_far("GPUs Held", "GPUs the job holds now.", "short", jobs.JOB_GPUS.record),
+            so_far(
+                "GPU-Hours So Far",
+                "GPUs held times the time held, since the job was first recorded.",
+                "h",
+                jobs.JOB_GPU_HOURS.record,
+            ),
+            so_far(
+                "Energy So Far",
+                "Energy the job's GPUs consumed (NVML energy counters) since the job was first recorded.",
+                "kwatth",
+                jobs.JOB_KWH.record,
+            ),
+            so_far(
+                f"Estimated Cost So Far ({cfg.currency})",
+                f"GPU-hours at their price plus energy. {estimate}",
+                currency_unit(cfg),
+                jobs.JOB_COST,
             ),
         ],
     )
@@ -286,7 +406,7 @@ def _data_pipeline() -> Row:
                 Common("Batches Processed", "Data batches processed in each rate interval.", "short", w=12, min=0),
                 [
                     Query(
-                        promql.by(
+                        promql.aggregate(
                             "sum", ("model_type",), promql.increase(catalog.TRAINING_DATA_BATCHES_TOTAL, (MODEL,))
                         ),
                         "{{model_type}}",
@@ -390,7 +510,12 @@ def _timing() -> Row:
                     w=12,
                     min=0,
                 ),
-                [Query(promql.by("sum", ("status",), promql.gauge(catalog.TRAINING_JOBS_BY_STATUS)), "{{status}}")],
+                [
+                    Query(
+                        promql.aggregate("sum", ("status",), promql.gauge(catalog.TRAINING_JOBS_BY_STATUS)),
+                        "{{status}}",
+                    )
+                ],
                 stacked=True,
             ),
         ],
@@ -410,6 +535,15 @@ def build(cfg: ObservabilityConfig) -> dict[str, Any]:
                 variables.label_values(
                     "fold", "Fold", promql.selector(catalog.TRAINING_FOLD_LOSS.name, (MODEL,)), "fold"
                 ),
+                # One job: the "This Job's GPUs" row follows it (Grafana starts on the first job).
+                variables.label_values(
+                    "job_id",
+                    "Job",
+                    promql.selector(jobs.JOB_GPUS.record, (MODEL,)),
+                    "job_id",
+                    multi=False,
+                    include_all=False,
+                ),
                 # No "All" default: Grafana starts on the first node (pick several, or all, by hand).
                 variables.label_values(
                     "node", "GPU node", catalog.GPU_UTILIZATION_PERCENT.name, "node", include_all=False
@@ -424,6 +558,7 @@ def build(cfg: ObservabilityConfig) -> dict[str, Any]:
             rows=[
                 _active_jobs(),
                 _training_progress(),
+                _this_jobs_gpus(cfg),
                 _gpu_resources(cfg.thresholds),
                 _model_quality(),
                 _checkpoints(),

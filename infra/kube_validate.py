@@ -29,6 +29,7 @@ import kubernetes_validate
 import yaml
 from referencing import Registry, Resource
 
+from infra import REPO_ROOT
 from infra.result import RenderResult, kubernetes_manifest
 
 CRD_SCHEMAS = Path(__file__).resolve().parent / "schemas"
@@ -131,7 +132,7 @@ def validator(version: str, api_version: str, kind: str, relaxed: bool = False) 
         if not path.is_file():
             raise NoSchemaError(
                 f"no schema for {api_version} {kind} (Kubernetes {version}); for a custom resource vendor its CRD "
-                f"schema as {crd_schema_path(api_version, kind).relative_to(CRD_SCHEMAS.parent.parent)}"
+                f"schema as {crd_schema_path(api_version, kind).relative_to(REPO_ROOT)}"
             )
         schema = json.loads(path.read_text())
     if relaxed:

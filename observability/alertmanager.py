@@ -23,7 +23,7 @@ Two shapes of the same tree:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 from urllib.parse import urlsplit
@@ -31,9 +31,9 @@ from urllib.parse import urlsplit
 import yaml
 
 from observability.config import ObservabilityConfig
+from observability.promql import duration
 from observability.rules import alert_rules, gpu, health
 from observability.rules.model import Severity
-from observability.rules.promql import duration
 
 PAGE = "page"
 CHAT = "chat"
@@ -127,15 +127,27 @@ _POLLER_HEALTH_ON_NODE = tuple(name for name in _node_alerts(health.GROUP) if na
 INHIBITIONS: tuple[Inhibition, ...] = (
     Inhibition(
         sources=("GPUMemoryExhausted",),
-        targets=("GPUMemoryUsageHigh",),
+        targets=("GPUMemoryUsageHigh", "GPUMemoryExhaustionPredicted"),
         equal=("node", "gpu_id"),
-        reason="Memory above 95% is also above 90%: the critical alert says it all for that GPU.",
+        reason=(
+            "Memory above 95% is also above 90%, and a prediction of running out is moot once it has: the "
+            "critical alert says it all for that GPU."
+        ),
     ),
     Inhibition(
         sources=("GPUErrorsDetected",),
-        targets=("GPUUtilizationLow", "GPUUtilizationCritical", "GPUMemoryUsageHigh"),
+        targets=("GPUMemoryUsageHigh", "GPUMemoryExhaustionPredicted"),
         equal=("node", "gpu_id"),
-        reason="A GPU with hardware errors reports meaningless utilization and memory.",
+        reason="A GPU with hardware errors reports meaningless memory figures.",
+    ),
+    Inhibition(
+        sources=("GPUErrorsDetected",),
+        targets=("GPUUtilizationLow", "GPUUtilizationCritical"),
+        equal=("model_type", "job_id"),
+        reason=(
+            "A job with a failing GPU reports meaningless utilization (errors on a GPU no job holds carry no "
+            "job_id and mute nothing here)."
+        ),
     ),
     Inhibition(
         sources=("MLTrainingServiceDown",),
@@ -176,6 +188,78 @@ def _alternation(values: Sequence[str]) -> str:
     return values[0] if len(values) == 1 else "|".join(values)
 
 
+def _severities(route: SeverityRoute) -> list[str]:
+    return [s.value for s in route.severities]
+
+
+def _send_resolved(receiver: str) -> bool:
+    """Resolved notifications, except to the heartbeat: Alertmanager resolves Watchdog when Prometheus
+    stops sending it, and a dead man's switch would take that notification for one more beat."""
+    return receiver != HEARTBEAT
+
+
+def _camel(key: str) -> str:
+    first, *rest = key.split("_")
+    return first + "".join(part.title() for part in rest)
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """How one of the two formats spells the tree: key case, matchers, inhibition keys, webhooks."""
+
+    key: Callable[[str], str]
+    matcher: Callable[[str, Sequence[str]], Any]
+    source_key: str
+    target_key: str
+    webhook: Callable[[str], dict[str, Any]]
+
+
+def _tree(cfg: ObservabilityConfig, shape: _Shape) -> dict[str, Any]:
+    """The one routing tree (HEARTBEAT_ROUTE, ROUTES, INHIBITIONS, RECEIVERS) in the given shape."""
+    _check_inhibitions(cfg)
+    key = shape.key
+
+    def timings(route: SeverityRoute | HeartbeatRoute) -> dict[str, str]:
+        return {
+            key("group_wait"): duration(route.group_wait_seconds),
+            key("group_interval"): duration(route.group_interval_seconds),
+            key("repeat_interval"): duration(route.repeat_interval_seconds),
+        }
+
+    heartbeat = HEARTBEAT_ROUTE
+    return {
+        "route": {
+            "receiver": DEFAULT_ROUTE.receiver,
+            key("group_by"): list(GROUP_BY),
+            **timings(DEFAULT_ROUTE),
+            "routes": [
+                {
+                    "receiver": heartbeat.receiver,
+                    "matchers": [shape.matcher("alertname", [heartbeat.alertname])],
+                    **timings(heartbeat),
+                },
+                *(
+                    {
+                        "receiver": route.receiver,
+                        "matchers": [shape.matcher("severity", _severities(route))],
+                        **timings(route),
+                    }
+                    for route in ROUTES
+                ),
+            ],
+        },
+        key("inhibit_rules"): [
+            {
+                shape.source_key: [shape.matcher("alertname", i.sources)],
+                shape.target_key: [shape.matcher("alertname", i.targets)],
+                **({"equal": list(i.equal)} if i.equal else {}),
+            }
+            for i in INHIBITIONS
+        ],
+        "receivers": [{"name": name, key("webhook_configs"): [shape.webhook(name)]} for name in RECEIVERS],
+    }
+
+
 def _matcher_text(name: str, values: Sequence[str]) -> str:
     op = "=" if len(values) == 1 else "=~"
     return f'{name}{op}"{_alternation(values)}"'
@@ -185,69 +269,13 @@ def _matcher_crd(name: str, values: Sequence[str]) -> dict[str, str]:
     return {"name": name, "value": _alternation(values), "matchType": "=" if len(values) == 1 else "=~"}
 
 
-def _severities(route: SeverityRoute) -> list[str]:
-    return [s.value for s in route.severities]
-
-
-def _heartbeat_route_classic() -> dict[str, Any]:
-    route = HEARTBEAT_ROUTE
-    return {
-        "receiver": route.receiver,
-        "matchers": [_matcher_text("alertname", [route.alertname])],
-        "group_wait": duration(route.group_wait_seconds),
-        "group_interval": duration(route.group_interval_seconds),
-        "repeat_interval": duration(route.repeat_interval_seconds),
-    }
-
-
-def _heartbeat_route_crd() -> dict[str, Any]:
-    route = HEARTBEAT_ROUTE
-    return {
-        "receiver": route.receiver,
-        "matchers": [_matcher_crd("alertname", [route.alertname])],
-        "groupWait": duration(route.group_wait_seconds),
-        "groupInterval": duration(route.group_interval_seconds),
-        "repeatInterval": duration(route.repeat_interval_seconds),
-    }
-
-
 def alertmanager_config(cfg: ObservabilityConfig, receivers: ReceiverUrls) -> dict[str, Any]:
     """Classic `alertmanager.yml` as a dict."""
-    _check_inhibitions(cfg)
-    return {
-        "route": {
-            "receiver": DEFAULT_ROUTE.receiver,
-            "group_by": list(GROUP_BY),
-            "group_wait": duration(DEFAULT_ROUTE.group_wait_seconds),
-            "group_interval": duration(DEFAULT_ROUTE.group_interval_seconds),
-            "repeat_interval": duration(DEFAULT_ROUTE.repeat_interval_seconds),
-            "routes": [
-                _heartbeat_route_classic(),
-                *(
-                    {
-                        "receiver": route.receiver,
-                        "matchers": [_matcher_text("severity", _severities(route))],
-                        "group_wait": duration(route.group_wait_seconds),
-                        "group_interval": duration(route.group_interval_seconds),
-                        "repeat_interval": duration(route.repeat_interval_seconds),
-                    }
-                    for route in ROUTES
-                ),
-            ],
-        },
-        "inhibit_rules": [
-            {
-                "source_matchers": [_matcher_text("alertname", i.sources)],
-                "target_matchers": [_matcher_text("alertname", i.targets)],
-                **({"equal": list(i.equal)} if i.equal else {}),
-            }
-            for i in INHIBITIONS
-        ],
-        "receivers": [
-            {"name": name, "webhook_configs": [{"url": receivers.url_for(name), "send_resolved": _send_resolved(name)}]}
-            for name in RECEIVERS
-        ],
-    }
+
+    def webhook(name: str) -> dict[str, Any]:
+        return {"url": receivers.url_for(name), "send_resolved": _send_resolved(name)}
+
+    return _tree(cfg, _Shape(lambda k: k, _matcher_text, "source_matchers", "target_matchers", webhook))
 
 
 def alertmanager_config_yaml(cfg: ObservabilityConfig, receivers: ReceiverUrls) -> str:
@@ -261,18 +289,6 @@ def receiver_secret_data(receivers: ReceiverUrls) -> dict[str, str]:
     return {name: receivers.url_for(name) for name in RECEIVERS}
 
 
-def _send_resolved(receiver: str) -> bool:
-    """Resolved notifications, except to the heartbeat: Alertmanager resolves Watchdog when Prometheus
-    stops sending it, and a dead man's switch would take that notification for one more beat."""
-    return receiver != HEARTBEAT
-
-
-def _crd_webhook(name: str, receivers: ReceiverUrls, url_secret: str | None) -> dict[str, Any]:
-    if url_secret is None:
-        return {"url": receivers.url_for(name), "sendResolved": _send_resolved(name)}
-    return {"urlSecret": {"name": url_secret, "key": name}, "sendResolved": _send_resolved(name)}
-
-
 def alertmanager_config_crd_spec(
     cfg: ObservabilityConfig, receivers: ReceiverUrls, *, url_secret: str | None = None
 ) -> dict[str, Any]:
@@ -280,37 +296,10 @@ def alertmanager_config_crd_spec(
 
     With `url_secret`, receivers read their URL from that Secret (keys: `receiver_secret_data`).
     """
-    _check_inhibitions(cfg)
-    return {
-        "route": {
-            "receiver": DEFAULT_ROUTE.receiver,
-            "groupBy": list(GROUP_BY),
-            "groupWait": duration(DEFAULT_ROUTE.group_wait_seconds),
-            "groupInterval": duration(DEFAULT_ROUTE.group_interval_seconds),
-            "repeatInterval": duration(DEFAULT_ROUTE.repeat_interval_seconds),
-            "routes": [
-                _heartbeat_route_crd(),
-                *(
-                    {
-                        "receiver": route.receiver,
-                        "matchers": [_matcher_crd("severity", _severities(route))],
-                        "groupWait": duration(route.group_wait_seconds),
-                        "groupInterval": duration(route.group_interval_seconds),
-                        "repeatInterval": duration(route.repeat_interval_seconds),
-                    }
-                    for route in ROUTES
-                ),
-            ],
-        },
-        "inhibitRules": [
-            {
-                "sourceMatch": [_matcher_crd("alertname", i.sources)],
-                "targetMatch": [_matcher_crd("alertname", i.targets)],
-                **({"equal": list(i.equal)} if i.equal else {}),
-            }
-            for i in INHIBITIONS
-        ],
-        "receivers": [
-            {"name": name, "webhookConfigs": [_crd_webhook(name, receivers, url_secret)]} for name in RECEIVERS
-        ],
-    }
+
+    def webhook(name: str) -> dict[str, Any]:
+        if url_secret is None:
+            return {"url": receivers.url_for(name), "sendResolved": _send_resolved(name)}
+        return {"urlSecret": {"name": url_secret, "key": name}, "sendResolved": _send_resolved(name)}
+
+    return _tree(cfg, _Shape(_camel, _matcher_crd, "sourceMatch", "targetMatch", webhook))

@@ -4,9 +4,9 @@ Every other part of the project (poller, instrumentation, alert and recording ru
 policies, tests) takes metric names, types and labels from here and never spells a name again.
 This module imports nothing else from the project.
 
-Names are the ones of the monitoring report (seed 001, `ml_*`) because the users' binaries
-already emit them. Where a seed name breaks the Prometheus naming conventions (base units,
-`_total` on counters) the name is kept and its help text says so (`SEED_NAME_NOTE`).
+Names are the ones of the platform's monitoring report (`ml_*`) because the users' binaries
+already emit them. Where such a name breaks the Prometheus naming conventions (base units,
+`_total` on counters) the name is kept and its help text says so (`KEPT_NAME_NOTE`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class Producer(enum.Enum):
     KUBE_STATE_METRICS = "kube_state_metrics"
 
 
-SEED_NAME_NOTE = "(Seed name kept: users' binaries already emit it; {why}.)"
+KEPT_NAME_NOTE = "(Name kept: users' binaries already emit it; {why}.)"
 
 # Latency-style buckets in seconds, from 5 ms to 10 min: training iterations, checkpoints, loads.
 DURATION_BUCKETS: tuple[float, ...] = (
@@ -136,7 +136,7 @@ _G = Producer.GPU_POLLER
 _S = Producer.ML_SERVICE
 _M = Producer.TEMPO_METRICS_GENERATOR
 
-# --- A. Training progress (seed 001) -------------------------------------------------------
+# --- A. Training progress (monitoring report) -------------------------------------------------------
 TRAINING_LOSS = Metric("ml_training_loss", MetricType.GAUGE, "", "Training loss of the latest epoch.", JOB, _T)
 TRAINING_VALIDATION_LOSS = Metric(
     "ml_training_validation_loss", MetricType.GAUGE, "", "Validation loss of the latest epoch.", JOB, _T
@@ -148,7 +148,7 @@ TRAINING_PROGRESS_PERCENT = Metric(
     "ml_training_progress_percent",
     MetricType.GAUGE,
     "percent",
-    "Training progress from 0 to 100. " + SEED_NAME_NOTE.format(why="a percentage, not the base-unit ratio 0-1"),
+    "Training progress from 0 to 100. " + KEPT_NAME_NOTE.format(why="a percentage, not the base-unit ratio 0-1"),
     JOB,
     _T,
 )
@@ -179,7 +179,7 @@ TRAINING_NAN_COUNT = Metric(
     MetricType.COUNTER,
     "",
     "NaN values detected, by tensor type (loss, gradient, activation). "
-    + SEED_NAME_NOTE.format(why="a counter without the `_total` suffix"),
+    + KEPT_NAME_NOTE.format(why="a counter without the `_total` suffix"),
     (*JOB, "tensor_type"),
     _T,
 )
@@ -195,13 +195,13 @@ TRAINING_FAILURES_TOTAL = Metric(
     _T,
 )
 
-# --- C. GPU monitoring (seed 001 names; emitted by the NVML poller) -------------------------
+# --- C. GPU monitoring (report names; emitted by the NVML poller) -------------------------
 GPU_UTILIZATION_PERCENT = Metric(
     "ml_gpu_utilization_percent",
     MetricType.GAUGE,
     "percent",
     "Percent of time over the last sample period during which a kernel ran on the GPU (0-100). "
-    + SEED_NAME_NOTE.format(why="a percentage, not a ratio"),
+    + KEPT_NAME_NOTE.format(why="a percentage, not a ratio"),
     GPU,
     _G,
 )
@@ -210,7 +210,7 @@ GPU_MEMORY_UTILIZATION_PERCENT = Metric(
     MetricType.GAUGE,
     "percent",
     "Percent of time over the last sample period during which device memory was read or written "
-    "(0-100), as NVML reports it; named like its seed sibling ml_gpu_utilization_percent.",
+    "(0-100), as NVML reports it; named like its sibling ml_gpu_utilization_percent.",
     GPU,
     _G,
 )
@@ -226,6 +226,67 @@ GPU_POWER_LIMIT_WATTS = Metric(
 GPU_SM_CLOCK_HERTZ = Metric("ml_gpu_sm_clock_hertz", MetricType.GAUGE, "hertz", "Current SM clock.", GPU, _G)
 GPU_MEMORY_CLOCK_HERTZ = Metric(
     "ml_gpu_memory_clock_hertz", MetricType.GAUGE, "hertz", "Current memory clock.", GPU, _G
+)
+# GPU Performance Monitoring (GPM, NVML on Hopper and newer): what the GPU really does, where
+# ml_gpu_utilization_percent only says that some kernel ran. Averaged over the interval between
+# the poller's last two collection passes; absent on GPUs without GPM and on the first pass after
+# the poller starts or a GPU returns. Percent like the other utilization figures of this catalog.
+_GPM_NOTE = (
+    " Averaged over the interval between the poller's last two collection passes (NVML GPM, Hopper "
+    "and newer; absent elsewhere)."
+)
+GPU_SM_ACTIVE_PERCENT = Metric(
+    "ml_gpu_sm_active_percent",
+    MetricType.GAUGE,
+    "percent",
+    "Percent of SMs busy (at least one warp resident), the share of the GPU doing work (0-100; "
+    "DCGM's PROF_SM_ACTIVE x 100)." + _GPM_NOTE,
+    GPU,
+    _G,
+)
+GPU_SM_OCCUPANCY_PERCENT = Metric(
+    "ml_gpu_sm_occupancy_percent",
+    MetricType.GAUGE,
+    "percent",
+    "Resident warps as a percent of the SMs' maximum (0-100; DCGM's PROF_SM_OCCUPANCY x 100)." + _GPM_NOTE,
+    GPU,
+    _G,
+)
+GPU_TENSOR_ACTIVE_PERCENT = Metric(
+    "ml_gpu_tensor_active_percent",
+    MetricType.GAUGE,
+    "percent",
+    "Percent of time the SMs ran tensor-core instructions of any type (0-100; DCGM's "
+    "PROF_PIPE_TENSOR_ACTIVE x 100)." + _GPM_NOTE,
+    GPU,
+    _G,
+)
+GPU_DRAM_BANDWIDTH_UTILIZATION_PERCENT = Metric(
+    "ml_gpu_dram_bandwidth_utilization_percent",
+    MetricType.GAUGE,
+    "percent",
+    "Device-memory bandwidth used as a percent of its theoretical maximum (0-100; DCGM's "
+    "PROF_DRAM_ACTIVE x 100)." + _GPM_NOTE,
+    GPU,
+    _G,
+)
+GPU_PCIE_BYTES_TOTAL = Metric(
+    "ml_gpu_pcie_bytes_total",
+    MetricType.COUNTER,
+    "bytes",
+    "PCIe traffic counted by the poller from NVML GPM throughput, by direction rx (to the GPU) or tx "
+    "(from the GPU); appears after the second pass, keeps counting across NVML re-initialisations.",
+    (*GPU, "direction"),
+    _G,
+)
+GPU_NVLINK_BYTES_TOTAL = Metric(
+    "ml_gpu_nvlink_bytes_total",
+    MetricType.COUNTER,
+    "bytes",
+    "NVLink traffic over all links counted by the poller from NVML GPM throughput, by direction rx "
+    "(read by the GPU) or tx (written); appears after the second pass, on GPUs with NVLink.",
+    (*GPU, "direction"),
+    _G,
 )
 GPU_CLOCK_THROTTLE_ACTIVE = Metric(
     "ml_gpu_clock_throttle_active",
@@ -257,6 +318,15 @@ GPU_ERRORS_TOTAL = Metric(
     "",
     "GPU hardware errors by error type (xid, ecc_uncorrected, gpu_lost).",
     (*GPU, "error_type"),
+    _G,
+)
+GPU_ENERGY_JOULES_TOTAL = Metric(
+    "ml_gpu_energy_joules_total",
+    MetricType.COUNTER,
+    "joules",
+    "Energy the GPU consumed since the driver loaded (NVML total energy consumption); absent where the GPU "
+    "or driver cannot report it.",
+    GPU,
     _G,
 )
 GPU_DRIVER_INFO = Metric(
@@ -350,7 +420,7 @@ TRAINING_CPU_USAGE_PERCENT = Metric(
     "ml_training_cpu_usage_percent",
     MetricType.GAUGE,
     "percent",
-    "CPU usage of the training job (100 = one core). " + SEED_NAME_NOTE.format(why="a percentage, not CPU seconds"),
+    "CPU usage of the training job (100 = one core). " + KEPT_NAME_NOTE.format(why="a percentage, not CPU seconds"),
     JOB,
     _T,
 )
@@ -389,6 +459,15 @@ TRAINING_JOBS_BY_STATUS = Metric(
     ("status",),
     _T,
 )
+TRAINING_JOB_GPU_INFO = Metric(
+    "ml_training_job_gpu_info",
+    MetricType.INFO,
+    "",
+    "1 for each GPU (by NVML UUID) the training job's container was given; joins the GPU poller's series "
+    "to the job on `uuid`.",
+    (*JOB, "uuid"),
+    _T,
+)
 TRAINING_JOB_DURATION_SECONDS = Metric(
     "ml_training_job_duration_seconds",
     MetricType.HISTOGRAM,
@@ -399,7 +478,7 @@ TRAINING_JOB_DURATION_SECONDS = Metric(
     JOB_DURATION_BUCKETS,
 )
 
-# --- Per-fold view (seed 000, component 2): one series per fold, label `fold` -----------------
+# --- Per-fold view: one series per fold, label `fold` -----------------
 TRAINING_FOLD_LOSS = Metric(
     "ml_training_fold_loss", MetricType.GAUGE, "", "Best training loss reached in a fold.", FOLD, _T
 )
@@ -419,7 +498,7 @@ TRAINING_FOLDS_COMPLETED_TOTAL = Metric(
     "ml_training_folds_completed_total", MetricType.COUNTER, "", "Folds completed by the job.", JOB, _T
 )
 
-# --- ML services (the metrics the seed-001 alerts query) --------------------------------------
+# --- ML services (the metrics the service alerts query) --------------------------------------
 INFERENCE_LATENCY_SECONDS = Metric(
     "ml_inference_latency_seconds",
     MetricType.HISTOGRAM,
@@ -606,8 +685,9 @@ SERVICE_GRAPH_REQUEST_SERVER_SECONDS = Metric(
 
 ALL_METRICS: tuple[Metric, ...] = tuple(v for v in dict(globals()).values() if isinstance(v, Metric))
 
-# The 32 distinct metric names listed in seed 001 (its "35+" counts three error metrics twice).
-SEED_001_METRIC_NAMES: frozenset[str] = frozenset(
+# The 32 distinct metric names the monitoring report lists (its "35+" counts three error metrics
+# twice).
+REPORT_METRIC_NAMES: frozenset[str] = frozenset(
     m.name
     for m in (
         TRAINING_LOSS,

@@ -54,3 +54,9 @@ class ObservabilityConfig:
     # Every cluster whose series the dashboards' Prometheus (the global tier) holds; with more than
     # one, the dashboards get a `$cluster` variable and every query filters by it.
     clusters: tuple[str, ...] = ()
+    # Cost estimates (recording rules and panels): price of one GPU-hour by NVML product name
+    # (`gpu_name`), the price for any other GPU, the price of a kWh, and the currency they are in.
+    gpu_hourly_cost: tuple[tuple[str, float], ...] = (("NVIDIA H100 80GB HBM3", 4.0),)
+    gpu_hourly_cost_default: float = 2.0
+    energy_price_per_kwh: float = 0.15
+    currency: str = "USD"

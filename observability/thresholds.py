@@ -108,6 +108,7 @@ class Thresholds:
     gpu_memory_high_ratio: Threshold
     gpu_memory_exhausted_ratio: Threshold
     gpu_temperature_high_celsius: Threshold
+    gpu_memory_prediction_floor_ratio: Threshold
     training_slowdown_epochs_per_second: Threshold
     inference_p99_seconds: Threshold
     model_loading_failures_per_second: Threshold
@@ -135,6 +136,7 @@ UNITS: dict[str, Unit] = {
     "gpu_memory_high_ratio": "ratio",
     "gpu_memory_exhausted_ratio": "ratio",
     "gpu_temperature_high_celsius": "celsius",
+    "gpu_memory_prediction_floor_ratio": "ratio",
     "training_slowdown_epochs_per_second": "epochs_per_second",
     "inference_p99_seconds": "seconds",
     "model_loading_failures_per_second": "per_second",
@@ -158,6 +160,7 @@ ALERTS: dict[str, str] = {
     "gpu_memory_high_ratio": "GPUMemoryUsageHigh",
     "gpu_memory_exhausted_ratio": "GPUMemoryExhausted",
     "gpu_temperature_high_celsius": "GPUTemperatureHigh",
+    "gpu_memory_prediction_floor_ratio": "GPUMemoryExhaustionPredicted",
     "training_slowdown_epochs_per_second": "TrainingSlowdown",
     "inference_p99_seconds": "MLInferenceLatencyHigh",
     "model_loading_failures_per_second": "ModelLoadingFailures",

@@ -43,7 +43,9 @@ def string(value: Any) -> str | None:
 
 
 def as_int(value: Any) -> int | None:
-    """Integers arrive as floats from a protobuf Struct; strings as annotation values."""
+    """A whole number, however it arrives: an int, an integral float (a protobuf Struct's numbers),
+    or a string of digits (annotation values, stack config); None for anything else. The one integer
+    parser of the project: the stack settings read their numbers with it too."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):

@@ -1,13 +1,13 @@
 """The NVML GPU poller: a lean Prometheus exporter for the `ml_gpu_*` metrics of the catalog.
 
 Run it with `python -m poller --listen HOST:PORT`. Module map:
-  cli            flags and environment, validated into `PollerSettings`; `main()`
+  settings       flags and environment, validated into `PollerSettings`
+  cli            `main()`: settings, then the server
   nvml_source    NVML access: init with backoff, one pass over every GPU, faults contained
   nvml_calls     the per-pass NVML calls, bound once per GPU to their output buffers
   xid_events     the background thread that counts XID events from NVML's event API
   error_counters counters that live across passes (XID, GPU errors, collection failures)
-  collector      `SharedPass` (one pass at a time, minimum interval) and the prometheus-client
-                 custom collector `GpuCollector`
+  collector      `SharedPass` (one pass at a time, minimum interval)
   exposition     the fast text-format writer the HTTP server uses for `/metrics`
   exported_metrics which catalog metric each NVML reading becomes
   server         HTTP server (`/metrics`, `/healthz`), SIGTERM handling

@@ -1,7 +1,7 @@
 """Which catalog metric each NVML reading becomes, and the fixed label values of the poller.
 
-The writer (`exposition`) and the prometheus-client collector (`collector`) both walk these
-tables, so the two can never disagree on what is exported.
+The writer (`exposition`) walks these tables, and so does the independent prometheus-client
+collector the tests compare it with.
 """
 
 from __future__ import annotations
@@ -19,6 +19,16 @@ GPU_GAUGES: tuple[tuple[catalog.Metric, str], ...] = (
     (catalog.GPU_POWER_LIMIT_WATTS, "power_limit_watts"),
     (catalog.GPU_SM_CLOCK_HERTZ, "sm_clock_hertz"),
     (catalog.GPU_MEMORY_CLOCK_HERTZ, "memory_clock_hertz"),
+    (catalog.GPU_SM_ACTIVE_PERCENT, "sm_active_percent"),
+    (catalog.GPU_SM_OCCUPANCY_PERCENT, "sm_occupancy_percent"),
+    (catalog.GPU_TENSOR_ACTIVE_PERCENT, "tensor_active_percent"),
+    (catalog.GPU_DRAM_BANDWIDTH_UTILIZATION_PERCENT, "dram_bandwidth_utilization_percent"),
+)
+
+# Interconnect byte counters: (catalog metric, ((`direction` label value, GpuSample attribute), ...)).
+INTERCONNECT_COUNTERS: tuple[tuple[catalog.Metric, tuple[tuple[str, str], ...]], ...] = (
+    (catalog.GPU_PCIE_BYTES_TOTAL, (("rx", "pcie_rx_bytes_total"), ("tx", "pcie_tx_bytes_total"))),
+    (catalog.GPU_NVLINK_BYTES_TOTAL, (("rx", "nvlink_rx_bytes_total"), ("tx", "nvlink_tx_bytes_total"))),
 )
 
 # `reason` label values of ml_gpu_clock_throttle_active and their bits in NVML's
@@ -40,6 +50,9 @@ ECC_TYPES: tuple[tuple[str, str], ...] = (
     ("corrected", "ecc_corrected_total"),
     ("uncorrected", "ecc_uncorrected_total"),
 )
+
+# GPU counters read from NVML each pass: (catalog metric, GpuSample attribute holding its value).
+GPU_COUNTERS: tuple[tuple[catalog.Metric, str], ...] = ((catalog.GPU_ENERGY_JOULES_TOTAL, "energy_joules_total"),)
 
 # `error_type` values of ml_gpu_errors_total, created at 0 for every GPU the poller sees.
 ERROR_TYPES: tuple[str, ...] = ("xid", "ecc_uncorrected", "gpu_lost")

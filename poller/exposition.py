@@ -1,7 +1,7 @@
 """The poller's `/metrics` page in the Prometheus text format (0.0.4), written fast.
 
-`collector.build_families` + prometheus-client's `generate_latest` produce the same page (the
-tests parse both and compare), but build a dict and a namedtuple per sample and format every
+A prometheus-client collector with `generate_latest` produces the same page (the tests parse
+both and compare), but builds a dict and a namedtuple per sample and format every
 label on every scrape: several microseconds a sample. Here every GPU's label block is escaped
 once, when the GPU is first seen (with `observability.exposition`'s pieces, the one place that
 knows the format), and a sample line is one string concatenation, which keeps a full 8-GPU page
@@ -11,11 +11,13 @@ only the text format whatever the scraper asks for.
 
 from __future__ import annotations
 
+import operator
+
 from observability import catalog
 from observability.exposition import format_value, label_block, series_prefix, text_header
 from poller.collector import gpu_label_values
 from poller.error_counters import CountersSnapshot
-from poller.exported_metrics import ECC_TYPES, GPU_GAUGES, THROTTLE_REASONS
+from poller.exported_metrics import ECC_TYPES, GPU_COUNTERS, GPU_GAUGES, INTERCONNECT_COUNTERS, THROTTLE_REASONS
 from poller.model import GpuIdentity, PassResult
 
 
@@ -34,7 +36,8 @@ class _GpuLines:
     def __init__(self, node: str, gpu: GpuIdentity) -> None:
         values = gpu_label_values(node, gpu)
         base = _labels(catalog.GPU, values)
-        self.gauges = {attribute: series_prefix(metric.name, base) for metric, attribute in GPU_GAUGES}
+        self.gauges = tuple(series_prefix(metric.name, base) for metric, _ in GPU_GAUGES)  # GPU_GAUGES order
+        self.counters = tuple(series_prefix(metric.name, base) for metric, _ in GPU_COUNTERS)
         self.throttle = tuple(
             (bit, series_prefix(catalog.GPU_CLOCK_THROTTLE_ACTIVE.name, f"{base},{label_block([('reason', reason)])}"))
             for reason, bit in THROTTLE_REASONS
@@ -45,6 +48,11 @@ class _GpuLines:
                 series_prefix(catalog.GPU_ECC_ERRORS_TOTAL.name, f"{base},{label_block([('ecc_type', ecc_type)])}"),
             )
             for ecc_type, attribute in ECC_TYPES
+        )
+        self.interconnect = tuple(  # _INTERCONNECT_VALUES order
+            series_prefix(metric.name, f"{base},{label_block([('direction', direction)])}")
+            for metric, directions in INTERCONNECT_COUNTERS
+            for direction, _ in directions
         )
         self._throttle_text: dict[int, str] = {}  # reason mask -> its 9 lines (masks rarely change)
         self.errors: dict[str, str] = {}
@@ -76,9 +84,25 @@ class _GpuLines:
         return prefix
 
 
-_GAUGE_HEADERS = tuple((_header(metric), attribute) for metric, attribute in GPU_GAUGES)
+_GAUGE_HEADERS = tuple(_header(metric) for metric, _ in GPU_GAUGES)
+# One C call per GPU reads every gauge (and every interconnect counter) of its sample.
+_GAUGE_VALUES = operator.attrgetter(*(attribute for _, attribute in GPU_GAUGES))
+_COUNTER_HEADERS = tuple((_header(metric), attribute) for metric, attribute in GPU_COUNTERS)
 _THROTTLE_HEADER = _header(catalog.GPU_CLOCK_THROTTLE_ACTIVE)
 _ECC_HEADER = _header(catalog.GPU_ECC_ERRORS_TOTAL)
+_INTERCONNECT_VALUES = operator.attrgetter(
+    *(attribute for _, directions in INTERCONNECT_COUNTERS for _, attribute in directions)
+)
+_INTERCONNECT_FAMILIES: tuple[tuple[str, range], ...] = tuple(
+    (
+        _header(metric),
+        range(
+            sum(len(d) for _, d in INTERCONNECT_COUNTERS[:index]),
+            sum(len(d) for _, d in INTERCONNECT_COUNTERS[: index + 1]),
+        ),
+    )
+    for index, (metric, _) in enumerate(INTERCONNECT_COUNTERS)
+)
 _XID_HEADER = _header(catalog.GPU_XID_ERRORS_TOTAL)
 _ERRORS_HEADER = _header(catalog.GPU_ERRORS_TOTAL)
 _DRIVER_HEADER = _header(catalog.GPU_DRIVER_INFO)
@@ -151,13 +175,19 @@ class TextPageWriter:
         append = out.append
         samples = [(sample, self._lines(sample.gpu)) for sample in result.samples]
 
-        for header, attribute in _GAUGE_HEADERS:
+        rows = [(_GAUGE_VALUES(sample), lines.gauges) for sample, lines in samples]
+        for index, header in enumerate(_GAUGE_HEADERS):
             append(header)
-            for sample, lines in samples:
-                value = getattr(sample, attribute)
+            for values, prefixes in rows:
+                value = values[index]
                 if value is not None:
-                    text = str(value) if type(value) is int else format_value(value)
-                    append(f"{lines.gauges[attribute]}{text}\n")
+                    if type(value) is int:
+                        text = str(value)
+                    elif value - value == 0.0:  # a finite float (NaN and infinities give NaN)
+                        text = repr(value)
+                    else:
+                        text = format_value(value)
+                    append(f"{prefixes[index]}{text}\n")
 
         append(_THROTTLE_HEADER)
         for sample, lines in samples:
@@ -171,6 +201,22 @@ class TextPageWriter:
                 value = getattr(sample, attribute)
                 if value is not None:
                     append(f"{prefix}{value}\n")
+
+        interconnect = [(_INTERCONNECT_VALUES(sample), lines.interconnect) for sample, lines in samples]
+        for header, positions in _INTERCONNECT_FAMILIES:
+            append(header)
+            for values, prefixes in interconnect:
+                for index in positions:
+                    value = values[index]
+                    if value is not None:
+                        append(f"{prefixes[index]}{value}\n")
+
+        for index, (header, attribute) in enumerate(_COUNTER_HEADERS):
+            append(header)
+            for sample, lines in samples:
+                value = getattr(sample, attribute)
+                if value is not None:
+                    append(f"{lines.counters[index]}{format_value(value)}\n")
 
         cached = self._counters_cache  # counters change rarely: write them once per change
         if cached is None or cached[0] is not counters:

@@ -44,6 +44,16 @@ class GpuSample:
     clock_event_reasons: int | None = None
     ecc_corrected_total: int | None = None
     ecc_uncorrected_total: int | None = None
+    energy_joules_total: float | None = None
+    # GPM (Hopper and newer), over the interval since the previous pass: see poller.gpm.
+    sm_active_percent: float | None = None
+    sm_occupancy_percent: float | None = None
+    tensor_active_percent: float | None = None
+    dram_bandwidth_utilization_percent: float | None = None
+    pcie_rx_bytes_total: int | None = None
+    pcie_tx_bytes_total: int | None = None
+    nvlink_rx_bytes_total: int | None = None
+    nvlink_tx_bytes_total: int | None = None
 
 
 @dataclass(frozen=True)

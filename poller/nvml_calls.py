@@ -180,6 +180,21 @@ def _ecc_uncorrected(lib: Any, handle: Any) -> FieldCall:
     )
 
 
+def _energy(lib: Any, handle: Any) -> FieldCall:
+    millijoules = ctypes.c_ulonglong()
+
+    def store(sample: GpuSample) -> None:
+        sample.energy_joules_total = millijoules.value / 1000.0
+
+    # Volta and newer; NOT_SUPPORTED elsewhere, and drivers before it lack the function.
+    return FieldCall(
+        "energy",
+        nvml_function(lib, "nvmlDeviceGetTotalEnergyConsumption"),
+        (handle, ctypes.byref(millijoules)),
+        store,
+    )
+
+
 # Every NVML field read per GPU per pass, in page order.
 FIELD_CALLS: tuple[Callable[[Any, Any], FieldCall], ...] = (
     _utilization,
@@ -192,4 +207,5 @@ FIELD_CALLS: tuple[Callable[[Any, Any], FieldCall], ...] = (
     _clock_event_reasons,
     _ecc_corrected,
     _ecc_uncorrected,
+    _energy,
 )

@@ -11,7 +11,9 @@ Faults and what the source does about them:
   field is omitted for that GPU until the next re-initialisation, the rest is read;
 - any other error on a field: that field is omitted from this pass and counted as `query`;
 - NVML itself gone mid-session (uninitialised, driver unloaded): NVML is reported down and
-  re-initialised with backoff.
+  re-initialised with backoff;
+- GPM (profiling metrics, see poller.gpm) missing from the driver or not supported by a GPU: the
+  GPM metrics of that GPU are omitted, with one log line.
 
 Passes are not thread-safe: the caller (collector.SharedPass) runs one at a time. The XID event
 thread shares the session through `session_lock`, which re-initialisation also takes, so NVML is
@@ -31,6 +33,7 @@ from typing import Any
 import pynvml
 
 from poller.error_counters import ErrorCounters
+from poller.gpm import GPM_FUNCTION_NAMES, GpmAllocationError, GpmFunctions, GpmReader
 from poller.model import DriverInfo, GpuIdentity, GpuSample, PassResult, unidentified_gpu
 from poller.nvml_calls import FIELD_CALLS, FieldCall, FunctionMissingError
 
@@ -72,6 +75,7 @@ class Device:
     gpu: GpuIdentity
     handle: Any
     calls: list[FieldCall]  # the fields this GPU answers (unsupported ones are dropped)
+    gpm: GpmReader | None = None  # GPM samples, where the driver and the GPU offer them
 
 
 @dataclass
@@ -120,6 +124,9 @@ class NvmlSource:
         self._last_uncorrected: dict[GpuIdentity, int] = {}
         self._logged_field_errors: set[tuple[int, str, int]] = set()
         self._logged_missing: set[str] = set()
+        self._gpm_totals: dict[str, dict[str, float]] = {}  # by UUID: interconnect bytes counted
+        self._gpm_unsupported_logged: set[str] = set()  # UUIDs
+        self._gpm_missing_logged = False
 
     @property
     def session(self) -> Session | None:
@@ -189,8 +196,46 @@ class NvmlSource:
                 )
         for call in unsupported:  # not asked again until NVML re-initialises
             device.calls.remove(call)
+        gpm = device.gpm
+        if gpm is not None:
+            failed = gpm.read(sample)
+            if failed is not None and not self._gpm_failed(session, device, *failed):
+                return None
         self._count_new_uncorrected(sample)
         return sample
+
+    def _gpm_failed(self, session: Session, device: Device, call: str, code: int) -> bool:
+        """Act on a failed GPM call; False when the GPU turned out lost."""
+        assert device.gpm is not None
+        if code in LOST_CODES:
+            self._gpu_lost(session, device, self._nvml.NVMLError(code))
+            return False
+        if code in SESSION_CODES:
+            raise SessionBrokenError(str(self._nvml.NVMLError(code)))
+        error = self._nvml.NVMLError(code)
+        if code in UNSUPPORTED_CODES:
+            LOG.info(
+                "GPU %d (%s): %s not available (%s); GPM metrics omitted",
+                device.gpu.index,
+                device.gpu.uuid,
+                call,
+                error,
+            )
+            device.gpm.free()
+            device.gpm = None
+            return True
+        self._counters.record_failure("query")
+        key = (device.gpu.index, call, code)
+        if key not in self._logged_field_errors:
+            self._logged_field_errors.add(key)
+            LOG.warning(
+                "GPU %d (%s): %s failed (%s); GPM metrics omitted from this pass",
+                device.gpu.index,
+                device.gpu.uuid,
+                call,
+                error,
+            )
+        return True
 
     def _count_new_uncorrected(self, sample: GpuSample) -> None:
         """Count increases of the driver's volatile uncorrected-ECC total seen since start."""
@@ -220,6 +265,9 @@ class NvmlSource:
     def _gpu_lost(self, session: Session, device: Device, err: Exception) -> None:
         self._mark_lost(device.gpu.index, device.gpu, err)
         session.devices.remove(device)
+        if device.gpm is not None:
+            device.gpm.free()
+            device.gpm = None
         self._schedule_reinit()
 
     def _schedule_reinit(self) -> None:
@@ -283,10 +331,21 @@ class NvmlSource:
 
     def _enumerate(self) -> tuple[Session, bool]:
         """A new session over every GPU that answers, and whether every GPU did."""
+        devices: list[Device] = []
+        try:
+            return self._enumerate_into(devices)
+        except BaseException:
+            for device in devices:  # a failed enumeration keeps no GPM samples
+                if device.gpm is not None:
+                    device.gpm.free()
+            raise
+
+    def _enumerate_into(self, devices: list[Device]) -> tuple[Session, bool]:
         nvml = self._nvml
         count = nvml.nvmlDeviceGetCount()
-        devices: list[Device] = []
         complete = True
+        gpm = self._gpm_functions()
+        gpm_unsupported: list[GpuIdentity] = []
         for index in range(count):
             try:
                 handle = nvml.nvmlDeviceGetHandleByIndex(index)
@@ -306,7 +365,18 @@ class NvmlSource:
                 del self._lost[index]
             self._known[index] = gpu
             self._counters.register_gpu(gpu)
-            devices.append(Device(gpu, handle, self._bind_calls(handle)))
+            device = Device(gpu, handle, self._bind_calls(handle))
+            devices.append(device)
+            if gpm is not None:
+                device.gpm = self._bind_gpm(gpm, device, gpm_unsupported)
+        new_unsupported = [gpu for gpu in gpm_unsupported if gpu.uuid not in self._gpm_unsupported_logged]
+        if new_unsupported:
+            self._gpm_unsupported_logged.update(gpu.uuid for gpu in new_unsupported)
+            LOG.info(
+                "GPM profiling metrics (SM, tensor, DRAM activity, PCIe/NVLink traffic) are not supported "
+                "on %s; omitted there",
+                ", ".join(f"GPU {gpu.index} ({gpu.name}, {gpu.uuid})" for gpu in new_unsupported),
+            )
         session = Session(
             driver=self._driver_info(),
             devices=devices,
@@ -314,6 +384,44 @@ class NvmlSource:
             enumerated=count,
         )
         return session, complete
+
+    def _gpm_functions(self) -> GpmFunctions | None:
+        try:
+            return GpmFunctions(self._nvml.nvmlLib)
+        except FunctionMissingError:
+            if not self._gpm_missing_logged:
+                self._gpm_missing_logged = True
+                LOG.info(
+                    "this driver's NVML has no GPM (%s: Function Not Found); GPM profiling metrics omitted",
+                    ", ".join(GPM_FUNCTION_NAMES),
+                )
+            return None
+
+    def _bind_gpm(self, gpm: GpmFunctions, device: Device, unsupported: list[GpuIdentity]) -> GpmReader | None:
+        """The GPU's GPM reader, or None (added to `unsupported` when the GPU says no)."""
+        gpu = device.gpu
+        code, supported = gpm.device_support(device.handle)
+        if code in SESSION_CODES:
+            raise self._nvml.NVMLError(code)
+        if not supported:
+            if code == 0 or code in UNSUPPORTED_CODES:
+                unsupported.append(gpu)
+            else:
+                self._counters.record_failure("query")
+                LOG.warning(
+                    "GPU %d (%s): nvmlGpmQueryDeviceSupport failed (%s); GPM metrics omitted until NVML re-initialises",
+                    gpu.index,
+                    gpu.uuid,
+                    self._nvml.NVMLError(code),
+                )
+            return None
+        totals = self._gpm_totals.setdefault(gpu.uuid, {})
+        try:
+            return GpmReader(gpm, device.handle, gpu, totals, self._counters, self._clock)
+        except GpmAllocationError as err:
+            self._counters.record_failure("query")
+            LOG.warning("GPU %d (%s): %s; GPM metrics omitted until NVML re-initialises", gpu.index, gpu.uuid, err)
+            return None
 
     def _bind_calls(self, handle: Any) -> list[FieldCall]:
         """The pass's NVML calls for one GPU (see nvml_calls), less those the driver lacks."""
@@ -347,6 +455,10 @@ class NvmlSource:
         if session is None:
             return
         self._session = None
+        for device in session.devices:  # GPM samples go back before NVML shuts down
+            if device.gpm is not None:
+                device.gpm.free()
+                device.gpm = None
         if session.event_set is not None:
             try:
                 self._nvml.nvmlEventSetFree(session.event_set)

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 DEFAULT_LISTEN = "0.0.0.0:9400"
-DEFAULT_MIN_INTERVAL_SECONDS = 5.0  # the seed's nvidia-smi poll period
+DEFAULT_MIN_INTERVAL_SECONDS = 5.0  # the poll period of the nvidia-smi poller this replaces
 MAX_MIN_INTERVAL_SECONDS = 3600.0
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 

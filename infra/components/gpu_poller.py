@@ -38,6 +38,7 @@ from infra.components.common import (
 )
 from infra.settings import ImageBuild, PollerSettings
 from observability.scrape_config import pod_scrape_annotations
+from policy.manifests import as_int
 
 TYPE = "foxhunt:observability:GpuPoller"
 COMPONENT = "gpu-monitoring"
@@ -70,7 +71,8 @@ def selector_labels(args: GpuPollerArgs) -> dict[str, str]:
 
 
 def _int_or_percent(value: str) -> int | str:
-    return int(value) if value.isdigit() else value
+    number = as_int(value)
+    return value if number is None else number
 
 
 def poller_container(poller: PollerSettings, image: pulumi.Input[str]) -> dict[str, Any]:

@@ -4,7 +4,8 @@
 
 The CronJob never runs by itself (`spec.suspend: true`); it only holds the Job template: the
 trainer image (by digest), the OTEL env pointing at the stack's Tempo (OTLP gRPC), resource
-attributes with model type and job name, scrape annotations for the metrics port, GPU requests and
+attributes with model type and job name, `NVIDIA_DRIVER_CAPABILITIES=compute,utility` (NVML in the
+container, so the trainer can name the GPUs it holds), scrape annotations for the metrics port, GPU requests and
 limits, the NVIDIA runtime class, `restartPolicy: Never`, a backoff limit and a TTL after finish.
 The same Job (kind Job, same pod template) is written to `rendered/<stack>/kubernetes/` for
 `kubectl create -f` (it uses `generateName`, so it can be created repeatedly).
@@ -39,6 +40,7 @@ from infra.components.common import (
 )
 from infra.settings import TrainingJobSettings
 from observability.config import ObservabilityConfig
+from observability.instrument.gpus import DRIVER_CAPABILITIES, DRIVER_CAPABILITIES_ENV
 from observability.scrape_config import (
     FINAL_SCRAPE_WAIT_ENV,
     final_scrape_wait_seconds,
@@ -81,6 +83,9 @@ def training_env(args: TrainingJobArgs) -> list[dict[str, Any]]:
             # The trainer's metrics server waits up to this long for a last scrape before exiting,
             # so the job's duration and final status are recorded (observability.instrument).
             {"name": FINAL_SCRAPE_WAIT_ENV, "value": str(final_scrape_wait_seconds(cfg))},
+            # `utility` makes the NVIDIA runtime mount libnvidia-ml, so the trainer names its GPUs
+            # by UUID through NVML (ml_training_job_gpu_info) without any privilege.
+            {"name": DRIVER_CAPABILITIES_ENV, "value": DRIVER_CAPABILITIES},
         ],
     )
 

@@ -23,7 +23,8 @@ _URL_WITH_PASSWORD = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@", re.I
 KNOWN_KEYS = {
     "environment", "kubernetesVersion", "namespaces", "endpoints", "services", "scrape", "poller",
     "trainingJob", "grafana", "grafanaUrl", "runbookBaseUrl", "criticalDetectionSeconds", "kubeContext",
-    KUBECONFIG_KEY, "cluster", "prometheus", "kubeStateMetrics", *SECRET_KEYS,
+    KUBECONFIG_KEY, "cluster", "prometheus", "kubeStateMetrics", "gpuHourlyCost", "energyPricePerKWh", "currency",
+    *SECRET_KEYS,
 }  # fmt: skip
 
 
@@ -89,6 +90,7 @@ def load_settings(source: ConfigSource, secret: SecretReader) -> Settings:
     alerting = sections.alerting(r, secret)
     kubernetes = sections.kubernetes_target(r, secret)
     prometheus = sections.prometheus(r, environment, endpoints)
+    cost = sections.cost(r)
     kube_state_metrics = sections.kube_state_metrics(r)
     if isinstance(poller.image, ImageBuild) and source.get("registryPassword") is None:
         r.problems.append(
@@ -115,6 +117,7 @@ def load_settings(source: ConfigSource, secret: SecretReader) -> Settings:
         critical_detection_seconds=budget,
         kubernetes=kubernetes,
         prometheus=prometheus,
+        cost=cost,
         kube_state_metrics=kube_state_metrics,
         common_labels={
             "app.kubernetes.io/part-of": PROJECT,

@@ -156,6 +156,23 @@ class PrometheusSettings:
 
 
 @dataclass(frozen=True)
+class CostSettings:
+    """Prices behind the cost estimates (per-job and per-model-type recording rules, panels)."""
+
+    gpu_hourly_cost: tuple[tuple[str, float], ...]  # (gpu_name as NVML reports it, price per GPU-hour)
+    gpu_hourly_cost_default: float  # price per GPU-hour of any GPU not listed
+    energy_price_per_kwh: float
+    currency: str  # ISO 4217 code the prices are in
+
+
+_EXAMPLE = ObservabilityConfig()
+# A stack without prices gets ObservabilityConfig's example prices.
+DEFAULT_COST = CostSettings(
+    _EXAMPLE.gpu_hourly_cost, _EXAMPLE.gpu_hourly_cost_default, _EXAMPLE.energy_price_per_kwh, _EXAMPLE.currency
+)
+
+
+@dataclass(frozen=True)
 class AlertingReceivers:
     page_webhook_url: SecretValue
     chat_webhook_url: SecretValue
@@ -191,6 +208,7 @@ class Settings:
     kubernetes: KubernetesTarget = KubernetesTarget(context=None)
     common_labels: Mapping[str, str] = field(default_factory=dict)
     prometheus: PrometheusSettings = PrometheusSettings()
+    cost: CostSettings = field(default_factory=lambda: DEFAULT_COST)
     # kube-state-metrics runs and is scraped with its own labels: health alerts compare GPU capacity.
     kube_state_metrics: bool = False
 
@@ -208,5 +226,9 @@ class Settings:
             shards=self.prometheus.shards,
             cluster=self.prometheus.cluster,
             clusters=self.prometheus.clusters,
+            gpu_hourly_cost=self.cost.gpu_hourly_cost,
+            gpu_hourly_cost_default=self.cost.gpu_hourly_cost_default,
+            energy_price_per_kwh=self.cost.energy_price_per_kwh,
+            currency=self.cost.currency,
             kube_state_metrics=self.kube_state_metrics,
         )

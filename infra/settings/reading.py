@@ -15,6 +15,7 @@ import pulumi
 from pulumi.runtime import config as runtime_config
 
 from infra.settings.model import PROJECT, SecretValue
+from policy.manifests import as_int
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS_LABEL_EXPECTED = "a DNS-1123 label (lower-case letters, digits and '-', at most 63 characters)"
@@ -71,19 +72,6 @@ def pulumi_secret_reader() -> SecretReader:
         return config.get_secret(key)
 
     return read
-
-
-def as_int(value: Any) -> int | None:
-    """A whole number from JSON/YAML config (int, integral float or digit string); None otherwise."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and re.fullmatch(r"-?[0-9]+", value.strip()):
-        return int(value)
-    return None
 
 
 class Reader:

@@ -8,6 +8,7 @@ import re
 from typing import Any, Literal
 
 from infra.settings.model import (
+    DEFAULT_COST,
     DEFAULT_CRITICAL_DETECTION_SECONDS,
     DIGEST_EXPECTED,
     KUBECONFIG_KEY,
@@ -16,6 +17,7 @@ from infra.settings.model import (
     SCRAPE_MODES,
     SUPPORTED_KUBERNETES_MINORS,
     AlertingReceivers,
+    CostSettings,
     Endpoints,
     GrafanaSettings,
     ImageBuild,
@@ -324,6 +326,50 @@ def prometheus(r: Reader, environment_name: str, ep: Endpoints) -> PrometheusSet
     if cluster and cluster not in clusters:
         r.problem("prometheus.clusters", listed, f"a list that includes this stack's cluster {cluster!r}")
     return PrometheusSettings(shards, cluster, clusters, remote_write)
+
+
+_CURRENCY = re.compile(r"^[A-Z]{3}$")
+GPU_HOURLY_COST_DEFAULT = "default"
+
+
+def _price(r: Reader, key: str, value: Any) -> float:
+    """A price: a number of at least 0 (JSON numbers only: a quoted "2.5" is a typo worth naming)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0 or value == float("inf"):
+        r.problem(key, value, "a price: a number of at least 0")
+        return 0.0
+    return float(value)
+
+
+def cost(r: Reader) -> CostSettings:
+    """`gpuHourlyCost` (price per GPU-hour by NVML product name, `gpu_name`, with a `default` for
+    every other GPU), `energyPricePerKWh` and `currency` (ISO 4217): the prices of the cost
+    estimates. All three or none (then ObservabilityConfig's example prices apply)."""
+    given = {k: r.raw(k) for k in ("gpuHourlyCost", "energyPricePerKWh", "currency")}
+    if all(v is None for v in given.values()):
+        return DEFAULT_COST
+    for key, value in given.items():
+        if value is None:
+            r.problems.append(f"{key} is missing: gpuHourlyCost, energyPricePerKWh and currency are set together")
+    table = r.mapping("gpuHourlyCost", given["gpuHourlyCost"])
+    if given["gpuHourlyCost"] is not None and GPU_HOURLY_COST_DEFAULT not in table:
+        r.problem(
+            "gpuHourlyCost",
+            given["gpuHourlyCost"],
+            'a mapping of GPU names (as NVML reports them, e.g. "NVIDIA H100 80GB HBM3") to prices per GPU-hour, '
+            "with a `default` for every other GPU",
+        )
+    prices = {str(name): _price(r, f"gpuHourlyCost.{name}", value) for name, value in table.items()}
+    for name in prices:
+        if not name.strip():
+            r.problem("gpuHourlyCost", name, "GPU names that are not empty")
+    energy = (
+        _price(r, "energyPricePerKWh", given["energyPricePerKWh"]) if given["energyPricePerKWh"] is not None else 0.0
+    )
+    currency = given["currency"]
+    if currency is not None and not (isinstance(currency, str) and _CURRENCY.match(currency)):
+        r.problem("currency", currency, "an ISO 4217 currency code such as USD or EUR")
+    listed = tuple(sorted((k, v) for k, v in prices.items() if k != GPU_HOURLY_COST_DEFAULT))
+    return CostSettings(listed, prices.get(GPU_HOURLY_COST_DEFAULT, 0.0), energy, str(currency or ""))
 
 
 def kube_state_metrics(r: Reader) -> bool:

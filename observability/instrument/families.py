@@ -1,9 +1,10 @@
 """prometheus-client metric objects built from the catalog, exposed under the catalog's exact names.
 
 prometheus-client models a counter the OpenMetrics way: the family `x` exposes the sample
-`x_total` (and `x_created`). The catalog keeps seed names, one of which is a counter without
-`_total` (`ml_training_nan_count`): exposed through the plain client it would become
-`ml_training_nan_count_total` and the seed's alert `ml_training_nan_count > 0` would never match.
+`x_total` (and `x_created`). The catalog keeps the names users' binaries already emit, one of
+which is a counter without `_total` (`ml_training_nan_count`): exposed through the plain client it
+would become `ml_training_nan_count_total` and the NaN alert on `ml_training_nan_count` would never
+match.
 `CatalogCollector` therefore wraps unregistered client objects (which keep their thread-safe
 value handling) and re-emits each family under its catalog name, with its samples named exactly
 as the catalog says and without the `_created` samples.
@@ -36,6 +37,12 @@ def counter(metric: Metric) -> Counter:
 
 def gauge(metric: Metric) -> Gauge:
     _require(metric, MetricType.GAUGE)
+    return Gauge(metric.name, metric.help, metric.labels, registry=None)
+
+
+def info(metric: Metric) -> Gauge:
+    """An info metric (value always 1, the labels are the information) as a client gauge."""
+    _require(metric, MetricType.INFO)
     return Gauge(metric.name, metric.help, metric.labels, registry=None)
 
 

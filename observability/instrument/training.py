@@ -1,11 +1,13 @@
-"""Training-job metrics: the helpers of seed 001 plus the per-fold view of seed 000, component 2.
+"""Training-job metrics: the per-job helpers plus the per-fold view.
 
 One `TrainingMetrics` owns every training-job family of the catalog on its own registry (never
 prometheus-client's global one, so two trainers, or two tests, cannot see each other's values).
 `start_job` creates the job's label children at once: the counters are exposed at 0 from the first
 scrape, so `increase()` in the alert rules sees the step from 0 to 1 when the first NaN or the first
 failed checkpoint happens (a series that appears at 1 has no increase). GPU metrics are the
-poller's job and are not here.
+poller's job and are not here; the job only says which GPUs it holds (`ml_training_job_gpu_info`,
+one series per GPU UUID, found by `gpus.discover` when the job starts), so rules can join the
+poller's series to the job.
 """
 
 from __future__ import annotations
@@ -13,12 +15,13 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from observability import catalog
 from observability.catalog import Metric
-from observability.instrument import families
+from observability.instrument import families, gpus
 from observability.instrument.server import METRICS_PORT, MetricsServer
 from observability.instrument.trace_context import trace_exemplar
 
@@ -34,6 +37,13 @@ def _check_status(status: str) -> str:
     if status not in JOB_STATUSES:
         raise ValueError(f"unknown job status {status!r}; expected one of {JOB_STATUSES}")
     return status
+
+
+def _check_uuids(uuids: Sequence[str]) -> tuple[str, ...]:
+    bad = [u for u in uuids if not u.startswith("GPU-")]
+    if bad:
+        raise ValueError(f"GPU UUIDs start with 'GPU-' (as NVML reports them), got {bad}")
+    return tuple(uuids)
 
 
 class TrainingMetrics:
@@ -76,6 +86,7 @@ class TrainingMetrics:
         # H. lifecycle
         self.jobs_by_status = g(catalog.TRAINING_JOBS_BY_STATUS)
         self.job_duration = h(catalog.TRAINING_JOB_DURATION_SECONDS)
+        self.job_gpu_info = self._info(catalog.TRAINING_JOB_GPU_INFO)
         # Per-fold view
         self.fold_loss = g(catalog.TRAINING_FOLD_LOSS)
         self.fold_validation_loss = g(catalog.TRAINING_FOLD_VALIDATION_LOSS)
@@ -101,6 +112,11 @@ class TrainingMetrics:
         self._pairs.append((metric, client))
         return client
 
+    def _info(self, metric: Metric) -> Gauge:
+        client = families.info(metric)
+        self._pairs.append((metric, client))
+        return client
+
     def _histogram(self, metric: Metric) -> Histogram:
         client = families.histogram(metric)
         self._pairs.append((metric, client))
@@ -108,9 +124,21 @@ class TrainingMetrics:
 
     # --- jobs -------------------------------------------------------------------------------
     def start_job(
-        self, model_type: str, job_id: str, *, folds_planned: int = 1, workers: int = 1, status: str = "running"
+        self,
+        model_type: str,
+        job_id: str,
+        *,
+        folds_planned: int = 1,
+        workers: int = 1,
+        status: str = "running",
+        gpu_uuids: Sequence[str] | None = None,
     ) -> JobMetrics:
-        """Register a job and create its label children; returns the handle to record with."""
+        """Register a job and create its label children; returns the handle to record with.
+
+        `gpu_uuids`: the NVML UUIDs of the GPUs the job holds; None (the default) discovers them
+        from inside the container (`gpus.discover`), an empty sequence says the job has none.
+        """
+        held = gpus.discover().uuids if gpu_uuids is None else _check_uuids(gpu_uuids)
         with self._lock:
             key = (model_type, job_id)
             if key in self._jobs:
@@ -118,6 +146,7 @@ class TrainingMetrics:
             job = JobMetrics(self, model_type, job_id)
             self._jobs[key] = job
         job.create_children(folds_planned=folds_planned, workers=workers)
+        job.set_gpus(held)
         job.set_status(status)
         return job
 
@@ -133,7 +162,7 @@ class TrainingMetrics:
         for status in JOB_STATUSES:
             self.jobs_by_status.labels(status=status).set(statuses.count(status))
 
-    # --- the seed-001 helpers, keyed by (model_type, job_id) ---------------------------------
+    # --- the per-job helpers, keyed by (model_type, job_id) ---------------------------------
     def record_training_iteration(
         self, model_type: str, job_id: str, epoch: int, train_loss: float, val_loss: float, duration_secs: float
     ) -> None:
@@ -169,6 +198,7 @@ class JobMetrics:
         self._started = time.monotonic()
         self._lock = threading.Lock()
         self._previous_loss: float | None = None
+        self.gpu_uuids: tuple[str, ...] = ()
 
     @property
     def _job(self) -> dict[str, str]:
@@ -191,6 +221,17 @@ class JobMetrics:
         m.current_epoch.labels(**job).set(0)
         m.folds_planned.labels(**job).set(folds_planned)
         m.active_workers.labels(model_type=self.model_type).set(workers)
+
+    def set_gpus(self, uuids: Sequence[str]) -> None:
+        """The GPUs (NVML UUIDs) the job holds: one `ml_training_job_gpu_info` series each."""
+        uuids = _check_uuids(uuids)
+        info = self._m.job_gpu_info
+        for uuid in self.gpu_uuids:
+            if uuid not in uuids:
+                info.remove(self.model_type, self.job_id, uuid)
+        self.gpu_uuids = tuple(dict.fromkeys(uuids))
+        for uuid in self.gpu_uuids:
+            info.labels(**self._job, uuid=uuid).set(1)
 
     # --- progress -----------------------------------------------------------------------------
     def record_training_iteration(self, epoch: int, train_loss: float, val_loss: float, duration_secs: float) -> None:
@@ -252,7 +293,7 @@ class JobMetrics:
     def record_feature_engineering_error(self, error_type: str) -> None:
         self._m.feature_errors.labels(model_type=self.model_type, error_type=error_type).inc()
 
-    # --- per fold (seed 000, component 2) -------------------------------------------------------------
+    # --- per fold -------------------------------------------------------------------------------------
     def record_fold(self, fold: int, train_loss: float, val_loss: float, epochs: int, duration_secs: float) -> None:
         """A fold finished: its best losses, epochs and wall time; counts it as completed."""
         m, labels = self._m, {**self._job, "fold": str(fold)}

@@ -1,5 +1,6 @@
-"""Alert and recording rules of the ML training platform (seed 001: 22 alerts in 6 groups), and the
-monitoring's own health alerts (`ml_monitoring_health`).
+"""Alert and recording rules of the ML training platform (22 alerts in 6 groups, plus
+GPUMemoryExhaustionPredicted; per-job GPU views in `jobs`), and the monitoring's own health alerts
+(`ml_monitoring_health`).
 
 Public interface:
 - `rule_groups(cfg)`: every rule group (recording groups, the dashboards' recording groups, the six
@@ -19,12 +20,13 @@ from collections.abc import Callable
 from typing import Any
 
 from observability.config import ObservabilityConfig
-from observability.rules import gpu, health, pipeline, quality, storage, training
+from observability.promql import duration
+from observability.rules import gpu, health, jobs, pipeline, quality, storage, training
 from observability.rules.dashboard_recording import dashboard_recording_groups
 from observability.rules.detection import CRITICAL_DETECTION_ALERTS, detection_budget
 from observability.rules.model import AlertRule, RecordingRule, RunbookQuery, Severity
-from observability.rules.promql import duration
-from observability.rules.recording import RECORDING_RULES, recording_groups
+from observability.rules.recording import RECORDING_RULES as _ALERT_RECORDING_RULES
+from observability.rules.recording import recording_groups
 from observability.rules.render import dump_groups
 from observability.rules.tiers import Tier, split_groups
 
@@ -41,6 +43,7 @@ __all__ = [
     "Tier",
     "alert_groups",
     "alert_rules",
+    "jobs",
     "rule_groups",
     "rules_file_yaml",
     "tier_rule_groups",
@@ -62,13 +65,14 @@ def project_group_names(cfg: ObservabilityConfig) -> list[str]:
     """The name of every rule group the project renders (what the health group watches)."""
     return [
         *(group["name"] for group in recording_groups(cfg)),
+        *(group["name"] for group in jobs.job_groups(cfg)),
         *(group["name"] for group in dashboard_recording_groups(cfg)),
         *(name for name, _ in _ALERT_GROUP_BUILDERS),
     ]
 
 
 def alert_groups(cfg: ObservabilityConfig) -> list[tuple[str, tuple[AlertRule, ...]]]:
-    """The six alert groups of seed 001, in the seed's order, then the health group, each with its alerts.
+    """The six alert groups, in a fixed order, then the health group, each with its alerts.
 
     Raises ValueError when the config's intervals make the 30-second detection promise impossible.
     """
@@ -88,12 +92,17 @@ def rule_groups(cfg: ObservabilityConfig) -> list[dict[str, Any]]:
         {"name": name, "interval": interval, "rules": [alert.to_rule(cfg) for alert in alerts]}
         for name, alerts in alert_groups(cfg)
     ]
-    return [*recording_groups(cfg), *dashboard_recording_groups(cfg), *alerting]
+    return [*recording_groups(cfg), *jobs.job_groups(cfg), *dashboard_recording_groups(cfg), *alerting]
 
 
 def rules_file_yaml(cfg: ObservabilityConfig) -> str:
     """The whole rules file (`groups:` ...) as YAML, byte-identical for equal configs."""
     return dump_groups(rule_groups(cfg))
+
+
+# Every recording rule that alerts and the per-job views read (the dashboards' own are in
+# dashboard_recording); the price-dependent ones as the default config renders them.
+RECORDING_RULES: tuple[RecordingRule, ...] = (*_ALERT_RECORDING_RULES, *jobs.job_rules(ObservabilityConfig()))
 
 
 def tier_rule_groups(cfg: ObservabilityConfig) -> dict[Tier, list[dict[str, Any]]]:

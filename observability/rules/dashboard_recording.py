@@ -15,7 +15,9 @@ series that the GPU panels draw instead of one line per GPU: fleet medians, sums
 rule costs one pass over its input every evaluation, so they record only what a panel draws, read
 counters over a 2m window, and keep the slow-moving clocks and throttle reasons (9 series per GPU)
 in a group of their own. XID codes are created by the poller on first occurrence,
-so the XID rule reads only the codes that happened.
+so the XID rule reads only the codes that happened. The profiling group records the fleet medians
+of the GPM figures (GPUs without GPM have no such series and are left out), NVML utilization over
+the same GPUs for a like-for-like comparison, and the fleet's PCIe and NVLink traffic.
 """
 
 from __future__ import annotations
@@ -140,6 +142,35 @@ GPU_MEMORY_CLOCK_MIN = _fleet(
     catalog.GPU_MEMORY_CLOCK_HERTZ, "min", "Slowest memory clock of any GPU of the fleet, Hz."
 )
 
+# GPM profiling figures (Hopper and newer): what "utilization" hides.
+GPU_SM_ACTIVE_P50 = _fleet(
+    catalog.GPU_SM_ACTIVE_PERCENT, "p50", "Median SM activity (0-100) over the fleet's GPUs that report GPM."
+)
+GPU_SM_OCCUPANCY_P50 = _fleet(
+    catalog.GPU_SM_OCCUPANCY_PERCENT, "p50", "Median SM occupancy (0-100) over the fleet's GPUs that report GPM."
+)
+GPU_TENSOR_ACTIVE_P50 = _fleet(
+    catalog.GPU_TENSOR_ACTIVE_PERCENT,
+    "p50",
+    "Median tensor-core activity (0-100) over the fleet's GPUs that report GPM.",
+)
+GPU_DRAM_BANDWIDTH_P50 = _fleet(
+    catalog.GPU_DRAM_BANDWIDTH_UTILIZATION_PERCENT,
+    "p50",
+    "Median DRAM bandwidth utilization (0-100) over the fleet's GPUs that report GPM.",
+)
+GPU_UTILIZATION_P50_WHERE_GPM = RecordingRule(
+    f"fleet:{catalog.GPU_UTILIZATION_PERCENT.name}:p50_gpm",
+    f"quantile(0.5, {catalog.GPU_UTILIZATION_PERCENT.name} and {catalog.GPU_SM_ACTIVE_PERCENT.name})",
+    "Median NVML utilization (0-100) over the same GPUs as the GPM medians (those that report GPM).",
+)
+GPU_PCIE_BYTES_RATE = _fleet_rate(
+    catalog.GPU_PCIE_BYTES_TOTAL, "direction", "PCIe bytes per second across the fleet, rx (to GPUs) and tx."
+)
+GPU_NVLINK_BYTES_RATE = _fleet_rate(
+    catalog.GPU_NVLINK_BYTES_TOTAL, "direction", "NVLink bytes per second across the fleet, rx and tx."
+)
+
 # --- Tempo metrics generator: span metrics and service graph -----------------------------------
 _CALLS = catalog.SPANMETRICS_CALLS_TOTAL.name
 _CALLS_BASE = _CALLS.removesuffix("_total")
@@ -221,8 +252,17 @@ GPU_HEALTH_RULES: tuple[RecordingRule, ...] = (
     GPU_MEMORY_CLOCK_P50,
     GPU_MEMORY_CLOCK_MIN,
 )
+GPU_PROFILING_RULES: tuple[RecordingRule, ...] = (
+    GPU_SM_ACTIVE_P50,
+    GPU_SM_OCCUPANCY_P50,
+    GPU_TENSOR_ACTIVE_P50,
+    GPU_DRAM_BANDWIDTH_P50,
+    GPU_UTILIZATION_P50_WHERE_GPM,
+    GPU_PCIE_BYTES_RATE,
+    GPU_NVLINK_BYTES_RATE,
+)
 ALL_RULES: tuple[RecordingRule, ...] = (
-    TRAINING_RULES + TRACE_RULES + GPU_FLEET_RULES + GPU_ERROR_RULES + GPU_HEALTH_RULES
+    TRAINING_RULES + TRACE_RULES + GPU_FLEET_RULES + GPU_ERROR_RULES + GPU_HEALTH_RULES + GPU_PROFILING_RULES
 )
 
 TRAINING_GROUP = "foxhunt-dashboards-training.rules"
@@ -230,6 +270,7 @@ TRACES_GROUP = "foxhunt-dashboards-traces.rules"
 GPU_FLEET_GROUP = "foxhunt-dashboards-gpu-fleet.rules"
 GPU_ERRORS_GROUP = "foxhunt-dashboards-gpu-errors.rules"
 GPU_HEALTH_GROUP = "foxhunt-dashboards-gpu-health.rules"
+GPU_PROFILING_GROUP = "foxhunt-dashboards-gpu-profiling.rules"
 
 
 def dashboard_recording_groups(cfg: ObservabilityConfig) -> list[dict[str, Any]]:
@@ -241,5 +282,6 @@ def dashboard_recording_groups(cfg: ObservabilityConfig) -> list[dict[str, Any]]
         (GPU_FLEET_GROUP, GPU_FLEET_RULES),
         (GPU_ERRORS_GROUP, GPU_ERROR_RULES),
         (GPU_HEALTH_GROUP, GPU_HEALTH_RULES),
+        (GPU_PROFILING_GROUP, GPU_PROFILING_RULES),
     )
     return [{"name": name, "interval": interval, "rules": [r.to_rule() for r in rules]} for name, rules in groups]

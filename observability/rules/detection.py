@@ -1,6 +1,6 @@
-"""The seed's promise: critical failures (NaN, GPU out of memory, GPU errors) detected in 30 seconds.
+"""The promise: critical failures (NaN, GPU out of memory, GPU errors) detected in 30 seconds.
 
-Measured, as the issue defines it, from the first scraped sample that shows the failure to the
+Measured from the first scraped sample that shows the failure to the
 alert being `firing` in Prometheus. A rule sees that sample at the first evaluation at or after
 its timestamp, which is less than one evaluation interval later; from then the alert is pending
 for its `for` and fires at the first evaluation at least `for` later. So the worst case is

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from observability.config import ObservabilityConfig
-from observability.rules.promql import duration
+from observability.promql import duration
 
 _NOT_IN_ANCHOR = re.compile(r"[^\w\- ]", re.UNICODE)
 
@@ -79,17 +79,18 @@ class AlertRule:
     # Go template naming the labels that locate the problem (and the value, formatted).
     description: str
     impact: str
-    # Numbered action steps, in order (the seed's where it gives them).
+    # Numbered action steps, in order.
     action: tuple[str, ...]
     # Labels the expression keeps so the notification locates the problem.
     locating_labels: tuple[str, ...]
     queries: tuple[RunbookQuery, ...]
-    # Why the rule is written as it is (seed fixes, window choices); shown in the runbook.
+    # Why the rule is written as it is (window choices, departures from the obvious); shown in the
+    # runbook, so it must make sense to an on-call engineer on its own.
     rationale: str = ""
 
     @property
     def action_text(self) -> str:
-        """The action steps on one line, numbered like the seed's `action` text."""
+        """The action steps on one line, numbered (the `action` annotation)."""
         return " ".join(f"{i}. {step}" for i, step in enumerate(self.action, start=1))
 
     def to_rule(self, cfg: ObservabilityConfig) -> dict[str, Any]:

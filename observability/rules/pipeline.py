@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from observability import catalog
 from observability.config import ObservabilityConfig
+from observability.promql import counter_rate
 from observability.rules import recording
 from observability.rules.model import AlertRule, RunbookQuery, Severity
-from observability.rules.promql import counter_rate
 
 GROUP = "ml_data_pipeline"
 SERVICE_MODEL_LABELS = recording.SERVICE_MODEL_LABELS

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from observability import catalog
 from observability.config import ObservabilityConfig
+from observability.promql import by, duration, gauge_by
 from observability.rules import recording
 from observability.rules.model import AlertRule, RunbookQuery, Severity
-from observability.rules.promql import by, gauge
 
 GROUP = "ml_model_quality"
 SERVICE_MODEL_LABELS = recording.SERVICE_MODEL_LABELS
@@ -14,9 +14,9 @@ JOB_LABELS: tuple[str, ...] = ("namespace", "model_type", "job_id")
 _MODEL_ON_SERVICE = "{{ $labels.model_type }} on {{ $labels.service }} (namespace {{ $labels.namespace }})"
 _ONE_MODEL = '{service="<service>", model_type="<model_type>"}'
 
-# The seed gives MLModelAccuracyDegraded no threshold. Accuracy scales differ by model (MAMBA-2,
-# DQN, PPO, TFT), so "degraded" is relative: below a factor (thresholds.yaml) of the job's own best
-# of the last 6 hours.
+# Accuracy scales differ by model (MAMBA-2, DQN, PPO, TFT), so MLModelAccuracyDegraded has no
+# absolute threshold: "degraded" is below a factor (thresholds.yaml) of the job's own best of the
+# last 6 hours.
 ACCURACY_BASELINE_SECONDS = 6 * 3600
 QUALITY_FOR_SECONDS = 600
 
@@ -27,12 +27,14 @@ def quality_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
     drift, distance = th.model_drift_score, th.feature_distribution_distance
     confidence, drop = th.prediction_confidence_median, th.model_accuracy_drop_factor
     drop_text = f"{round((1 - drop.value) * 100, 6):g}%"
+    baseline = duration(ACCURACY_BASELINE_SECONDS)
+    baseline_hours = f"{ACCURACY_BASELINE_SECONDS / 3600:g} hours"
     return (
         AlertRule(
             name="ModelDriftDetected",
             group=GROUP,
             severity=Severity.WARNING,
-            expr=f"{gauge(catalog.MODEL_DRIFT_SCORE, SERVICE_MODEL_LABELS)} > {drift.promql}",
+            expr=f"{gauge_by(catalog.MODEL_DRIFT_SCORE, SERVICE_MODEL_LABELS)} > {drift.promql}",
             for_seconds=QUALITY_FOR_SECONDS,
             summary=f"A served model's drift score has been above {drift.text} for 10 minutes.",
             description=(
@@ -58,7 +60,7 @@ def quality_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             group=GROUP,
             severity=Severity.WARNING,
             expr=(
-                f"{gauge(catalog.FEATURE_DISTRIBUTION_DISTANCE, (*SERVICE_MODEL_LABELS, 'feature'))}"
+                f"{gauge_by(catalog.FEATURE_DISTRIBUTION_DISTANCE, (*SERVICE_MODEL_LABELS, 'feature'))}"
                 f" > {distance.promql}"
             ),
             for_seconds=QUALITY_FOR_SECONDS,
@@ -115,15 +117,18 @@ def quality_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             group=GROUP,
             severity=Severity.CRITICAL,
             expr=(
-                f"{gauge(catalog.MODEL_ACCURACY, JOB_LABELS)}\n"
-                f"< {drop.promql} * max {by(JOB_LABELS)} (max_over_time({accuracy}[6h]))"
+                f"{gauge_by(catalog.MODEL_ACCURACY, JOB_LABELS)}\n"
+                f"< {drop.promql} * max {by(JOB_LABELS)} (max_over_time({accuracy}[{baseline}]))"
             ),
             for_seconds=60,
-            summary=f"A model's validation accuracy dropped more than {drop_text} below its best of the last 6 hours.",
+            summary=(
+                f"A model's validation accuracy dropped more than {drop_text} below its best of the last "
+                f"{baseline_hours}."
+            ),
             description=(
                 "Validation accuracy of {{ $labels.model_type }} job {{ $labels.job_id }} (namespace "
                 f"{{{{ $labels.namespace }}}}) is {{{{ $value | humanizePercentage }}}}, more than {drop_text} "
-                "below its best of the last 6h."
+                f"below its best of the last {baseline}."
             ),
             impact="The model got worse: promoting or serving it would degrade every decision it drives",
             action=(
@@ -134,7 +139,9 @@ def quality_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             ),
             locating_labels=JOB_LABELS,
             queries=(
-                RunbookQuery("Accuracy of the job over 6 hours", f'{accuracy}{{job_id="<job_id>"}}[6h]'),
+                RunbookQuery(
+                    f"Accuracy of the job over {baseline_hours}", f'{accuracy}{{job_id="<job_id>"}}[{baseline}]'
+                ),
                 RunbookQuery(
                     "Training against validation loss",
                     f'{catalog.TRAINING_LOSS.name}{{job_id="<job_id>"}} or '
@@ -142,9 +149,9 @@ def quality_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
                 ),
             ),
             rationale=(
-                "The seed names this alert critical but gives no threshold. Accuracy scales differ by model "
-                "(MAMBA-2, DQN, PPO, TFT), so the threshold is relative to the job's own best of the last "
-                "6h; `for: 1m` keeps the seed's critical response time (30s-1m)."
+                "Accuracy scales differ by model (MAMBA-2, DQN, PPO, TFT), so there is no absolute threshold: "
+                f"it is relative to the job's own best of the last {baseline}; `for: 1m` keeps the 30s-1m "
+                "response time of critical alerts."
             ),
         ),
     )

@@ -14,8 +14,8 @@ from typing import Any
 
 from observability import catalog
 from observability.config import ObservabilityConfig
+from observability.promql import by, duration, gauge_by, histogram_quantile_rate
 from observability.rules.model import RecordingRule
-from observability.rules.promql import by, duration, gauge, histogram_quantile
 
 GPU_LABELS: tuple[str, ...] = catalog.GPU  # node, gpu_id, uuid, gpu_name
 SERVICE_MODEL_LABELS: tuple[str, ...] = ("namespace", "service", "model_type")
@@ -31,13 +31,14 @@ _RATE_WINDOW = duration(RATE_WINDOW_SECONDS)
 GPU_MEMORY_USED_RATIO = RecordingRule(
     record="node_gpu:ml_gpu_memory_used_over_total:ratio",
     expr=(
-        f"{gauge(catalog.GPU_MEMORY_USED_BYTES, GPU_LABELS)}\n/\n{gauge(catalog.GPU_MEMORY_TOTAL_BYTES, GPU_LABELS)}"
+        f"{gauge_by(catalog.GPU_MEMORY_USED_BYTES, GPU_LABELS)}\n"
+        f"/\n{gauge_by(catalog.GPU_MEMORY_TOTAL_BYTES, GPU_LABELS)}"
     ),
     help="Fraction (0-1) of each GPU's memory in use (not recorded; query `.expr`).",
 )
 INFERENCE_LATENCY_P99 = RecordingRule(
     record="namespace_service_model_type:ml_inference_latency_seconds:p99_rate5m",
-    expr=histogram_quantile(0.99, catalog.INFERENCE_LATENCY_SECONDS, RATE_WINDOW_SECONDS, SERVICE_MODEL_LABELS),
+    expr=histogram_quantile_rate(0.99, catalog.INFERENCE_LATENCY_SECONDS, RATE_WINDOW_SECONDS, SERVICE_MODEL_LABELS),
     help="99th percentile of online inference latency over 5m, in seconds.",
 )
 MODEL_CACHE_MISS_RATIO = RecordingRule(
@@ -55,12 +56,12 @@ MODEL_CACHE_MISS_RATIO = RecordingRule(
 )
 PREDICTION_CONFIDENCE_P50 = RecordingRule(
     record="namespace_service_model_type:ml_prediction_confidence:p50_rate5m",
-    expr=histogram_quantile(0.5, catalog.PREDICTION_CONFIDENCE, RATE_WINDOW_SECONDS, SERVICE_MODEL_LABELS),
+    expr=histogram_quantile_rate(0.5, catalog.PREDICTION_CONFIDENCE, RATE_WINDOW_SECONDS, SERVICE_MODEL_LABELS),
     help="Median confidence (0-1) of served predictions over 5m.",
 )
 FEATURE_EXTRACTION_P95 = RecordingRule(
     record="namespace_service_model_type:ml_feature_extraction_duration_seconds:p95_rate5m",
-    expr=histogram_quantile(
+    expr=histogram_quantile_rate(
         0.95, catalog.FEATURE_EXTRACTION_DURATION_SECONDS, RATE_WINDOW_SECONDS, SERVICE_MODEL_LABELS
     ),
     help="95th percentile of feature extraction latency over 5m, in seconds.",
@@ -68,15 +69,15 @@ FEATURE_EXTRACTION_P95 = RecordingRule(
 MODEL_STORAGE_USED_RATIO = RecordingRule(
     record="namespace_service_volume:ml_model_storage_used_over_capacity:ratio",
     expr=(
-        f"{gauge(catalog.MODEL_STORAGE_USED_BYTES, ('namespace', 'service', 'volume'))}\n"
+        f"{gauge_by(catalog.MODEL_STORAGE_USED_BYTES, ('namespace', 'service', 'volume'))}\n"
         f"/\n"
-        f"{gauge(catalog.MODEL_STORAGE_CAPACITY_BYTES, ('namespace', 'service', 'volume'))}"
+        f"{gauge_by(catalog.MODEL_STORAGE_CAPACITY_BYTES, ('namespace', 'service', 'volume'))}"
     ),
     help="Fraction (0-1) of each model storage volume in use.",
 )
 TRAINING_DATA_AGE_SECONDS = RecordingRule(
     record="dataset:ml_training_data_age_seconds:min",
-    expr=f"time() - {gauge(catalog.TRAINING_DATA_LAST_UPDATE_TIMESTAMP_SECONDS, ('dataset',))}",
+    expr=f"time() - {gauge_by(catalog.TRAINING_DATA_LAST_UPDATE_TIMESTAMP_SECONDS, ('dataset',))}",
     help="Seconds since the newest update of each training data set.",
 )
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from observability import catalog
 from observability.config import ObservabilityConfig
+from observability.promql import counter_increased, counter_rate, duration
 from observability.rules import recording
 from observability.rules.detection import event_window_seconds
 from observability.rules.model import AlertRule, RunbookQuery, Severity
-from observability.rules.promql import counter_increased, counter_rate, duration
 
 GROUP = "ml_storage"
 S3_ERRORS_WINDOW_SECONDS = 300
@@ -50,7 +50,7 @@ def storage_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
                     f"sum by (model_type, error_type) (increase({catalog.CHECKPOINT_SAVE_FAILURES_TOTAL.name}[30m]))",
                 ),
             ),
-            rationale="Counts every S3 error type: the seed's threshold is on all S3 errors of a service.",
+            rationale="Counts every S3 error type: the threshold is on all S3 errors of a service.",
         ),
         AlertRule(
             name="CheckpointSaveFailures",

@@ -35,6 +35,7 @@ import promql_parser as pp
 
 from observability import catalog
 from observability.catalog import Producer
+from observability.rules.jobs import unattributed
 
 
 class Tier(enum.Enum):
@@ -67,6 +68,18 @@ class Declared:
 # Rules whose tier cannot be derived (they read series outside the catalog), by rule name
 # (`alert` or `record`), with the reason; `SHARD` declarations are checked (see module doc).
 DECLARED: dict[str, Declared] = {}
+
+
+# Per-GPU alerts that carry the job holding the GPU (`jobs.attributed_or_unheld`: the per-GPU
+# expression joined with the jobs' `ml_training_job_gpu_info`, or unjoined where no job holds the
+# GPU) and must still run where the GPU's series are scraped: the 30-second promise. They are
+# placed by their per-GPU expression alone. On a shard every result is still computed from one
+# poller's series, once; the job's labels come along only when the same shard also scrapes the
+# job's pod, and the alert fires without them otherwise (the unheld branch), never twice.
+ENRICHED_ON_SHARDS: dict[str, str] = {
+    "GPUMemoryExhausted": "30-second promise: evaluated where the poller is scraped",
+    "GPUErrorsDetected": "30-second promise: evaluated where the poller is scraped",
+}
 
 
 class TierError(ValueError):
@@ -264,6 +277,27 @@ def rule_name(rule: Mapping[str, Any]) -> str:
     return str(rule.get("alert") or rule.get("record"))
 
 
+def _tier_expr(rule: Mapping[str, Any]) -> str:
+    """The expression that decides a rule's tier: its own, or for ENRICHED_ON_SHARDS its per-GPU part."""
+    name, expr = rule_name(rule), str(rule["expr"])
+    if name not in ENRICHED_ON_SHARDS:
+        return expr
+    per_gpu = unattributed(expr)
+    if per_gpu is None:
+        raise TierError(f"{name} is in ENRICHED_ON_SHARDS but its expression is not jobs.attributed_or_unheld(...)")
+    return per_gpu
+
+
+def _derive_rule(rule: Mapping[str, Any], records: Mapping[str, Locality]) -> tuple[Locality, frozenset[str]]:
+    """`derive` for a rule; a rule reading its own last value (a latch) reads a global record."""
+    name = rule_name(rule)
+    if "record" in rule and name not in records:
+        own = {name: _global(f"{name} reads its own last value")}
+        locality, unknown = derive(_tier_expr(rule), {**records, **own})
+        return locality, unknown
+    return derive(_tier_expr(rule), records)
+
+
 @dataclass(frozen=True)
 class Placement:
     """Where one rule runs and why."""
@@ -311,7 +345,7 @@ def shard_tier_problems(
     for group in shard_groups:
         for rule in group["rules"]:
             name = rule_name(rule)
-            locality, unknown = derive(str(rule["expr"]), records)
+            locality, unknown = _derive_rule(rule, records)
             if unknown and name in declared and declared[name].tier is Tier.SHARD:
                 continue
             if not locality.local:
@@ -333,7 +367,7 @@ def _place(
         progressed = False
         waiting = []
         for group, rule in pending:
-            locality, unknown = derive(str(rule["expr"]), records)
+            locality, unknown = _derive_rule(rule, records)
             blocked = unknown & {rule_name(r) for _, r in pending if "record" in r}
             if blocked:
                 waiting.append((group, rule))

@@ -1,13 +1,13 @@
-"""Groups `ml_training_performance` and `ml_training_availability` of seed 001."""
+"""Groups `ml_training_performance` and `ml_training_availability`."""
 
 from __future__ import annotations
 
 from observability import catalog
 from observability.config import ObservabilityConfig
+from observability.promql import by, counter_increased, counter_rate, duration, gauge_by
 from observability.rules import recording
 from observability.rules.detection import critical_for_seconds, event_window_seconds
 from observability.rules.model import AlertRule, RunbookQuery, Severity
-from observability.rules.promql import by, counter_increased, counter_rate, duration, gauge
 
 PERFORMANCE_GROUP = "ml_training_performance"
 AVAILABILITY_GROUP = "ml_training_availability"
@@ -58,18 +58,18 @@ def performance_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
                 ),
             ),
             rationale=(
-                "The seed's `ml_training_nan_count > 0` on a counter fires forever after one NaN. This fires "
-                "when the count grew within the window (or the job's series first appeared above zero, which "
-                f"`increase()` cannot see) and resolves {duration(window)} after the last NaN. The seed's "
-                "`for: 30s` is dropped: an increment is an event, not noise, and 30s of `for` plus one "
-                "evaluation interval would break the seed's own 30-second detection promise."
+                "A plain `ml_training_nan_count > 0` on this counter would fire forever after one NaN. This "
+                "fires when the count grew within the window (or the job's series first appeared above zero, "
+                f"which `increase()` cannot see) and resolves {duration(window)} after the last NaN. It has no "
+                "`for`: an increment is an event, not noise, and 30s of `for` plus one evaluation interval "
+                "would miss the 30-second detection target for critical failures."
             ),
         ),
         AlertRule(
             name="TrainingSlowdown",
             group=PERFORMANCE_GROUP,
             severity=Severity.WARNING,
-            expr=f"{gauge(catalog.TRAINING_EPOCHS_PER_SECOND, JOB_LABELS)} < {slowdown.promql}",
+            expr=f"{gauge_by(catalog.TRAINING_EPOCHS_PER_SECOND, JOB_LABELS)} < {slowdown.promql}",
             for_seconds=300,
             summary=f"A training job has been running slower than {slowdown.text} for 5 minutes.",
             description=(
@@ -88,7 +88,7 @@ def performance_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
                     f"(rate({catalog.TRAINING_ITERATION_SECONDS.bucket}{_ONE_JOB}[5m])))",
                 ),
                 RunbookQuery(
-                    "GPU utilization on every GPU", gauge(catalog.GPU_UTILIZATION_PERCENT, recording.GPU_LABELS)
+                    "GPU utilization on every GPU", gauge_by(catalog.GPU_UTILIZATION_PERCENT, recording.GPU_LABELS)
                 ),
             ),
             rationale="Inhibited while MLTrainingServiceDown fires (Alertmanager).",
@@ -197,8 +197,7 @@ def availability_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             ),
             rationale=(
                 f"A 2m rate window and 1m `for` make a steady {loading.value * 2:g} failures/s fire in about two "
-                "minutes, "
-                "within the seed's 30s-2m for high alerts."
+                "minutes, within the 30s-2m response time of high-severity alerts."
             ),
         ),
         AlertRule(

@@ -46,6 +46,7 @@ TRAINING_COCKPIT = [
 TRAINING_COCKPIT_ROWS = [
     "Active Jobs",
     "Training Progress",
+    "This Job's GPUs",  # added: the GPUs of the selected job
     "GPU Resources",
     "Model Quality",
     "Checkpoints",
@@ -90,6 +91,12 @@ COMPREHENSIVE = [
     ("Advanced Metrics", "Data Loading Performance", "timeseries"),
     ("Error Tracking", "Training Failures by Type", "stat"),
     ("Error Tracking", "GPU Errors", "stat"),
+    ("GPU Cost and Energy", "GPU cost per model type (24 h)", "bargauge"),
+    ("GPU Cost and Energy", "Energy per job", "bargauge"),
+]
+# Panels beyond the seed's: real busyness (GPM) beside NVML utilization.
+COMPREHENSIVE_ADDED = [
+    ("GPU Monitoring", "True Utilization", "timeseries"),
 ]
 
 
@@ -154,6 +161,10 @@ def test_training_cockpit_has_the_seed_rows_in_order_and_its_variables(default_d
     fold_panel = panel(d, "Training Progress", "Epoch Loss and Validation Loss")
     assert all('fold=~"$fold"' in t["expr"] and 'model_type=~"$model"' in t["expr"] for t in fold_panel["targets"])
     assert reads(fold_panel, d) == {catalog.TRAINING_FOLD_LOSS.name, catalog.TRAINING_FOLD_VALIDATION_LOSS.name}
+    # One job at a time: its GPUs only, never a node's.
+    assert v["job_id"]["type"] == "query" and not v["job_id"].get("includeAll") and not v["job_id"].get("multi")
+    for _, job_panel in (rp for rp in rows_and_panels(d) if rp[0] == "This Job's GPUs"):
+        assert all('job_id=~"$job_id"' in t["expr"] for t in job_panel["targets"]), job_panel["title"]
 
 
 def test_traces_dashboard_has_service_map_search_histogram_errors_and_logs_link(default_dashboards, dev_cfg):
@@ -193,10 +204,10 @@ def test_infra_cockpit_trace_health_and_scrape_targets_follow_the_stack(stack_da
 
 def test_comprehensive_panels_have_the_seed_visualizations(default_dashboards):
     d = default_dashboards["ml-training-comprehensive"]
-    for row, title, kind in COMPREHENSIVE:
+    for row, title, kind in COMPREHENSIVE + COMPREHENSIVE_ADDED:
         matches = [p for r, p in rows_and_panels(d) if (r, p["title"]) == (row, title)]
         assert [p["type"] for p in matches] == [kind], (row, title)
-    assert len(rows_and_panels(d)) == len(COMPREHENSIVE)
+    assert len(rows_and_panels(d)) == len(COMPREHENSIVE) + len(COMPREHENSIVE_ADDED)
 
 
 def test_comprehensive_thresholds_and_colours(default_dashboards):

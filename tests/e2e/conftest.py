@@ -20,7 +20,6 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_serv
 
 from bench._prometheus import free_port
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 HARNESS_MODULE = "tests.poller.fake_nvml.fake_nvml_harness"
 
 

@@ -6,14 +6,19 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import re
+import subprocess
 import time
 from collections import Counter
 from collections.abc import Iterable
 
 import pytest
 
-from bench._fleet_data import BLOCK_SECONDS, FleetShape, all_series, backfill, data_end, timestamps, write_openmetrics
-from bench._fleet_live import (
+from bench._previous_design import GROUP as PREVIOUS_GROUP
+from bench._previous_design import previous_gpu_group
+from bench._prometheus import PrometheusApi, PrometheusServer, config_yaml
+from bench._report import write_section
+from bench.fleet.data import BLOCK_SECONDS, FleetShape, all_series, backfill, data_end, timestamps, write_openmetrics
+from bench.fleet.live import (
     BASELINE_GROUP,
     FleetExporter,
     GroupEvaluations,
@@ -22,20 +27,7 @@ from bench._fleet_live import (
     group_timings,
     targets,
 )
-from bench._fleet_report import (
-    BEGIN,
-    END,
-    GROUPS_BEGIN,
-    GROUPS_END,
-    ScaleResult,
-    render,
-    render_rule_groups,
-    write_section,
-)
-from bench._fleet_series import HistogramSpec, SeriesSpec, job_id, poller_series, training_job_series
-from bench._fleet_values import Patterns
-from bench._prometheus import PrometheusApi, PrometheusServer, config_yaml
-from bench._query_timing import (
+from bench.fleet.query_timing import (
     GroupTiming,
     PanelTiming,
     Timing,
@@ -45,7 +37,10 @@ from bench._query_timing import (
     time_call,
     time_panel,
 )
-from bench.fleet import PROMETHEUS_ARGS
+from bench.fleet.report import BEGIN, END, GROUPS_BEGIN, GROUPS_END, ScaleResult, render, render_rule_groups
+from bench.fleet.run import PROMETHEUS_ARGS
+from bench.fleet.series import HistogramSpec, SeriesSpec, gpu_uuid, job_id, poller_series, training_job_series
+from bench.fleet.values import Patterns
 from dashboards import build_all
 from dashboards.queries import PanelQuery
 from observability import catalog
@@ -79,8 +74,10 @@ def test_synthesized_poller_series_are_exactly_what_the_real_poller_exports(tmp_
 
 
 def test_synthesized_training_job_series_cover_every_training_metric_a_running_job_exposes():
-    plain, histograms = training_job_series(CFG, 3)
+    plain, histograms = training_job_series(CFG, 3, (gpu_uuid(3, 0), gpu_uuid(3, 1)))
     names = {s.name for s in plain} | {h.metric.name for h in histograms}
+    held = [dict(s.labels)["uuid"] for s in plain if s.name == catalog.TRAINING_JOB_GPU_INFO.name]
+    assert held == [gpu_uuid(3, 0), gpu_uuid(3, 1)]
     # A running job has no duration yet, and feature-engineering errors appear at the first one.
     not_yet = {catalog.TRAINING_JOB_DURATION_SECONDS.name, catalog.FEATURE_ENGINEERING_ERRORS_TOTAL.name}
     assert names == {m.name for m in catalog.by_producer(Producer.TRAINING_JOB)} - not_yet | {catalog.UP.name}
@@ -164,7 +161,9 @@ def test_recording_rules_are_backfilled_in_dependency_order():
     for n in range(len(by_level)):
         for group in levels[n]:
             for rule in group["rules"]:
-                used = {t for t in re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", rule["expr"]) if t in all_recorded}
+                found = re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", rule["expr"])
+                # (a rule reading its own last value, as the per-job first-seen latches do, is no dependency)
+                used = {t for t in found if t in all_recorded and t != rule["record"]}
                 assert used <= set().union(set(), *by_level[:n]), rule["record"]
     assert "service:traces_spanmetrics_calls_errors:ratio_rate5m" in by_level[1]
 
@@ -209,8 +208,8 @@ def test_the_report_flags_missed_goals_and_wide_panels_and_shows_growth(tmp_path
     assert "**timeout**" in broken and "**fails**: TimeoutError" in broken and "0 of 1 panel queries" in broken
     path = tmp_path / "BENCHMARKS.md"
     path.write_text("# Benchmarks\n\n## Other\n\nkept\n")
-    write_section(path, section)
-    write_section(path, section.replace("make bench", "make bench again"))
+    write_section(section, BEGIN, END, path)
+    write_section(section.replace("make bench", "make bench again"), BEGIN, END, path)
     text = path.read_text()
     assert text.count(BEGIN) == 1 and "kept" in text and "make bench again" in text
 
@@ -293,6 +292,53 @@ def test_instant_targets_are_judged_by_their_instant_query_and_groups_by_fleet_r
     assert f"| {BASELINE_GROUP} |" not in section  # the baseline is a yardstick, not a group
 
 
+def test_the_previous_design_is_the_per_gpu_alert_group_without_the_job_join(tmp_path):
+    group = previous_gpu_group(CFG)
+    alerts = {r["alert"]: r for r in group["rules"]}
+    assert set(alerts) == {
+        "GPUUtilizationLow",
+        "GPUUtilizationCritical",
+        "GPUMemoryUsageHigh",
+        "GPUMemoryExhausted",
+        "GPUTemperatureHigh",
+        "GPUErrorsDetected",
+    }
+    assert not any(catalog.TRAINING_JOB_GPU_INFO.name in r["expr"] for r in group["rules"])
+    assert alerts["GPUUtilizationLow"]["expr"].startswith("max by (node, gpu_id, uuid, gpu_name)")
+    path = tmp_path / "previous.yml"
+    path.write_text(dump_groups([group]))
+    done = subprocess.run(["promtool", "check", "rules", str(path)], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_report_sets_the_previous_design_beside_the_current_one():
+    result = fake_result(1000, 400.0, 80.0)
+    baseline = GroupTiming(BASELINE_GROUP, 2, Timing(45.0, 50.0, 2), "b", 40.0, (("bench:gpu:count", 40.0),))
+    storm = (("GPUUtilizationLow", 1000), ("GPUUtilizationCritical", 2900), ("GPUTemperatureHigh", 50))
+    per_job = (("GPUUtilizationLow", 5), ("GPUUtilizationCritical", 0), ("GPUTemperatureHigh", 50))
+    result.groups.extend(
+        [
+            baseline,
+            GroupTiming("ml_gpu_resources", 7, Timing(120.0, 130.0, 55), "x", 40.0, (), per_job),
+            GroupTiming("ml_training_job_gpus.recording", 27, Timing(200.0, 220.0, 900), "y", 50.0),
+        ]
+    )
+    result.previous_groups.extend(
+        [
+            baseline,
+            GroupTiming(PREVIOUS_GROUP, 6, Timing(2600.0, 2900.0, 3950), "z", 1000.0, (), storm),
+        ]
+    )
+    section = render([fake_result(100, 30.0, 5.0), result], "make bench", "2 cores")
+    assert "| active alerts of `ml_gpu_resources` | 3950 | 55 |" in section
+    assert "| of which GPUUtilizationLow / GPUUtilizationCritical | 3900 | 5 |" in section
+    assert "2600 / 2900 ms, 65.0 fleet reads" in section and "120 / 130 ms, 3.0 fleet reads" in section
+    assert (
+        "| `ml_training_job_gpus.recording` evaluation (median / p95) | none | 200 / 220 ms, 5.0 fleet reads |"
+        in section
+    )
+
+
 def test_the_rule_groups_only_report_shows_each_group_and_the_highlighted_one_per_rule(tmp_path):
     def groups(health_ms: float) -> list[GroupTiming]:
         return [
@@ -312,9 +358,11 @@ def test_the_rule_groups_only_report_shows_each_group_and_the_highlighted_one_pe
     assert section.startswith(GROUPS_BEGIN) and section.rstrip().endswith(GROUPS_END)
     assert "| **ml_monitoring_health** | 8 | 6 | 20 / 40 | 4.0 | 0.5 | GPUPollerDown (10) |" in section  # 20 / 40
     assert "per rule (mean ms): GPUPollerDown 10, Watchdog 0.1." in section
+    one_size = render_rule_groups([(big, groups(20.0))], "x", "2 cores", 150, 6, "ml_monitoring_health")
+    assert "| **ml_monitoring_health** | 8 | 6 | 20 / 40 | 0.5 | GPUPollerDown (10) |" in one_size
     assert f"| {BASELINE_GROUP} |" not in section
     path = tmp_path / "BENCHMARKS.md"
     path.write_text(f"# Benchmarks\n\n{BEGIN}\nthe full run\n{END}\n")
-    write_section(path, section, GROUPS_BEGIN, GROUPS_END)
+    write_section(section, GROUPS_BEGIN, GROUPS_END, path)
     text = path.read_text()
     assert "the full run" in text and text.count(GROUPS_BEGIN) == 1

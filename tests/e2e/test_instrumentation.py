@@ -38,7 +38,9 @@ TYPE_LINE = re.compile(r"^# TYPE (\S+) (\S+)$", re.MULTILINE)
 def exercised() -> TrainingMetrics:
     """Metrics of a job that has done everything once, so every family has samples."""
     metrics = TrainingMetrics()
-    job = metrics.start_job("dqn", "job-1", folds_planned=3, workers=2)
+    job = metrics.start_job(
+        "dqn", "job-1", folds_planned=3, workers=2, gpu_uuids=["GPU-00000000-0000-0000-0000-000000000000"]
+    )
     job.record_training_iteration(1, 0.9, 1.0, 0.5)
     job.record_training_iteration(2, 0.7, 0.8, 0.25)
     job.set_progress(40)
@@ -103,7 +105,7 @@ def test_parsed_back_every_family_and_label_set_is_the_catalogs():
             else family.name
         )
         parsed[metric.name] = family
-        assert family.type == metric.type.value
+        assert family.type == ("gauge" if metric.type is MetricType.INFO else metric.type.value)
         assert family.documentation == metric.help
         for s in family.samples:
             extra = {"le"} if s.name == metric.name + "_bucket" else set()

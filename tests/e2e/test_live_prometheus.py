@@ -16,8 +16,9 @@ import json
 import re
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -93,6 +94,26 @@ class Stack:
         raise AssertionError(f"{name}{labels} not {state} within {WAIT}s; saw {seen}\n{self.prometheus.log_tail()}")
 
 
+def annotated_pods_prometheus(
+    work: Path, targets: list[dict[str, Any]], rules_yaml: str, alertmanagers: Sequence[str] = ()
+) -> PrometheusServer:
+    """A Prometheus (not started) that scrapes `targets` every second through the rendered annotation
+    relabelling and evaluates `rules_yaml` every second."""
+    (work / "targets.json").write_text(json.dumps(targets))
+    scrape = {
+        "job_name": JOB_NAME,
+        "scrape_interval": "1s",
+        "scrape_timeout": "1s",
+        "file_sd_configs": [{"files": [str(work / "targets.json")], "refresh_interval": "1s"}],
+        "relabel_configs": annotation_relabel_configs(),
+    }
+    rules_path = work / "prometheus" / "rules.yml"
+    config = config_yaml(
+        [scrape], [str(rules_path)], scrape_interval="1s", evaluation_interval="1s", alertmanagers=alertmanagers
+    )
+    return PrometheusServer(work / "prometheus", config, {"rules.yml": rules_yaml})
+
+
 def wait_until(what: str, check: Any, timeout: float = WAIT) -> Any:
     deadline = time.monotonic() + timeout
     while True:
@@ -166,17 +187,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             pod_target(done.port, "training", "train-e2e-done", CFG.training_job_service),
             pod_target(service.port, "ml", "ml-training-service-e2e", CFG.training_service),
         ]
-        (work / "targets.json").write_text(json.dumps(targets))
-        scrape = {
-            "job_name": JOB_NAME,
-            "scrape_interval": "1s",
-            "scrape_timeout": "1s",
-            "file_sd_configs": [{"files": [str(work / "targets.json")], "refresh_interval": "1s"}],
-            "relabel_configs": annotation_relabel_configs(),
-        }
-        rules_path = work / "prometheus" / "rules.yml"
-        config = config_yaml([scrape], [str(rules_path)], scrape_interval="1s", evaluation_interval="1s")
-        prometheus = PrometheusServer(work / "prometheus", config, {"rules.yml": rules_file_yaml(CFG)})
+        prometheus = annotated_pods_prometheus(work, targets, rules_file_yaml(CFG))
         stoppers.append(prometheus.stop)
         prometheus.start()
 

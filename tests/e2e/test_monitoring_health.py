@@ -27,17 +27,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from bench._prometheus import PrometheusServer, free_port
 from observability.alertmanager import ReceiverUrls, alertmanager_config_yaml
 from observability.config import ObservabilityConfig
 from observability.rules import health, rule_groups
 from observability.rules.render import dump_groups
-from observability.scrape_config import JOB_NAME, annotation_relabel_configs
 
 from .conftest import load_harness
-from .test_live_prometheus import pod_target, wait_until
+from .test_live_prometheus import annotated_pods_prometheus, pod_target, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -197,25 +195,9 @@ def monitored(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Health]:
             pod_target(poller.port, "monitoring", f"gpu-poller-{node[-1]}", CFG.gpu_poller_service)
             for node, poller in pollers.items()
         ]
-        (work / "targets.json").write_text(json.dumps(targets))
-        config_text = yaml.safe_dump(
-            {
-                "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-                "rule_files": [str(work / "prometheus" / "rules.yml")],
-                "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{alertmanager.port}"]}]}]},
-                "scrape_configs": [
-                    {
-                        "job_name": JOB_NAME,
-                        "scrape_interval": "1s",
-                        "scrape_timeout": "1s",
-                        "file_sd_configs": [{"files": [str(work / "targets.json")], "refresh_interval": "1s"}],
-                        "relabel_configs": annotation_relabel_configs(),
-                    }
-                ],
-            },
-            sort_keys=False,
+        prometheus = annotated_pods_prometheus(
+            work, targets, _short_for_rules(), alertmanagers=[f"127.0.0.1:{alertmanager.port}"]
         )
-        prometheus = PrometheusServer(work / "prometheus", config_text, {"rules.yml": _short_for_rules()})
         stoppers.append(prometheus.stop)
         prometheus.start()
         wait_until(

@@ -36,13 +36,13 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
 from bench._prometheus import PrometheusServer, config_yaml, free_port
 from dashboards.queries import builtin_values, substitute_variables
-from infra import render
+from infra import REPO_ROOT, render
 from observability import catalog
 from observability.datasources import TRACE_ID_REGEX
 from observability.scrape_config import EXEMPLAR_STORAGE_FEATURE, PROMETHEUS_REQUIRES_ANNOTATION
 from tests.querylang.logql import log_queries
 
-from .conftest import REPO_ROOT, CollectorStub, http_get
+from .conftest import CollectorStub, http_get
 
 STACK = "dev"
 NODE = "gpu-node-1"

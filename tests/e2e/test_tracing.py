@@ -12,10 +12,9 @@ import pytest
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
+from infra import REPO_ROOT
 from observability.instrument import build_tracer_provider
 from observability.instrument.tracing import exporter_choice, span_exporter
-
-from .conftest import REPO_ROOT
 
 
 def test_without_an_endpoint_nothing_floods_the_terminal():

@@ -40,7 +40,7 @@ INFRA_LAYERS: list[list[str]] = [
     ["infra.artifacts"],
     ["infra.kube_validate", "infra.policy_context"],
     ["infra.checks"],
-    ["infra.render", "infra.__main__", "infra.review_diff"],
+    ["infra.render", "infra.generate", "infra.__main__", "infra.review_diff"],
 ]
 ORDERED_PACKAGES = ("infra.settings", "infra.components")
 PACKAGES = ("infra", "observability", "dashboards", "poller", "policy")

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
+from infra import REPO_ROOT
 from observability import catalog
 from observability.datasources import TRACE_TO_LOG_TAGS, TRACE_TO_METRIC_TAGS
 from observability.instrument.logs import LOG_FORMATS
 from observability.scrape_config import EXEMPLAR_STORAGE_FEATURE
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+README = (REPO_ROOT / "README.md").read_text()
 
 
 def section(title: str) -> str:

@@ -23,6 +23,7 @@ from infra.settings import (
     validate_stack,
 )
 from infra.stacks import STACKS
+from observability.rules import rules_file_yaml
 
 
 def stack_entries(stack: str) -> dict[str, Any]:
@@ -32,6 +33,10 @@ def stack_entries(stack: str) -> dict[str, Any]:
 
 def load(stack: str = "dev", **overrides: Any) -> Any:
     return validate_stack(read_stack_config(stack, overrides=overrides))
+
+
+# The dev stack's first declared service, whatever it is called.
+FIRST_SERVICE: str = stack_entries("dev")["services"][0]["name"]
 
 
 def mutated(key: str, path: list[Any], value: Any, stack: str = "dev") -> dict[str, Any]:
@@ -82,8 +87,8 @@ BAD_CONFIGS = [
     ("port-not-a-number", mutated("services", [2, "port"], "http"), "services['ml-inference-service'].port = 'http': expected a whole number"),
     ("poll-interval-zero", mutated("poller", ["minIntervalSeconds"], 0), "poller.minIntervalSeconds = 0: expected a number above 0"),
     ("unknown-scrape-mode", mutated("scrape", ["mode"], "servicemonitor"), "scrape.mode = 'servicemonitor': expected one of 'annotations', 'operator'"),
-    ("duplicate-service", mutated("services", [1, "name"], "api-gateway"), "services[1].name = 'api-gateway': expected a unique service name"),
-    ("path-without-slash", mutated("services", [0, "path"], "metrics"), "services['api-gateway'].path = 'metrics': expected an HTTP path starting with '/'"),
+    ("duplicate-service", mutated("services", [1, "name"], FIRST_SERVICE), f"services[1].name = '{FIRST_SERVICE}': expected a unique service name"),
+    ("path-without-slash", mutated("services", [0, "path"], "metrics"), f"services['{FIRST_SERVICE}'].path = 'metrics': expected an HTTP path starting with '/'"),
     ("bad-namespace", mutated("namespaces", ["training"], "Training_NS"), "namespaces.training = 'Training_NS': expected a DNS-1123 label"),
     ("bad-environment", {"environment": "Prod!"}, "environment = 'Prod!': expected a lower-case name such as dev, staging, prod or gpu-lab"),
     ("port-as-string", mutated("services", [3, "port"], "9096"), "services['feature-store'].port = '9096': expected a whole number from 1 to 65535 written without quotes"),
@@ -112,6 +117,13 @@ BAD_CONFIGS = [
     ("clusters-without-this-one", {"cluster": "eu-1", "prometheus": {"clusters": ["us-1"]}}, "prometheus.clusters = [\"us-1\"]: expected a list that includes this stack's cluster 'eu-1'"),
     ("remote-write-not-a-url", {"prometheus": {"shards": 2, "remoteWriteUrl": "global:9090"}}, "prometheus.remoteWriteUrl = 'global:9090': expected a URL"),
     ("clusters-bad-name", {"prometheus": {"clusters": ["foxhunt-dev", "US 1"]}}, "prometheus.clusters[1] = 'US 1': expected a DNS-1123 label"),
+    ("gpu-price-negative", mutated("gpuHourlyCost", ["default"], -1), "gpuHourlyCost.default = -1: expected a price: a number of at least 0"),
+    ("gpu-price-text", mutated("gpuHourlyCost", ["NVIDIA H100 80GB HBM3"], "cheap"), "gpuHourlyCost.NVIDIA H100 80GB HBM3 = 'cheap': expected a price"),
+    ("gpu-price-no-default", {"gpuHourlyCost": {"NVIDIA H100 80GB HBM3": 3.0}}, "with a `default` for every other GPU"),
+    ("gpu-prices-not-a-mapping", {"gpuHourlyCost": [3.0]}, "gpuHourlyCost = [3.0]: expected an object"),
+    ("energy-price-negative", {"energyPricePerKWh": -0.1}, "energyPricePerKWh = -0.1: expected a price: a number of at least 0"),
+    ("currency-not-iso", {"currency": "dollars"}, "currency = 'dollars': expected an ISO 4217 currency code"),
+    ("cost-typo", {"gpuHourlyPrice": {"default": 1}}, "gpuHourlyPrice is not a known setting"),
 ]  # fmt: skip
 
 
@@ -175,7 +187,7 @@ def test_pinned_poller_image_needs_no_registry_password() -> None:
 
 def test_objects_reach_the_program_as_json_like_the_cli_passes_them() -> None:
     config = read_stack_config("dev")
-    assert json.loads(config.values["services"])[0]["name"] == "api-gateway"
+    assert json.loads(config.values["services"]) == stack_entries("dev")["services"]
     assert config.pulumi_config()["foxhunt-observability:environment"] == "dev"
 
 
@@ -258,3 +270,19 @@ def test_shards_and_clusters_reach_the_observability_config() -> None:
     settings = load(cluster="eu-1", prometheus={"shards": 4, "clusters": ["eu-1", "us-1"]})
     cfg = settings.observability_config()
     assert (cfg.shards, cfg.cluster, cfg.clusters) == (4, "eu-1", ("eu-1", "us-1"))
+
+
+def test_prices_reach_the_observability_config() -> None:
+    cfg = load("prod").observability_config()
+    assert cfg.currency == "USD" and cfg.energy_price_per_kwh == 0.12 and cfg.gpu_hourly_cost_default == 2.0
+    assert dict(cfg.gpu_hourly_cost) == {"NVIDIA A100-SXM4-80GB": 2.9, "NVIDIA H100 80GB HBM3": 3.2}
+    cheap = load(gpuHourlyCost={"default": 0, "NVIDIA L4": 0.5}, energyPricePerKWh=0, currency="EUR")
+    cfg = cheap.observability_config()
+    assert (cfg.gpu_hourly_cost, cfg.gpu_hourly_cost_default, cfg.energy_price_per_kwh, cfg.currency) == (
+        (("NVIDIA L4", 0.5),),
+        0.0,
+        0.0,
+        "EUR",
+    )
+    rules = rules_file_yaml(cfg)
+    assert '{gpu_name="NVIDIA L4"} * 0 + 0.5' in rules and "EUR" not in rules

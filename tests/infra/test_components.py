@@ -163,10 +163,12 @@ def test_every_service_gets_scrape_annotations_and_otel_env(rendered: dict[str, 
             assert attributes["ml.model_type"] == service.model_type
 
 
-def test_patches_remove_their_fields_on_destroy_and_do_not_force_conflicts() -> None:
+def test_patches_remove_their_fields_on_destroy_and_do_not_force_conflicts(
+    rendered: dict[str, RenderResult],
+) -> None:
     raw = run_raw("dev")
     patches = [r for r in raw if r.type == "kubernetes:apps/v1:DeploymentPatch"]
-    assert len(patches) == len(validate_stack(read_stack_config("dev")).services)
+    assert len(patches) == len(rendered["dev"].settings.services)
     for patch in patches:
         assert patch.retain_on_delete is False
         assert "pulumi.com/patchForce" not in patch.inputs["metadata"]["annotations"]
@@ -280,7 +282,10 @@ def test_training_cronjob_is_a_suspended_template_with_otel_env_for_the_stacks_t
     assert names.index(training_job.JOB_NAME_ENV) < names.index("OTEL_RESOURCE_ATTRIBUTES")
     # The trainer waits for one more scrape before exiting: two of this stack's scrape intervals.
     wait = {e["name"]: e.get("value") for e in container["env"]}[scrape_config.FINAL_SCRAPE_WAIT_ENV]
-    assert wait == str(2 * cfg.scrape_interval_seconds)
+    assert wait == str(2 * cfg.scrape_interval_seconds) == {"prod": "20"}.get(stack, "30")
+    # NVML in the container (the `utility` capability) names the job's GPUs; no privilege is added.
+    assert {e["name"]: e.get("value") for e in container["env"]}["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
+    assert not any("hostPath" in v for v in pod_spec.get("volumes", []))
 
 
 @pytest.mark.parametrize("stack", STACKS)

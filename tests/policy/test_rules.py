@@ -5,10 +5,10 @@ on plain dicts and on read-only Mappings/tuples (what the Pulumi analyzer passes
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 import pytest
 
+from infra import REPO_ROOT
 from policy.engine import check_files, check_stack_file, evaluate, mandatory
 from policy.model import Enforcement, KubeObject, Policy, PolicyContext
 from policy.rules import ALL_POLICIES, policy_by_id
@@ -237,7 +237,7 @@ def test_stack_file_plaintext_credentials(text, path, problem):
 
 
 def test_project_stack_files_have_no_plaintext_secret():
-    root = Path(__file__).resolve().parents[2]
+    root = REPO_ROOT
     files = sorted(root.glob("Pulumi.*.yaml"))
     assert len(files) >= 3
     for path in files:

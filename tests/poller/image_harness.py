@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from infra import REPO_ROOT
+
 DOCKERFILE = REPO_ROOT / "poller" / "Dockerfile"
 REQUIREMENTS = REPO_ROOT / "poller" / "requirements.txt"
 CACHE_ROOT = Path(os.environ.get("FOXHUNT_CACHE_DIR", "/var/cache/foxhunt-observability"))

@@ -5,14 +5,12 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from infra import REPO_ROOT
 from poller.healthcheck import probe_url
 from poller.settings import DEFAULT_MIN_INTERVAL_SECONDS, SettingsError, parse_settings
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_defaults() -> None:

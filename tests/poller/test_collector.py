@@ -1,4 +1,5 @@
-"""In-process tests of the shared pass, the custom collector and the text writer (no NVML)."""
+"""In-process tests of the shared pass and the text writer, checked against a prometheus-client
+collector built independently (tests/poller/reference_collector.py); no NVML."""
 
 from __future__ import annotations
 
@@ -13,11 +14,12 @@ from prometheus_client.registry import Collector
 
 from observability import catalog
 from observability.exposition import format_value
-from poller.collector import GpuCollector, SharedPass, build_families
+from poller.collector import SharedPass
 from poller.error_counters import ErrorCounters
 from poller.exported_metrics import ERROR_TYPES, FAILURE_REASONS, GPU_GAUGES
 from poller.exposition import TextPageWriter
 from poller.model import DriverInfo, GpuIdentity, GpuSample, PassResult, unidentified_gpu
+from tests.poller.reference_collector import GpuCollector, build_families
 
 GPU0 = GpuIdentity(0, "GPU-aaaa", "NVIDIA A100-SXM4-80GB")
 GPU1 = GpuIdentity(1, 'GPU-bb"b\\', 'Odd "name"\nwith newline')
@@ -70,6 +72,15 @@ def full_sample(gpu: GpuIdentity, temperature: int = 65) -> GpuSample:
         clock_event_reasons=0x44,
         ecc_corrected_total=7,
         ecc_uncorrected_total=0,
+        sm_active_percent=83.25,
+        sm_occupancy_percent=41.5,
+        tensor_active_percent=62.0,
+        dram_bandwidth_utilization_percent=55.125,
+        pcie_rx_bytes_total=4_000_000_000,
+        pcie_tx_bytes_total=1_000_000,
+        nvlink_rx_bytes_total=90_000_000_000,
+        nvlink_tx_bytes_total=80_000_000_000,
+        energy_joules_total=123_456.789,
     )
 
 
@@ -200,6 +211,14 @@ def test_page_content_labels_units_and_children() -> None:
         return page[(catalog.GPU_CLOCK_THROTTLE_ACTIVE.name, tuple(sorted((*gpu0, ("reason", reason)))))]
 
     assert throttle("sw_power_cap") == 1 and throttle("hw_thermal_slowdown") == 1
+    # GPM figures: percent gauges as floats, interconnect traffic as byte counters by direction.
+    assert page[(catalog.GPU_SM_ACTIVE_PERCENT.name, gpu0)] == 83.25
+    assert page[(catalog.GPU_DRAM_BANDWIDTH_UTILIZATION_PERCENT.name, gpu0)] == 55.125
+    nvlink_rx = (catalog.GPU_NVLINK_BYTES_TOTAL.name, tuple(sorted((*gpu0, ("direction", "rx")))))
+    pcie_tx = (catalog.GPU_PCIE_BYTES_TOTAL.name, tuple(sorted((*gpu0, ("direction", "tx")))))
+    assert page[nvlink_rx] == 90_000_000_000 and page[pcie_tx] == 1_000_000
+    assert (catalog.GPU_SM_ACTIVE_PERCENT.name, gpu1) not in page  # no GPM on that GPU: absent
+    assert not any(name == catalog.GPU_PCIE_BYTES_TOTAL.name and labels[:4] == gpu1 for name, labels in page)
     assert throttle("gpu_idle") == 0 and throttle("hw_slowdown") == 0
 
     def xid(gpu: tuple[tuple[str, str], ...], code: int) -> float:

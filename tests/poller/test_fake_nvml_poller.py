@@ -30,6 +30,7 @@ ENUMERATED = catalog.GPU_POLLER_DEVICES_ENUMERATED.name
 FAILURES = catalog.GPU_POLLER_COLLECTION_FAILURES_TOTAL.name
 ERRORS = catalog.GPU_ERRORS_TOTAL.name
 XIDS = catalog.GPU_XID_ERRORS_TOTAL.name
+ENERGY = catalog.GPU_ENERGY_JOULES_TOTAL.name
 
 
 def test_values_units_and_labels_match_the_fake_driver(
@@ -101,6 +102,19 @@ def test_values_units_and_labels_match_the_fake_driver(
     assert poller.value(DEVICES) == 2
     assert 0 < poller.value(catalog.GPU_POLLER_COLLECTION_DURATION_SECONDS.name) < 1
     assert poller.value(FAILURES, reason="query") == 0
+
+
+def test_energy_is_a_counter_in_joules_that_grows_with_the_power_drawn(
+    harness: ModuleType, fake_nvml_lib: Path, nvml_config: Path, start_poller: StartPoller
+) -> None:
+    harness.FakeNvml(gpus=[harness.FakeGpu(energy_mj=7_000_000, power_mw=400_000)]).write(nvml_config)
+    poller = start_poller(fake_nvml_lib, nvml_config)
+    assert f"# TYPE {ENERGY} counter" in poller.scrape()
+    first = poller.value(ENERGY)
+    assert first is not None and 7_000 <= first < 7_000 + 400 * 5  # millijoules -> joules
+    time.sleep(0.5)
+    second = poller.value(ENERGY)
+    assert second is not None and second - first == pytest.approx(400 * 0.5, rel=0.5)  # 400 W for ~0.5 s
 
 
 def test_library_missing_keeps_serving_logs_once_and_recovers_when_it_appears(
@@ -214,6 +228,7 @@ def test_unsupported_fields_are_omitted_and_the_rest_reported(
             "ecc_uncorrected": not_supported,
             "clocks_event_reasons": not_supported,
             "supported_events": not_supported,
+            "energy": not_supported,
         },
     )
     harness.FakeNvml(gpus=[consumer, harness.FakeGpu()]).write(nvml_config)
@@ -226,6 +241,8 @@ def test_unsupported_fields_are_omitted_and_the_rest_reported(
         assert poller.value(catalog.GPU_POWER_LIMIT_WATTS.name, gpu_id="0") == 700
         assert poller.value(catalog.GPU_POWER_WATTS.name, gpu_id="1") == 100
         assert len(poller.values(catalog.GPU_ECC_ERRORS_TOTAL.name, gpu_id="1")) == 2
+        assert poller.values(ENERGY, gpu_id="0") == []
+        assert len(poller.values(ENERGY, gpu_id="1")) == 1
     assert poller.value(UP) == 1
     assert poller.value(FAILURES, reason="query") == 0
     assert poller.value(FAILURES, reason="event") == 0  # no XID events on GPU 0 is not a failure
@@ -284,6 +301,7 @@ def old_driver_libs(harness: ModuleType, tmp_path_factory: pytest.TempPathFactor
                 "nvmlDeviceGetTotalEccErrors",
                 "nvmlSystemGetCudaDriverVersion",
                 "nvmlEventSetCreate",
+                "nvmlDeviceGetTotalEnergyConsumption",
             ],
         ),
     }
@@ -306,6 +324,8 @@ def test_functions_missing_from_the_driver_omit_their_fields_only(
     assert poller.value(UP) == 1
     assert poller.values(catalog.GPU_CLOCK_THROTTLE_ACTIVE.name) == []
     assert poller.values(catalog.GPU_ECC_ERRORS_TOTAL.name) == []
+    assert poller.values(ENERGY) == []
+    assert f"# TYPE {ENERGY} counter" in poller.scrape()  # the family, with no GPU that reports it
     assert poller.value(TEMP) == 90
     assert poller.value(catalog.GPU_SM_CLOCK_HERTZ.name) == 1_980_000_000
     info = [labels for name, labels, _ in poller.samples() if name == catalog.GPU_DRIVER_INFO.name]

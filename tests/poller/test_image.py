@@ -18,7 +18,8 @@ from types import ModuleType
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from infra import REPO_ROOT
+
 HADOLINT = Path(sys.executable).parent / "hadolint"
 MAX_IMAGE_BYTES = 150 * 1000 * 1000  # the goal: under 150 MB uncompressed
 

@@ -13,7 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from infra import REPO_ROOT
+
 APP = "/opt/poller/app/"
 
 

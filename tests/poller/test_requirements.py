@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from infra import REPO_ROOT
 
 
 def pins(path: Path) -> dict[str, str]:

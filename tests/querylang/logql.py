@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from infra import REPO_ROOT
+
 TREE_SCRIPT = Path(__file__).with_name("logql_tree.cjs")
 GRAMMAR = REPO_ROOT / "node_modules" / "@grafana" / "lezer-logql"
 CONTAINS_TEMPLATE = re.compile(r'\{\{\s*contains\s+"((?:[^"\\]|\\.)*)"\s+__line__\s*\}\}')

@@ -10,8 +10,9 @@ while a rule that stops reading its threshold (or compares the wrong way) fails 
 from __future__ import annotations
 
 from observability import catalog
-from observability.rules import recording
-from observability.rules.promql import duration
+from observability.config import ObservabilityConfig
+from observability.promql import duration
+from observability.rules import jobs, recording
 from observability.thresholds import DEFAULT_THRESHOLDS, Thresholds
 from tests.rules.health_cases import HEALTH_CASES
 from tests.rules.promtool_harness import (
@@ -32,6 +33,7 @@ from tests.rules.promtool_harness import (
 )
 
 S = 15  # scrape interval of the default config (seconds)
+CFG = ObservabilityConfig()
 
 
 def t(seconds: int) -> str:
@@ -105,6 +107,22 @@ def _memory(used_text: str, gpu: dict[str, str] = GPU0, samples: int = 60) -> di
     }
 
 
+GPU_OTHER_NODE = gpu_labels("0", node="gpu-node-2")
+JOB_1 = {"model_type": "dqn", "job_id": "job-1"}
+
+
+def _holds(job: dict[str, str], *gpus: dict[str, str], samples: str = values((1, 120))) -> dict[str, str]:
+    """The training job's `ml_training_job_gpu_info` series for each GPU it holds."""
+    return {
+        series(catalog.TRAINING_JOB_GPU_INFO, {**TRAINING_POD, **job, "uuid": gpu["uuid"]}): samples for gpu in gpus
+    }
+
+
+def _ratios(start: float, step: float, samples: int) -> list[float]:
+    """Memory used in bytes: `start` of the total, then `step` of the total more at each scrape."""
+    return [(start + step * i) * H100_BYTES for i in range(samples)]
+
+
 def _flat_then_growing(step: float, flat: int = 21, growing: int = 45) -> str:
     """A counter flat at 0 for `flat` scrapes (0..(flat-1)*15s), then growing `step` per scrape."""
     return join([0.0] * flat, counter(step, step, growing))
@@ -119,6 +137,7 @@ def alert_cases(th: Thresholds = DEFAULT_THRESHOLDS) -> tuple[Case, ...]:
     util_low, util_high = th.gpu_utilization_low_percent.value, th.gpu_utilization_high_percent.value
     mem_high, mem_full = th.gpu_memory_high_ratio.value, th.gpu_memory_exhausted_ratio.value
     hot = th.gpu_temperature_high_celsius.value
+    prediction_floor = th.gpu_memory_prediction_floor_ratio.value
     drift, distance = th.model_drift_score.value, th.feature_distribution_distance.value
     confidence, drop = th.prediction_confidence_median.value, th.model_accuracy_drop_factor.value
     stale = th.training_data_stale_seconds.value
@@ -313,18 +332,39 @@ def alert_cases(th: Thresholds = DEFAULT_THRESHOLDS) -> tuple[Case, ...]:
         # --- ml_gpu_resources ------------------------------------------------------------------------
         Case(
             "GPUUtilizationLow",
-            f"{util_low - 0.1:g}% for 10m fires for that GPU only",
+            f"a job whose GPUs average {util_low - 0.1:g}% for 10m fires once, for the job; an idle GPU no job "
+            "holds does not",
             {
-                **_gpu(catalog.GPU_UTILIZATION_PERCENT, GPU0, values((util_low - 0.1, 50))),
-                **_gpu(catalog.GPU_UTILIZATION_PERCENT, GPU1, values(((util_low + util_high) / 2, 50))),
+                **_gpu(catalog.GPU_UTILIZATION_PERCENT, GPU0, values((util_low - 10, 50))),
+                **_gpu(catalog.GPU_UTILIZATION_PERCENT, GPU_OTHER_NODE, values((util_low + 9.8, 50))),
+                **_gpu(catalog.GPU_UTILIZATION_PERCENT, GPU1, values((0, 50))),
+                **_holds(JOB_1, GPU0, GPU_OTHER_NODE),
             },
-            (*silent(585), fires(600, Firing(GPU0, util_low - 0.1))),
+            (*silent(585), fires(600, Firing(JOB_1, util_low - 0.1, "gpu-node-1: 1 GPU(s); gpu-node-2: 1 GPU(s); "))),
         ),
         Case(
             "GPUUtilizationLow",
-            f"exactly {util_low:g}% stays silent",
-            _gpu(catalog.GPU_UTILIZATION_PERCENT, GPU0, values((util_low, 50))),
+            f"a job at exactly {util_low:g}% stays silent",
+            {**_gpu(catalog.GPU_UTILIZATION_PERCENT, GPU0, values((util_low, 50))), **_holds(JOB_1, GPU0)},
             silent(600, 720),
+        ),
+        Case(
+            "GPUUtilizationLow",
+            "idle GPUs no job holds never fire it",
+            {
+                **_gpu(catalog.GPU_UTILIZATION_PERCENT, GPU0, values((0, 80))),
+                **_gpu(catalog.GPU_UTILIZATION_PERCENT, GPU1, values((util_low / 6, 80))),
+            },
+            silent(600, 900, 1185),
+        ),
+        Case(
+            "GPUUtilizationLow",
+            "a finished job's GPU stops counting for it once its info series is gone",
+            {
+                **_gpu(catalog.GPU_UTILIZATION_PERCENT, GPU0, values((util_low / 3, 120))),
+                **_holds(JOB_1, GPU0, samples="1 1 1 1 1"),
+            },
+            silent(600, 900, 1500),
         ),
         Case(
             "GPUUtilizationLow",
@@ -337,19 +377,32 @@ def alert_cases(th: Thresholds = DEFAULT_THRESHOLDS) -> tuple[Case, ...]:
                     values((None, 21), (util_low / 3, 30)),
                     poller_target(pod="gpu-poller-fghij"),
                 ),
+                **_holds(JOB_1, GPU0),
             },
-            (*silent(585), fires(600, Firing(GPU0, util_low / 3))),
+            (*silent(585), fires(600, Firing(JOB_1, util_low / 3, "gpu-node-1: 1 GPU(s); "))),
         ),
         Case(
             "GPUUtilizationCritical",
-            f"{util_high + 0.5:g}% for 5m fires",
-            _gpu(catalog.GPU_UTILIZATION_PERCENT, GPU0, values((util_high + 0.5, 30))),
-            (*silent(285), fires(300, Firing(GPU0, util_high + 0.5))),
+            f"a job whose GPUs average {util_high + 0.5:g}% for 5m fires for the job",
+            {**_gpu(catalog.GPU_UTILIZATION_PERCENT, GPU0, values((util_high + 0.5, 30))), **_holds(JOB_1, GPU0)},
+            (*silent(285), fires(300, Firing(JOB_1, util_high + 0.5, "gpu-node-1: 1 GPU(s); "))),
         ),
         Case(
             "GPUUtilizationCritical",
-            f"exactly {util_high:g}% stays silent",
-            _gpu(catalog.GPU_UTILIZATION_PERCENT, GPU0, values((util_high, 30))),
+            f"a job at exactly {util_high:g}% stays silent",
+            {**_gpu(catalog.GPU_UTILIZATION_PERCENT, GPU0, values((util_high, 30))), **_holds(JOB_1, GPU0)},
+            silent(300, 420),
+        ),
+        Case(
+            "GPUUtilizationCritical",
+            f"a saturated GPU no job holds stays silent, and a job averaging {util_high - 1:g}% (one GPU at "
+            "100%) is not saturated",
+            {
+                **_gpu(catalog.GPU_UTILIZATION_PERCENT, GPU0, values((100, 30))),
+                **_gpu(catalog.GPU_UTILIZATION_PERCENT, GPU1, values((100, 30))),
+                **_gpu(catalog.GPU_UTILIZATION_PERCENT, GPU_OTHER_NODE, values((2 * util_high - 102, 30))),
+                **_holds(JOB_1, GPU1, GPU_OTHER_NODE),
+            },
             silent(300, 420),
         ),
         Case(
@@ -364,12 +417,27 @@ def alert_cases(th: Thresholds = DEFAULT_THRESHOLDS) -> tuple[Case, ...]:
             _memory(values((mem_high * H100_BYTES, 60))),
             silent(300, 600),
         ),
+        Case(
+            "GPUMemoryUsageHigh",
+            f"{mem_high + 0.01:.0%} on a GPU a job holds fires with the job's labels",
+            {**_memory(values(((mem_high + 0.01) * H100_BYTES, 60))), **_holds(JOB_1, GPU0)},
+            (*silent(285), fires(300, Firing({**GPU0, **JOB_1}, mem_high + 0.01))),
+        ),
         # `for` is 15s at the default intervals: 1 point above from 60s is pending at 60s, firing at 75s.
         Case(
             "GPUMemoryExhausted",
             f"{mem_full + 0.01:.0%} on two consecutive scrapes fires",
             _memory(values((mem_full / 2 * H100_BYTES, 4), ((mem_full + 0.01) * H100_BYTES, 40))),
             (*silent(60), fires(75, Firing(GPU0, mem_full + 0.01))),
+        ),
+        Case(
+            "GPUMemoryExhausted",
+            f"{mem_full + 0.01:.0%} on a GPU a job holds fires with the job's labels, within the same 75s",
+            {
+                **_memory(values((mem_full / 2 * H100_BYTES, 4), ((mem_full + 0.01) * H100_BYTES, 40))),
+                **_holds(JOB_1, GPU0),
+            },
+            (*silent(60), fires(75, Firing({**GPU0, **JOB_1}, mem_full + 0.01))),
         ),
         Case(
             "GPUMemoryExhausted",
@@ -395,6 +463,16 @@ def alert_cases(th: Thresholds = DEFAULT_THRESHOLDS) -> tuple[Case, ...]:
         ),
         Case(
             "GPUTemperatureHigh",
+            f"{hot + 1:g} °C on a GPU a job holds fires with the job's labels; the hot GPU no job holds still fires",
+            {
+                **_gpu(catalog.GPU_TEMPERATURE_CELSIUS, GPU0, values((hot + 1, 20))),
+                **_gpu(catalog.GPU_TEMPERATURE_CELSIUS, GPU1, values((hot + 5, 20))),
+                **_holds(JOB_1, GPU0),
+            },
+            (*silent(105), fires(120, Firing({**GPU0, **JOB_1}, hot + 1), Firing(GPU1, hot + 5))),
+        ),
+        Case(
+            "GPUTemperatureHigh",
             f"exactly {hot:g} °C stays silent",
             _gpu(catalog.GPU_TEMPERATURE_CELSIUS, GPU0, values((hot, 20))),
             silent(120, 240),
@@ -411,6 +489,15 @@ def alert_cases(th: Thresholds = DEFAULT_THRESHOLDS) -> tuple[Case, ...]:
                 **_gpu(catalog.GPU_ERRORS_TOTAL, {**GPU1, "error_type": "xid"}, values((0, 23))),
             },
             (*silent(30), fires(45, Firing(GPU0))),
+        ),
+        Case(
+            "GPUErrorsDetected",
+            "an XID on a GPU a job holds fires with the job's labels",
+            {
+                **_gpu(catalog.GPU_ERRORS_TOTAL, {**GPU0, "error_type": "xid"}, values((0, 3), (1, 20))),
+                **_holds(JOB_1, GPU0, samples=values((1, 23))),
+            },
+            (*silent(30), fires(45, Firing({**GPU0, **JOB_1}))),
         ),
         Case(
             "GPUErrorsDetected",
@@ -452,6 +539,47 @@ def alert_cases(th: Thresholds = DEFAULT_THRESHOLDS) -> tuple[Case, ...]:
             "resolves 10m after the last error",
             _gpu(catalog.GPU_ERRORS_TOTAL, {**GPU0, "error_type": "xid"}, values((0, 2), (1, 60))),
             (fires(615, Firing(GPU0)), *silent(630)),
+        ),
+        # GPUMemoryExhaustionPredicted: used = 55% + 0.5% of the total per scrape (2% a minute), so the
+        # 10m trend adds 20%: it reaches the total once 80% is in use (scrape 50, 750s), pending from
+        # then and firing 2m later; at 900s 85% is in use.
+        Case(
+            "GPUMemoryExhaustionPredicted",
+            "a steady climb that reaches the total within 10m fires after 2m",
+            _memory(join(_ratios(0.55, 0.005, 80)), samples=80),
+            (*silent(600, 735, 855), fires(900, Firing(GPU0, 0.85))),
+        ),
+        Case(
+            "GPUMemoryExhaustionPredicted",
+            "on a GPU a job holds it carries the job's labels",
+            {**_memory(join(_ratios(0.55, 0.005, 80)), samples=80), **_holds(JOB_1, GPU0, samples=values((1, 80)))},
+            (fires(900, Firing({**GPU0, **JOB_1}, 0.85)),),
+        ),
+        Case(
+            "GPUMemoryExhaustionPredicted",
+            "flat usage at 90% stays silent",
+            _memory(values((0.9 * H100_BYTES, 80)), samples=80),
+            silent(600, 900, 1185),
+        ),
+        Case(
+            "GPUMemoryExhaustionPredicted",
+            "falling usage stays silent",
+            _memory(join(_ratios(0.94, -0.005, 80)), samples=80),
+            silent(300, 600, 900),
+        ),
+        Case(
+            "GPUMemoryExhaustionPredicted",
+            "one spike to 99% on flat 70% stays silent",
+            _memory(values((0.7 * H100_BYTES, 40), (0.99 * H100_BYTES, 1), (0.7 * H100_BYTES, 39)), samples=80),
+            silent(600, 615, 630, 735, 900),
+        ),
+        # A steep climb (2% of the total per scrape: the 10m trend adds 80%) is trusted only above the
+        # floor: from 41% below it, usage passes it at scrape 21 (315s, 1% above), fires 2m later.
+        Case(
+            "GPUMemoryExhaustionPredicted",
+            f"a steep climb fires only once above {prediction_floor:.0%} of the memory",
+            _memory(join(_ratios(prediction_floor - 0.41, 0.02, 30)), samples=30),
+            (*silent(300, 420), fires(435, Firing(GPU0, prediction_floor + 0.17))),
         ),
         # --- ml_model_quality ------------------------------------------------------------------------
         Case(
@@ -791,3 +919,133 @@ RECORD_CASES: tuple[RecordCase, ...] = (
         (({"dataset": "market-ticks"}, 200),),
     ),
 )
+
+
+# --- ml_training_job_gpus.recording: one fleet of 4 GPUs, every per-job record at 10m ----------
+# GPU0 (node 1) and GPU(node 2, 0) are job-1's, GPU1 (node 2) is no job's, an A100 (node 2, 2) is
+# job-2's. Energy counters grow by power x 15 s per scrape, so each GPU's rate is its power.
+A100 = {**gpu_labels("2", node="gpu-node-2"), "gpu_name": "NVIDIA A100-SXM4-80GB"}
+JOB_2 = {"model_type": "ppo", "job_id": "job-2"}
+POLLER_NODE_2 = poller_target(node="gpu-node-2", pod="gpu-poller-zyxwv")
+_FLEET_GPUS = (  # (labels, poller target, utilization, memory used, watts, celsius, joules at start)
+    (GPU0, TARGET, 20, 40e9, 300, 60, 1000),
+    (GPU_OTHER_NODE, POLLER_NODE_2, 40, 60e9, 200, 70, 2000),
+    (GPU1, POLLER_NODE_2, 0, 1e9, 50, 40, 0),
+    (A100, POLLER_NODE_2, 90, 20e9, 400, 80, 0),
+)
+_SCRAPES = 41  # 0s..600s
+# GPM figures (SM active, tensor active): the H100s only; the A100 (job-2's) reports none.
+_FLEET_GPM = (
+    (GPU0, TARGET, 15, 10),
+    (GPU_OTHER_NODE, POLLER_NODE_2, 35, 30),
+    (GPU1, POLLER_NODE_2, 5, 0),
+)
+
+
+def _fleet_input(energy_grows: bool = True) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for gpu, target, util, used, watts, celsius, joules in _FLEET_GPUS:
+        out |= _gpu(catalog.GPU_UTILIZATION_PERCENT, gpu, values((util, _SCRAPES)), target)
+        out |= _gpu(catalog.GPU_MEMORY_USED_BYTES, gpu, values((used, _SCRAPES)), target)
+        out |= _gpu(catalog.GPU_MEMORY_TOTAL_BYTES, gpu, values((H100_BYTES, _SCRAPES)), target)
+        out |= _gpu(catalog.GPU_POWER_WATTS, gpu, values((watts, _SCRAPES)), target)
+        out |= _gpu(catalog.GPU_TEMPERATURE_CELSIUS, gpu, values((celsius, _SCRAPES)), target)
+        step = watts * S if energy_grows else 0
+        out |= _gpu(catalog.GPU_ENERGY_JOULES_TOTAL, gpu, join(counter(joules, step, _SCRAPES)), target)
+    for gpu, target, sm_active, tensor_active in _FLEET_GPM:
+        out |= _gpu(catalog.GPU_SM_ACTIVE_PERCENT, gpu, values((sm_active, _SCRAPES)), target)
+        out |= _gpu(catalog.GPU_TENSOR_ACTIVE_PERCENT, gpu, values((tensor_active, _SCRAPES)), target)
+    out[series(catalog.GPU_POLLER_DEVICES, {**TARGET, "node": "gpu-node-1"})] = values((1, _SCRAPES))
+    out[series(catalog.GPU_POLLER_DEVICES, {**POLLER_NODE_2, "node": "gpu-node-2"})] = values((3, _SCRAPES))
+    out |= _holds(JOB_1, GPU0, GPU_OTHER_NODE, samples=values((1, _SCRAPES)))
+    out |= _holds(JOB_2, A100, samples=values((1, _SCRAPES)))
+    return out
+
+
+def _held(gpu: dict[str, str], job: dict[str, str], value: float) -> tuple[dict[str, str], float]:
+    return ({**gpu, **job}, value)
+
+
+_T = 600  # seconds at the check
+_JOB1_JOULES = (1000 + 300 * S * 40) + (2000 + 200 * S * 40)
+_JOB2_JOULES = 400 * S * 40
+_JOB1_KWH = (_JOB1_JOULES - 3000) / 3_600_000
+_JOB2_KWH = (_JOB2_JOULES - 0) / 3_600_000
+_PRICE = dict(CFG.gpu_hourly_cost)
+_JOB1_HOURLY = _PRICE["NVIDIA H100 80GB HBM3"] + _PRICE["NVIDIA H100 80GB HBM3"]
+_JOB2_HOURLY = CFG.gpu_hourly_cost_default
+_PER_RECORD: dict[str, tuple[tuple[dict[str, str], float], ...]] = {
+    jobs.HELD_UTILIZATION.record: (_held(GPU0, JOB_1, 20), _held(GPU_OTHER_NODE, JOB_1, 40), _held(A100, JOB_2, 90)),
+    jobs.HELD_MEMORY_RATIO.record: (
+        _held(GPU0, JOB_1, 0.5),
+        _held(GPU_OTHER_NODE, JOB_1, 0.75),
+        _held(A100, JOB_2, 0.25),
+    ),
+    jobs.HELD_POWER.record: (_held(GPU0, JOB_1, 300), _held(GPU_OTHER_NODE, JOB_1, 200), _held(A100, JOB_2, 400)),
+    jobs.HELD_TEMPERATURE.record: (_held(GPU0, JOB_1, 60), _held(GPU_OTHER_NODE, JOB_1, 70), _held(A100, JOB_2, 80)),
+    jobs.JOB_GPUS.record: ((JOB_1, 2), (JOB_2, 1)),
+    jobs.JOB_UTILIZATION_AVG.record: ((JOB_1, 30), (JOB_2, 90)),
+    jobs.JOB_UTILIZATION_MIN.record: ((JOB_1, 20), (JOB_2, 90)),
+    jobs.JOB_SM_ACTIVE_AVG.record: ((JOB_1, 25),),  # job-2's A100 has no GPM: no series
+    jobs.JOB_TENSOR_ACTIVE_AVG.record: ((JOB_1, 20),),
+    jobs.JOB_MEMORY_RATIO_MAX.record: ((JOB_1, 0.75), (JOB_2, 0.25)),
+    jobs.JOB_POWER.record: ((JOB_1, 500), (JOB_2, 400)),
+    jobs.JOB_ENERGY_RATE.record: ((JOB_1, 500), (JOB_2, 400)),
+    jobs.JOB_TEMPERATURE_MAX.record: ((JOB_1, 70), (JOB_2, 80)),
+    jobs.FLEET_HELD.record: (({}, 3),),
+    jobs.FLEET_UNHELD.record: (({}, 1),),
+    jobs.FLEET_HELD_IDLE: (({}, 1),),
+    jobs.JOB_FIRST_SEEN.record: ((JOB_1, 0), (JOB_2, 0)),  # both first recorded at 0s
+    jobs.JOB_ENERGY.record: ((JOB_1, _JOB1_JOULES), (JOB_2, _JOB2_JOULES)),
+    jobs.JOB_ENERGY_FIRST_SEEN.record: ((JOB_1, 3000), (JOB_2, 0)),
+    jobs.JOB_GPU_HOURS.record: ((JOB_1, 2 * (_T - 0) / 3600), (JOB_2, 1 * (_T - 0) / 3600)),
+    jobs.JOB_KWH.record: ((JOB_1, _JOB1_KWH), (JOB_2, _JOB2_KWH)),
+    jobs.JOB_HOURLY_COST: ((JOB_1, _JOB1_HOURLY), (JOB_2, _JOB2_HOURLY)),
+    jobs.JOB_COST: (
+        (JOB_1, _JOB1_HOURLY * (_T - 0) / 3600 + _JOB1_KWH * CFG.energy_price_per_kwh),
+        (JOB_2, _JOB2_HOURLY * (_T - 0) / 3600 + _JOB2_KWH * CFG.energy_price_per_kwh),
+    ),
+    jobs.MODEL_GPUS: (({"model_type": "dqn"}, 2), ({"model_type": "ppo"}, 1)),
+    jobs.MODEL_HOURLY_COST: (({"model_type": "dqn"}, _JOB1_HOURLY), ({"model_type": "ppo"}, _JOB2_HOURLY)),
+    jobs.MODEL_ENERGY_RATE: (({"model_type": "dqn"}, 500), ({"model_type": "ppo"}, 400)),
+}
+# Over 24 h, with flat energy counters (rate 0 at every evaluation, with no extrapolation to
+# predict): 41 evaluations of 2 and 1 GPUs.
+_PER_RECORD_FLAT_ENERGY: dict[str, tuple[tuple[dict[str, str], float], ...]] = {
+    jobs.MODEL_GPU_HOURS_24H: (({"model_type": "dqn"}, 82 * S / 3600), ({"model_type": "ppo"}, 41 * S / 3600)),
+    jobs.MODEL_KWH_24H: (({"model_type": "dqn"}, 0), ({"model_type": "ppo"}, 0)),
+    jobs.MODEL_COST_24H: (
+        ({"model_type": "dqn"}, 41 * _JOB1_HOURLY * S / 3600 + 0 * CFG.energy_price_per_kwh),
+        ({"model_type": "ppo"}, 41 * _JOB2_HOURLY * S / 3600 + 0 * CFG.energy_price_per_kwh),
+    ),
+}
+
+JOB_RECORD_CASES: tuple[RecordCase, ...] = (
+    *(
+        RecordCase(record, "two jobs, an unheld GPU, at 10m", _fleet_input(), "10m", samples)
+        for record, samples in _PER_RECORD.items()
+    ),
+    *(
+        RecordCase(record, "24 h of two jobs (flat energy)", _fleet_input(energy_grows=False), "10m", samples)
+        for record, samples in _PER_RECORD_FLAT_ENERGY.items()
+    ),
+    RecordCase(
+        jobs.HELD_UTILIZATION.record,
+        "a finished job's GPU counts for no job once its info series is gone",
+        {**_gpu(catalog.GPU_UTILIZATION_PERCENT, GPU0, values((10, 60))), **_holds(JOB_1, GPU0, samples="1 1 1 1 1")},
+        "10m",
+        (),
+    ),
+    RecordCase(
+        jobs.FLEET_UNHELD.record,
+        "the finished job's GPU is free again",
+        {
+            **_gpu(catalog.GPU_UTILIZATION_PERCENT, GPU0, values((10, 60))),
+            series(catalog.GPU_POLLER_DEVICES, {**TARGET, "node": "gpu-node-1"}): values((1, 60)),
+            **_holds(JOB_1, GPU0, samples="1 1 1 1 1"),
+        },
+        "10m",
+        (({}, 1),),
+    ),
+)
+RECORD_CASES = (*RECORD_CASES, *JOB_RECORD_CASES)

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from observability import catalog
 from observability.config import ObservabilityConfig
+from observability.promql import duration
 from observability.rules import alert_rules
-from observability.rules.promql import duration
 from tests.rules.alert_cases import H100_BYTES, NAN_JOB, NAN_LABELS, TRAINING_POD
 from tests.rules.promtool_harness import Case, Check, Firing, Suite, gpu_labels, poller_target, series
 

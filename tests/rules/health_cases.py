@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from observability import catalog
-from observability.rules.promql import duration
+from observability.promql import duration
 from tests.rules.promtool_harness import Case, Check, Firing, counter, gpu_labels, join, poller_target, series, values
 
 NODE = "gpu-node-1"

@@ -118,6 +118,9 @@ class Firing:
 
     labels: Mapping[str, str]
     value: float | None = None
+    # What the description's `{{ range ... | query ... }}...{{ end }}` block renders to (the job's
+    # GPUs by node), for alerts whose description runs a query.
+    query_output: str | None = None
 
 
 @dataclass(frozen=True)
@@ -159,6 +162,7 @@ class RecordCase:
 # Go template subset used by the rules' annotations (Prometheus' template functions)
 # ------------------------------------------------------------------------------------------------
 
+_QUERY_RANGE = re.compile(r"\{\{ range printf .*? \| query .*?\}\}.*?\{\{ end \}\}", re.DOTALL)
 _IF_LABEL = re.compile(r"\{\{ if \$labels\.(\w+) \}\}(.*?)\{\{ else \}\}(.*?)\{\{ end \}\}", re.DOTALL)
 _ACTION = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
 _PRINTF = re.compile(r'printf "(%\.\d+f)" \$value')
@@ -196,7 +200,14 @@ def humanize_duration(value: float) -> str:
     return f"{_go_g4(value)}{prefix}s"
 
 
-def render_template(template: str, labels: Mapping[str, str], value: float | None) -> str:
+def render_template(
+    template: str, labels: Mapping[str, str], value: float | None, query_output: str | None = None
+) -> str:
+    if _QUERY_RANGE.search(template):
+        if query_output is None:
+            raise ValueError("the template runs a query: the case must give its query_output")
+        template = _QUERY_RANGE.sub(lambda _: query_output, template)
+
     def conditional(match: re.Match[str]) -> str:
         return match.group(2) if labels.get(match.group(1)) else match.group(3)
 
@@ -239,7 +250,9 @@ def _duration_seconds(text: str) -> int:
 
 def _exp_alert(rule: Mapping[str, Any], firing: Firing) -> dict[str, Any]:
     labels = {**firing.labels, **rule.get("labels", {})}
-    annotations = {k: render_template(v, labels, firing.value) for k, v in rule["annotations"].items()}
+    annotations = {
+        k: render_template(v, labels, firing.value, firing.query_output) for k, v in rule["annotations"].items()
+    }
     return {"exp_labels": labels, "exp_annotations": annotations}
 
 

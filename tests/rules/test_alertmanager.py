@@ -77,7 +77,7 @@ def test_amtool_check_config_passes(config_file):
         [_tool("amtool"), "check-config", str(config_file)], capture_output=True, text=True, check=False
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "5 inhibit rules" in proc.stdout and "4 receivers" in proc.stdout
+    assert f"{len(am.INHIBITIONS)} inhibit rules" in proc.stdout and "4 receivers" in proc.stdout
 
 
 def test_amtool_check_config_passes_for_every_stack(tmp_path):
@@ -304,17 +304,25 @@ GPU_B = {"node": "gpu-node-1", "gpu_id": "1", "uuid": "GPU-b", "gpu_name": "NVID
 GPU_C = {"node": "gpu-node-2", "gpu_id": "0", "uuid": "GPU-c", "gpu_name": "NVIDIA H100"}
 GPU_D = {"node": "gpu-node-3", "gpu_id": "0", "uuid": "GPU-d", "gpu_name": "NVIDIA H100"}
 GPU_E = {"node": "gpu-node-4", "gpu_id": "2", "uuid": "GPU-e", "gpu_name": "NVIDIA H100"}
+GPU_F = {"node": "gpu-node-2", "gpu_id": "1", "uuid": "GPU-f", "gpu_name": "NVIDIA H100"}
 POLLER_D = {"namespace": "monitoring", "pod": "gpu-poller-d", "node": "gpu-node-3"}
 JOB = {"namespace": "training", "model_type": "dqn", "job_id": "job-1"}
+HOLDER_A = {"model_type": "dqn", "job_id": "job-1"}
+HOLDER_C = {"model_type": "ppo", "job_id": "job-2"}
+OTHER_JOB = {"model_type": "ppo", "job_id": "job-3"}
 SEVERITY = {a.name: a.severity.value for a in alert_rules(CFG)}
 
 # (alert name, labels, muted?)
 SCENARIO = [
-    ("GPUMemoryExhausted", GPU_A, False),
-    ("GPUMemoryUsageHigh", GPU_A, True),  # same GPU as the critical one
+    ("GPUMemoryExhausted", {**GPU_A, **HOLDER_A}, False),
+    ("GPUMemoryUsageHigh", {**GPU_A, **HOLDER_A}, True),  # same GPU as the critical one
+    ("GPUMemoryExhaustionPredicted", {**GPU_A, **HOLDER_A}, True),  # it has run out: no need to predict it
     ("GPUMemoryUsageHigh", GPU_B, False),  # a neighbour GPU is not muted
-    ("GPUErrorsDetected", GPU_C, False),
-    ("GPUUtilizationLow", GPU_C, True),
+    ("GPUMemoryExhaustionPredicted", GPU_B, False),
+    ("GPUErrorsDetected", {**GPU_C, **HOLDER_C}, False),
+    ("GPUUtilizationLow", HOLDER_C, True),  # the job holding the failing GPU
+    ("GPUErrorsDetected", GPU_F, False),  # a failing GPU no job holds...
+    ("GPUUtilizationCritical", OTHER_JOB, False),  # ...mutes no job's alert
     ("MLTrainingServiceDown", {"namespace": "foxhunt", "service": "ml-training-service"}, False),
     ("TrainingSlowdown", JOB, True),
     ("ModelLoadingFailures", {"namespace": "foxhunt", "service": "ml-inference-service", "model_type": "tft"}, True),
@@ -347,21 +355,20 @@ def test_a_real_alertmanager_applies_the_inhibitions(alertmanager_url):
     )
     with urllib.request.urlopen(request, timeout=5) as response:
         assert response.status == 200
-    expected = {(name, labels.get("gpu_id"), labels.get("node")): muted for name, labels, muted in SCENARIO}
+
+    def key(labels: dict[str, str]) -> tuple[str | None, ...]:
+        return tuple(labels.get(k) for k in ("alertname", "gpu_id", "node", "job_id"))
+
+    expected = {key({"alertname": name, **labels}): muted for name, labels, muted in SCENARIO}
     # Alertmanager's inhibitor sees new alerts asynchronously: read until it has caught up (or time out).
     deadline = time.monotonic() + 15
     while True:
         with urllib.request.urlopen(f"{alertmanager_url}/api/v2/alerts", timeout=5) as response:
             got = json.load(response)
-        muted = {
-            (a["labels"]["alertname"], a["labels"].get("gpu_id"), a["labels"].get("node")): bool(
-                a["status"]["inhibitedBy"]
-            )
-            for a in got
-        }
+        muted = {key(a["labels"]): bool(a["status"]["inhibitedBy"]) for a in got}
         if muted == expected or time.monotonic() > deadline:
             break
         time.sleep(0.2)
     assert len(got) == len(SCENARIO)
-    for key, should_be_muted in expected.items():
-        assert muted[key] is should_be_muted, key
+    for alert_key, should_be_muted in expected.items():
+        assert muted[alert_key] is should_be_muted, alert_key

@@ -19,6 +19,7 @@ from observability.rules import (
     RECORDING_RULES,
     Severity,
     alert_rules,
+    jobs,
     project_group_names,
     recording,
     rule_groups,
@@ -40,6 +41,7 @@ SEED_GROUPS = {
         "GPUMemoryExhausted",
         "GPUTemperatureHigh",
         "GPUErrorsDetected",
+        "GPUMemoryExhaustionPredicted",  # added to the seed's six: predicted out-of-memory
     ),
     "ml_model_quality": (
         "ModelDriftDetected",
@@ -102,7 +104,8 @@ def rule_problems(rule: dict[str, Any], cfg: ObservabilityConfig = CFG) -> list[
 def test_six_groups_with_the_seeds_alerts_then_the_health_group():
     assert ALERTS_BY_GROUP == {**SEED_GROUPS, HEALTH_GROUP: HEALTH_ALERTS}
     assert (*SEED_GROUPS, HEALTH_GROUP) == ALERT_GROUP_NAMES
-    assert len(ALERT_NAMES) == 22 + len(HEALTH_ALERTS) == len(set(ALERT_NAMES))
+    # the seed's 22 plus GPUMemoryExhaustionPredicted, then the health alerts
+    assert len(ALERT_NAMES) == 23 + len(HEALTH_ALERTS) == len(set(ALERT_NAMES))
     alert_groups = [g for g in rule_groups(CFG) if any("alert" in r for r in g["rules"])]
     assert [g["name"] for g in alert_groups] == [*SEED_GROUPS, HEALTH_GROUP]
     assert all(all("alert" in r for r in g["rules"]) for g in alert_groups)
@@ -113,7 +116,7 @@ def test_severities_follow_the_seed():
     assert {n for n, s in severity.items() if s is Severity.CRITICAL} == SEED_CRITICAL
     assert {n for n, s in severity.items() if s is Severity.HIGH} == SEED_HIGH
     assert {n for n, s in severity.items() if s is Severity.INFO} == INFO
-    assert sum(s is Severity.WARNING for s in severity.values()) == 12
+    assert sum(s is Severity.WARNING for s in severity.values()) == 13
 
 
 @pytest.mark.parametrize("alert", ALERT_NAMES)
@@ -191,13 +194,20 @@ def test_description_names_every_locating_label_and_only_those(alert):
 
 @pytest.mark.parametrize("alert", alert_rules(CFG), ids=lambda a: a.name)
 def test_aggregations_keep_the_locating_labels(alert):
-    """Never `sum` away what locates the problem: every aggregation is `by` a superset of them."""
-    assert " without" not in alert.expr
-    bare = re.findall(r"\b(sum|max|min|avg|count)\s*\(", alert.expr)
+    """Never `sum` away what locates the problem: every aggregation is `by` a superset of them.
+
+    The job join (`jobs.HOLDER`, one job per GPU uuid) adds `model_type` and `job_id` to a
+    per-GPU expression; the aggregations before it keep the GPU's labels."""
+    expr = alert.expr.replace(jobs.HOLDER, "HOLDER")
+    required = set(alert.locating_labels)
+    if "group_left (model_type, job_id)\nHOLDER" in expr:
+        required -= set(jobs.JOB_LABELS)
+    assert " without" not in expr
+    bare = re.findall(r"\b(sum|max|min|avg|count)\s*\(", expr)
     assert not bare, f"aggregation without `by` in {alert.name}"
-    for clause in re.findall(r"\bby \(([^)]*)\)", alert.expr):
+    for clause in re.findall(r"\bby \(([^)]*)\)", expr):
         kept = {label.strip() for label in clause.split(",")}
-        assert set(alert.locating_labels) <= kept, (alert.name, clause)
+        assert required <= kept, (alert.name, clause)
 
 
 def test_health_alerts_watch_exactly_the_projects_rule_groups():
@@ -218,10 +228,17 @@ def test_kube_state_metrics_adds_the_capacity_checks():
     assert all(catalog.KUBE_NODE_STATUS_CAPACITY.name not in expr for expr in without.values())
 
 
-def test_gpu_alerts_locate_the_gpu():
+def test_gpu_alerts_locate_the_gpu_and_the_job_holding_it():
     for alert in alert_rules(CFG):
-        if alert.group == "ml_gpu_resources":
-            assert {"node", "gpu_id", "uuid", "gpu_name"} <= set(alert.locating_labels), alert.name
+        if alert.group != "ml_gpu_resources":
+            continue
+        if alert.name in ("GPUUtilizationLow", "GPUUtilizationCritical"):  # judged per job
+            assert set(alert.locating_labels) == {"model_type", "job_id"}, alert.name
+            assert alert.expr.startswith(jobs.JOB_UTILIZATION_AVG.record), alert.name
+        else:
+            assert {"node", "gpu_id", "uuid", "gpu_name", "model_type", "job_id"} <= set(alert.locating_labels)
+            # the join keeps the GPUs no job holds: `or on (uuid)` the unjoined expression
+            assert "\nor on (uuid)\n" in alert.expr, alert.name
 
 
 def test_training_alerts_locate_the_job():
@@ -261,6 +278,11 @@ _PROMQL_WORDS = {
     "changes",
     "delta",
     "le",
+    "predict_linear",
+    "last_over_time",
+    "sum_over_time",
+    "clamp_min",
+    "vector",
 }
 
 
@@ -345,7 +367,8 @@ def test_gpu_errors_alert_reads_only_the_errors_counter_not_the_per_code_xid_ser
     # At 8,000 GPUs the per-code series made this one rule cost seconds; the errors counter counts
     # every XID (any code), uncorrectable ECC error and lost GPU, so it alone is the signal.
     (errors,) = [a for a in alert_rules(CFG) if a.name == "GPUErrorsDetected"]
-    assert _series_names(errors.expr) == {catalog.GPU_ERRORS_TOTAL.name}
+    # (and the jobs' GPU info, to label the GPU with the job holding it)
+    assert _series_names(errors.expr) == {catalog.GPU_ERRORS_TOTAL.name, catalog.TRAINING_JOB_GPU_INFO.name}
     assert catalog.GPU_XID_ERRORS_TOTAL.name in errors.description  # it still points at the codes
 
 

@@ -44,6 +44,7 @@ PANELS: dict[str, list[tuple[str, str, str]]] = {
     "gpu_temperature_high_celsius": [
         ("ml-training-comprehensive", "Performance Metrics", "GPU Temperature"),
         ("foxhunt-training-cockpit", "GPU Resources", "GPU Temperature"),
+        ("foxhunt-training-cockpit", "This Job's GPUs", "Job GPU Temperature"),
     ],
 }
 

@@ -13,22 +13,41 @@
  *   gpu.0.temperature 65  gpu.0.power_mw 350000  gpu.0.power_limit_mw 700000
  *   gpu.0.clock_sm_mhz 1980  gpu.0.clock_mem_mhz 2619  gpu.0.clocks_event_reasons 0x44
  *   gpu.0.ecc_corrected 3  gpu.0.ecc_uncorrected 0  gpu.0.supported_events 0x8f
+ *   gpu.0.energy_mj 5000000        total energy at load (mJ); nvmlDeviceGetTotalEnergyConsumption
+ *                                  adds what power_mw drew since the library was first asked
  *   gpu.0.lost 1                   every call on GPU 0 answers NVML_ERROR_GPU_IS_LOST
  *   gpu.0.error.<field> CODE       one field answers CODE (3 = NOT_SUPPORTED); fields: name uuid
  *                                  utilization memory temperature power power_limit clock_sm
  *                                  clock_mem clocks_event_reasons ecc_corrected ecc_uncorrected
- *                                  supported_events register_events
+ *                                  supported_events register_events energy
  *   gpu.0.delay_us 200000          nvmlDeviceGetUtilizationRates on GPU 0 sleeps this long
  *   xid SEQ GPU CODE               an XID event, delivered once by nvmlEventSetWait_v2 (in SEQ
  *                                  order; append lines with growing SEQ to raise more)
  *   wait_error CODE                nvmlEventSetWait_v2 answers CODE
  *
+ * GPU Performance Monitoring (GPM, Hopper and newer): nvmlGpmQueryDeviceSupport, nvmlGpmSampleAlloc,
+ * nvmlGpmSampleFree, nvmlGpmSampleGet and nvmlGpmMetricsGet, with the ABI of nvml.h. Each GPU
+ * integrates its configured rates over real (monotonic) time into counters that wrap at 2^bits; a
+ * sample copies the counters and a timestamp, and nvmlGpmMetricsGet divides the counter
+ * differences by the time between the two samples (naively, like hardware counters read without
+ * care: a counter that wrapped or was reset between the samples gives a negative figure).
+ *   gpu.0.gpm_supported 1          nvmlGpmQueryDeviceSupport's isSupportedDevice (default 1)
+ *   gpu.0.gpm.<metric> VALUE       the metric's rate: sm_util sm_occupancy any_tensor_util
+ *                                  dram_bw_util (percent) pcie_tx pcie_rx nvlink_rx nvlink_tx (MiB/s)
+ *   gpu.0.gpm_error.<metric> CODE  nvmlGpmMetricsGet answers CODE in that metric's nvmlReturn
+ *   gpu.0.gpm_counter_bits 32      counters wrap at 2^bits (default 64)
+ *   gpu.0.gpm_counter_start N      counters start at N (near 2^bits: the next interval wraps)
+ *   gpu.0.gpm_reset K              a new K puts the counters back to their start (a GPU reset)
+ *   gpu.0.error.gpm_support / gpm_sample CODE   nvmlGpmQueryDeviceSupport / nvmlGpmSampleGet fail
+ * $FAKE_NVML_GPM_LIVE names a file that always holds the number of GPM samples allocated and not
+ * freed (a leak shows as a growing number).
  * $FAKE_NVML_RELOAD_MS (default 0) throttles the check for a changed file; $FAKE_NVML_TRACE names
  * a file that gets one line per nvmlDeviceGetUtilizationRates call: `util GPU ENTER_NS EXIT_NS`.
  * Build with -DOMIT_<function> to leave an entry point out (an older driver: FunctionNotFound).
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -50,6 +69,7 @@ enum {
     NVML_ERROR_DRIVER_NOT_LOADED = 9,
     NVML_ERROR_TIMEOUT = 10,
     NVML_ERROR_GPU_IS_LOST = 15,
+    NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
     NVML_ERROR_UNKNOWN = 999,
 };
 
@@ -61,12 +81,20 @@ enum {
 enum field {
     F_NAME, F_UUID, F_UTILIZATION, F_MEMORY, F_TEMPERATURE, F_POWER, F_POWER_LIMIT, F_CLOCK_SM,
     F_CLOCK_MEM, F_CLOCKS_EVENT_REASONS, F_ECC_CORRECTED, F_ECC_UNCORRECTED, F_SUPPORTED_EVENTS,
-    F_REGISTER_EVENTS, F_COUNT
+    F_REGISTER_EVENTS, F_ENERGY, F_GPM_SUPPORT, F_GPM_SAMPLE, F_COUNT
 };
 static const char *const field_names[F_COUNT] = {
     "name", "uuid", "utilization", "memory", "temperature", "power", "power_limit", "clock_sm",
     "clock_mem", "clocks_event_reasons", "ecc_corrected", "ecc_uncorrected", "supported_events",
-    "register_events",
+    "register_events", "energy", "gpm_support", "gpm_sample",
+};
+
+/* The GPM metrics the fake computes: NVML_GPM_METRIC_* ids, config names, percent or MiB/s. */
+#define GPM_KINDS 8
+static const struct gpm_kind { unsigned id; const char *name; int percent; const char *unit; } gpm_kinds[GPM_KINDS] = {
+    {2, "sm_util", 1, "%"},         {3, "sm_occupancy", 1, "%"}, {5, "any_tensor_util", 1, "%"},
+    {10, "dram_bw_util", 1, "%"},   {20, "pcie_tx", 0, "MiB/s"}, {21, "pcie_rx", 0, "MiB/s"},
+    {60, "nvlink_rx", 0, "MiB/s"},  {61, "nvlink_tx", 0, "MiB/s"},
 };
 
 struct gpu {
@@ -74,10 +102,16 @@ struct gpu {
     char uuid[TEXT];
     unsigned util_gpu, util_memory, temperature, power_mw, power_limit_mw, clock_sm_mhz, clock_mem_mhz;
     unsigned long long memory_total, memory_used, clocks_event_reasons, ecc_corrected, ecc_uncorrected;
-    unsigned long long supported_events;
+    unsigned long long supported_events, energy_mj;
     int lost;
     long delay_us;
     nvmlReturn_t error[F_COUNT];
+    int gpm_supported;
+    double gpm_rate[GPM_KINDS];
+    nvmlReturn_t gpm_error[GPM_KINDS];
+    unsigned gpm_counter_bits;
+    unsigned long long gpm_counter_start;
+    long gpm_reset;
 };
 
 struct xid { long seq; unsigned gpu; unsigned long long code; };
@@ -149,12 +183,21 @@ static void set_defaults(struct config *c) {
         g->clock_sm_mhz = 1980;
         g->clock_mem_mhz = 2619;
         g->supported_events = 0x8fULL;
+        g->energy_mj = 5000000ULL;
+        g->gpm_supported = 1;
+        g->gpm_counter_bits = 64;
     }
 }
 
 static int field_index(const char *name) {
     for (int f = 0; f < F_COUNT; f++)
         if (strcmp(field_names[f], name) == 0) return f;
+    return -1;
+}
+
+static int gpm_kind_index(const char *name) {
+    for (int k = 0; k < GPM_KINDS; k++)
+        if (strcmp(gpm_kinds[k].name, name) == 0) return k;
     return -1;
 }
 
@@ -175,8 +218,21 @@ static void set_gpu_value(struct gpu *g, const char *key, const char *value) {
     else if (strcmp(key, "ecc_corrected") == 0) g->ecc_corrected = n;
     else if (strcmp(key, "ecc_uncorrected") == 0) g->ecc_uncorrected = n;
     else if (strcmp(key, "supported_events") == 0) g->supported_events = n;
+    else if (strcmp(key, "energy_mj") == 0) g->energy_mj = n;
     else if (strcmp(key, "lost") == 0) g->lost = (int)n;
     else if (strcmp(key, "delay_us") == 0) g->delay_us = (long)n;
+    else if (strcmp(key, "gpm_supported") == 0) g->gpm_supported = (int)n;
+    else if (strcmp(key, "gpm_counter_bits") == 0) g->gpm_counter_bits = n >= 1 && n <= 64 ? (unsigned)n : 64;
+    else if (strcmp(key, "gpm_counter_start") == 0) g->gpm_counter_start = n;
+    else if (strcmp(key, "gpm_reset") == 0) g->gpm_reset = (long)n;
+    else if (strncmp(key, "gpm.", 4) == 0 || strncmp(key, "gpm_error.", 10) == 0) {
+        int is_error = key[3] == '_';
+        const char *metric = key + (is_error ? 10 : 4);
+        int k = gpm_kind_index(metric);
+        if (k < 0) fprintf(stderr, "fake_nvml: unknown GPM metric in %s\n", key);
+        else if (is_error) g->gpm_error[k] = (nvmlReturn_t)n;
+        else g->gpm_rate[k] = strtod(value, NULL);
+    }
     else if (strncmp(key, "error.", 6) == 0) {
         int f = field_index(key + 6);
         if (f >= 0) g->error[f] = (nvmlReturn_t)n;
@@ -445,6 +501,28 @@ EXPORT nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, int type, unsign
 }
 #endif
 
+#ifndef OMIT_nvmlDeviceGetTotalEnergyConsumption
+/* Energy drawn since the first call, per GPU index: power_mw integrated over monotonic time
+ * (kept across config reloads, so the total only grows). */
+static long long energy_last_ns[MAX_GPUS];
+static double energy_drawn_mj[MAX_GPUS];
+
+EXPORT nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned long long *energy) {
+    struct gpu *g;
+    nvmlReturn_t rc = gpu_for(device, F_ENERGY, &g);
+    if (rc != NVML_SUCCESS) return rc;
+    if (!energy) return NVML_ERROR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&lock);
+    unsigned index = device->index;
+    long long now = now_ns(CLOCK_MONOTONIC);
+    if (energy_last_ns[index] > 0) energy_drawn_mj[index] += (double)g->power_mw * (double)(now - energy_last_ns[index]) / 1e9;
+    energy_last_ns[index] = now;
+    *energy = g->energy_mj + (unsigned long long)energy_drawn_mj[index];
+    pthread_mutex_unlock(&lock);
+    return NVML_SUCCESS;
+}
+#endif
+
 __attribute__((unused)) static nvmlReturn_t clocks_event_reasons(nvmlDevice_t device, unsigned long long *reasons) {
     struct gpu *g;
     nvmlReturn_t rc = gpu_for(device, F_CLOCKS_EVENT_REASONS, &g);
@@ -572,6 +650,175 @@ EXPORT nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
     if (!set) return NVML_ERROR_INVALID_ARGUMENT;
     pthread_mutex_lock(&lock);
     set->used = 0;
+    pthread_mutex_unlock(&lock);
+    return NVML_SUCCESS;
+}
+#endif
+
+/* ---- GPU Performance Monitoring (GPM) ------------------------------------------------------ */
+
+typedef struct { unsigned int version; unsigned int isSupportedDevice; } nvmlGpmSupport_t;
+#define NVML_GPM_SUPPORT_VERSION 1
+#define NVML_GPM_METRICS_GET_VERSION 1
+#define NVML_GPM_METRIC_MAX 477
+
+struct nvmlGpmSample_st {
+    unsigned magic;
+    unsigned device;
+    int filled;
+    long long time_ns;
+    double counter[GPM_KINDS];
+};
+typedef struct nvmlGpmSample_st *nvmlGpmSample_t;
+#define GPM_SAMPLE_MAGIC 0x67706d73u
+
+typedef struct {
+    unsigned int metricId;
+    nvmlReturn_t nvmlReturn;
+    double value;
+    struct { char *shortName; char *longName; char *unit; } metricInfo;
+} nvmlGpmMetric_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned int numMetrics;
+    nvmlGpmSample_t sample1;
+    nvmlGpmSample_t sample2;
+    nvmlGpmMetric_t metrics[NVML_GPM_METRIC_MAX];
+} nvmlGpmMetricsGet_t;
+
+/* What a GPU's counters have integrated so far (kept across config reloads and NVML sessions,
+ * like hardware counters). Percent metrics count percent x microseconds, throughputs bytes. */
+__attribute__((unused)) static struct gpm_runtime {
+    int started;
+    long long last_ns;
+    long reset_seen;
+    double total[GPM_KINDS];
+} gpm_runtime[MAX_GPUS];
+__attribute__((unused)) static long gpm_samples_live;
+
+__attribute__((unused)) static void gpm_write_live_locked(void) {
+    const char *path = getenv("FAKE_NVML_GPM_LIVE");
+    if (!path) return;
+    FILE *f = fopen(path, "w");
+    if (!f) return;
+    fprintf(f, "%ld\n", gpm_samples_live);
+    fclose(f);
+}
+
+#ifndef OMIT_nvmlGpmQueryDeviceSupport
+EXPORT nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t device, nvmlGpmSupport_t *support) {
+    struct gpu *g;
+    nvmlReturn_t rc = gpu_for(device, F_GPM_SUPPORT, &g);
+    if (rc != NVML_SUCCESS) return rc;
+    if (!support) return NVML_ERROR_INVALID_ARGUMENT;
+    if (support->version != NVML_GPM_SUPPORT_VERSION) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    support->isSupportedDevice = g->gpm_supported ? 1 : 0;
+    return NVML_SUCCESS;
+}
+#endif
+
+#ifndef OMIT_nvmlGpmSampleAlloc
+EXPORT nvmlReturn_t nvmlGpmSampleAlloc(nvmlGpmSample_t *sample) {
+    reload();
+    if (init_count == 0) return NVML_ERROR_UNINITIALIZED;
+    if (!sample) return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlGpmSample_t s = calloc(1, sizeof *s);
+    if (!s) return NVML_ERROR_UNKNOWN;
+    s->magic = GPM_SAMPLE_MAGIC;
+    *sample = s;
+    pthread_mutex_lock(&lock);
+    gpm_samples_live++;
+    gpm_write_live_locked();
+    pthread_mutex_unlock(&lock);
+    return NVML_SUCCESS;
+}
+#endif
+
+#ifndef OMIT_nvmlGpmSampleFree
+EXPORT nvmlReturn_t nvmlGpmSampleFree(nvmlGpmSample_t sample) {
+    if (!sample || sample->magic != GPM_SAMPLE_MAGIC) return NVML_ERROR_INVALID_ARGUMENT;
+    sample->magic = 0;
+    free(sample);
+    pthread_mutex_lock(&lock);
+    gpm_samples_live--;
+    gpm_write_live_locked();
+    pthread_mutex_unlock(&lock);
+    return NVML_SUCCESS;
+}
+#endif
+
+#ifndef OMIT_nvmlGpmSampleGet
+EXPORT nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t sample) {
+    struct gpu *g;
+    nvmlReturn_t rc = gpu_for(device, F_GPM_SAMPLE, &g);
+    if (rc != NVML_SUCCESS) return rc;
+    if (!sample || sample->magic != GPM_SAMPLE_MAGIC) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!g->gpm_supported) return NVML_ERROR_NOT_SUPPORTED;
+    pthread_mutex_lock(&lock);
+    struct gpm_runtime *r = &gpm_runtime[device->index];
+    long long now = now_ns(CLOCK_MONOTONIC);
+    if (!r->started) {
+        memset(r, 0, sizeof *r);
+        r->started = 1;
+        r->reset_seen = g->gpm_reset;
+    } else if (r->reset_seen != g->gpm_reset) {
+        memset(r->total, 0, sizeof r->total);
+        r->reset_seen = g->gpm_reset;
+    } else {
+        double seconds = (double)(now - r->last_ns) / 1e9;
+        for (int k = 0; k < GPM_KINDS; k++)
+            r->total[k] += g->gpm_rate[k] * seconds * (gpm_kinds[k].percent ? 1e6 : 1048576.0);
+    }
+    r->last_ns = now;
+    double modulus = ldexp(1.0, (int)g->gpm_counter_bits);
+    sample->device = device->index;
+    sample->time_ns = now;
+    for (int k = 0; k < GPM_KINDS; k++) sample->counter[k] = fmod((double)g->gpm_counter_start + r->total[k], modulus);
+    sample->filled = 1;
+    pthread_mutex_unlock(&lock);
+    return NVML_SUCCESS;
+}
+#endif
+
+#ifndef OMIT_nvmlGpmMetricsGet
+EXPORT nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *request) {
+    reload();
+    if (init_count == 0) return NVML_ERROR_UNINITIALIZED;
+    if (!request) return NVML_ERROR_INVALID_ARGUMENT;
+    if (request->version != NVML_GPM_METRICS_GET_VERSION) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    nvmlGpmSample_t a = request->sample1, b = request->sample2;
+    if (!a || !b || a->magic != GPM_SAMPLE_MAGIC || b->magic != GPM_SAMPLE_MAGIC || !a->filled || !b->filled ||
+        a->device != b->device || request->numMetrics > NVML_GPM_METRIC_MAX)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (b->time_ns <= a->time_ns) return NVML_ERROR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&lock);
+    if (a->device >= cfg.device_count || cfg.gpus[a->device].lost) {
+        pthread_mutex_unlock(&lock);
+        return NVML_ERROR_GPU_IS_LOST;
+    }
+    const struct gpu *g = &cfg.gpus[a->device];
+    double seconds = (double)(b->time_ns - a->time_ns) / 1e9;
+    for (unsigned i = 0; i < request->numMetrics; i++) {
+        nvmlGpmMetric_t *m = &request->metrics[i];
+        int k = -1;
+        for (int j = 0; j < GPM_KINDS; j++)
+            if (gpm_kinds[j].id == m->metricId) k = j;
+        memset(&m->metricInfo, 0, sizeof m->metricInfo);
+        m->value = 0;
+        if (k < 0) {
+            m->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+            continue;
+        }
+        m->nvmlReturn = g->gpm_error[k];
+        if (m->nvmlReturn != NVML_SUCCESS) continue;
+        /* Naive difference: a counter that wrapped or was reset gives a negative figure. */
+        double delta = b->counter[k] - a->counter[k];
+        m->value = gpm_kinds[k].percent ? delta / (seconds * 1e6) : delta / (seconds * 1048576.0);
+        m->metricInfo.shortName = (char *)gpm_kinds[k].name;
+        m->metricInfo.longName = (char *)gpm_kinds[k].name;
+        m->metricInfo.unit = (char *)gpm_kinds[k].unit;
+    }
     pthread_mutex_unlock(&lock);
     return NVML_SUCCESS;
 }

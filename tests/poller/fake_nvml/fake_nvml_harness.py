@@ -35,9 +35,10 @@ from types import TracebackType
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from infra import REPO_ROOT
+
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "fake_nvml.c"
-REPO_ROOT = HERE.parents[2]
 SONAME = "libnvidia-ml.so.1"
 
 # NVML return codes the tests inject.
@@ -45,6 +46,15 @@ NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_DRIVER_NOT_LOADED = 9
 NVML_ERROR_GPU_IS_LOST = 15
 NVML_ERROR_UNKNOWN = 999
+
+# The GPM entry points: build with omit=GPM_FUNCTIONS for a driver older than GPM (before R520).
+GPM_FUNCTIONS = (
+    "nvmlGpmQueryDeviceSupport",
+    "nvmlGpmSampleAlloc",
+    "nvmlGpmSampleFree",
+    "nvmlGpmSampleGet",
+    "nvmlGpmMetricsGet",
+)
 
 
 def build_fake_nvml(out_dir: Path, omit: Iterable[str] = ()) -> Path:
@@ -69,11 +79,35 @@ def build_fake_nvml(out_dir: Path, omit: Iterable[str] = ()) -> Path:
         "-o",
         str(target),
         str(SOURCE),
+        "-lm",
     ]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"building the fake NVML library failed:\n{' '.join(command)}\n{result.stderr}")
     return out_dir
+
+
+# The fake's GPM metrics (config name -> NVML_GPM_METRIC_* id): percent, then MiB/s.
+GPM_METRICS: dict[str, int] = {
+    "sm_util": 2,
+    "sm_occupancy": 3,
+    "any_tensor_util": 5,
+    "dram_bw_util": 10,
+    "pcie_tx": 20,
+    "pcie_rx": 21,
+    "nvlink_rx": 60,
+    "nvlink_tx": 61,
+}
+DEFAULT_GPM_RATES: dict[str, float] = {
+    "sm_util": 42.0,
+    "sm_occupancy": 27.5,
+    "any_tensor_util": 31.0,
+    "dram_bw_util": 36.0,
+    "pcie_tx": 120.0,
+    "pcie_rx": 480.0,
+    "nvlink_rx": 2048.0,
+    "nvlink_tx": 1536.0,
+}
 
 
 @dataclass
@@ -95,9 +129,17 @@ class FakeGpu:
     ecc_corrected: int = 0
     ecc_uncorrected: int = 0
     supported_events: int = 0x8F
+    energy_mj: int = 5_000_000  # total energy at load; grows by power_mw while the poller reads it
     lost: bool = False
     errors: dict[str, int] = field(default_factory=dict)  # field name -> NVML return code
     delay_us: int = 0  # sleep in nvmlDeviceGetUtilizationRates
+    # GPU Performance Monitoring: support, the rate of each metric (GPM_METRICS), faults.
+    gpm_supported: bool = True
+    gpm: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_GPM_RATES))
+    gpm_errors: dict[str, int] = field(default_factory=dict)  # GPM metric -> per-metric NVML return code
+    gpm_counter_bits: int = 64  # the counters wrap at 2**bits
+    gpm_counter_start: int = 0
+    gpm_reset: int = 0  # change it to put the counters back to their start (a GPU reset)
 
     def default_uuid(self, index: int) -> str:
         return self.uuid or f"GPU-00000000-0000-0000-0000-{index:012d}"
@@ -154,10 +196,19 @@ class FakeNvml:
                 prefix + f"ecc_corrected {gpu.ecc_corrected}",
                 prefix + f"ecc_uncorrected {gpu.ecc_uncorrected}",
                 prefix + f"supported_events {gpu.supported_events:#x}",
+                prefix + f"energy_mj {gpu.energy_mj}",
                 prefix + f"lost {int(gpu.lost)}",
                 prefix + f"delay_us {gpu.delay_us}",
             ]
             lines += [prefix + f"error.{name} {code}" for name, code in sorted(gpu.errors.items())]
+            lines += [
+                prefix + f"gpm_supported {int(gpu.gpm_supported)}",
+                prefix + f"gpm_counter_bits {gpu.gpm_counter_bits}",
+                prefix + f"gpm_counter_start {gpu.gpm_counter_start}",
+                prefix + f"gpm_reset {gpu.gpm_reset}",
+            ]
+            lines += [prefix + f"gpm.{name} {rate!r}" for name, rate in sorted(gpu.gpm.items())]
+            lines += [prefix + f"gpm_error.{name} {code}" for name, code in sorted(gpu.gpm_errors.items())]
         lines += [f"xid {seq} {gpu} {code}" for seq, (gpu, code) in enumerate(self.xids, start=1)]
         return "\n".join(lines) + "\n"
 
@@ -166,6 +217,15 @@ class FakeNvml:
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(self.render())
         os.replace(tmp, path)
+
+
+def install_fake_nvidia_smi(directory: Path) -> Path:
+    """Write an `nvidia-smi` into `directory` that answers from the fake's config; returns it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    tool = directory / "nvidia-smi"
+    tool.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{HERE / "fake_nvidia_smi.py"}" "$@"\n')
+    tool.chmod(0o755)
+    return tool
 
 
 def free_port() -> int:

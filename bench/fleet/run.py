@@ -1,12 +1,4 @@
-"""Fleet-scale benchmark: dashboards and rule groups on an hour of 1,000 nodes x 8 GPUs.
-
-`python -m bench fleet` (part of `make bench`) or `python -m bench.fleet --nodes 100,1000`:
-for each fleet size, synthesize and backfill an hour of data (`_fleet_data`), backfill the
-recording rules, start Prometheus on it and time every dashboard panel's query
-(`_query_timing`); then let a fresh Prometheus scrape the same fleet live (`_fleet_live`) with
-every rule group loaded, and read how long its rule manager takes for each group. Writes the
-"Fleet scale" section of BENCHMARKS.md (`_fleet_report`).
-"""
+"""The fleet benchmark's driver: one run per fleet size, then the report (see the package doc)."""
 
 from __future__ import annotations
 
@@ -16,26 +8,27 @@ import os
 import platform
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
-from bench._fleet_data import FleetShape, backfill, data_end
-from bench._fleet_live import FleetExporter, baseline_group, collect_group_evaluations, group_timings, targets
-from bench._fleet_report import GROUPS_BEGIN, GROUPS_END, ScaleResult, render, render_rule_groups, write_section
-from bench._fleet_values import Patterns
+from bench._previous_design import previous_gpu_group
 from bench._prometheus import PrometheusApi, PrometheusError, PrometheusServer, binary, config_yaml, free_port
-from bench._query_timing import GroupTiming, Timing, first_label_values, recording_levels, time_panel
+from bench._report import BENCHMARKS, write_section
+from bench.fleet.data import FleetShape, backfill, data_end
+from bench.fleet.live import FleetExporter, baseline_group, collect_group_evaluations, group_timings, targets
+from bench.fleet.query_timing import GroupTiming, Timing, first_label_values, recording_levels, time_panel
+from bench.fleet.report import BEGIN, END, GROUPS_BEGIN, GROUPS_END, ScaleResult, render, render_rule_groups
+from bench.fleet.values import Patterns
 from dashboards import build_all
 from dashboards.queries import PanelQuery, panel_queries
 from observability.config import ObservabilityConfig
 from observability.rules import health, rule_groups
 from observability.rules.render import dump_groups
 
-ROOT = Path(__file__).resolve().parent.parent
 # Equal minimum and maximum block durations: Prometheus never compacts the backfilled blocks into
 # larger ones (it still merges overlapping ones, which the benchmark waits for before timing).
 PROMETHEUS_ARGS = (
@@ -119,7 +112,11 @@ def wait_compacted(prometheus: PrometheusServer, timeout: float = 900.0) -> floa
     return time.perf_counter() - started
 
 
-def run_scale(root: Path, cfg: ObservabilityConfig, shape: FleetShape, repeat: int, warmup: float) -> ScaleResult:
+def run_scale(
+    root: Path, cfg: ObservabilityConfig, shape: FleetShape, repeat: int, warmup: float, previous: bool = False
+) -> ScaleResult:
+    """One fleet size; with `previous`, the GPU alert group of the previous design is timed as well,
+    alone with the baseline on a second live Prometheus (so it contends with nothing)."""
     workdir = root / f"fleet-{shape.nodes}"
     data_dir = workdir / "data"
     end = data_end(time.time(), shape)
@@ -143,20 +140,30 @@ def run_scale(root: Path, cfg: ObservabilityConfig, shape: FleetShape, repeat: i
     shutil.rmtree(workdir, ignore_errors=True)
     groups = time_rule_groups_live(workdir, cfg, shape, warmup)
     shutil.rmtree(workdir, ignore_errors=True)
-    return ScaleResult(shape, backfilled, rules_seconds, compaction, panels, groups)
+    before: list[GroupTiming] = []
+    if previous:
+        print("  live: the previous design's GPU alert group ...", flush=True)
+        before = time_rule_groups_live(workdir, cfg, shape, warmup, [previous_gpu_group(cfg), baseline_group(cfg)])
+        shutil.rmtree(workdir, ignore_errors=True)
+    return ScaleResult(shape, backfilled, rules_seconds, compaction, panels, groups, before)
 
 
 def time_rule_groups_live(
-    workdir: Path, cfg: ObservabilityConfig, shape: FleetShape, warmup: float
+    workdir: Path,
+    cfg: ObservabilityConfig,
+    shape: FleetShape,
+    warmup: float,
+    rule_groups_to_time: list[dict[str, Any]] | None = None,
 ) -> list[GroupTiming]:
-    """Every rule group (and the baseline) evaluated by Prometheus on a live scrape of the fleet."""
+    """Every rule group (and the baseline), or the given groups, evaluated by Prometheus on a live
+    scrape of the fleet."""
     interval = shape.interval_seconds
     scrape_wait = 3 * interval + 30  # the first scrape of every target
     collect_wait = (LIVE_EVALUATIONS + 4) * interval * 2  # evaluations, with slack for slow groups
     # Values for every scrape of the live phase (they hold at the last one after that).
     samples = int((scrape_wait + warmup + collect_wait) // interval) + 1
     fleet = targets(cfg, shape, Patterns(samples, interval, int(time.time())))
-    groups = [*rule_groups(cfg), baseline_group(cfg)]
+    groups = rule_groups_to_time or [*rule_groups(cfg), baseline_group(cfg)]
     print(f"  live: {len(fleet)} targets scraped every {interval}s, {len(groups)} rule groups ...", flush=True)
     with FleetExporter(fleet, interval) as exporter:
         # Prometheus scrapes itself, as in production: the health group reads its rule-group metrics.
@@ -229,22 +236,25 @@ def main(argv: list[str] | None = None) -> int:
         if args.no_write:
             print(section)
         else:
-            write_section(ROOT / "BENCHMARKS.md", section, GROUPS_BEGIN, GROUPS_END)
-            print(f"fleet: wrote the rule-groups section of {ROOT / 'BENCHMARKS.md'}")
+            write_section(section, GROUPS_BEGIN, GROUPS_END)
+            print(f"fleet: wrote the rule-groups section of {BENCHMARKS}")
         return 0
     with tempfile.TemporaryDirectory(prefix="fleet-bench-", dir=args.workdir) as scratch:
         results = [
-            run_scale(Path(scratch), cfg, FleetShape(n, args.gpus_per_node, args.jobs), args.repeat, args.live_warmup)
+            run_scale(
+                Path(scratch),
+                cfg,
+                FleetShape(n, args.gpus_per_node, args.jobs),
+                args.repeat,
+                args.live_warmup,
+                previous=n == max(sizes),
+            )
             for n in sizes
         ]
     section = render(results, command, _machine(), args.repeat, args.live_warmup, LIVE_EVALUATIONS)
     if args.no_write:
         print(section)
     else:
-        write_section(ROOT / "BENCHMARKS.md", section)
-        print(f"fleet: wrote the Fleet scale section of {ROOT / 'BENCHMARKS.md'}")
+        write_section(section, BEGIN, END)
+        print(f"fleet: wrote the Fleet scale section of {BENCHMARKS}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

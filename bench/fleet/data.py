@@ -19,16 +19,17 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench._fleet_series import (
+from bench._prometheus import binary
+from bench.fleet.series import (
     HistogramSpec,
     SeriesSpec,
+    gpu_uuid,
     poller_series,
     service_series,
     tempo_series,
     training_job_series,
 )
-from bench._fleet_values import PLACEHOLDER, Patterns, body, le_text
-from bench._prometheus import binary
+from bench.fleet.values import PLACEHOLDER, Patterns, body, le_text
 from observability.config import ObservabilityConfig
 
 BLOCK_SECONDS = 2 * 3600
@@ -70,9 +71,10 @@ class WriteStats:
 
 def all_series(cfg: ObservabilityConfig, shape: FleetShape) -> Iterator[SeriesSpec | HistogramSpec]:
     for node in range(shape.nodes):
-        yield from poller_series(cfg, node, shape.gpus_per_node)
+        yield from poller_series(cfg, node, shape.gpus_per_node, shape.training_jobs)
     for index in range(shape.training_jobs):
-        plain, histograms = training_job_series(cfg, index)
+        held = tuple(gpu_uuid(index, gpu) for gpu in range(shape.gpus_per_node)) if index < shape.nodes else ()
+        plain, histograms = training_job_series(cfg, index, held)
         yield from plain
         yield from histograms
     for group in (service_series(cfg), tempo_series(cfg)):

@@ -164,6 +164,11 @@ _SIMPLE: dict[str, Callable[[random.Random, int, int], Values]] = {
     "zero": _const(0.0),
     "poll_seconds": lambda rng, n, v: [round(x, 4) for x in _walk(rng, n, 0.004, 0.03, 0.002)],
     "gpu:utilization_percent": lambda rng, n, v: [round(x, 1) for x in _gpu_utilization(rng, n, v)],
+    # GPUs a training job holds: its GPUs idle together, or busy below saturation.
+    "gpu:utilization_percent:held:idle": lambda rng, n, v: [round(x, 1) for x in _walk(rng, n, 0.0, 5.0, 1.0)],
+    "gpu:utilization_percent:held:busy": lambda rng, n, v: [round(x, 1) for x in _walk(rng, n, 45.0, 85.0, 4.0)],
+    # NVML's energy counter (J): 90-700 W, like the power gauge.
+    "gpu:energy_joules_total": lambda rng, n, v: _counter(rng, n, rng.uniform(90.0, 700.0), 15),
     "gpu:memory_utilization_percent": lambda rng, n, v: [round(x, 1) for x in _walk(rng, n, 10.0, 90.0, 4.0)],
     "gpu:memory_used_bytes": _memory_used,
     "gpu:memory_total_bytes": _const(GPU_MEMORY_BYTES),
@@ -172,6 +177,15 @@ _SIMPLE: dict[str, Callable[[random.Random, int, int], Values]] = {
     "gpu:power_limit_watts": _const(700.0),
     "gpu:sm_clock_hertz": lambda rng, n, v: [round(x / 15e6) * 15e6 for x in _walk(rng, n, 1.2e9, 1.98e9, 4e7)],
     "gpu:memory_clock_hertz": _const(2.619e9),
+    # GPM (the synthetic fleet is H100): SM activity below NVML's utilization, tensor cores lower.
+    "gpu:sm_active_percent": lambda rng, n, v: [round(0.8 * x, 1) for x in _gpu_utilization(rng, n, v)],
+    "gpu:sm_occupancy_percent": lambda rng, n, v: [round(x, 1) for x in _walk(rng, n, 5.0, 60.0, 3.0)],
+    "gpu:tensor_active_percent": lambda rng, n, v: [round(0.5 * x, 1) for x in _gpu_utilization(rng, n, v)],
+    "gpu:dram_bandwidth_utilization_percent": lambda rng, n, v: [round(x, 1) for x in _walk(rng, n, 5.0, 80.0, 4.0)],
+    "gpu:pcie_rx_bytes_total": lambda rng, n, v: _counter(rng, n, 2e9, 15),
+    "gpu:pcie_tx_bytes_total": lambda rng, n, v: _counter(rng, n, 5e8, 15),
+    "gpu:nvlink_rx_bytes_total": lambda rng, n, v: _counter(rng, n, 1e11, 15),
+    "gpu:nvlink_tx_bytes_total": lambda rng, n, v: _counter(rng, n, 1e11, 15),
     "ecc:corrected": lambda rng, n, v: _counter(rng, n, 0.01 if v % 8 == 7 else 0.0, 15),
     "ecc:uncorrected": _const(0.0),
     "rare_errors": lambda rng, n, v: _step_once(rng, n) if v == RARE_ERROR_VARIANT else [0.0] * n,

@@ -15,16 +15,16 @@ import statistics
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from bench._fleet_data import FleetShape, all_series, series_text
-from bench._fleet_series import HistogramSpec, SeriesSpec
-from bench._fleet_values import Patterns, le_text
 from bench._prometheus import PrometheusApi
-from bench._query_timing import GroupTiming, Timing
+from bench.fleet.data import FleetShape, all_series, series_text
+from bench.fleet.query_timing import GroupTiming, Timing
+from bench.fleet.series import HistogramSpec, SeriesSpec
+from bench.fleet.values import Patterns, le_text
 from observability import catalog
 from observability.config import ObservabilityConfig
 
@@ -84,6 +84,27 @@ def _add_histogram(target: Target, spec: HistogramSpec, patterns: Patterns) -> N
     target.lines.append((_sample_line(metric.count, spec.labels), values["count"]))
 
 
+def text_page_handler(page: Callable[[Any, str], bytes | None]) -> type[BaseHTTPRequestHandler]:
+    """A quiet request handler serving `page(server, path)` as the 0.0.4 text format (404 for None)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = page(self.server, self.path)
+            if body is None:
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+    return Handler
+
+
 class FleetExporter:
     """One HTTP server on 127.0.0.1 serving `/t/<index>` for every target; the values advance one
     sample per scrape interval from the moment it starts (and hold at the last one)."""
@@ -92,24 +113,7 @@ class FleetExporter:
         self.targets = fleet
         self._interval = interval_seconds
         self._started = time.monotonic()
-        exporter = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                body = exporter.page(self.path)
-                if body is None:
-                    self.send_error(404)
-                    return
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), text_page_handler(lambda server, path: self.page(path)))
         self._server.daemon_threads = True
         self.port = int(self._server.server_address[1])
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -165,6 +169,7 @@ class GroupEvaluations:
     totals: list[float]
     per_rule: list[list[float]]
     alerts: int = 0  # active (pending or firing) alerts at the last evaluation
+    alerts_by_rule: tuple[tuple[str, int], ...] = ()  # the same, per alerting rule
     health_errors: tuple[str, ...] = ()
 
 
@@ -188,7 +193,10 @@ def collect_group_evaluations(
             entry.totals.append(float(group["evaluationTime"]))
             for i, rule in enumerate(rules):
                 entry.per_rule[i].append(float(rule.get("evaluationTime", 0.0)))
-            entry.alerts = sum(len(rule.get("alerts") or []) for rule in rules if rule.get("type") == "alerting")
+            entry.alerts_by_rule = tuple(
+                (str(rule["name"]), len(rule.get("alerts") or [])) for rule in rules if rule.get("type") == "alerting"
+            )
+            entry.alerts = sum(count for _, count in entry.alerts_by_rule)
             entry.health_errors = tuple(str(r.get("lastError", "")) for r in rules if r.get("health") == "err")
         if all(name in samples and len(samples[name].totals) >= evaluations for name in names):
             return samples
@@ -231,6 +239,7 @@ def group_timings(
                 slowest_rule=entry.rules[slowest],
                 slowest_rule_ms=means[slowest] * 1000,
                 rule_ms=tuple((rule, mean * 1000) for rule, mean in zip(entry.rules, means, strict=True)),
+                alerts_by_rule=entry.alerts_by_rule,
             )
         )
     return out

@@ -136,6 +136,7 @@ class GroupTiming:
     slowest_rule: str
     slowest_rule_ms: float
     rule_ms: tuple[tuple[str, float], ...] = ()  # each rule's mean evaluation time
+    alerts_by_rule: tuple[tuple[str, int], ...] = ()  # active alerts of each alerting rule, last evaluation
 
 
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")

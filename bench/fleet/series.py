@@ -1,7 +1,7 @@
 """Which series a fleet exposes: the GPU pollers', the training jobs', the ML service's and Tempo's.
 
 Every series is a `SeriesSpec`: its full label set (target labels included, as Prometheus stores
-it after a scrape) and the name of the value pattern that fills it (`_fleet_values`). The GPU
+it after a scrape) and the name of the value pattern that fills it (`values`). The GPU
 series follow the poller's own tables (`poller.exported_metrics`), the training-job series are
 whatever `observability.instrument` exposes for a running job (read back from its `/metrics`
 text), so the benchmark data cannot drift from what the producers really emit.
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench._fleet_values import has_rare_error
+from bench.fleet.values import has_rare_error
 from observability import catalog
 from observability.config import ObservabilityConfig
 from observability.instrument import TrainingMetrics, render_text
@@ -25,7 +25,9 @@ from poller.exported_metrics import (
     ECC_TYPES,
     ERROR_TYPES,
     FAILURE_REASONS,
+    GPU_COUNTERS,
     GPU_GAUGES,
+    INTERCONNECT_COUNTERS,
     THROTTLE_REASONS,
 )
 
@@ -84,8 +86,30 @@ def _ip(index: int, subnet: int) -> str:
     return f"10.{subnet}.{index // 250}.{index % 250 + 1}"
 
 
+# --- attribution: which job holds which GPUs ---------------------------------------------------------
+# Training job i holds the GPUs of node i (all of them); every IDLE_JOB_EVERY-th job keeps them idle,
+# the others keep them busy but below saturation. Every other GPU of the fleet is held by no job and
+# keeps the fleet's own mix of idle, moderate and saturated GPUs.
+IDLE_JOB_EVERY = 10
+
+
+def gpu_uuid(node_index: int, gpu: int) -> str:
+    return f"GPU-{node_index:08x}-{gpu:04x}-4a1e-9b2c-5d6e7f800000"
+
+
+def job_is_idle(index: int) -> bool:
+    return index % IDLE_JOB_EVERY == 0
+
+
+def holder_utilization(node_index: int, jobs: int) -> str | None:
+    """The utilization pattern of a node's GPUs when a job holds them (None: held by no job)."""
+    if node_index >= jobs:
+        return None
+    return "held:idle" if job_is_idle(node_index) else "held:busy"
+
+
 # --- GPU pollers ---------------------------------------------------------------------------------
-def poller_series(cfg: ObservabilityConfig, node_index: int, gpus: int) -> Iterator[SeriesSpec]:
+def poller_series(cfg: ObservabilityConfig, node_index: int, gpus: int, jobs: int = 0) -> Iterator[SeriesSpec]:
     node = node_name(node_index)
     target = _target(
         "monitoring", f"gpu-poller-{node_index:04d}", cfg.gpu_poller_service, _ip(node_index, 0), POLLER_PORT
@@ -106,11 +130,17 @@ def poller_series(cfg: ObservabilityConfig, node_index: int, gpus: int) -> Itera
         gpu_labels = (
             *node_labels,
             ("gpu_id", str(gpu)),
-            ("uuid", f"GPU-{node_index:08x}-{gpu:04x}-4a1e-9b2c-5d6e7f800000"),
+            ("uuid", gpu_uuid(node_index, gpu)),
             ("gpu_name", GPU_NAME),
         )
         key = stable_key(node_index, gpu)
+        held = holder_utilization(node_index, jobs)
         for metric, attribute in GPU_GAUGES:
+            pattern = f"gpu:{attribute}"
+            if held is not None and metric is catalog.GPU_UTILIZATION_PERCENT:
+                pattern = f"{pattern}:{held}"
+            yield SeriesSpec(metric.name, gpu_labels, pattern, key)
+        for metric, attribute in GPU_COUNTERS:
             yield SeriesSpec(metric.name, gpu_labels, f"gpu:{attribute}", key)
         for reason, _bit in THROTTLE_REASONS:
             yield SeriesSpec(
@@ -120,6 +150,9 @@ def poller_series(cfg: ObservabilityConfig, node_index: int, gpus: int) -> Itera
             yield SeriesSpec(
                 catalog.GPU_ECC_ERRORS_TOTAL.name, (*gpu_labels, ("ecc_type", ecc_type)), f"ecc:{ecc_type}", key
             )
+        for metric, directions in INTERCONNECT_COUNTERS:  # GPM byte counters (the fleet is H100)
+            for direction, attribute in directions:
+                yield SeriesSpec(metric.name, (*gpu_labels, ("direction", direction)), f"gpu:{attribute}", key)
         for error_type in ERROR_TYPES:
             yield SeriesSpec(
                 catalog.GPU_ERRORS_TOTAL.name, (*gpu_labels, ("error_type", error_type)), "rare_errors", key
@@ -137,10 +170,10 @@ def job_id(index: int) -> str:
     return f"job-{index:04d}-{stable_key('job', index):08x}"
 
 
-def _trainer_exposition(model_type: str, job: str) -> str:
+def _trainer_exposition(model_type: str, job: str, gpu_uuids: tuple[str, ...]) -> str:
     """The `/metrics` text of a trainer running `job` after it has done a bit of everything."""
     metrics = TrainingMetrics()
-    handle = metrics.start_job(model_type, job, folds_planned=FOLDS, workers=4)
+    handle = metrics.start_job(model_type, job, folds_planned=FOLDS, workers=4, gpu_uuids=gpu_uuids)
     handle.record_training_iteration(1, 1.0, 1.1, 1.0)
     handle.record_training_iteration(2, 0.9, 1.0, 1.0)
     handle.record_data_load(0.5, batches=10)
@@ -156,8 +189,11 @@ def _job_pattern(name: str) -> str:
     return f"job:{name}"
 
 
-def training_job_series(cfg: ObservabilityConfig, index: int) -> tuple[list[SeriesSpec], list[HistogramSpec]]:
-    """The series one training job's pod exposes, with its target labels."""
+def training_job_series(
+    cfg: ObservabilityConfig, index: int, gpu_uuids: tuple[str, ...] = ()
+) -> tuple[list[SeriesSpec], list[HistogramSpec]]:
+    """The series one training job's pod exposes, with its target labels (and one
+    `ml_training_job_gpu_info` series for each of `gpu_uuids`)."""
     model_type = MODEL_TYPES[index % len(MODEL_TYPES)]
     job = job_id(index)
     target = _target("training", f"train-{job}", cfg.training_job_service, _ip(index, 1), TRAINER_PORT)
@@ -165,7 +201,7 @@ def training_job_series(cfg: ObservabilityConfig, index: int) -> tuple[list[Seri
     histograms: list[HistogramSpec] = []
     seen_histograms: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
     key = stable_key("job", index)
-    for family in text_string_to_metric_families(_trainer_exposition(model_type, job)):
+    for family in text_string_to_metric_families(_trainer_exposition(model_type, job, gpu_uuids)):
         metric = catalog.by_name(family.name if family.type != "counter" else _counter_name(family.name))
         for sample in family.samples:
             labels = tuple(sorted((k, v) for k, v in sample.labels.items() if k != "le"))
@@ -176,9 +212,12 @@ def training_job_series(cfg: ObservabilityConfig, index: int) -> tuple[list[Seri
                     histograms.append(HistogramSpec(metric, full, _job_pattern(metric.name), key))
                 continue
             pattern = _job_pattern(metric.name)
+            if metric is catalog.TRAINING_JOB_GPU_INFO:
+                pattern = "one"
             if metric is catalog.TRAINING_JOBS_BY_STATUS:
                 pattern = f"status:{dict(labels)['status']}"
-            extra = dict(labels).get("tensor_type") or dict(labels).get("error_type") or dict(labels).get("fold") or ""
+            named = dict(labels)
+            extra = named.get("tensor_type") or named.get("error_type") or named.get("fold") or named.get("uuid") or ""
             yield_key = stable_key(key, extra)
             plain.append(SeriesSpec(metric.name, full, pattern, yield_key))
     return plain, histograms

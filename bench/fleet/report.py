@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 
-from bench._fleet_data import BackfillStats, FleetShape
-from bench._fleet_live import BASELINE_GROUP
-from bench._query_timing import MIN_REPEAT, ONE_RUN_SECONDS, SLOW_QUERY_SECONDS, GroupTiming, PanelTiming, Timing
+from bench._previous_design import GROUP as PREVIOUS_GROUP
+from bench.fleet.data import BackfillStats, FleetShape
+from bench.fleet.live import BASELINE_GROUP
+from bench.fleet.query_timing import MIN_REPEAT, ONE_RUN_SECONDS, SLOW_QUERY_SECONDS, GroupTiming, PanelTiming, Timing
 
 BEGIN = "<!-- fleet-scale:begin (written by `python -m bench fleet`) -->"
 END = "<!-- fleet-scale:end -->"
@@ -26,6 +25,7 @@ class ScaleResult:
     compaction_seconds: float
     panels: list[PanelTiming]
     groups: list[GroupTiming]
+    previous_groups: list[GroupTiming] = field(default_factory=list)  # the previous design, timed apart
 
 
 def _cell(text: str, limit: int = 110) -> str:
@@ -168,8 +168,58 @@ def render(
             f"{_growth(g.total, before_g.total if before_g else None)} | {_fleet_reads(g, baseline)} | "
             f"{g.slowest_rule} ({_ms(g.slowest_rule_ms)}) | {group_verdict} |"
         )
-    lines += ["", *summary(results), END]
+    lines += ["", *summary(results), *_previous_design_lines(big), END]
     return "\n".join(lines) + "\n"
+
+
+UTILIZATION_ALERTS = ("GPUUtilizationLow", "GPUUtilizationCritical")
+JOB_GROUP = "ml_training_job_gpus.recording"
+GPU_ALERT_GROUP = "ml_gpu_resources"
+
+
+def _alerts(group: GroupTiming | None, names: Sequence[str] | None = None) -> str:
+    if group is None or group.total.error:
+        return "n/a"
+    return str(sum(n for rule, n in group.alerts_by_rule if names is None or rule in names))
+
+
+def _previous_design_lines(big: ScaleResult) -> list[str]:
+    """The GPU alert group before and after jobs owned their GPUs, same fleet, same run."""
+    before = next((g for g in big.previous_groups if g.name == PREVIOUS_GROUP), None)
+    if before is None:
+        return []
+    now = {g.name: g for g in big.groups}
+    after, jobs_group = now.get(GPU_ALERT_GROUP), now.get(JOB_GROUP)
+    base_before, base_now = _baseline(big.previous_groups), _baseline(big.groups)
+    held = big.shape.training_jobs * big.shape.gpus_per_node
+
+    def cost(group: GroupTiming | None, baseline: GroupTiming | None) -> str:
+        if group is None:
+            return "n/a"
+        return f"{_timing(group.total)} ms, {_fleet_reads(group, baseline)} fleet reads"
+
+    return [
+        "",
+        f"### Jobs own their GPUs: the previous GPU alert design, same fleet, same run ({big.shape.nodes} nodes)",
+        "",
+        f"{big.shape.training_jobs} training jobs hold {big.shape.gpus_per_node} GPUs each ({held:,} of "
+        f"{big.shape.nodes * big.shape.gpus_per_node:,}), every tenth job keeping them idle; every other GPU is "
+        "held by no job and keeps the fleet's mix (an eighth idle, most above 95%). The previous design's "
+        "`ml_gpu_resources` (utilization judged per GPU, no job join) ran after the current groups on a "
+        "second live Prometheus of the same fleet, alone with the baseline, so neither contends with the "
+        "other. Active alerts: pending or firing at the last recorded evaluation (the live phase is "
+        "shorter than the 10-minute `for` of GPUUtilizationLow, so its alerts are pending).",
+        "",
+        "| | previous design | now |",
+        "|---|---:|---:|",
+        f"| active alerts of `{GPU_ALERT_GROUP}` | {_alerts(before)} | {_alerts(after)} |",
+        f"| of which GPUUtilizationLow / GPUUtilizationCritical | {_alerts(before, UTILIZATION_ALERTS)} | "
+        f"{_alerts(after, UTILIZATION_ALERTS)} |",
+        f"| `{GPU_ALERT_GROUP}` evaluation (median / p95) | {cost(before, base_before)} | {cost(after, base_now)} |",
+        f"| `{JOB_GROUP}` evaluation (median / p95) | none | {cost(jobs_group, base_now)} |",
+        f"| baseline GPU read (`count` of one GPU gauge) | {_ms(_gpu_read_ms(base_before) or 0)} ms | "
+        f"{_ms(_gpu_read_ms(base_now) or 0)} ms |",
+    ]
 
 
 def _baseline(groups: Sequence[GroupTiming]) -> GroupTiming | None:
@@ -278,19 +328,21 @@ def render_rule_groups(
         if base is not None:
             costs = ", ".join(f"`{rule}` {_ms(ms)} ms" for rule, ms in base.rule_ms)
             lines.append(f"- Baseline at {shape.nodes} nodes: {costs}.")
+    two_sizes = small_shape != big_shape
+    smaller = f" at {small_shape.nodes} nodes ms |" if two_sizes else ""
     lines += [
         "",
-        f"| group | rules | series and alerts out | median / p95 ms at {big_shape.nodes} nodes "
-        f"| at {small_shape.nodes} nodes ms | fleet reads | slowest rule (mean ms) |",
-        "|---|---:|---:|---:|---:|---:|---|",
+        f"| group | rules | series and alerts out | median / p95 ms at {big_shape.nodes} nodes |{smaller} "
+        "fleet reads | slowest rule (mean ms) |",
+        "|---|---:|---:|---:|" + ("---:|" if two_sizes else "") + "---:|---|",
     ]
     for g in _real_groups(big_groups):
         before = small_groups.get(g.name)
         name = f"**{g.name}**" if g.name == highlight else g.name
         slowest = f"{g.slowest_rule} ({_ms(g.slowest_rule_ms)})" if not g.total.error else _cell(g.total.error, 60)
+        earlier = f" {_timing(before.total).split(' / ')[0] if before else 'n/a'} |" if two_sizes else ""
         lines.append(
-            f"| {name} | {g.rules} | {g.total.series} | {_timing(g.total)} | "
-            f"{_timing(before.total).split(' / ')[0] if before and small_shape != big_shape else 'n/a'} | "
+            f"| {name} | {g.rules} | {g.total.series} | {_timing(g.total)} |{earlier} "
             f"{_fleet_reads(g, baseline)} | {slowest} |"
         )
     chosen = next((g for g in big_groups if g.name == highlight), None)
@@ -303,11 +355,3 @@ def render_rule_groups(
         ]
     lines.append(GROUPS_END)
     return "\n".join(lines) + "\n"
-
-
-def write_section(path: Path, section: str, begin: str = BEGIN, end: str = END) -> None:
-    """Replace this benchmark's section of BENCHMARKS.md (between its markers), or append it."""
-    text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
-    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end) + r"\n?", re.DOTALL)
-    updated = pattern.sub(lambda _: section, text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + section
-    path.write_text(updated, encoding="utf-8")

@@ -21,14 +21,14 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from bench._fleet_live import NO_JOB
 from bench._prometheus import PrometheusServer
+from bench.fleet.live import NO_JOB, text_page_handler
 from observability.config import ObservabilityConfig
 from observability.prometheus_config import REMOTE_WRITE_PATH, external_labels
 from observability.rules import Tier, tier_rules_yaml
@@ -48,25 +48,11 @@ class TargetServers:
 
     def __init__(self, count: int, page: Page) -> None:
         servers: list[ThreadingHTTPServer] = []
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                index = getattr(self.server, "target_index", -1)
-                body = page(index) if self.path == "/metrics" else None
-                if body is None:
-                    self.send_error(404)
-                    return
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return
-
+        handler = text_page_handler(
+            lambda server, path: page(getattr(server, "target_index", -1)) if path == "/metrics" else None
+        )
         for index in range(count):
-            server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+            server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
             server.daemon_threads = True
             server.target_index = index  # type: ignore[attr-defined]
             servers.append(server)
