@@ -5,10 +5,12 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STACK ?= dev
-STACKS := $(patsubst Pulumi.%.yaml,%,$(wildcard Pulumi.*.yaml))
+BASE ?= HEAD
+DIFF_FORMAT ?= text
+STACKS := $(shell python3 -m infra.stacks)
 PYTEST_ARGS ?=
 
-.PHONY: render render-all generate check test lint bench clean sysdeps venv device-check device-check-deps
+.PHONY: render render-all diff generate check test lint bench clean sysdeps venv device-check device-check-deps
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -22,14 +24,19 @@ venv: $(VENV)/.installed
 render: sysdeps $(VENV)/.installed
 	$(PY) -m infra.render --stack $(STACK)
 
+## render every stack: the Pulumi.<stack>.yaml files present
 render-all: sysdeps $(VENV)/.installed
 	for s in $(STACKS); do $(PY) -m infra.render --stack $$s || exit 1; done
+
+## review diff: render BASE (a git ref, default HEAD) and the working tree, print a per-file diff of rendered/$(STACK)/
+diff: $(VENV)/.installed
+	@$(PY) -m infra.review_diff --stack $(STACK) --base $(BASE) --format $(DIFF_FORMAT)
 
 ## Debian packages the tests need (Prometheus, Alertmanager, buildah, debootstrap, gcc); as root
 sysdeps:
 	./scripts/install-system-packages.sh
 
-## rewrite every committed generated file from the code (runbooks, dashboards README, policy configs)
+## rewrite every committed generated file from the code (runbooks, dashboards README)
 generate: $(VENV)/.installed
 	$(PY) -m infra.generate
 
@@ -47,11 +54,12 @@ check: sysdeps generate
 test: sysdeps $(VENV)/.installed
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-## ruff (lint and format), mypy strict
+## ruff (lint and format), mypy strict, actionlint over the CI workflows
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/actionlint
 
 ## benchmarks; figures go to BENCHMARKS.md
 bench: $(VENV)/.installed

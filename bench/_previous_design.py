@@ -23,18 +23,20 @@ _PER_GPU_UTILIZATION = f"max {by(gpu.GPU_LABELS)} ({catalog.GPU_UTILIZATION_PERC
 _GPU = "GPU {{ $labels.gpu_id }} ({{ $labels.gpu_name }}, {{ $labels.uuid }}) on node {{ $labels.node }}"
 
 
-def _memory_ratio_above(ratio: float) -> str:
+def _memory_ratio_above(ratio: str) -> str:
     used, total = catalog.GPU_MEMORY_USED_BYTES.name, catalog.GPU_MEMORY_TOTAL_BYTES.name
     return f"max {by(gpu.GPU_LABELS)} ({used} / {total} > {ratio})"
 
 
 def _hardware_expr(cfg: ObservabilityConfig, name: str) -> str:
     """The per-GPU hardware alerts as they were: each reads the poller's series itself."""
+    th = cfg.thresholds
     exprs = {
-        "GPUMemoryUsageHigh": _memory_ratio_above(gpu.MEMORY_HIGH_RATIO),
-        "GPUMemoryExhausted": _memory_ratio_above(gpu.MEMORY_EXHAUSTED_RATIO),
+        "GPUMemoryUsageHigh": _memory_ratio_above(th.gpu_memory_high_ratio.promql),
+        "GPUMemoryExhausted": _memory_ratio_above(th.gpu_memory_exhausted_ratio.promql),
         "GPUTemperatureHigh": (
-            f"max {by(gpu.GPU_LABELS)} ({catalog.GPU_TEMPERATURE_CELSIUS.name} > {gpu.TEMPERATURE_HIGH_CELSIUS})"
+            f"max {by(gpu.GPU_LABELS)} "
+            f"({catalog.GPU_TEMPERATURE_CELSIUS.name} > {th.gpu_temperature_high_celsius.promql})"
         ),
         "GPUErrorsDetected": counter_increased(catalog.GPU_ERRORS_TOTAL, event_window_seconds(cfg), gpu.GPU_LABELS),
     }
@@ -45,22 +47,22 @@ def _hardware_expr(cfg: ObservabilityConfig, name: str) -> str:
 
 def previous_gpu_group(cfg: ObservabilityConfig) -> dict[str, Any]:
     """`ml_gpu_resources` with per-GPU utilization alerts and no job join (the six alerts as first written)."""
+    low = cfg.thresholds.gpu_utilization_low_percent
+    high = cfg.thresholds.gpu_utilization_high_percent
     rules = []
     for alert in alert_rules(cfg):
         if alert.group != gpu.GROUP or alert.name == "GPUMemoryExhaustionPredicted":
             continue
         rule = alert.to_rule(cfg)
         if alert.name == "GPUUtilizationLow":
-            rule["expr"] = f"{_PER_GPU_UTILIZATION} < {gpu.UTILIZATION_LOW_PERCENT}"
+            rule["expr"] = f"{_PER_GPU_UTILIZATION} < {low.promql}"
             rule["annotations"]["description"] = (
-                f'{_GPU} has been {{{{ printf "%.1f" $value }}}}% busy, below {gpu.UTILIZATION_LOW_PERCENT}% for 10m.'
+                f'{_GPU} has been {{{{ printf "%.1f" $value }}}}% busy, below {low.short} for 10m.'
             )
         elif alert.name == "GPUUtilizationCritical":
-            rule["expr"] = (
-                f"max {by(gpu.GPU_LABELS)} ({catalog.GPU_UTILIZATION_PERCENT.name} > {gpu.UTILIZATION_HIGH_PERCENT})"
-            )
+            rule["expr"] = f"max {by(gpu.GPU_LABELS)} ({catalog.GPU_UTILIZATION_PERCENT.name} > {high.promql})"
             rule["annotations"]["description"] = (
-                f'{_GPU} has been {{{{ printf "%.1f" $value }}}}% busy, above {gpu.UTILIZATION_HIGH_PERCENT}% for 5m.'
+                f'{_GPU} has been {{{{ printf "%.1f" $value }}}}% busy, above {high.short} for 5m.'
             )
         else:
             rule["expr"] = _hardware_expr(cfg, alert.name)

@@ -454,7 +454,8 @@ def _gpu_profiling() -> Row:
     )
 
 
-def _gpu_allocation() -> Row:
+def _gpu_allocation(cfg: ObservabilityConfig) -> Row:
+    idle = cfg.thresholds.gpu_utilization_low_percent
     return Row(
         "GPU Allocation",
         [
@@ -474,14 +475,14 @@ def _gpu_allocation() -> Row:
             panels.timeseries(
                 Common(
                     "Held but Idle GPUs",
-                    f"GPUs a training job holds while they run below {jobs.IDLE_PERCENT}% utilization: paid for and "
+                    f"GPUs a training job holds while they run below {idle.short} utilization: paid for and "
                     "idle (GPUUtilizationLow names the jobs).",
                     "short",
                     w=12,
                     min=0,
                     thresholds=Thresholds(GREEN, ((1, YELLOW),)),
                 ),
-                [Query(jobs.FLEET_HELD_IDLE.record, "held, idle")],
+                [Query(jobs.FLEET_HELD_IDLE, "held, idle")],
                 threshold_style=panels.ThresholdStyle.AREA,
             ),
         ],
@@ -543,7 +544,7 @@ def build(cfg: ObservabilityConfig) -> dict[str, Any]:
                 _poller_health(),
                 _gpu_hardware(),
                 _gpu_profiling(),
-                _gpu_allocation(),
+                _gpu_allocation(cfg),
                 _trace_health(),
             ],
             min_interval=f"{cfg.scrape_interval_seconds}s",

@@ -12,10 +12,18 @@ from typing import Any
 from dashboards import panels, variables
 from dashboards.layout import DashboardSpec, Row, assemble
 from dashboards.panels import BLUE, GREEN, RED, YELLOW, Common, Query, Thresholds
+from dashboards.threshold_steps import (
+    GOOD_TRAINING_SPEED,
+    gpu_memory_steps,
+    gpu_utilization_steps,
+    temperature_steps,
+    training_speed_steps,
+)
 from observability import catalog, promql
 from observability.config import ObservabilityConfig
 from observability.rules import dashboard_recording as rec
-from observability.rules import gpu, jobs
+from observability.rules import jobs
+from observability.thresholds import Thresholds as AlertThresholds
 
 UID = "ml-training-comprehensive"
 TITLE = "ML Training Comprehensive"
@@ -27,16 +35,11 @@ GPU_LEGEND = "{{node}} GPU {{gpu_id}}"
 # GPUs a per-GPU panel draws at most per target (the recorded topk / bottomk lists).
 TOP = rec.GPU_EXTREMES
 
-# The colours the platform's monitoring report specifies.
+# The colours the platform's monitoring report specifies. Steps that show an alert's threshold are
+# derived from it (dashboards/threshold_steps.py).
 NAN_RED_ABOVE_ZERO = Thresholds(GREEN, ((1, RED),))  # integer counts (ceil), so "1" is "above 0"
-TRAINING_SPEED = Thresholds(RED, ((0.1, YELLOW), (0.5, GREEN)))  # 0.1 = warning, 0.5 = good
-GPU_UTILIZATION = Thresholds(RED, ((30, YELLOW), (60, GREEN), (95, RED)))  # red <30, green 60-95, red >95
-GPU_MEMORY = Thresholds(GREEN, ((90, YELLOW), (95, RED)))  # critical at 95%
 PROGRESS = Thresholds(BLUE, ((50, YELLOW), (100, GREEN)))  # blue -> yellow -> green
 ACCURACY = Thresholds(RED, ((0.85, YELLOW), (0.90, GREEN)))  # red <0.85, yellow 0.85-0.90, green >0.90
-TEMPERATURE = Thresholds(
-    GREEN, ((75, YELLOW), (gpu.TEMPERATURE_HIGH_CELSIUS, RED))
-)  # red where GPUTemperatureHigh fires
 FAILURES_RED_ABOVE_ZERO = Thresholds(GREEN, ((1, RED),))
 GPU_ERRORS = Thresholds(GREEN, ((0.01, RED),))  # red above 0.01 errors/s
 
@@ -45,7 +48,7 @@ def _job(metric: catalog.Metric) -> str:
     return promql.gauge(metric, (MODEL, JOB))
 
 
-def _high_level_status() -> Row:
+def _high_level_status(th: AlertThresholds) -> Row:
     nan_count = f"ceil({promql.aggregate('sum', (), promql.increase(catalog.TRAINING_NAN_COUNT, (MODEL, JOB)))})"
     return Row(
         "High-Level Status",
@@ -69,12 +72,13 @@ def _high_level_status() -> Row:
             panels.gauge(
                 Common(
                     "Training Speed",
-                    "Epochs per second; below 0.1 is the TrainingSlowdown warning, 0.5 is good.",
+                    f"Epochs per second; below {th.training_slowdown_epochs_per_second.promql} is the TrainingSlowdown "
+                    f"warning, {max(GOOD_TRAINING_SPEED, th.training_slowdown_epochs_per_second.value):g} is good.",
                     "none",
                     w=6,
                     min=0,
                     max=1,
-                    thresholds=TRAINING_SPEED,
+                    thresholds=training_speed_steps(th),
                     decimals=2,
                 ),
                 [Query(_job(catalog.TRAINING_EPOCHS_PER_SECOND), JOB_LEGEND)],
@@ -137,7 +141,9 @@ def _loss_monitoring() -> Row:
     )
 
 
-def _gpu_monitoring() -> Row:
+def _gpu_monitoring(th: AlertThresholds) -> Row:
+    low, high = th.gpu_utilization_low_percent.short, th.gpu_utilization_high_percent.short
+    green = gpu_utilization_steps(th).steps[1][0]
     # Per GPU, then only the fullest TOP of them (an instant query: one pass over the 8,000 GPUs).
     memory = f"100 * {promql.gauge(catalog.GPU_MEMORY_USED_BYTES)} / {promql.gauge(catalog.GPU_MEMORY_TOTAL_BYTES)}"
     return Row(
@@ -146,13 +152,13 @@ def _gpu_monitoring() -> Row:
             panels.timeseries(
                 Common(
                     "GPU Utilization Timeline",
-                    f"GPU utilization: fleet median, the {TOP} busiest and the {TOP} idlest GPUs; red below 30% "
-                    "(waste) and above 95% (bottleneck), green from 60% to 95%.",
+                    f"GPU utilization: fleet median, the {TOP} busiest and the {TOP} idlest GPUs; red below {low} "
+                    f"(waste) and above {high} (bottleneck), green from {green:g}% to {high}.",
                     "percent",
                     w=12,
                     min=0,
                     max=100,
-                    thresholds=GPU_UTILIZATION,
+                    thresholds=gpu_utilization_steps(th),
                 ),
                 [
                     Query(rec.GPU_UTILIZATION_P50.record, "fleet median"),
@@ -165,12 +171,13 @@ def _gpu_monitoring() -> Row:
             panels.stat(
                 Common(
                     "GPU Memory Usage",
-                    f"Device memory in use on the {TOP} fullest GPUs now; critical (red) at 95%.",
+                    f"Device memory in use on the {TOP} fullest GPUs now; critical (red) at "
+                    f"{th.gpu_memory_exhausted_ratio.short}.",
                     "percent",
                     w=12,
                     min=0,
                     max=100,
-                    thresholds=GPU_MEMORY,
+                    thresholds=gpu_memory_steps(th),
                 ),
                 [Query(f"topk({TOP}, {memory})", GPU_LEGEND, instant=True)],
                 background=True,
@@ -238,18 +245,19 @@ def _training_progress() -> Row:
     )
 
 
-def _performance() -> Row:
+def _performance(th: AlertThresholds) -> Row:
+    steps = temperature_steps(th)
     return Row(
         "Performance Metrics",
         [
             panels.timeseries(
                 Common(
                     "GPU Temperature",
-                    f"GPU temperature, fleet median and the {TOP} hottest GPUs: green below 75 °C, "
-                    f"yellow to {gpu.TEMPERATURE_HIGH_CELSIUS} °C, red above.",
+                    f"GPU temperature, fleet median and the {TOP} hottest GPUs: green below {steps.steps[0][0]:g} °C, "
+                    f"yellow to {th.gpu_temperature_high_celsius.short}, red above.",
                     "celsius",
                     w=12,
-                    thresholds=TEMPERATURE,
+                    thresholds=steps,
                 ),
                 [
                     Query(rec.GPU_TEMPERATURE_P50.record, "fleet median"),
@@ -417,11 +425,11 @@ def build(cfg: ObservabilityConfig) -> dict[str, Any]:
                 ),
             ],
             rows=[
-                _high_level_status(),
+                _high_level_status(cfg.thresholds),
                 _loss_monitoring(),
-                _gpu_monitoring(),
+                _gpu_monitoring(cfg.thresholds),
                 _training_progress(),
-                _performance(),
+                _performance(cfg.thresholds),
                 _checkpoints(),
                 _advanced(),
                 _error_tracking(),

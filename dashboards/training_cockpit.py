@@ -12,11 +12,13 @@ from typing import Any
 from dashboards import panels, variables
 from dashboards.layout import DashboardSpec, Row, assemble
 from dashboards.panels import BLUE, GREEN, RED, YELLOW, Common, Query, Thresholds
+from dashboards.threshold_steps import temperature_steps
 from observability import catalog, promql
 from observability.config import ObservabilityConfig
 from observability.rules import dashboard_recording as rec
-from observability.rules import gpu, jobs
+from observability.rules import jobs
 from observability.rules.model import RecordingRule
+from observability.thresholds import Thresholds as AlertThresholds
 
 UID = "foxhunt-training-cockpit"
 TITLE = "Foxhunt Training Cockpit"
@@ -148,7 +150,7 @@ def _busiest(metric: catalog.Metric, suffix: str = "") -> Query:
     return Query(f"topk({TOP}, {_gpus(metric)})", f"{GPU_LEGEND}{suffix}")
 
 
-def _gpu_resources() -> Row:
+def _gpu_resources(th: AlertThresholds) -> Row:
     # At most TOP GPUs per target, whatever `$node` selects (8 GPUs for one node, 8,000 for all nodes);
     # `$node` starts on one node, so a default load reads 8 GPUs. Fleet-wide views of the same
     # gauges are on the ML Training Comprehensive and Infra cockpit dashboards (recorded series).
@@ -190,10 +192,10 @@ def _gpu_resources() -> Row:
                 Common(
                     "GPU Temperature",
                     f"Core temperature of the {TOP} hottest selected GPUs; throttling risk above "
-                    f"{gpu.TEMPERATURE_HIGH_CELSIUS} °C.",
+                    f"{th.gpu_temperature_high_celsius.short}.",
                     "celsius",
                     w=8,
-                    thresholds=Thresholds(GREEN, ((75, YELLOW), (85, RED))),
+                    thresholds=temperature_steps(th),
                 ),
                 [_busiest(catalog.GPU_TEMPERATURE_CELSIUS)],
                 threshold_style=panels.ThresholdStyle.LINE,
@@ -313,10 +315,10 @@ def _this_jobs_gpus(cfg: ObservabilityConfig) -> Row:
             held("Job GPU Power", "Power draw.", "watt", jobs.HELD_POWER, min=0),
             held(
                 "Job GPU Temperature",
-                f"Core temperature; throttling risk above {gpu.TEMPERATURE_HIGH_CELSIUS} °C.",
+                f"Core temperature; throttling risk above {cfg.thresholds.gpu_temperature_high_celsius.short}.",
                 "celsius",
                 jobs.HELD_TEMPERATURE,
-                thresholds=Thresholds(GREEN, ((75, YELLOW), (85, RED))),
+                thresholds=temperature_steps(cfg.thresholds),
             ),
             so_far("GPUs Held", "GPUs the job holds now.", "short", jobs.JOB_GPUS.record),
             so_far(
@@ -557,7 +559,7 @@ def build(cfg: ObservabilityConfig) -> dict[str, Any]:
                 _active_jobs(),
                 _training_progress(),
                 _this_jobs_gpus(cfg),
-                _gpu_resources(),
+                _gpu_resources(cfg.thresholds),
                 _model_quality(),
                 _checkpoints(),
                 _data_pipeline(),

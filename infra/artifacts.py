@@ -10,6 +10,7 @@ from infra.generated import generated, stack_datasources_yaml
 from infra.program import component_args
 from infra.result import dump_yaml
 from infra.settings import Settings
+from observability.alertmanager import ReceiverUrls, alertmanager_config_yaml
 from observability.prometheus_config import operator_specs_yaml, server_configs
 from observability.rules import Tier
 from observability.scrape_config import shard_key, shard_scrape_configs
@@ -19,6 +20,30 @@ RULES_PATH = "prometheus/rules.yaml"
 TIER_RULES_PATHS = {Tier.SHARD: "prometheus/rules-shard.yaml", Tier.GLOBAL: "prometheus/rules-global.yaml"}
 SCRAPE_CONFIG_PATH = "prometheus/scrape-config.yaml"  # one per shard with several shards
 DATASOURCES_PATH = "grafana/datasources.yaml"
+ALERTMANAGER_PATH = "alertmanager/alertmanager.yaml"
+
+
+def secret_placeholder(key: str) -> str:
+    """Stands for the Pulumi secret `key` in readable files: stable, and never a real value."""
+    return f"https://pulumi-secret.invalid/{key}"
+
+
+def alertmanager_yaml(settings: Settings) -> str:
+    """The routing tree as Alertmanager loads it, readable; the receiver URLs are secrets, so the
+    file names each one's Pulumi secret (https://pulumi-secret.invalid/<key>), never a value."""
+    receivers = ReceiverUrls(
+        page=secret_placeholder("alertPageWebhookUrl"),
+        chat=secret_placeholder("alertChatWebhookUrl"),
+        low_priority=secret_placeholder("alertLowPriorityWebhookUrl"),
+        heartbeat=secret_placeholder("alertHeartbeatUrl"),
+    )
+    header = (
+        f"# Alertmanager routing of stack {settings.stack} ({settings.scrape.mode} mode). Receiver URLs are\n"
+        "# Pulumi secrets: each URL below names the secret; the deployed Secret carries the value.\n"
+    )
+    return header + alertmanager_config_yaml(settings.observability_config(), receivers)
+
+
 # What the stack's Prometheus servers must be given: their configs (annotations mode) or the
 # Prometheus resources' fields (operator mode).
 SERVER_CONFIG_DIR = "prometheus"
@@ -40,6 +65,7 @@ def artifact_files(settings: Settings) -> dict[str, str]:
         **{TIER_RULES_PATHS[tier]: text for tier, text in gen.tier_yaml.items()},
         **shard_scrape_configs(cfg, list(args.scrape_discovery.watched_namespaces), SCRAPE_CONFIG_PATH),
         DATASOURCES_PATH: stack_datasources_yaml(settings),
+        ALERTMANAGER_PATH: alertmanager_yaml(settings),
         job_manifest_path(args.training_job): dump_yaml(job_manifest(args.training_job)),
     }
     files.update({f"dashboards/{uid}.json": text for uid, text in gen.dashboards.items()})

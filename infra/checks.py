@@ -14,6 +14,7 @@ import yaml
 
 from infra import kube_validate
 from infra.artifacts import RULES_PATH, TIER_RULES_PATHS
+from infra.kube_provider import PROVIDER_TYPE
 from infra.policy_context import context_from_settings, rendered_objects
 from infra.result import RenderResult
 from infra.settings import stack_file
@@ -51,6 +52,30 @@ def check_rules_with_promtool(result: RenderResult) -> list[str]:
     return []
 
 
+def check_provider(result: RenderResult) -> list[str]:
+    """One explicit provider with the stack's context and server-side apply, and every Kubernetes
+    resource created through it (none through the ambient default provider)."""
+    providers = [r for r in result.run.resources if r.type == PROVIDER_TYPE]
+    if len(providers) != 1:
+        return [f"expected one explicit Kubernetes provider, found {len(providers)}"]
+    (provider,) = providers
+    problems = []
+    target = result.settings.kubernetes
+    if provider.inputs.get("context") != target.context:
+        problems.append(
+            f"the provider's context is {provider.inputs.get('context')!r}, the stack config names {target.context!r}"
+        )
+    if str(provider.inputs.get("enableServerSideApply")).lower() != "true":
+        problems.append("the provider does not use server-side apply (enableServerSideApply)")
+    for resource in result.run.resources:
+        if resource.type.startswith("kubernetes:") and not resource.provider.startswith(f"{provider.urn}::"):
+            problems.append(
+                f"{resource.type} {resource.name!r} is not created through the stack's provider "
+                f"(provider {resource.provider or 'default'})"
+            )
+    return problems
+
+
 def check_rule_tiers(result: RenderResult) -> list[str]:
     """Every rule of `rules-shard.yaml` reads one scrape target's series (observability.rules.tiers)."""
     shard_file = yaml.safe_load(result.files[TIER_RULES_PATHS[Tier.SHARD]]) or {}
@@ -59,6 +84,7 @@ def check_rule_tiers(result: RenderResult) -> list[str]:
 
 
 ALL_CHECKS: list[tuple[str, Check]] = [
+    ("kubernetes-provider", check_provider),
     ("kubernetes-schema", kube_validate.check_render),
     ("policies", check_policies),
     ("promtool-rules", check_rules_with_promtool),

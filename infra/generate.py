@@ -3,41 +3,29 @@ from the code. Never edit these files by hand; `make check` fails when one diffe
 this writes.
 
 - docs/runbooks.md: one section per alert, from the rule definitions (observability.rules);
-- dashboards/README.md: every dashboard's rows, panels and the series they read (dashboards);
-- policy/config/<stack>.json: the stack context the CrossGuard pack reads for each stack, from
-  the stack's settings (infra.policy_context).
+- dashboards/README.md: every dashboard's rows, panels and the series they read (dashboards).
+
+The CrossGuard pack's stack context is not among them: the render writes it from the stack's own
+settings (rendered/<stack>/policy/pack-config.json), so there is no committed copy to go stale.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
-import json
 from collections.abc import Callable
 
 from dashboards import readme
 from infra import REPO_ROOT
-from infra.policy_context import context_from_settings
-from infra.settings import available_stacks, read_stack_config, validate_stack
 from observability.config import ObservabilityConfig
 from observability.rules.runbooks import render_runbooks
-from policy.pack_config import context_to_config
-
-
-def pack_config(stack: str) -> str:
-    settings = validate_stack(read_stack_config(stack))
-    return json.dumps(context_to_config(context_from_settings(settings)), indent=2, sort_keys=True) + "\n"
 
 
 def generators() -> dict[str, Callable[[], str]]:
     """Path relative to the repository root -> the function that writes its text."""
-    files: dict[str, Callable[[], str]] = {
+    return {
         "docs/runbooks.md": lambda: render_runbooks(ObservabilityConfig()),
         "dashboards/README.md": readme.render,
     }
-    for stack in available_stacks():
-        files[f"policy/config/{stack}.json"] = functools.partial(pack_config, stack)
-    return files
 
 
 def generated_files() -> dict[str, str]:

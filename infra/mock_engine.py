@@ -36,11 +36,14 @@ class RecordedResource:
     parent_urn: str
     custom: bool
     inputs: Mapping[str, Any]
+    provider: str = ""  # the provider reference ("<urn>::<id>"); empty for the default provider
 
 
 @dataclass
 class MockRun:
     resources: list[RecordedResource] = field(default_factory=list)
+    # The stack outputs (`pulumi.export`), as `pulumi stack output --json` would show them.
+    outputs: dict[str, Any] = field(default_factory=dict)
 
     def of_type(self, type_token: str) -> list[RecordedResource]:
         return [r for r in self.resources if r.type == type_token]
@@ -96,9 +99,17 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     parent_urn=request.parent,
                     custom=bool(request.custom),
                     inputs=normalize(_unwrap(inputs)),
+                    provider=str(request.provider),
                 )
             )
         return response
+
+    def RegisterResourceOutputs(self, request: Any) -> Any:
+        if "::pulumi:pulumi:Stack::" in request.urn:
+            from pulumi.runtime import rpc
+
+            self.run.outputs.update(normalize(_unwrap(rpc.deserialize_properties(request.outputs))))
+        return super().RegisterResourceOutputs(request)  # type: ignore[no-untyped-call]
 
 
 def _unwrap(value: Any) -> Any:
@@ -127,5 +138,13 @@ def run_program(
     pulumi_settings.reset_options(project=project, stack=stack, preview=False)
     pulumi.runtime.set_mocks(mocks, project=project, stack=stack, preview=False, monitor=RecordingMonitor(mocks, run))
     set_all_config(dict(config), secret_keys)
-    _sync_await(run_pulumi_func(program))
+
+    def program_then_outputs() -> None:
+        # The mocks finish their root Stack before the program runs; send its outputs again at
+        # the end, as the engine's own Stack does when a real program returns.
+        program()
+        root: Any = pulumi.runtime.settings.get_root_resource()
+        root.register_outputs(dict(root.outputs))
+
+    _sync_await(run_pulumi_func(program_then_outputs))
     return run

@@ -4,6 +4,7 @@ rendered stack as `KubeObject`s. Lives in `infra/` because `policy/` must not im
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,11 @@ from infra.result import RenderResult
 from infra.settings import Settings
 from policy.manifests import kube_object_from_pulumi
 from policy.model import DeclaredService, KubeObject, PolicyContext
+from policy.pack_config import context_to_config
+
+# The CrossGuard pack's config (`--policy-pack-config`) under rendered/<stack>/: the policies' stack
+# context, derived from the stack's settings here and nowhere else.
+PACK_CONFIG_PATH = "policy/pack-config.json"
 
 
 def context_from_settings(settings: Settings) -> PolicyContext:
@@ -57,3 +63,8 @@ def rendered_objects(result: RenderResult) -> list[KubeObject]:
             is_patch = Path(name).name.split("_", 1)[0].endswith("patch")
             objects.append(KubeObject(document, is_patch=is_patch, origin=name))
     return objects
+
+
+def pack_config_json(settings: Settings) -> str:
+    """rendered/<stack>/policy/pack-config.json: what `pulumi preview --policy-pack-config` hands the pack."""
+    return json.dumps(context_to_config(context_from_settings(settings)), indent=2, sort_keys=True) + "\n"

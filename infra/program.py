@@ -6,7 +6,13 @@ from them) into each component's typed Args; `build` hands every component its A
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass
+
+import pulumi
+from pulumi.runtime import mocks
+from pulumi.runtime import settings as runtime_settings
 
 from infra import components, generated
 from infra.components import (
@@ -20,6 +26,9 @@ from infra.components import (
     TrainingJobArgs,
 )
 from infra.components.scrape_discovery import watched_namespaces
+from infra.components.training_job import usage
+from infra.kube_provider import guard_live_run, kubernetes_provider
+from infra.outputs import export_stack_outputs
 from infra.settings import Settings, load_settings, pulumi_config_source, pulumi_secret_reader
 
 
@@ -72,17 +81,40 @@ def component_args(settings: Settings) -> ComponentArgs:
 
 
 def build(settings: Settings) -> None:
-    """Every component, each with its Args."""
+    """Every component, each with its Args, through the stack's own Kubernetes provider (children
+    inherit it; the ambient default provider is never used); then the stack outputs."""
     args = component_args(settings)
-    components.ServiceScrapeAnnotations("platform-services", args.service_scrape)
-    components.ScrapeDiscovery("scrape-discovery", args.scrape_discovery)
-    components.TrainingJobTemplate("training-job", args.training_job)
-    components.GpuPoller("gpu-poller", args.gpu_poller)
-    components.AlertRules("alert-rules", args.alert_rules)
-    components.AlertRouting("alert-routing", args.alert_routing)
-    components.GrafanaProvisioning("grafana", args.grafana)
+    opts = pulumi.ResourceOptions(providers=[kubernetes_provider(settings)])
+    components.ServiceScrapeAnnotations("platform-services", args.service_scrape, opts)
+    scrape = components.ScrapeDiscovery("scrape-discovery", args.scrape_discovery, opts)
+    components.TrainingJobTemplate("training-job", args.training_job, opts)
+    poller = components.GpuPoller("gpu-poller", args.gpu_poller, opts)
+    rules = components.AlertRules("alert-rules", args.alert_rules, opts)
+    routing = components.AlertRouting("alert-routing", args.alert_routing, opts)
+    components.GrafanaProvisioning("grafana", args.grafana, opts)
+    groups = args.alert_rules.groups
+    export_stack_outputs(
+        settings,
+        poller_image=poller.image_ref,
+        dashboard_titles={uid: json.loads(text)["title"] for uid, text in args.grafana.dashboards.items()},
+        rules=rules.resource,
+        alert_groups=sum(1 for g in groups if any("alert" in r for r in g["rules"])),
+        alerts=sum(1 for g in groups for r in g["rules"] if "alert" in r),
+        alertmanager=routing.resources,
+        scrape=scrape.resource,
+        training_job_command=usage(args.training_job),
+    )
+
+
+def _under_mocks() -> bool:
+    """The offline render and the tests run the program under the SDK's mock monitor."""
+    return isinstance(runtime_settings.SETTINGS.monitor, mocks.MockMonitor)
 
 
 def main() -> None:
     """Read and validate the stack config, then register every resource."""
-    build(load_settings(pulumi_config_source(), pulumi_secret_reader()))
+    settings = load_settings(pulumi_config_source(), pulumi_secret_reader())
+    if not _under_mocks():
+        # A live `pulumi preview`/`up`: refuse a provider that would use another cluster.
+        guard_live_run(settings, pulumi.Config("kubernetes").get("context"), os.environ)
+    build(settings)

@@ -9,6 +9,7 @@ Output is deterministic. Bad config or an unknown stack exits non-zero and write
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import tempfile
@@ -18,12 +19,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from infra import REPO_ROOT, artifacts, checks, program
 from infra.mock_engine import run_program
+from infra.policy_context import PACK_CONFIG_PATH, pack_config_json
 from infra.result import RenderResult, dump_yaml, kubernetes_manifest, manifest_filename
 from infra.settings import PROJECT, SettingsError, StackFileError, read_stack_config, validate_stack
 
 RENDERED = REPO_ROOT / "rendered"
+STACK_OUTPUTS_PATH = "pulumi/stack-outputs.json"
 
 
 def render_stack(stack: str, root: Path = REPO_ROOT, overrides: Mapping[str, Any] | None = None) -> RenderResult:
@@ -49,6 +54,9 @@ def render_stack(stack: str, root: Path = REPO_ROOT, overrides: Mapping[str, Any
         result.files[name] = dump_yaml(manifest)
     for name, text in sorted(artifacts.artifact_files(settings).items()):
         result.files[name] = text
+    result.files[PACK_CONFIG_PATH] = pack_config_json(settings)
+    # What `pulumi stack output --json` shows after `pulumi up` (see infra/outputs.py).
+    result.files[STACK_OUTPUTS_PATH] = json.dumps(run.outputs, indent=2, sort_keys=True) + "\n"
     return result
 
 
@@ -71,11 +79,23 @@ def write_rendered(result: RenderResult, out_root: Path = RENDERED) -> Path:
     return target
 
 
+def kubernetes_kinds(result: RenderResult) -> Counter[str]:
+    """Kinds of the files under kubernetes/ (patches as `<Kind> patch`): what the summary counts."""
+    kinds: Counter[str] = Counter()
+    for name, text in result.files.items():
+        if not name.startswith("kubernetes/"):
+            continue
+        document = result.manifests.get(name) or yaml.safe_load(text)
+        patch = Path(name).name.split("_", 1)[0].endswith("patch")
+        kinds[f"{document['kind']} patch" if patch else str(document["kind"])] += 1
+    return kinds
+
+
 def summary(result: RenderResult, seconds: float, target: Path, check_lines: list[str]) -> str:
-    kinds = Counter(m["kind"] for m in result.manifests.values())
+    kinds = kubernetes_kinds(result)
     lines = [
         f"stack {result.stack}: {len(result.run.resources)} Pulumi resources, "
-        f"{len(result.manifests)} Kubernetes objects"
+        f"{sum(kinds.values())} Kubernetes objects (one file each under kubernetes/)"
     ]
     lines += [f"  {count:3d}  {kind}" for kind, count in sorted(kinds.items())]
     by_dir = Counter(name.split("/", 1)[0] for name in result.files)

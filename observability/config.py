@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from observability.thresholds import DEFAULT_THRESHOLDS, Thresholds
+
 
 @dataclass(frozen=True)
 class DatasourceUids:
@@ -42,6 +44,8 @@ class ObservabilityConfig:
     datasource_uids: DatasourceUids = DatasourceUids()
     # Grafana folder the dashboards are provisioned into.
     grafana_folder: str = "ML Platform"
+    # Every alert threshold (observability/thresholds.yaml): expressions, texts, dashboard steps.
+    thresholds: Thresholds = DEFAULT_THRESHOLDS
     # Scrape shards (Prometheus servers that each scrape the targets `hashmod` assigns them and
     # evaluate the shard tier of the rules); 1 is one Prometheus that evaluates every rule.
     shards: int = 1

@@ -26,7 +26,7 @@ from policy.rules.grafana import (
 )
 from policy.rules.plaintext import NO_PLAINTEXT_SECRETS, document_findings, stack_file_findings, text_findings
 
-# Context field -> the key that carries it in the pack's policy config (policy/config/<stack>.json).
+# Context field -> the key that carries it in the pack's policy config (rendered/<stack>/policy/pack-config.json).
 CONFIG_KEYS = {
     "services": "services",
     "tempo_otlp_endpoint": "tempoOtlpEndpoint",
@@ -48,7 +48,8 @@ def _missing_context_violation(policy: Policy, missing: list[str], subject: str)
         subject,
         "",
         f"the policy cannot run without its config ({keys})",
-        "run with --policy-pack-config policy/config/<stack>.json (generated from Pulumi.<stack>.yaml, see README)",
+        "run with --policy-pack-config rendered/<stack>/policy/pack-config.json "
+        "(written from Pulumi.<stack>.yaml by `make render STACK=<stack>`)",
     )
 
 

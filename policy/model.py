@@ -116,7 +116,7 @@ class PolicyContext:
     """What the policies know about the stack besides its objects; a field left None is unknown.
 
     pytest builds it from the stack's typed settings; the CrossGuard pack from its policy config
-    (`policy/config/<stack>.json`, see `policy.pack_config`).
+    (`rendered/<stack>/policy/pack-config.json`, see `policy.pack_config`).
     """
 
     stack: str = ""

@@ -1,6 +1,6 @@
 """The stack context as CrossGuard policy config, and back.
 
-`pulumi preview --policy-pack policy --policy-pack-config policy/config/<stack>.json` hands each
+`pulumi preview --policy-pack policy --policy-pack-config rendered/<stack>/policy/pack-config.json` hands each
 policy its own config object. A policy that needs stack context (declared services, the Tempo
 endpoint, ...) declares it (`Policy.needs`/`uses`); its entry in the file carries exactly those
 keys, in camelCase:

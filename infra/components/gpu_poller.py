@@ -168,4 +168,5 @@ class GpuPoller(pulumi.ComponentResource):
             name, metadata=meta, spec=daemonset_spec(args, image_ref), opts=child(self)
         )
         self.service = k8s.core.v1.Service(name, metadata=meta, spec=service_spec(args), opts=child(self))
+        self.image_ref = image_ref
         self.register_outputs({"image": image_ref})

@@ -10,8 +10,8 @@
 
 from infra.settings.loading import KNOWN_KEYS, load_settings
 from infra.settings.model import (
-    ENVIRONMENTS,
-    MAX_SCRAPE_INTERVAL_SECONDS,
+    DEFAULT_CRITICAL_DETECTION_SECONDS,
+    KUBECONFIG_KEY,
     PROJECT,
     RECEIVER_KEYS,
     SCRAPE_DELIVERIES,
@@ -22,6 +22,7 @@ from infra.settings.model import (
     Endpoints,
     GrafanaSettings,
     ImageBuild,
+    KubernetesTarget,
     Namespaces,
     PinnedImage,
     PollerSettings,
@@ -48,6 +49,7 @@ from infra.settings.stack_files import (
     StackConfig,
     StackFileError,
     available_stacks,
+    default_provider_conflict,
     placeholder_secret,
     read_stack_config,
     stack_file,
@@ -55,9 +57,9 @@ from infra.settings.stack_files import (
 )
 
 __all__ = [
-    "ENVIRONMENTS",
+    "DEFAULT_CRITICAL_DETECTION_SECONDS",
     "KNOWN_KEYS",
-    "MAX_SCRAPE_INTERVAL_SECONDS",
+    "KUBECONFIG_KEY",
     "PROJECT",
     "RECEIVER_KEYS",
     "SCRAPE_DELIVERIES",
@@ -70,6 +72,7 @@ __all__ = [
     "Endpoints",
     "GrafanaSettings",
     "ImageBuild",
+    "KubernetesTarget",
     "Namespaces",
     "PinnedImage",
     "PollerSettings",
@@ -88,6 +91,7 @@ __all__ = [
     "Toleration",
     "TrainingJobSettings",
     "available_stacks",
+    "default_provider_conflict",
     "load_settings",
     "placeholder_secret",
     "pulumi_config_source",

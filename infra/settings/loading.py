@@ -8,12 +8,13 @@ Pulumi secrets; a credential given in plaintext, or any URL carrying a password,
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Mapping
 from typing import Any
 
 from infra.settings import sections
-from infra.settings.model import PROJECT, SECRET_KEYS, ImageBuild, Settings, SettingsError
+from infra.settings.model import KUBECONFIG_KEY, PROJECT, SECRET_KEYS, ImageBuild, Settings, SettingsError
 from infra.settings.reading import ConfigSource, Reader, SecretReader
 
 _CREDENTIAL_KEY = re.compile(r"(password|passwd|secret|token|api[_-]?key|credential|webhook)", re.IGNORECASE)
@@ -21,8 +22,9 @@ _URL_WITH_PASSWORD = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@", re.I
 
 KNOWN_KEYS = {
     "environment", "kubernetesVersion", "namespaces", "endpoints", "services", "scrape", "poller",
-    "trainingJob", "grafana", "runbookBaseUrl", "cluster", "prometheus", "kubeStateMetrics", "gpuHourlyCost",
-    "energyPricePerKWh", "currency", *SECRET_KEYS,
+    "trainingJob", "grafana", "grafanaUrl", "runbookBaseUrl", "criticalDetectionSeconds", "kubeContext",
+    KUBECONFIG_KEY, "cluster", "prometheus", "kubeStateMetrics", "gpuHourlyCost", "energyPricePerKWh", "currency",
+    *SECRET_KEYS,
 }  # fmt: skip
 
 
@@ -39,7 +41,7 @@ def check_plaintext_credentials(r: Reader) -> None:
         if r.source.is_secret(key):
             continue
         text = r.source.get(key) or ""
-        if key in SECRET_KEYS or (_CREDENTIAL_KEY.search(key) and text):
+        if key in (*SECRET_KEYS, KUBECONFIG_KEY) or (_CREDENTIAL_KEY.search(key) and text):
             r.problems.append(
                 f"{key} is a credential given in plaintext: remove it from Pulumi.{r.source.stack}.yaml and run "
                 f"`pulumi config set --secret {key} <value>`"
@@ -63,8 +65,15 @@ def check_plaintext_credentials(r: Reader) -> None:
 def load_settings(source: ConfigSource, secret: SecretReader) -> Settings:
     """Read and validate the whole stack config; raise `SettingsError` listing every problem."""
     r = Reader(source)
-    for key in sorted(set(source.keys()) - KNOWN_KEYS):
-        r.problems.append(f"{key} is not a known setting: expected one of {', '.join(sorted(KNOWN_KEYS))}")
+    given = set(source.keys())
+    for key in sorted(given - KNOWN_KEYS):
+        close = difflib.get_close_matches(key, sorted(KNOWN_KEYS - given), n=1, cutoff=0.75)
+        if close:
+            # One problem for one typo: the key it was meant to be is not reported missing too.
+            r.problems.append(f"{key} is not a known setting: did you mean {close[0]}?")
+            r.reported.add(close[0])
+        else:
+            r.problems.append(f"{key} is not a known setting: expected one of {', '.join(sorted(KNOWN_KEYS))}")
     check_plaintext_credentials(r)
 
     environment = sections.environment(r)
@@ -72,12 +81,14 @@ def load_settings(source: ConfigSource, secret: SecretReader) -> Settings:
     namespaces = sections.namespaces(r)
     endpoints = sections.endpoints(r, namespaces)
     services = sections.services(r)
-    scrape = sections.scrape(r)
+    budget = sections.critical_detection_seconds(r)
+    scrape = sections.scrape(r, budget)
     poller = sections.poller(r, secret)
     training_job = sections.training_job(r)
     grafana = sections.grafana(r, namespaces)
     runbook_base_url = sections.runbook_base_url(r)
     alerting = sections.alerting(r, secret)
+    kubernetes = sections.kubernetes_target(r, secret)
     prometheus = sections.prometheus(r, environment, endpoints)
     cost = sections.cost(r)
     kube_state_metrics = sections.kube_state_metrics(r)
@@ -103,6 +114,8 @@ def load_settings(source: ConfigSource, secret: SecretReader) -> Settings:
         grafana=grafana,
         alerting=alerting,
         runbook_base_url=runbook_base_url,
+        critical_detection_seconds=budget,
+        kubernetes=kubernetes,
         prometheus=prometheus,
         cost=cost,
         kube_state_metrics=kube_state_metrics,

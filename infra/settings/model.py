@@ -14,8 +14,9 @@ ScrapeMode = Literal["annotations", "operator"]
 ScrapeDelivery = Literal["configmap", "secret"]
 SCRAPE_MODES: tuple[ScrapeMode, ...] = ("annotations", "operator")
 SCRAPE_DELIVERIES: tuple[ScrapeDelivery, ...] = ("configmap", "secret")
-ENVIRONMENTS = ("dev", "staging", "prod")
-MAX_SCRAPE_INTERVAL_SECONDS = 15
+# The promise for critical failures (NaN, GPU out of memory, GPU errors): detected within this many
+# seconds of the first sample that shows them. A stack may declare a longer budget explicitly.
+DEFAULT_CRITICAL_DETECTION_SECONDS = 30
 SUPPORTED_KUBERNETES_MINORS = range(27, 38)  # 1.27 .. 1.37: schemas kubernetes-validate ships
 
 # Secret config keys: a value for these must be a Pulumi secret (`pulumi config set --secret`).
@@ -23,6 +24,8 @@ SUPPORTED_KUBERNETES_MINORS = range(27, 38)  # 1.27 .. 1.37: schemas kubernetes-
 RECEIVER_KEYS = ("alertPageWebhookUrl", "alertChatWebhookUrl", "alertLowPriorityWebhookUrl", "alertHeartbeatUrl")
 SECRET_KEYS = (*RECEIVER_KEYS, "registryPassword")
 DIGEST_EXPECTED = "an image reference pinned by digest: REGISTRY/REPO@sha256:<64 hex>"
+# The kubeconfig a stack may carry as a Pulumi secret (`pulumi config set --secret kubeconfig ...`).
+KUBECONFIG_KEY = "kubeconfig"
 
 SecretValue = Any  # a pulumi.Output[str] marked secret in a real run; a placeholder str offline
 
@@ -138,6 +141,8 @@ class TrainingJobSettings:
 class GrafanaSettings:
     namespace: str
     folder: str
+    # Where people open Grafana (stack output `dashboards` links each dashboard under it).
+    url: str
 
 
 @dataclass(frozen=True)
@@ -176,6 +181,15 @@ class AlertingReceivers:
 
 
 @dataclass(frozen=True)
+class KubernetesTarget:
+    """The cluster a stack deploys to: its explicit provider uses this context (of the ambient
+    kubeconfig, or of `kubeconfig` when the stack carries one as a secret) and nothing else."""
+
+    context: str | None
+    kubeconfig: SecretValue | None = None
+
+
+@dataclass(frozen=True)
 class Settings:
     project: str
     stack: str
@@ -190,6 +204,8 @@ class Settings:
     grafana: GrafanaSettings
     alerting: AlertingReceivers
     runbook_base_url: str
+    critical_detection_seconds: int = DEFAULT_CRITICAL_DETECTION_SECONDS
+    kubernetes: KubernetesTarget = KubernetesTarget(context=None)
     common_labels: Mapping[str, str] = field(default_factory=dict)
     prometheus: PrometheusSettings = PrometheusSettings()
     cost: CostSettings = field(default_factory=lambda: DEFAULT_COST)
@@ -203,6 +219,7 @@ class Settings:
             scrape_interval_seconds=self.scrape.interval_seconds,
             evaluation_interval_seconds=self.scrape.evaluation_interval_seconds,
             runbook_base_url=self.runbook_base_url,
+            critical_detection_seconds=self.critical_detection_seconds,
             platform_services=tuple(s.name for s in self.services),
             datasource_uids=DatasourceUids(),
             grafana_folder=self.grafana.folder,

@@ -18,6 +18,7 @@ from infra.settings.model import PROJECT, SecretValue
 from policy.manifests import as_int
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS_LABEL_EXPECTED = "a DNS-1123 label (lower-case letters, digits and '-', at most 63 characters)"
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|Ki|Mi|Gi|Ti|k|M|G|T)?$")
 _LABEL_KEY = re.compile(r"^([a-z0-9.-]+/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 
@@ -79,10 +80,25 @@ class Reader:
     def __init__(self, source: ConfigSource) -> None:
         self.source = source
         self.problems: list[str] = []
+        # Top-level keys already reported (missing or misspelled): nothing under them is reported
+        # again, so one mistake is one problem.
+        self.reported: set[str] = set()
 
     def problem(self, key: str, value: object, expected: str) -> None:
+        if re.split(r"[.\[]", key, maxsplit=1)[0] in self.reported:
+            return
         shown = json.dumps(value) if not isinstance(value, str) else repr(value)
         self.problems.append(f"{key} = {shown}: expected {expected}")
+
+    def model_type(self, key: str, value: Any) -> str:
+        """A model family label (dqn, ppo, tft, mamba, none, ...): any DNS label is accepted, since a
+        new family must not need a code change; it travels in OTEL_RESOURCE_ATTRIBUTES, a metric
+        label and a Job's generateName, where ',', '=' or upper case would break them."""
+        if not isinstance(value, str) or len(value) > 40 or not _DNS_LABEL.match(value):
+            self.problem(key, value, "a model type such as dqn, ppo, tft, mamba or none (lower-case letters, digits "
+                         "and '-', at most 40 characters)")  # fmt: skip
+            return "none"
+        return value
 
     def raw(self, key: str) -> Any:
         text = self.source.get(key)
@@ -95,8 +111,9 @@ class Reader:
 
     def required(self, key: str) -> Any:
         value = self.raw(key)
-        if value is None:
+        if value is None and key not in self.reported:
             self.problems.append(f"{key} is missing: set it in Pulumi.{self.source.stack}.yaml")
+            self.reported.add(key)
         return value
 
     # --- typed accessors over a parsed value -----------------------------------------------
@@ -112,12 +129,15 @@ class Reader:
     def dns_name(self, key: str, value: Any) -> str:
         ok = isinstance(value, str) and len(value) <= 63 and bool(_DNS_LABEL.match(value))
         if not ok:
-            self.problem(key, value, "a DNS-1123 label (lower-case letters, digits and '-', at most 63 characters)")
+            self.problem(key, value, DNS_LABEL_EXPECTED)
             return ""
         return str(value)
 
     def integer(self, key: str, value: Any, low: int, high: int) -> int:
         number = as_int(value)
+        if isinstance(value, str) and number is not None:
+            self.problem(key, value, f"a whole number from {low} to {high} written without quotes")
+            return low
         if number is None or not low <= number <= high:
             self.problem(key, value, f"a whole number from {low} to {high}")
             return low

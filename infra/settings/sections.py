@@ -9,9 +9,9 @@ from typing import Any, Literal
 
 from infra.settings.model import (
     DEFAULT_COST,
+    DEFAULT_CRITICAL_DETECTION_SECONDS,
     DIGEST_EXPECTED,
-    ENVIRONMENTS,
-    MAX_SCRAPE_INTERVAL_SECONDS,
+    KUBECONFIG_KEY,
     RECEIVER_KEYS,
     SCRAPE_DELIVERIES,
     SCRAPE_MODES,
@@ -21,6 +21,7 @@ from infra.settings.model import (
     Endpoints,
     GrafanaSettings,
     ImageBuild,
+    KubernetesTarget,
     Namespaces,
     PinnedImage,
     PollerSettings,
@@ -31,7 +32,7 @@ from infra.settings.model import (
     Toleration,
     TrainingJobSettings,
 )
-from infra.settings.reading import Reader, SecretReader
+from infra.settings.reading import _DNS_LABEL, DNS_LABEL_EXPECTED, Reader, SecretReader
 from observability.config import ObservabilityConfig
 from observability.prometheus_config import REMOTE_WRITE_PATH
 from observability.rules.detection import detection_budget
@@ -41,7 +42,18 @@ _DIGEST_REF = re.compile(r"^[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)+@sha256:[0-9a-f
 
 
 def environment(r: Reader) -> str:
-    return r.choice("environment", r.required("environment"), ENVIRONMENTS)
+    """Any lower-case name (a new stack brings its own); it becomes a label value, so it is checked
+    as one."""
+    value = r.required("environment")
+    if value is None:
+        return ""
+    if not isinstance(value, str) or len(value) > 63 or not _DNS_LABEL.match(value):
+        r.problem(
+            "environment", value, "a lower-case name such as dev, staging, prod or gpu-lab (it is a label value: "
+            f"{DNS_LABEL_EXPECTED})",
+        )  # fmt: skip
+        return ""
+    return value
 
 
 def kubernetes_version(r: Reader) -> str:
@@ -77,7 +89,10 @@ def services(r: Reader) -> tuple[ServiceSettings, ...]:
     out = []
     seen: set[str] = set()
     for i, item in enumerate(value):
-        k = f"services[{i}]"
+        # Name the service in every message when it has a usable name: services['feature-store'].port
+        given = item.get("name") if isinstance(item, dict) else None
+        named = isinstance(given, str) and bool(_DNS_LABEL.match(given)) and given not in seen
+        k = f"services[{given!r}]" if named else f"services[{i}]"
         m = r.mapping(k, item, {"name", "container", "port", "path", "modelType"})
         name = r.dns_name(f"{k}.name", m.get("name"))
         if name and name in seen:
@@ -90,13 +105,21 @@ def services(r: Reader) -> tuple[ServiceSettings, ...]:
                 container=r.dns_name(f"{k}.container", m.get("container", name)),
                 port=r.integer(f"{k}.port", m.get("port"), 1, 65535),
                 path=r.string(f"{k}.path", path, re.compile(r"^/[\x21-\x7e]*$"), "an HTTP path starting with '/'"),
-                model_type=r.string(f"{k}.modelType", m.get("modelType", "none")),
+                model_type=r.model_type(f"{k}.modelType", m.get("modelType", "none")),
             )
         )
     return tuple(out)
 
 
-def scrape(r: Reader) -> ScrapeSettings:
+def critical_detection_seconds(r: Reader) -> int:
+    """The detection budget of critical failures (default 30 s); a slower stack declares its own."""
+    value = r.raw("criticalDetectionSeconds")
+    return r.integer(
+        "criticalDetectionSeconds", DEFAULT_CRITICAL_DETECTION_SECONDS if value is None else value, 10, 600
+    )
+
+
+def scrape(r: Reader, budget: int) -> ScrapeSettings:
     sc = r.mapping(
         "scrape",
         r.required("scrape"),
@@ -113,24 +136,27 @@ def scrape(r: Reader) -> ScrapeSettings:
         object_name=r.dns_name("scrape.objectName", sc.get("objectName", "prometheus-annotation-scrape")),
         operator_selector=r.label_map("scrape.operatorSelector", sc.get("operatorSelector")),
     )
-    # The 30-second promise for critical failures: the rules module owns the check on the evaluation
-    # interval (it derives every critical `for` from it); here only the sampling half is added, since
-    # a failure waits up to one scrape interval before any rule can see it.
+    # The promise for critical failures, within `criticalDetectionSeconds` (default 30): the rules
+    # module owns the check on the evaluation interval (it derives every critical `for` from it);
+    # here only the sampling half is added, since a failure waits up to one scrape interval before
+    # any rule can see it.
     try:
         detection_budget(
             ObservabilityConfig(
                 scrape_interval_seconds=settings.interval_seconds,
                 evaluation_interval_seconds=settings.evaluation_interval_seconds,
+                critical_detection_seconds=budget,
             )
         )
     except ValueError as exc:
         r.problem("scrape.evaluationIntervalSeconds", settings.evaluation_interval_seconds, f"an interval that {exc}")
-    if settings.interval_seconds > MAX_SCRAPE_INTERVAL_SECONDS:
+    if settings.interval_seconds > budget // 2:
         r.problem(
             "scrape.intervalSeconds",
             settings.interval_seconds,
-            f"at most {MAX_SCRAPE_INTERVAL_SECONDS} so a critical failure (NaN, OOM, GPU error) is sampled "
-            "in time to be detected within 30 s",
+            f"at most {budget // 2} (half of criticalDetectionSeconds = {budget}) so a critical failure (NaN, OOM, "
+            f"GPU error) is sampled in time to be detected within {budget} s; or declare a longer budget with "
+            "criticalDetectionSeconds",
         )
     return settings
 
@@ -229,7 +255,7 @@ def training_job(r: Reader) -> TrainingJobSettings:
     return TrainingJobSettings(
         name=r.dns_name("trainingJob.name", tj.get("name", "training-job-template")),
         image=r.string("trainingJob.image", tj.get("image"), _DIGEST_REF, DIGEST_EXPECTED),
-        model_type=r.string("trainingJob.modelType", tj.get("modelType")),
+        model_type=r.model_type("trainingJob.modelType", tj.get("modelType")),
         gpu_count=r.integer("trainingJob.gpuCount", tj.get("gpuCount", 1), 1, 16),
         backoff_limit=r.integer("trainingJob.backoffLimit", tj.get("backoffLimit", 2), 0, 20),
         ttl_seconds_after_finished=r.integer(
@@ -249,6 +275,7 @@ def grafana(r: Reader, ns: Namespaces) -> GrafanaSettings:
     return GrafanaSettings(
         namespace=r.dns_name("grafana.namespace", gr.get("namespace", ns.monitoring)),
         folder=r.string("grafana.folder", gr.get("folder")),
+        url=r.url("grafanaUrl", r.raw("grafanaUrl") or f"http://grafana.{ns.monitoring}.svc.cluster.local"),
     )
 
 
@@ -262,6 +289,21 @@ def alerting(r: Reader, secret: SecretReader) -> AlertingReceivers:
         if r.source.get(key) is None:
             r.problems.append(f"{key} is missing: set it with `pulumi config set --secret {key} https://...`")
     return receivers
+
+
+def kubernetes_target(r: Reader, secret: SecretReader) -> KubernetesTarget:
+    """`kubeContext` (a context of the ambient kubeconfig) and/or a `kubeconfig` Pulumi secret."""
+    context = r.raw("kubeContext")
+    if context is not None:
+        context = r.string("kubeContext", context, re.compile(r"^\S+$"), "a kubeconfig context name")
+    has_kubeconfig = r.source.get(KUBECONFIG_KEY) is not None
+    if not context and not has_kubeconfig:
+        r.problems.append(
+            "kubeContext is missing: name the kubeconfig context this stack deploys to (`pulumi config set "
+            "kubeContext <context>`), or give the stack its own kubeconfig as a secret (`pulumi config set --secret "
+            'kubeconfig "$(cat kubeconfig)"`)'
+        )
+    return KubernetesTarget(context=context or None, kubeconfig=secret(KUBECONFIG_KEY) if has_kubeconfig else None)
 
 
 def prometheus(r: Reader, environment_name: str, ep: Endpoints) -> PrometheusSettings:

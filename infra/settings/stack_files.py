@@ -13,16 +13,13 @@ import yaml
 
 from infra import REPO_ROOT
 from infra.settings.loading import load_settings
-from infra.settings.model import PROJECT, SECRET_KEYS, Settings
+from infra.settings.model import PROJECT, SECRET_KEYS, KubernetesTarget, Settings, SettingsError
 from infra.settings.reading import DictConfigSource
+from infra.stacks import available_stacks as available_stacks
 
 
 class StackFileError(ValueError):
     pass
-
-
-def available_stacks(root: Path = REPO_ROOT) -> list[str]:
-    return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
 
 
 def stack_file(stack: str, root: Path = REPO_ROOT) -> Path:
@@ -41,12 +38,32 @@ class StackConfig:
     stack: str
     values: Mapping[str, str]  # key without project prefix -> config string (JSON for objects)
     secret_keys: frozenset[str]
+    default_kube_context: str | None = None  # `kubernetes:context` (the default provider's), if set
 
     def source(self) -> DictConfigSource:
         return DictConfigSource(self.stack, self.values, self.secret_keys)
 
     def pulumi_config(self) -> dict[str, str]:
         return {f"{PROJECT}:{k}": v for k, v in self.values.items()}
+
+
+def yaml_error(path: Path, exc: yaml.YAMLError) -> str:
+    """`Pulumi.x.yaml, line 3, column 1: <what is wrong>`: the file and place, not "<unicode string>"."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f"{path.name}, line {mark.line + 1}, column {mark.column + 1}" if mark is not None else path.name
+    problem = " ".join(str(p) for p in (getattr(exc, "context", None), getattr(exc, "problem", None)) if p)
+    return f"{where} is not valid YAML: {problem or exc}"
+
+
+def default_provider_conflict(stack: str, target: KubernetesTarget, default_context: str | None) -> str | None:
+    """`kubernetes:context` in the stack file must not name another cluster than `kubeContext`."""
+    if default_context and target.context and default_context != target.context:
+        return (
+            f"Pulumi.{stack}.yaml sets kubernetes:context = {default_context!r} but kubeContext = {target.context!r}: "
+            "the stack deploys only through its own provider (kubeContext); remove kubernetes:context or make them "
+            "the same"
+        )
+    return None
 
 
 def read_stack_config(stack: str, root: Path = REPO_ROOT, overrides: Mapping[str, Any] | None = None) -> StackConfig:
@@ -64,11 +81,12 @@ def read_stack_config(stack: str, root: Path = REPO_ROOT, overrides: Mapping[str
     try:
         document = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
-        raise StackFileError(f"{path.name} is not valid YAML: {exc}") from exc
+        raise StackFileError(yaml_error(path, exc)) from exc
     raw = document.get("config") or {}
     if not isinstance(raw, Mapping):
         raise StackFileError(f"{path.name}: `config` must be a mapping of {PROJECT}:<key> to values")
     entries: dict[str, Any] = {}
+    default_kube_context = raw.get("kubernetes:context")
     for full_key, value in raw.items():
         namespace, _, key = str(full_key).partition(":")
         if namespace != PROJECT or not key:
@@ -90,9 +108,15 @@ def read_stack_config(stack: str, root: Path = REPO_ROOT, overrides: Mapping[str
         if key not in values:
             values[key] = placeholder_secret(stack, key)
             secret_keys.add(key)
-    return StackConfig(stack, values, frozenset(secret_keys))
+    return StackConfig(
+        stack, values, frozenset(secret_keys), str(default_kube_context) if default_kube_context else None
+    )
 
 
 def validate_stack(config: StackConfig) -> Settings:
     """Settings as the program will see them (placeholders for secrets); raises SettingsError."""
-    return load_settings(config.source(), lambda key: config.values.get(key))
+    settings = load_settings(config.source(), lambda key: config.values.get(key))
+    conflict = default_provider_conflict(config.stack, settings.kubernetes, config.default_kube_context)
+    if conflict:
+        raise SettingsError(config.stack, [conflict])
+    return settings

@@ -64,7 +64,14 @@ _ALERT_GROUP_BUILDERS: tuple[tuple[str, Callable[[ObservabilityConfig], tuple[Al
 
 
 # Recording rules at the head of an alert group, read by its alerts in the same evaluation.
-_GROUP_INPUTS: dict[str, Callable[[ObservabilityConfig], tuple[RecordingRule, ...]]] = {gpu.GROUP: gpu.input_rules}
+_GROUP_INPUTS: dict[str, Callable[[ObservabilityConfig], tuple[RecordingRule, ...]]] = {
+    gpu.GROUP: gpu.input_rules,
+}
+
+
+def _group_inputs(group: str, cfg: ObservabilityConfig) -> tuple[RecordingRule, ...]:
+    build = _GROUP_INPUTS.get(group)
+    return build(cfg) if build is not None else ()
 
 
 def project_group_names(cfg: ObservabilityConfig) -> list[str]:
@@ -99,7 +106,7 @@ def rule_groups(cfg: ObservabilityConfig) -> list[dict[str, Any]]:
             "name": name,
             "interval": interval,
             "rules": [
-                *(rule.to_rule() for rule in (_GROUP_INPUTS[name](cfg) if name in _GROUP_INPUTS else ())),
+                *(rule.to_rule() for rule in _group_inputs(name, cfg)),
                 *(alert.to_rule(cfg) for alert in alerts),
             ],
         }

@@ -31,6 +31,7 @@ from observability.promql import by, duration
 from observability.rules import jobs, recording
 from observability.rules.detection import critical_for_seconds, event_window_seconds
 from observability.rules.model import AlertRule, RecordingRule, RunbookQuery, Severity
+from observability.thresholds import Threshold
 
 GROUP = "ml_gpu_resources"
 GPU_LABELS = recording.GPU_LABELS
@@ -55,65 +56,41 @@ _JOB_PLACEMENT = (
 )
 _JOB_GPUS_QUERY = jobs.HELD_UTILIZATION.record + '{job_id="{{ $labels.job_id }}"}'
 
-UTILIZATION_LOW_PERCENT = 30
-UTILIZATION_HIGH_PERCENT = 95
-MEMORY_HIGH_RATIO = 0.90
-MEMORY_EXHAUSTED_RATIO = 0.95
 # GPUMemoryExhaustionPredicted: the linear trend of the last 10 minutes reaches the GPU's total
-# memory within the next 10 minutes, while more than half of it is in use.
+# memory within the next 10 minutes, while more than a threshold share of it is in use.
 PREDICTION_WINDOW_SECONDS = 600
 PREDICTION_HORIZON_SECONDS = 600
-PREDICTION_MIN_RATIO = 0.5
 PREDICTION_FOR_SECONDS = 120
 # GPUMemoryExhausted would wait `for: 1m`, but out-of-memory must be detected within 30s: `for` is
 # this, shortened by critical_for_seconds() to fit the detection budget.
 MEMORY_EXHAUSTED_FOR_SECONDS = 60
-TEMPERATURE_HIGH_CELSIUS = 85
 
 
 _USED = catalog.GPU_MEMORY_USED_BYTES.name
 _TOTAL = catalog.GPU_MEMORY_TOTAL_BYTES.name
 _ERROR_LABELS = (*GPU_LABELS, "error_type")
 
-# --- the inputs, recorded once an evaluation at the head of the group ------------------------------
-# The lowest memory ratio any alert of the group looks at: below it a GPU is not recorded.
-_WATCHED_RATIO = min(PREDICTION_MIN_RATIO, MEMORY_HIGH_RATIO, MEMORY_EXHAUSTED_RATIO)
-MEMORY_RATIO_WATCHED = RecordingRule(
-    "gpu:ml_gpu_memory_used_over_total:watched",
-    f"max {by(GPU_LABELS)} (\n  {_USED}\n  /\n  {_TOTAL}\n  > {_WATCHED_RATIO}\n)",
-    f"Fraction (0-1) of memory in use on each GPU above {_WATCHED_RATIO:.0%} (the GPUs the memory alerts "
-    f"and the out-of-memory prediction look at); GPUs below are not recorded.",
-)
-TEMPERATURE_TOO_HOT = RecordingRule(
-    f"gpu:{catalog.GPU_TEMPERATURE_CELSIUS.name}:too_hot",
-    f"max {by(GPU_LABELS)} ({catalog.GPU_TEMPERATURE_CELSIUS.name} > {TEMPERATURE_HIGH_CELSIUS})",
-    f"Temperature (Celsius) of each GPU hotter than {TEMPERATURE_HIGH_CELSIUS} °C; cooler GPUs are not recorded.",
-)
-ERRORS_NONZERO = RecordingRule(
-    f"gpu_error_type:{catalog.GPU_ERRORS_TOTAL.name}:nonzero",
-    f"max {by(_ERROR_LABELS)} ({catalog.GPU_ERRORS_TOTAL.name} > 0)",
-    "Hardware errors counted on each GPU by error type, where above zero (a counter at 0 is not "
-    "recorded); one series per GPU and type whichever poller pod counted them.",
-)
-_WATCHED = MEMORY_RATIO_WATCHED.record
-_ERRORS = ERRORS_NONZERO.record
-
+# --- recorded at the head of the group, read by its alerts in the same evaluation ------------------
+# The inputs: each GPU input read once, and only the GPUs that could matter to an alert written.
+MEMORY_RATIO_WATCHED = "gpu:ml_gpu_memory_used_over_total:watched"
+TEMPERATURE_TOO_HOT = f"gpu:{catalog.GPU_TEMPERATURE_CELSIUS.name}:too_hot"
+ERRORS_NONZERO = f"gpu_error_type:{catalog.GPU_ERRORS_TOTAL.name}:nonzero"
 # Per-GPU alert conditions that read a window, recorded once so that the job join (which reads its
 # per-GPU side twice) reads a few recorded series instead of evaluating the window twice.
-EXHAUSTION_PREDICTED = RecordingRule(
-    "gpu:ml_gpu_memory_used_over_total:exhaustion_predicted",
-    f"{_WATCHED} > {PREDICTION_MIN_RATIO}\n"
-    f"and\n"
-    f"predict_linear({_WATCHED}[{duration(PREDICTION_WINDOW_SECONDS)}], {PREDICTION_HORIZON_SECONDS}) >= 1",
-    f"Fraction (0-1) of memory in use on each GPU above {PREDICTION_MIN_RATIO:.0%} whose memory, at the linear "
-    f"trend of the last {duration(PREDICTION_WINDOW_SECONDS)}, reaches its total within "
-    f"{duration(PREDICTION_HORIZON_SECONDS)}. predict_linear fits a line through every recorded sample of the "
-    f"window, so one spike barely moves it, and flat or falling usage never reaches the total (a ratio of 1).",
-)
+EXHAUSTION_PREDICTED = "gpu:ml_gpu_memory_used_over_total:exhaustion_predicted"
 ERRORS_INCREASED = f"gpu:{catalog.GPU_ERRORS_TOTAL.name}:increased"
 
 
-def errors_increased(cfg: ObservabilityConfig) -> RecordingRule:
+def _watched_ratio(cfg: ObservabilityConfig) -> Threshold:
+    """The lowest memory ratio any alert of the group looks at: below it a GPU is not recorded."""
+    th = cfg.thresholds
+    return min(
+        (th.gpu_memory_prediction_floor_ratio, th.gpu_memory_high_ratio, th.gpu_memory_exhausted_ratio),
+        key=lambda t: t.value,
+    )
+
+
+def _errors_increased(cfg: ObservabilityConfig) -> RecordingRule:
     """Per GPU: an error counter grew within the event window, or a counter above zero is new in it.
 
     `increase()` needs two samples, so a counter first recorded above zero (created by its first
@@ -123,7 +100,9 @@ def errors_increased(cfg: ObservabilityConfig) -> RecordingRule:
     per_gpu = f"sum {by(GPU_LABELS)}"
     return RecordingRule(
         ERRORS_INCREASED,
-        f"{per_gpu} (increase({_ERRORS}[{window}]) > 0)\nor\n{per_gpu} ({_ERRORS} unless {_ERRORS} offset {window})",
+        f"{per_gpu} (increase({ERRORS_NONZERO}[{window}]) > 0)\n"
+        f"or\n"
+        f"{per_gpu} ({ERRORS_NONZERO} unless {ERRORS_NONZERO} offset {window})",
         f"Each GPU whose hardware error counters grew within the last {window} (or appeared above zero in it); "
         f"GPUs without a new error are not recorded.",
     )
@@ -132,12 +111,44 @@ def errors_increased(cfg: ObservabilityConfig) -> RecordingRule:
 def input_rules(cfg: ObservabilityConfig) -> tuple[RecordingRule, ...]:
     """The recording rules at the head of the group, in order: the alerts after them (and each
     rule after the ones it reads) see their samples in the same evaluation."""
-    return (MEMORY_RATIO_WATCHED, TEMPERATURE_TOO_HOT, ERRORS_NONZERO, EXHAUSTION_PREDICTED, errors_increased(cfg))
+    watched, hot = _watched_ratio(cfg), cfg.thresholds.gpu_temperature_high_celsius
+    floor = cfg.thresholds.gpu_memory_prediction_floor_ratio
+    window, horizon = duration(PREDICTION_WINDOW_SECONDS), duration(PREDICTION_HORIZON_SECONDS)
+    return (
+        RecordingRule(
+            MEMORY_RATIO_WATCHED,
+            f"max {by(GPU_LABELS)} (\n  {_USED}\n  /\n  {_TOTAL}\n  > {watched.promql}\n)",
+            f"Fraction (0-1) of memory in use on each GPU above {watched.short} (the GPUs the memory alerts and "
+            f"the out-of-memory prediction look at); GPUs below are not recorded.",
+        ),
+        RecordingRule(
+            TEMPERATURE_TOO_HOT,
+            f"max {by(GPU_LABELS)} ({catalog.GPU_TEMPERATURE_CELSIUS.name} > {hot.promql})",
+            f"Temperature (Celsius) of each GPU hotter than {hot.short}; cooler GPUs are not recorded.",
+        ),
+        RecordingRule(
+            ERRORS_NONZERO,
+            f"max {by(_ERROR_LABELS)} ({catalog.GPU_ERRORS_TOTAL.name} > 0)",
+            "Hardware errors counted on each GPU by error type, where above zero (a counter at 0 is not "
+            "recorded); one series per GPU and type whichever poller pod counted them.",
+        ),
+        RecordingRule(
+            EXHAUSTION_PREDICTED,
+            f"{MEMORY_RATIO_WATCHED} > {floor.promql}\n"
+            f"and\n"
+            f"predict_linear({MEMORY_RATIO_WATCHED}[{window}], {PREDICTION_HORIZON_SECONDS}) >= 1",
+            f"Fraction (0-1) of memory in use on each GPU above {floor.short} whose memory, at the linear trend of "
+            f"the last {window}, reaches its total within {horizon}. predict_linear fits a line through every "
+            f"recorded sample of the window, so one spike barely moves it, and flat or falling usage never "
+            f"reaches the total (a ratio of 1).",
+        ),
+        _errors_increased(cfg),
+    )
 
 
-def _memory_ratio_above(ratio: float) -> str:
+def _memory_ratio_above(ratio: str) -> str:
     """Per GPU, the fraction of its memory in use where it is above `ratio`, with its job's labels."""
-    return jobs.attributed_or_unheld(f"{_WATCHED} > {ratio}")
+    return jobs.attributed_or_unheld(f"{MEMORY_RATIO_WATCHED} > {ratio}")
 
 
 def _memory_ratio_one_gpu_last(window: str) -> str:
@@ -146,6 +157,11 @@ def _memory_ratio_one_gpu_last(window: str) -> str:
 
 def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
     event_window = duration(event_window_seconds(cfg))
+    th = cfg.thresholds
+    low, high = th.gpu_utilization_low_percent, th.gpu_utilization_high_percent
+    memory_high, memory_exhausted = th.gpu_memory_high_ratio, th.gpu_memory_exhausted_ratio
+    hot = th.gpu_temperature_high_celsius
+    floor = th.gpu_memory_prediction_floor_ratio
     job_util = jobs.JOB_UTILIZATION_AVG.record
     one_job_util = f"{job_util}{_ONE_JOB}"
     held_util = jobs.HELD_UTILIZATION.record
@@ -158,12 +174,12 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             name="GPUUtilizationLow",
             group=GROUP,
             severity=Severity.INFO,
-            expr=f"{job_util} < {UTILIZATION_LOW_PERCENT}",
+            expr=f"{job_util} < {low.promql}",
             for_seconds=600,
             summary="A training job has kept its GPUs mostly idle for 10 minutes.",
             description=(
                 f'{_JOB} has kept its GPUs {{{{ printf "%.1f" $value }}}}% busy on average, below '
-                f"{UTILIZATION_LOW_PERCENT}% for 10m. GPUs by node: {_JOB_PLACEMENT}list them: {_JOB_GPUS_QUERY}."
+                f"{low.short} for 10m. GPUs by node: {_JOB_PLACEMENT}list them: {_JOB_GPUS_QUERY}."
             ),
             impact="Paid GPU capacity is wasted; jobs that need a GPU may be queued while this one idles",
             action=(
@@ -179,7 +195,7 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
                     f"histogram_quantile(0.95, sum by (model_type, le) "
                     f"(rate({catalog.TRAINING_DATA_LOADING_SECONDS.bucket}[5m])))",
                 ),
-                RunbookQuery("Every job below the threshold right now", f"{job_util} < {UTILIZATION_LOW_PERCENT}"),
+                RunbookQuery("Every job below the threshold right now", f"{job_util} < {low.promql}"),
             ),
             rationale=(
                 "Info: an optimisation opportunity, routed to the low-priority receiver, never paged. Judged per "
@@ -191,12 +207,12 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             name="GPUUtilizationCritical",
             group=GROUP,
             severity=Severity.INFO,
-            expr=f"{job_util} > {UTILIZATION_HIGH_PERCENT}",
+            expr=f"{job_util} > {high.promql}",
             for_seconds=300,
             summary="A training job has kept its GPUs saturated for 5 minutes.",
             description=(
                 f'{_JOB} has kept its GPUs {{{{ printf "%.1f" $value }}}}% busy on average, above '
-                f"{UTILIZATION_HIGH_PERCENT}% for 5m. GPUs by node: {_JOB_PLACEMENT}list them: {_JOB_GPUS_QUERY}."
+                f"{high.short} for 5m. GPUs by node: {_JOB_PLACEMENT}list them: {_JOB_GPUS_QUERY}."
             ),
             impact=(
                 "The GPUs are the job's bottleneck: no headroom for bursts, and a second job sharing them slows down"
@@ -225,10 +241,13 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             name="GPUMemoryUsageHigh",
             group=GROUP,
             severity=Severity.WARNING,
-            expr=_memory_ratio_above(MEMORY_HIGH_RATIO),
+            expr=_memory_ratio_above(memory_high.promql),
             for_seconds=300,
-            summary="A GPU has had more than 90% of its memory in use for 5 minutes.",
-            description=(f"{_GPU} has {{{{ $value | humanizePercentage }}}} of its memory in use, above 90% for 5m."),
+            summary=f"A GPU has had more than {memory_high.text} of its memory in use for 5 minutes.",
+            description=(
+                f"{_GPU} has {{{{ $value | humanizePercentage }}}} of its memory in use, above {memory_high.short} "
+                "for 5m."
+            ),
             impact="Little memory headroom: a larger batch or a memory spike will fail with out-of-memory",
             action=(
                 "Find the job on the GPU and its batch size",
@@ -250,12 +269,12 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             name="GPUMemoryExhausted",
             group=GROUP,
             severity=Severity.CRITICAL,
-            expr=_memory_ratio_above(MEMORY_EXHAUSTED_RATIO),
+            expr=_memory_ratio_above(memory_exhausted.promql),
             for_seconds=critical_for_seconds(cfg, MEMORY_EXHAUSTED_FOR_SECONDS),
             summary="A GPU is about to run out of memory.",
             description=(
-                f"{_GPU} has {{{{ $value | humanizePercentage }}}} of its memory in use, above 95%: the next "
-                f"allocation will fail with out-of-memory."
+                f"{_GPU} has {{{{ $value | humanizePercentage }}}} of its memory in use, above "
+                f"{memory_exhausted.short}: the next allocation will fail with out-of-memory."
             ),
             impact="Training crashes with CUDA out-of-memory and loses the work since its last checkpoint",
             action=(
@@ -274,21 +293,20 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             ),
             rationale=(
                 "Out-of-memory must be detected within 30s, so `for` is not a fixed 1m but derived from the "
-                "evaluation interval (15s at the default 15s "
-                "intervals, so two consecutive samples above 95% are needed and a single-sample spike does "
-                "not page; 0s when the evaluation interval is 30s). The ratio is recorded at the head of this "
-                "group in the same evaluation (never from another group, whose series could be an evaluation "
-                "old)."
+                "evaluation interval (15s at the default 15s intervals, so two consecutive samples above "
+                f"{memory_exhausted.short} are needed and a single-sample spike does not page; 0s when the "
+                "evaluation interval is 30s). The ratio is recorded at the head of this group in the same "
+                "evaluation (never in another group, whose series could be an evaluation old)."
             ),
         ),
         AlertRule(
             name="GPUTemperatureHigh",
             group=GROUP,
             severity=Severity.CRITICAL,
-            expr=jobs.attributed_or_unheld(TEMPERATURE_TOO_HOT.record),
+            expr=jobs.attributed_or_unheld(f"{TEMPERATURE_TOO_HOT} > {hot.promql}"),
             for_seconds=120,
-            summary=f"A GPU has been hotter than {TEMPERATURE_HIGH_CELSIUS} °C for 2 minutes.",
-            description=f'{_GPU} is at {{{{ printf "%.0f" $value }}}} °C, above {TEMPERATURE_HIGH_CELSIUS} °C for 2m.',
+            summary=f"A GPU has been hotter than {hot.text} for 2 minutes.",
+            description=f'{_GPU} is at {{{{ printf "%.0f" $value }}}} °C, above {hot.short} for 2m.',
             impact="The GPU throttles its clocks (training slows) and risks hardware damage or shutdown",
             action=(
                 "Check the node's cooling and fans with the data-centre team",
@@ -358,12 +376,12 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             name="GPUMemoryExhaustionPredicted",
             group=GROUP,
             severity=Severity.WARNING,
-            expr=jobs.attributed_or_unheld(EXHAUSTION_PREDICTED.record),
+            expr=jobs.attributed_or_unheld(f"{EXHAUSTION_PREDICTED} > {floor.promql}"),
             for_seconds=PREDICTION_FOR_SECONDS,
             summary="A GPU's memory use is on course to reach its total within 10 minutes.",
             description=(
-                f"{_GPU} has {{{{ $value | humanizePercentage }}}} of its memory in use, and at the trend of the "
-                f"last 10m it reaches its total memory within 10m."
+                f"{_GPU} has {{{{ $value | humanizePercentage }}}} of its memory in use (above {floor.short}), and at "
+                f"the trend of the last 10m it reaches its total memory within 10m."
             ),
             impact="The job on the GPU will fail with CUDA out-of-memory within minutes unless something changes",
             action=(
@@ -383,11 +401,11 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             ),
             rationale=(
                 "A warning ahead of GPUMemoryExhausted, which mutes it on the same GPU (Alertmanager). "
-                "predict_linear fits a line through the samples of the last 10 minutes (those above half of the "
-                "memory, recorded at the head of this group), so a single spike moves it little, flat or "
-                "falling usage never reaches the total, and `for: 2m` needs the trend to hold "
-                "for eight more samples; below half of the memory the trend is not trusted (allocators grow in "
-                "steps at start-up)."
+                "predict_linear fits a line through the samples of the last 10 minutes (those recorded at the "
+                "head of this group, above the lowest memory threshold), so a single spike moves it little, "
+                "flat or falling usage never reaches the total, and `for: 2m` needs the trend to hold "
+                f"for eight more samples; below {floor.short} of the memory the trend is not trusted "
+                "(allocators grow in steps at start-up)."
             ),
         ),
     )

@@ -39,8 +39,6 @@ from observability.rules.model import RecordingRule
 GROUP = "ml_training_job_gpus.recording"
 GPU_LABELS: tuple[str, ...] = catalog.GPU  # node, gpu_id, uuid, gpu_name
 JOB_LABELS: tuple[str, ...] = catalog.JOB  # model_type, job_id
-# A held GPU whose utilization stays below this is idle: the GPUUtilizationLow threshold.
-IDLE_PERCENT = 30
 ENERGY_RATE_WINDOW = "2m"  # as the dashboards' GPU counters: 8 samples at a 15 s scrape
 # How long a job's first-seen time and energy survive a gap in its series (a Prometheus restart).
 LATCH_WINDOW = "10m"
@@ -164,11 +162,17 @@ FLEET_UNHELD = RecordingRule(
     f"sum(max by (node) ({catalog.GPU_POLLER_DEVICES.name})) - {FLEET_HELD.record}",
     "GPUs of the fleet (as the pollers report them) held by no training job: free capacity.",
 )
-FLEET_HELD_IDLE = RecordingRule(
-    f"fleet:{_INFO}:held_idle",
-    f"count({HELD_UTILIZATION.record} < {IDLE_PERCENT}) or vector(0)",
-    f"GPUs held by a training job but below {IDLE_PERCENT}% utilization: paid for and idle.",
-)
+FLEET_HELD_IDLE = f"fleet:{_INFO}:held_idle"
+
+
+def fleet_held_idle(cfg: ObservabilityConfig) -> RecordingRule:
+    """Held GPUs below the GPUUtilizationLow threshold: a held GPU that busy is idle."""
+    idle = cfg.thresholds.gpu_utilization_low_percent
+    return RecordingRule(
+        FLEET_HELD_IDLE,
+        f"count({HELD_UTILIZATION.record} < {idle.promql}) or vector(0)",
+        f"GPUs held by a training job but below {idle.short} utilization: paid for and idle.",
+    )
 
 
 # --- energy and cost so far (estimates) ------------------------------------------------------------
@@ -294,7 +298,9 @@ JOB_RULES: tuple[RecordingRule, ...] = (
     JOB_TEMPERATURE_MAX,
     FLEET_HELD,
     FLEET_UNHELD,
-    FLEET_HELD_IDLE,
+)
+# After the fleet allocation (which reads nothing of them); before the cost rules.
+_JOB_TOTALS: tuple[RecordingRule, ...] = (
     JOB_FIRST_SEEN,
     JOB_ENERGY,
     JOB_ENERGY_FIRST_SEEN,
@@ -305,7 +311,7 @@ JOB_RULES: tuple[RecordingRule, ...] = (
 
 def job_rules(cfg: ObservabilityConfig) -> tuple[RecordingRule, ...]:
     """Every rule of the group for this config (the cost rules carry its prices)."""
-    return (*JOB_RULES, *cost_rules(cfg))
+    return (*JOB_RULES, fleet_held_idle(cfg), *_JOB_TOTALS, *cost_rules(cfg))
 
 
 def job_groups(cfg: ObservabilityConfig) -> list[dict[str, Any]]:

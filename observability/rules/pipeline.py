@@ -10,26 +10,29 @@ from observability.rules.model import AlertRule, RunbookQuery, Severity
 
 GROUP = "ml_data_pipeline"
 SERVICE_MODEL_LABELS = recording.SERVICE_MODEL_LABELS
-STALE_AFTER_SECONDS = 24 * 3600
-FEATURE_ERRORS_PER_SECOND = 1
 FEATURE_ERRORS_WINDOW_SECONDS = 300
-FEATURE_EXTRACTION_P95_SECONDS = 5
 
 
 def pipeline_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
     age = recording.TRAINING_DATA_AGE_SECONDS.record
     errors_labels = ("namespace", "model_type")
+    th = cfg.thresholds
+    stale, errors, extraction = (
+        th.training_data_stale_seconds,
+        th.feature_engineering_errors_per_second,
+        th.feature_extraction_p95_seconds,
+    )
     return (
         AlertRule(
             name="TrainingDataStale",
             group=GROUP,
             severity=Severity.WARNING,
-            expr=f"{age} > {STALE_AFTER_SECONDS}",
+            expr=f"{age} > {stale.promql}",
             for_seconds=0,
-            summary="A training data set has not been updated in 24 hours.",
+            summary=f"A training data set has not been updated in {stale.text}.",
             description=(
                 "Training data set {{ $labels.dataset }} was last updated {{ $value | humanizeDuration }} ago, "
-                "more than 24h."
+                f"more than {stale.short}."
             ),
             impact="Models retrain on old data and miss recent behaviour",
             action=(
@@ -53,13 +56,13 @@ def pipeline_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             severity=Severity.WARNING,
             expr=(
                 counter_rate(catalog.FEATURE_ENGINEERING_ERRORS_TOTAL, FEATURE_ERRORS_WINDOW_SECONDS, errors_labels)
-                + f" > {FEATURE_ERRORS_PER_SECOND}"
+                + f" > {errors.promql}"
             ),
             for_seconds=300,
-            summary="Feature engineering has failed more than once per second for 5 minutes.",
+            summary=f"Feature engineering has failed more than {errors.text} for 5 minutes.",
             description=(
                 "Feature engineering for {{ $labels.model_type }} (namespace {{ $labels.namespace }}) fails "
-                '{{ printf "%.2f" $value }} times per second, above 1/s for 5m.'
+                f'{{{{ printf "%.2f" $value }}}} times per second, above {errors.short} for 5m.'
             ),
             impact="Training batches lose features or are dropped: the model learns from incomplete data",
             action=(
@@ -83,12 +86,12 @@ def pipeline_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             name="FeatureExtractionLatencyHigh",
             group=GROUP,
             severity=Severity.WARNING,
-            expr=f"{recording.FEATURE_EXTRACTION_P95.record} > {FEATURE_EXTRACTION_P95_SECONDS}",
+            expr=f"{recording.FEATURE_EXTRACTION_P95.record} > {extraction.promql}",
             for_seconds=300,
-            summary="Feature extraction p95 latency has been above 5 seconds for 5 minutes.",
+            summary=f"Feature extraction p95 latency has been above {extraction.text} for 5 minutes.",
             description=(
                 "p95 feature extraction latency of {{ $labels.model_type }} on {{ $labels.service }} (namespace "
-                "{{ $labels.namespace }}) is {{ $value | humanizeDuration }}, above 5s for 5m."
+                f"{{{{ $labels.namespace }}}}) is {{{{ $value | humanizeDuration }}}}, above {extraction.short} for 5m."
             ),
             impact="Training and inference wait on features: throughput drops and requests time out",
             action=(

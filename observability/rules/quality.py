@@ -14,18 +14,19 @@ JOB_LABELS: tuple[str, ...] = ("namespace", "model_type", "job_id")
 _MODEL_ON_SERVICE = "{{ $labels.model_type }} on {{ $labels.service }} (namespace {{ $labels.namespace }})"
 _ONE_MODEL = '{service="<service>", model_type="<model_type>"}'
 
-DRIFT_SCORE = 0.15
-FEATURE_DISTANCE = 0.20
-CONFIDENCE_MEDIAN = 0.70
 # Accuracy scales differ by model (MAMBA-2, DQN, PPO, TFT), so MLModelAccuracyDegraded has no
-# absolute threshold: "degraded" is 10% below the job's own best of the last 6 hours.
-ACCURACY_DROP_FACTOR = 0.9
+# absolute threshold: "degraded" is below a factor (thresholds.yaml) of the job's own best of the
+# last 6 hours.
 ACCURACY_BASELINE_SECONDS = 6 * 3600
 QUALITY_FOR_SECONDS = 600
 
 
 def quality_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
     accuracy = catalog.MODEL_ACCURACY.name
+    th = cfg.thresholds
+    drift, distance = th.model_drift_score, th.feature_distribution_distance
+    confidence, drop = th.prediction_confidence_median, th.model_accuracy_drop_factor
+    drop_text = f"{round((1 - drop.value) * 100, 6):g}%"
     baseline = duration(ACCURACY_BASELINE_SECONDS)
     baseline_hours = f"{ACCURACY_BASELINE_SECONDS / 3600:g} hours"
     return (
@@ -33,11 +34,11 @@ def quality_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             name="ModelDriftDetected",
             group=GROUP,
             severity=Severity.WARNING,
-            expr=f"{gauge_by(catalog.MODEL_DRIFT_SCORE, SERVICE_MODEL_LABELS)} > {DRIFT_SCORE}",
+            expr=f"{gauge_by(catalog.MODEL_DRIFT_SCORE, SERVICE_MODEL_LABELS)} > {drift.promql}",
             for_seconds=QUALITY_FOR_SECONDS,
-            summary="A served model's drift score has been above 0.15 for 10 minutes.",
+            summary=f"A served model's drift score has been above {drift.text} for 10 minutes.",
             description=(
-                f'{_MODEL_ON_SERVICE} has drift score {{{{ printf "%.3f" $value }}}}, above {DRIFT_SCORE} for 10m.'
+                f'{_MODEL_ON_SERVICE} has drift score {{{{ printf "%.3f" $value }}}}, above {drift.short} for 10m.'
             ),
             impact="The live data no longer looks like the training data: predictions get less reliable",
             action=(
@@ -60,13 +61,13 @@ def quality_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             severity=Severity.WARNING,
             expr=(
                 f"{gauge_by(catalog.FEATURE_DISTRIBUTION_DISTANCE, (*SERVICE_MODEL_LABELS, 'feature'))}"
-                f" > {FEATURE_DISTANCE:.2f}"
+                f" > {distance.promql}"
             ),
             for_seconds=QUALITY_FOR_SECONDS,
             summary="A feature's live distribution has been far from its training distribution for 10 minutes.",
             description=(
                 f"Feature {{{{ $labels.feature }}}} of {_MODEL_ON_SERVICE} is at distance "
-                f'{{{{ printf "%.3f" $value }}}} from its training distribution, above {FEATURE_DISTANCE:.2f} for 10m.'
+                f'{{{{ printf "%.3f" $value }}}} from its training distribution, above {distance.short} for 10m.'
             ),
             impact="Predictions that depend on the feature are made on data the model never saw",
             action=(
@@ -87,12 +88,12 @@ def quality_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             name="PredictionConfidenceLow",
             group=GROUP,
             severity=Severity.WARNING,
-            expr=f"{recording.PREDICTION_CONFIDENCE_P50.record} < {CONFIDENCE_MEDIAN:.2f}",
+            expr=f"{recording.PREDICTION_CONFIDENCE_P50.record} < {confidence.promql}",
             for_seconds=QUALITY_FOR_SECONDS,
-            summary="The median prediction confidence has been below 0.70 for 10 minutes.",
+            summary=f"The median prediction confidence has been below {confidence.promql} for 10 minutes.",
             description=(
                 f'Median prediction confidence of {_MODEL_ON_SERVICE} is {{{{ printf "%.2f" $value }}}}, '
-                f"below {CONFIDENCE_MEDIAN:.2f} for 10m."
+                f"below {confidence.promql} for 10m."
             ),
             impact="Most predictions are uncertain: decisions based on them are close to guesses",
             action=(
@@ -117,14 +118,17 @@ def quality_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             severity=Severity.CRITICAL,
             expr=(
                 f"{gauge_by(catalog.MODEL_ACCURACY, JOB_LABELS)}\n"
-                f"< {ACCURACY_DROP_FACTOR} * max {by(JOB_LABELS)} (max_over_time({accuracy}[{baseline}]))"
+                f"< {drop.promql} * max {by(JOB_LABELS)} (max_over_time({accuracy}[{baseline}]))"
             ),
             for_seconds=60,
-            summary=f"A model's validation accuracy dropped more than 10% below its best of the last {baseline_hours}.",
+            summary=(
+                f"A model's validation accuracy dropped more than {drop_text} below its best of the last "
+                f"{baseline_hours}."
+            ),
             description=(
                 "Validation accuracy of {{ $labels.model_type }} job {{ $labels.job_id }} (namespace "
-                "{{ $labels.namespace }}) is {{ $value | humanizePercentage }}, more than 10% below its best "
-                f"of the last {baseline}."
+                f"{{{{ $labels.namespace }}}}) is {{{{ $value | humanizePercentage }}}}, more than {drop_text} "
+                f"below its best of the last {baseline}."
             ),
             impact="The model got worse: promoting or serving it would degrade every decision it drives",
             action=(

@@ -10,15 +10,14 @@ from observability.rules.detection import event_window_seconds
 from observability.rules.model import AlertRule, RunbookQuery, Severity
 
 GROUP = "ml_storage"
-S3_ERRORS_PER_SECOND = 1
 S3_ERRORS_WINDOW_SECONDS = 300
-STORAGE_USED_RATIO = 0.85
 
 
 def storage_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
     window = event_window_seconds(cfg)
     checkpoint_labels = ("namespace", "model_type", "job_id", "error_type")
     used = recording.MODEL_STORAGE_USED_RATIO.record
+    s3_errors, storage_used = cfg.thresholds.s3_errors_per_second, cfg.thresholds.model_storage_used_ratio
     return (
         AlertRule(
             name="S3ConnectionErrors",
@@ -26,13 +25,13 @@ def storage_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             severity=Severity.WARNING,
             expr=(
                 f"{counter_rate(catalog.S3_ERRORS_TOTAL, S3_ERRORS_WINDOW_SECONDS, ('namespace', 'service'))}"
-                f" > {S3_ERRORS_PER_SECOND}"
+                f" > {s3_errors.promql}"
             ),
             for_seconds=300,
-            summary="S3 requests have failed more than once per second for 5 minutes.",
+            summary=f"S3 requests have failed more than {s3_errors.text} for 5 minutes.",
             description=(
                 "{{ $labels.service }} (namespace {{ $labels.namespace }}) gets "
-                '{{ printf "%.2f" $value }} S3 errors per second, above 1/s for 5m.'
+                f'{{{{ printf "%.2f" $value }}}} S3 errors per second, above {s3_errors.short} for 5m.'
             ),
             impact="Checkpoints, models and data sets cannot be read or written reliably",
             action=(
@@ -91,12 +90,12 @@ def storage_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             name="ModelStorageUsageHigh",
             group=GROUP,
             severity=Severity.WARNING,
-            expr=f"{used} > {STORAGE_USED_RATIO}",
+            expr=f"{used} > {storage_used.promql}",
             for_seconds=600,
-            summary="A model storage volume has been more than 85% full for 10 minutes.",
+            summary=f"A model storage volume has been more than {storage_used.text} full for 10 minutes.",
             description=(
                 "Volume {{ $labels.volume }} of {{ $labels.service }} (namespace {{ $labels.namespace }}) is "
-                "{{ $value | humanizePercentage }} full, above 85% for 10m."
+                f"{{{{ $value | humanizePercentage }}}} full, above {storage_used.short} for 10m."
             ),
             impact="When it fills, checkpoint saves and model uploads fail",
             action=(

@@ -18,16 +18,13 @@ _JOB = "{{ $labels.model_type }} training job {{ $labels.job_id }} (namespace {{
 _ON_SERVICE = "{{ $labels.service }} (namespace {{ $labels.namespace }})"
 _ONE_JOB = '{job_id="<job_id>"}'
 
-SLOWDOWN_EPOCHS_PER_SECOND = 0.1
-INFERENCE_P99_SECONDS = 0.1
 SERVICE_DOWN_FOR_SECONDS = 30
-LOADING_FAILURES_PER_SECOND = 0.1
 LOADING_FAILURES_WINDOW_SECONDS = 120
-CACHE_MISS_RATIO = 0.2
 
 
 def performance_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
     window = event_window_seconds(cfg)
+    slowdown, inference_p99 = cfg.thresholds.training_slowdown_epochs_per_second, cfg.thresholds.inference_p99_seconds
     nan_labels = (*JOB_LABELS, "tensor_type")
     return (
         AlertRule(
@@ -72,12 +69,11 @@ def performance_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             name="TrainingSlowdown",
             group=PERFORMANCE_GROUP,
             severity=Severity.WARNING,
-            expr=f"{gauge_by(catalog.TRAINING_EPOCHS_PER_SECOND, JOB_LABELS)} < {SLOWDOWN_EPOCHS_PER_SECOND}",
+            expr=f"{gauge_by(catalog.TRAINING_EPOCHS_PER_SECOND, JOB_LABELS)} < {slowdown.promql}",
             for_seconds=300,
-            summary="A training job has been running slower than 0.1 epochs per second for 5 minutes.",
+            summary=f"A training job has been running slower than {slowdown.text} for 5 minutes.",
             description=(
-                f'{_JOB} runs at {{{{ printf "%.3f" $value }}}} epochs per second, below '
-                f"{SLOWDOWN_EPOCHS_PER_SECOND} for 5m."
+                f'{_JOB} runs at {{{{ printf "%.3f" $value }}}} epochs per second, below {slowdown.short} for 5m.'
             ),
             impact="Training will take much longer than expected",
             action=("Check GPU utilization", "Profile data loading", "Review batch size"),
@@ -101,12 +97,12 @@ def performance_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             name="MLInferenceLatencyHigh",
             group=PERFORMANCE_GROUP,
             severity=Severity.WARNING,
-            expr=f"{recording.INFERENCE_LATENCY_P99.record} > {INFERENCE_P99_SECONDS}",
+            expr=f"{recording.INFERENCE_LATENCY_P99.record} > {inference_p99.promql}",
             for_seconds=120,
-            summary="Online inference p99 latency has been above 100 ms for 2 minutes.",
+            summary=f"Online inference p99 latency has been above {inference_p99.text} for 2 minutes.",
             description=(
                 f"p99 latency of {{{{ $labels.model_type }}}} inference on {_ON_SERVICE} is "
-                f"{{{{ $value | humanizeDuration }}}}, above 100ms for 2m."
+                f"{{{{ $value | humanizeDuration }}}}, above {inference_p99.short} for 2m."
             ),
             impact="Predictions arrive late: callers time out or act on stale decisions",
             action=(
@@ -133,6 +129,7 @@ def performance_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
 
 def availability_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
     up = f'{catalog.UP.name}{{service="{cfg.training_service}"}}'
+    loading, cache_miss = cfg.thresholds.model_loading_failures_per_second, cfg.thresholds.model_cache_miss_ratio
     return (
         AlertRule(
             name="MLTrainingServiceDown",
@@ -172,13 +169,13 @@ def availability_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
                 counter_rate(
                     catalog.MODEL_LOADING_FAILURES_TOTAL, LOADING_FAILURES_WINDOW_SECONDS, SERVICE_MODEL_LABELS
                 )
-                + f" > {LOADING_FAILURES_PER_SECOND}"
+                + f" > {loading.promql}"
             ),
             for_seconds=60,
-            summary="Models fail to load more than 0.1 times per second.",
+            summary=f"Models fail to load more than {loading.text}.",
             description=(
                 f"{_ON_SERVICE} fails to load {{{{ $labels.model_type }}}} models "
-                f'{{{{ printf "%.2f" $value }}}} times per second, above {LOADING_FAILURES_PER_SECOND}/s.'
+                f'{{{{ printf "%.2f" $value }}}} times per second, above {loading.short}.'
             ),
             impact="Requests for the model fail or fall back to an old model version",
             action=(
@@ -199,20 +196,20 @@ def availability_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
                 ),
             ),
             rationale=(
-                "A 2m rate window and 1m `for` make a steady 0.2 failures/s fire in about two minutes, "
-                "within the 30s-2m response time of high-severity alerts."
+                f"A 2m rate window and 1m `for` make a steady {loading.value * 2:g} failures/s fire in about two "
+                "minutes, within the 30s-2m response time of high-severity alerts."
             ),
         ),
         AlertRule(
             name="ModelCacheMissesHigh",
             group=AVAILABILITY_GROUP,
             severity=Severity.WARNING,
-            expr=f"{recording.MODEL_CACHE_MISS_RATIO.record} > {CACHE_MISS_RATIO}",
+            expr=f"{recording.MODEL_CACHE_MISS_RATIO.record} > {cache_miss.promql}",
             for_seconds=300,
-            summary="More than 20% of model cache lookups have been missing for 5 minutes.",
+            summary=f"More than {cache_miss.text} of model cache lookups have been missing for 5 minutes.",
             description=(
                 f"{{{{ $value | humanizePercentage }}}} of {{{{ $labels.model_type }}}} model cache lookups on "
-                f"{_ON_SERVICE} missed over the last 5m, above 20%."
+                f"{_ON_SERVICE} missed over the last 5m, above {cache_miss.short}."
             ),
             impact="Cache misses load models from storage: inference latency and storage traffic rise",
             action=(

@@ -13,6 +13,7 @@ import pytest
 from dashboards.promql_ast import series_names
 from dashboards.queries import panel_queries, substitute_variables
 from observability import catalog
+from observability.config import ObservabilityConfig
 from observability.rules import dashboard_recording as rec
 
 # (row, panel title) in seed order.
@@ -211,15 +212,21 @@ def test_comprehensive_panels_have_the_seed_visualizations(default_dashboards):
 
 def test_comprehensive_thresholds_and_colours(default_dashboards):
     d = default_dashboards["ml-training-comprehensive"]
+    th = ObservabilityConfig().thresholds  # the seed's numbers, as thresholds.yaml holds them
+    slow, hot = th.training_slowdown_epochs_per_second.value, th.gpu_temperature_high_celsius.value
     nan = panel(d, "High-Level Status", "NaN Detection Count")
     assert steps(nan) == [(None, "green"), (1, "red")] and nan["options"]["colorMode"] == "background"
     assert nan["targets"][0]["expr"].startswith("ceil("), "integer counts make 1 the first value above 0"
-    assert steps(panel(d, "High-Level Status", "Training Speed")) == [(None, "red"), (0.1, "yellow"), (0.5, "green")]
+    assert steps(panel(d, "High-Level Status", "Training Speed")) == [(None, "red"), (slow, "yellow"), (0.5, "green")]
     gpu = panel(d, "GPU Monitoring", "GPU Utilization Timeline")
-    assert steps(gpu) == [(None, "red"), (30, "yellow"), (60, "green"), (95, "red")]
+    low, high = th.gpu_utilization_low_percent.value, th.gpu_utilization_high_percent.value
+    assert steps(gpu) == [(None, "red"), (low, "yellow"), (60, "green"), (high, "red")]
     assert gpu["fieldConfig"]["defaults"]["custom"]["fillOpacity"] == 20
     memory = panel(d, "GPU Monitoring", "GPU Memory Usage")
-    assert steps(memory)[-1] == (95, "red") and memory["options"]["colorMode"] == "background"
+    assert (
+        steps(memory)[-1] == (th.gpu_memory_exhausted_ratio.percent, "red")
+        and memory["options"]["colorMode"] == "background"
+    )
     progress = panel(d, "Training Progress", "Training Progress Gauge")
     assert steps(progress) == [(None, "blue"), (50, "yellow"), (100, "green")]
     assert (progress["fieldConfig"]["defaults"]["min"], progress["fieldConfig"]["defaults"]["max"]) == (0, 100)
@@ -227,7 +234,7 @@ def test_comprehensive_thresholds_and_colours(default_dashboards):
     assert steps(accuracy) == [(None, "red"), (0.85, "yellow"), (0.9, "green")]
     assert (accuracy["fieldConfig"]["defaults"]["min"], accuracy["fieldConfig"]["defaults"]["max"]) == (0, 1)
     temperature = panel(d, "Performance Metrics", "GPU Temperature")
-    assert steps(temperature) == [(None, "green"), (75, "yellow"), (85, "red")]
+    assert steps(temperature) == [(None, "green"), (hot - 10, "yellow"), (hot, "red")]
     assert temperature["fieldConfig"]["defaults"]["unit"] == "celsius"
     events = panel(d, "Checkpoint Management", "Checkpoint Creation Events")
     colours = {

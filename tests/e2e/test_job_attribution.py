@@ -146,7 +146,7 @@ def test_the_jobs_recorded_utilization_is_its_gpus(attribution: Attribution) -> 
     assert [(s["metric"]["uuid"], s["metric"]["node"], s["metric"]["job_id"]) for s in held] == [(HELD, NODE, JOB_ID)]
     assert attribution.value(jobs.FLEET_HELD.record) == 1
     assert attribution.value(jobs.FLEET_UNHELD.record) == 1
-    assert attribution.value(jobs.FLEET_HELD_IDLE.record) == 1
+    assert attribution.value(jobs.FLEET_HELD_IDLE) == 1
     # The energy counter grows with the held GPU's 250 W, and the job's energy rate is its GPU's.
     energy = f'{catalog.GPU_ENERGY_JOULES_TOTAL.name}{{uuid="{HELD}"}}'
     watts = wait_until("two energy samples", lambda: attribution.value(f"irate({energy}[10s])"))

@@ -183,3 +183,18 @@ def test_the_local_prometheus_config_is_valid_for_promtool(tmp_path):
     config = yaml.safe_load((tmp_path / "prometheus.yml").read_text())
     labels = {job["job_name"]: job["static_configs"][0]["labels"]["service"] for job in config["scrape_configs"]}
     assert labels == {"synthetic-trainer": "training-job", "gpu-poller": "gpu-poller"}
+
+
+def test_the_local_try_out_fires_ml_training_service_down_after_30_seconds(tmp_path):
+    """README: in the local try-out MLTrainingServiceDown fires after 30 s (no training service is
+    scraped there, so `absent(up{service="ml-training-service"})` holds for the alert's `for`)."""
+    from examples.local_prometheus import main
+
+    assert main([str(tmp_path)]) == 0
+    config = yaml.safe_load((tmp_path / "prometheus.yml").read_text())
+    services = {job["static_configs"][0]["labels"]["service"] for job in config["scrape_configs"]}
+    assert "ml-training-service" not in services
+    groups = yaml.safe_load((tmp_path / "rules.yml").read_text())["groups"]
+    (rule,) = [r for g in groups for r in g["rules"] if r.get("alert") == "MLTrainingServiceDown"]
+    assert 'absent(up{service="ml-training-service"})' in rule["expr"]
+    assert rule["for"] == "30s"

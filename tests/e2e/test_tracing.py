@@ -1,4 +1,5 @@
-"""init_observability: OTLP gRPC when OTEL_EXPORTER_OTLP_ENDPOINT is set, console otherwise."""
+"""init_observability: OTLP gRPC when OTEL_EXPORTER_OTLP_ENDPOINT is set; otherwise nothing is
+exported unless OTEL_TRACES_EXPORTER=console asks for the spans on the console."""
 
 from __future__ import annotations
 
@@ -7,17 +8,28 @@ import json
 import subprocess
 import sys
 
+import pytest
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
 from infra import REPO_ROOT
 from observability.instrument import build_tracer_provider
-from observability.instrument.tracing import span_exporter
+from observability.instrument.tracing import exporter_choice, span_exporter
 
 
-def test_without_an_endpoint_spans_go_to_the_console():
+def test_without_an_endpoint_nothing_floods_the_terminal():
     out = io.StringIO()
     provider = build_tracer_provider("train_baseline_rl", environ={}, console=out)
+    with provider.get_tracer("test").start_as_current_span("fold"):
+        pass
+    provider.force_flush()
+    provider.shutdown()
+    assert out.getvalue() == ""
+
+
+def test_console_spans_when_asked():
+    out = io.StringIO()
+    provider = build_tracer_provider("train_baseline_rl", environ={"OTEL_TRACES_EXPORTER": "console"}, console=out)
     with provider.get_tracer("test").start_as_current_span("fold"):
         pass
     provider.force_flush()
@@ -27,7 +39,13 @@ def test_without_an_endpoint_spans_go_to_the_console():
     assert span["resource"]["attributes"]["service.name"] == "train_baseline_rl"
 
 
-def test_the_exporter_follows_the_endpoint():
+def test_the_exporter_follows_the_endpoint_and_otel_traces_exporter():
+    assert exporter_choice(None, {}) == "none" and exporter_choice("", {}) == "none"
+    assert exporter_choice("http://tempo:4317", {}) == "otlp"
+    assert exporter_choice("http://tempo:4317", {"OTEL_TRACES_EXPORTER": "none"}) == "none"
+    assert exporter_choice(None, {"OTEL_TRACES_EXPORTER": "Console"}) == "console"
+    with pytest.raises(ValueError, match="OTEL_TRACES_EXPORTER='jaeger': expected one of otlp, console, none"):
+        exporter_choice(None, {"OTEL_TRACES_EXPORTER": "jaeger"})
     assert isinstance(span_exporter(None, io.StringIO()), ConsoleSpanExporter)
     assert isinstance(span_exporter("", io.StringIO()), ConsoleSpanExporter)
     assert isinstance(span_exporter("http://tempo:4317", io.StringIO()), OTLPSpanExporter)

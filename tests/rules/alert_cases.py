@@ -2,8 +2,9 @@
 
 Sample i of a series is at 15*i seconds. Each case says when the alert must be silent and when
 it must fire (with which labels and value), at the edges of its threshold and its `for`. Times
-are worked out in the comments; thresholds are the seed's numbers, spelled out here on purpose
-so a changed threshold in the rules fails these tests.
+are worked out in the comments. Threshold edges come from the thresholds the rules are rendered
+with (`alert_cases(thresholds)`), so a changed threshold in thresholds.yaml moves the cases too,
+while a rule that stops reading its threshold (or compares the wrong way) fails them.
 """
 
 from __future__ import annotations
@@ -13,16 +14,18 @@ from observability.config import ObservabilityConfig
 from observability.promql import duration
 from observability.rules import gpu as gpu_rules
 from observability.rules import jobs, recording
+from observability.thresholds import DEFAULT_THRESHOLDS, Thresholds
 from tests.rules.health_cases import HEALTH_CASES
 from tests.rules.promtool_harness import (
     Case,
     Check,
     Firing,
     RecordCase,
+    bucket_above,
+    bucket_below,
     bucket_quantile,
     counter,
     gpu_labels,
-    histogram,
     histogram_in_bucket,
     join,
     poller_target,
@@ -126,643 +129,741 @@ def _flat_then_growing(step: float, flat: int = 21, growing: int = 45) -> str:
     return join([0.0] * flat, counter(step, step, growing))
 
 
-CASES: tuple[Case, ...] = (
-    # --- ml_training_performance -----------------------------------------------------------------
-    Case(
-        "TrainingNaNDetected",
-        "first NaN on a zero counter fires at the first evaluation that sees it",
-        _nan(values((0, 3), (1, 20))),
-        (*silent(30), fires(45, Firing(NAN_LABELS))),
-    ),
-    Case(
-        "TrainingNaNDetected",
-        "a counter created by its first NaN fires (increase() cannot see it)",
-        _nan(values((None, 3), (1, 20))),
-        (*silent(30), fires(45, Firing(NAN_LABELS))),
-    ),
-    Case(
-        "TrainingNaNDetected",
-        "resolves 10m after the last NaN instead of firing forever",
-        _nan(values((0, 2), (1, 60))),  # NaN at 30s; the 0 at 15s leaves the window after 10m15s
-        (fires(615, Firing(NAN_LABELS)), *silent(630, 14 * 60)),
-    ),
-    Case(
-        "TrainingNaNDetected",
-        "a counter reset by a restarted job is not a NaN; the next NaN is",
-        _nan(values((5, 45), (0, 4), (1, 20))),  # 5 until 11m, reset to 0, NaN at 12m15s
-        (*silent(12 * 60), fires(12 * 60 + 15, Firing(NAN_LABELS))),
-    ),
-    Case(
-        "TrainingSlowdown",
-        "below 0.1 epochs/s for 5m fires",
-        {series(catalog.TRAINING_EPOCHS_PER_SECOND, {**TRAINING_POD, **SLOW_JOB}): values((0.05, 41))},
-        (*silent(285), fires(300, Firing({"namespace": "training", **SLOW_JOB}, 0.05))),
-    ),
-    Case(
-        "TrainingSlowdown",
-        "exactly 0.1 epochs/s stays silent",
-        {series(catalog.TRAINING_EPOCHS_PER_SECOND, {**TRAINING_POD, **SLOW_JOB}): values((0.1, 41))},
-        silent(300, 600),
-    ),
-    Case(
-        "TrainingSlowdown",
-        "one faster sample restarts the 5m",
-        {
-            series(catalog.TRAINING_EPOCHS_PER_SECOND, {**TRAINING_POD, **SLOW_JOB}): values(
-                (0.05, 10), (0.2, 1), (0.05, 30)
-            )
-        },
-        (*silent(300, 450), fires(465, Firing({"namespace": "training", **SLOW_JOB}, 0.05))),
-    ),  # 165s + 5m
-    Case(
-        "MLInferenceLatencyHigh",
-        "p99 of 149.5ms for 2m fires",
-        histogram_in_bucket(catalog.INFERENCE_LATENCY_SECONDS, {**INFERENCE_POD, **INFERENCE}, 0.15, 10, 30),
-        (*silent(120), fires(135, Firing(INFERENCE_LABELS, bucket_quantile(0.99, 0.1, 0.15)))),
-    ),  # first rate at 15s
-    Case(
-        "MLInferenceLatencyHigh",
-        "p99 just under 100ms stays silent",
-        histogram_in_bucket(catalog.INFERENCE_LATENCY_SECONDS, {**INFERENCE_POD, **INFERENCE}, 0.1, 10, 30),
-        silent(135, 300),
-    ),
-    Case(
-        "MLInferenceLatencyHigh",
-        "no requests (no p99) stays silent",
-        histogram_in_bucket(catalog.INFERENCE_LATENCY_SECONDS, {**INFERENCE_POD, **INFERENCE}, 0.15, 0, 30),
-        silent(300),
-    ),
-    # --- ml_training_availability ----------------------------------------------------------------
-    Case(
-        "MLTrainingServiceDown",
-        "every target down for 30s fires",
-        {series(catalog.UP, TRAINING_SERVICE_POD): values((0, 20))},
-        (*silent(15), fires(30, Firing({"namespace": "foxhunt", "service": "ml-training-service"}))),
-    ),
-    Case(
-        "MLTrainingServiceDown",
-        "one of two replicas down stays silent",
-        {
-            series(catalog.UP, TRAINING_SERVICE_POD): values((0, 20)),
-            series(
-                catalog.UP, {**TRAINING_SERVICE_POD, "pod": "ml-training-service-7d1b", "instance": "10.0.2.4:9094"}
-            ): values((1, 20)),
-        },
-        silent(30, 240),
-    ),
-    Case(
-        "MLTrainingServiceDown",
-        "no target discovered at all fires (absent)",
-        {series(catalog.UP, {**INFERENCE_POD}): values((1, 20))},
-        (*silent(15), fires(30, Firing({"service": "ml-training-service"}))),
-    ),
-    Case(
-        "MLTrainingServiceDown",
-        "down for two scrapes, then back, stays silent",
-        {series(catalog.UP, TRAINING_SERVICE_POD): values((1, 1), (0, 2), (1, 20))},
-        silent(30, 45, 120),
-    ),
-    # rate over 2m of a counter flat until 5m, then +3 per scrape: k scrapes in, rate = 3k/120,
-    # above 0.1 from k=5 (6m15s); `for: 1m` -> fires at 7m15s, when the rate is 24/120 = 0.2.
-    Case(
-        "ModelLoadingFailures",
-        "0.2 failures/s fires after the rate crosses 0.1 and 1m of `for`",
-        {
-            series(
-                catalog.MODEL_LOADING_FAILURES_TOTAL, {**INFERENCE_POD, **INFERENCE, "error_type": "not_found"}
-            ): _flat_then_growing(3)
-        },
-        (*silent(420), fires(435, Firing(INFERENCE_LABELS, 0.2))),
-    ),
-    Case(
-        "ModelLoadingFailures",
-        "exactly 0.1 failures/s stays silent",
-        {
-            series(
-                catalog.MODEL_LOADING_FAILURES_TOTAL, {**INFERENCE_POD, **INFERENCE, "error_type": "not_found"}
-            ): _flat_then_growing(1.5)
-        },
-        silent(435, 600),
-    ),
-    Case(
-        "ModelLoadingFailures",
-        "two error types of 0.067/s each add up above 0.1/s",
-        {
-            series(
-                catalog.MODEL_LOADING_FAILURES_TOTAL, {**INFERENCE_POD, **INFERENCE, "error_type": "not_found"}
-            ): _flat_then_growing(1),
-            series(
-                catalog.MODEL_LOADING_FAILURES_TOTAL, {**INFERENCE_POD, **INFERENCE, "error_type": "corrupt"}
-            ): _flat_then_growing(1),
-        },
-        (fires(600, Firing(INFERENCE_LABELS, 16 / 120)),),
-    ),
-    Case(
-        "ModelCacheMissesHigh",
-        "30% misses for 5m fires",
-        {
-            series(catalog.MODEL_CACHE_MISSES_TOTAL, {**INFERENCE_POD, **INFERENCE}): join(counter(0, 3, 40)),
-            series(catalog.MODEL_CACHE_HITS_TOTAL, {**INFERENCE_POD, **INFERENCE}): join(counter(0, 7, 40)),
-        },
-        (*silent(300), fires(315, Firing(INFERENCE_LABELS, 0.3))),
-    ),  # ratio from 15s, + 5m
-    Case(
-        "ModelCacheMissesHigh",
-        "21% misses fires, 19% stays silent",
-        {
-            series(catalog.MODEL_CACHE_MISSES_TOTAL, {**INFERENCE_POD, **INFERENCE}): join(counter(0, 21, 40)),
-            series(catalog.MODEL_CACHE_HITS_TOTAL, {**INFERENCE_POD, **INFERENCE}): join(counter(0, 79, 40)),
-            series(catalog.MODEL_CACHE_MISSES_TOTAL, {**INFERENCE_POD, "model_type": "dqn"}): join(counter(0, 19, 40)),
-            series(catalog.MODEL_CACHE_HITS_TOTAL, {**INFERENCE_POD, "model_type": "dqn"}): join(counter(0, 81, 40)),
-        },
-        (fires(315, Firing(INFERENCE_LABELS, 0.21)),),
-    ),
-    Case(
-        "ModelCacheMissesHigh",
-        "no lookups stays silent",
-        {
-            series(catalog.MODEL_CACHE_MISSES_TOTAL, {**INFERENCE_POD, **INFERENCE}): values((0, 40)),
-            series(catalog.MODEL_CACHE_HITS_TOTAL, {**INFERENCE_POD, **INFERENCE}): values((0, 40)),
-        },
-        silent(315),
-    ),
-    # --- ml_gpu_resources ------------------------------------------------------------------------
-    Case(
-        "GPUUtilizationLow",
-        "a job whose GPUs average 29.9% for 10m fires once, for the job; an idle GPU no job holds does not",
-        {
-            **_gpu(catalog.GPU_UTILIZATION_PERCENT, GPU0, values((20, 50))),
-            **_gpu(catalog.GPU_UTILIZATION_PERCENT, GPU_OTHER_NODE, values((39.8, 50))),
-            **_gpu(catalog.GPU_UTILIZATION_PERCENT, GPU1, values((0, 50))),
-            **_holds(JOB_1, GPU0, GPU_OTHER_NODE),
-        },
-        (*silent(585), fires(600, Firing(JOB_1, 29.9, "gpu-node-1: 1 GPU(s); gpu-node-2: 1 GPU(s); "))),
-    ),
-    Case(
-        "GPUUtilizationLow",
-        "exactly 30% stays silent",
-        {**_gpu(catalog.GPU_UTILIZATION_PERCENT, GPU0, values((30, 50))), **_holds(JOB_1, GPU0)},
-        silent(600, 720),
-    ),
-    Case(
-        "GPUUtilizationLow",
-        "idle GPUs no job holds never fire it",
-        {
-            **_gpu(catalog.GPU_UTILIZATION_PERCENT, GPU0, values((0, 80))),
-            **_gpu(catalog.GPU_UTILIZATION_PERCENT, GPU1, values((5, 80))),
-        },
-        silent(600, 900, 1185),
-    ),
-    Case(
-        "GPUUtilizationLow",
-        "a finished job's GPU stops counting for it once its info series is gone",
-        {
-            **_gpu(catalog.GPU_UTILIZATION_PERCENT, GPU0, values((10, 120))),
-            **_holds(JOB_1, GPU0, samples="1 1 1 1 1"),
-        },
-        silent(600, 900, 1500),
-    ),
-    Case(
-        "GPUUtilizationLow",
-        "a restarted poller pod continues the same 10m",
-        {
-            **_gpu(catalog.GPU_UTILIZATION_PERCENT, GPU0, values((10, 21))),
-            **_gpu(
-                catalog.GPU_UTILIZATION_PERCENT,
-                GPU0,
-                values((None, 21), (10, 30)),
-                poller_target(pod="gpu-poller-fghij"),
+def alert_cases(th: Thresholds = DEFAULT_THRESHOLDS) -> tuple[Case, ...]:
+    """Every case, its threshold edges taken from `th` (the same values the rules are rendered with)."""
+    slow = th.training_slowdown_epochs_per_second.value
+    p99 = th.inference_p99_seconds.value
+    loading = th.model_loading_failures_per_second.value
+    miss = th.model_cache_miss_ratio.value
+    util_low, util_high = th.gpu_utilization_low_percent.value, th.gpu_utilization_high_percent.value
+    mem_high, mem_full = th.gpu_memory_high_ratio.value, th.gpu_memory_exhausted_ratio.value
+    hot = th.gpu_temperature_high_celsius.value
+    prediction_floor = th.gpu_memory_prediction_floor_ratio.value
+    drift, distance = th.model_drift_score.value, th.feature_distribution_distance.value
+    confidence, drop = th.prediction_confidence_median.value, th.model_accuracy_drop_factor.value
+    stale = th.training_data_stale_seconds.value
+    feature_errors, extraction = th.feature_engineering_errors_per_second.value, th.feature_extraction_p95_seconds.value
+    s3_errors, storage = th.s3_errors_per_second.value, th.model_storage_used_ratio.value
+    p99_over, p99_under = (
+        bucket_above(catalog.INFERENCE_LATENCY_SECONDS, p99),
+        bucket_below(catalog.INFERENCE_LATENCY_SECONDS, p99),
+    )
+    conf_under, conf_over = (
+        bucket_below(catalog.PREDICTION_CONFIDENCE, confidence),
+        bucket_above(catalog.PREDICTION_CONFIDENCE, confidence),
+    )
+    ext_over, ext_under = (
+        bucket_above(catalog.FEATURE_EXTRACTION_DURATION_SECONDS, extraction),
+        bucket_below(catalog.FEATURE_EXTRACTION_DURATION_SECONDS, extraction),
+    )
+    return (
+        # --- ml_training_performance -----------------------------------------------------------------
+        Case(
+            "TrainingNaNDetected",
+            "first NaN on a zero counter fires at the first evaluation that sees it",
+            _nan(values((0, 3), (1, 20))),
+            (*silent(30), fires(45, Firing(NAN_LABELS))),
+        ),
+        Case(
+            "TrainingNaNDetected",
+            "a counter created by its first NaN fires (increase() cannot see it)",
+            _nan(values((None, 3), (1, 20))),
+            (*silent(30), fires(45, Firing(NAN_LABELS))),
+        ),
+        Case(
+            "TrainingNaNDetected",
+            "resolves 10m after the last NaN instead of firing forever",
+            _nan(values((0, 2), (1, 60))),  # NaN at 30s; the 0 at 15s leaves the window after 10m15s
+            (fires(615, Firing(NAN_LABELS)), *silent(630, 14 * 60)),
+        ),
+        Case(
+            "TrainingNaNDetected",
+            "a counter reset by a restarted job is not a NaN; the next NaN is",
+            _nan(values((5, 45), (0, 4), (1, 20))),  # 5 until 11m, reset to 0, NaN at 12m15s
+            (*silent(12 * 60), fires(12 * 60 + 15, Firing(NAN_LABELS))),
+        ),
+        Case(
+            "TrainingSlowdown",
+            f"half of {slow:g} epochs/s for 5m fires",
+            {series(catalog.TRAINING_EPOCHS_PER_SECOND, {**TRAINING_POD, **SLOW_JOB}): values((slow / 2, 41))},
+            (*silent(285), fires(300, Firing({"namespace": "training", **SLOW_JOB}, slow / 2))),
+        ),
+        Case(
+            "TrainingSlowdown",
+            f"exactly {slow:g} epochs/s stays silent",
+            {series(catalog.TRAINING_EPOCHS_PER_SECOND, {**TRAINING_POD, **SLOW_JOB}): values((slow, 41))},
+            silent(300, 600),
+        ),
+        Case(
+            "TrainingSlowdown",
+            "one faster sample restarts the 5m",
+            {
+                series(catalog.TRAINING_EPOCHS_PER_SECOND, {**TRAINING_POD, **SLOW_JOB}): values(
+                    (slow / 2, 10), (slow * 2, 1), (slow / 2, 30)
+                )
+            },
+            (*silent(300, 450), fires(465, Firing({"namespace": "training", **SLOW_JOB}, slow / 2))),
+        ),  # 165s + 5m
+        Case(
+            "MLInferenceLatencyHigh",
+            f"p99 in the bucket {p99_over} above {p99:g}s for 2m fires",
+            histogram_in_bucket(catalog.INFERENCE_LATENCY_SECONDS, {**INFERENCE_POD, **INFERENCE}, p99_over[1], 10, 30),
+            (*silent(120), fires(135, Firing(INFERENCE_LABELS, bucket_quantile(0.99, *p99_over)))),
+        ),  # first rate at 15s
+        Case(
+            "MLInferenceLatencyHigh",
+            f"p99 in the bucket {p99_under} under {p99:g}s stays silent",
+            histogram_in_bucket(
+                catalog.INFERENCE_LATENCY_SECONDS, {**INFERENCE_POD, **INFERENCE}, p99_under[1], 10, 30
             ),
-            **_holds(JOB_1, GPU0),
-        },
-        (*silent(585), fires(600, Firing(JOB_1, 10, "gpu-node-1: 1 GPU(s); "))),
-    ),
-    Case(
-        "GPUUtilizationCritical",
-        "a job whose GPUs average 95.5% for 5m fires for the job",
-        {**_gpu(catalog.GPU_UTILIZATION_PERCENT, GPU0, values((95.5, 30))), **_holds(JOB_1, GPU0)},
-        (*silent(285), fires(300, Firing(JOB_1, 95.5, "gpu-node-1: 1 GPU(s); "))),
-    ),
-    Case(
-        "GPUUtilizationCritical",
-        "exactly 95% stays silent",
-        {**_gpu(catalog.GPU_UTILIZATION_PERCENT, GPU0, values((95, 30))), **_holds(JOB_1, GPU0)},
-        silent(300, 420),
-    ),
-    Case(
-        "GPUUtilizationCritical",
-        "a saturated GPU no job holds stays silent, and one busy GPU of a job does not make it saturated",
-        {
-            **_gpu(catalog.GPU_UTILIZATION_PERCENT, GPU0, values((100, 30))),
-            **_gpu(catalog.GPU_UTILIZATION_PERCENT, GPU1, values((100, 30))),
-            **_gpu(catalog.GPU_UTILIZATION_PERCENT, GPU_OTHER_NODE, values((50, 30))),
-            **_holds(JOB_1, GPU1, GPU_OTHER_NODE),
-        },
-        silent(300, 420),
-    ),
-    Case(
-        "GPUMemoryUsageHigh",
-        "91% for 5m fires",
-        _memory(values((0.91 * H100_BYTES, 60))),
-        (*silent(285), fires(300, Firing(GPU0, 0.91))),
-    ),
-    Case(
-        "GPUMemoryUsageHigh",
-        "91% on a GPU a job holds fires with the job's labels",
-        {**_memory(values((0.91 * H100_BYTES, 60))), **_holds(JOB_1, GPU0)},
-        (*silent(285), fires(300, Firing({**GPU0, **JOB_1}, 0.91))),
-    ),
-    Case("GPUMemoryUsageHigh", "exactly 90% stays silent", _memory(values((0.9 * H100_BYTES, 60))), silent(300, 600)),
-    # `for` is 15s at the default intervals: 96% from 60s is pending at 60s, firing at 75s.
-    Case(
-        "GPUMemoryExhausted",
-        "96% on two consecutive scrapes fires",
-        _memory(values((0.5 * H100_BYTES, 4), (0.96 * H100_BYTES, 40))),
-        (*silent(60), fires(75, Firing(GPU0, 0.96))),
-    ),
-    Case(
-        "GPUMemoryExhausted",
-        "a one-scrape spike stays silent",
-        _memory(values((0.5 * H100_BYTES, 4), (0.97 * H100_BYTES, 1), (0.5 * H100_BYTES, 40))),
-        silent(60, 75, 90, 300),
-    ),
-    Case(
-        "GPUMemoryExhausted",
-        "96% on a GPU a job holds fires with the job's labels, within the same 75s",
-        {**_memory(values((0.5 * H100_BYTES, 4), (0.96 * H100_BYTES, 40))), **_holds(JOB_1, GPU0)},
-        (*silent(60), fires(75, Firing({**GPU0, **JOB_1}, 0.96))),
-    ),
-    Case("GPUMemoryExhausted", "exactly 95% stays silent", _memory(values((0.95 * H100_BYTES, 60))), silent(75, 300)),
-    Case(
-        "GPUTemperatureHigh",
-        "86 °C for 2m fires",
-        _gpu(catalog.GPU_TEMPERATURE_CELSIUS, GPU0, values((86, 20))),
-        (*silent(105), fires(120, Firing(GPU0, 86))),
-    ),
-    Case(
-        "GPUTemperatureHigh",
-        "86 °C on a GPU a job holds fires with the job's labels; the hot GPU no job holds still fires",
-        {
-            **_gpu(catalog.GPU_TEMPERATURE_CELSIUS, GPU0, values((86, 20))),
-            **_gpu(catalog.GPU_TEMPERATURE_CELSIUS, GPU1, values((90, 20))),
-            **_holds(JOB_1, GPU0),
-        },
-        (*silent(105), fires(120, Firing({**GPU0, **JOB_1}, 86), Firing(GPU1, 90))),
-    ),
-    Case(
-        "GPUTemperatureHigh",
-        "exactly 85 °C stays silent",
-        _gpu(catalog.GPU_TEMPERATURE_CELSIUS, GPU0, values((85, 20))),
-        silent(120, 240),
-    ),
-    # The poller counts every XID in ml_gpu_errors_total{error_type="xid"} (created at 0) and creates
-    # the per-code ml_gpu_xid_errors_total series on a code's first occurrence; the alert reads only
-    # the former, so an XID of a code never seen before fires as quickly as any other.
-    Case(
-        "GPUErrorsDetected",
-        "an XID fires at the first evaluation that sees it, for that GPU only",
-        {
-            **_gpu(catalog.GPU_ERRORS_TOTAL, {**GPU0, "error_type": "xid"}, values((0, 3), (1, 20))),
-            **_gpu(catalog.GPU_XID_ERRORS_TOTAL, {**GPU0, "xid": "79"}, values((None, 3), (1, 20))),
-            **_gpu(catalog.GPU_ERRORS_TOTAL, {**GPU1, "error_type": "xid"}, values((0, 23))),
-        },
-        (*silent(30), fires(45, Firing(GPU0))),
-    ),
-    Case(
-        "GPUErrorsDetected",
-        "an XID on a GPU a job holds fires with the job's labels",
-        {
-            **_gpu(catalog.GPU_ERRORS_TOTAL, {**GPU0, "error_type": "xid"}, values((0, 3), (1, 20))),
-            **_holds(JOB_1, GPU0, samples=values((1, 23))),
-        },
-        (*silent(30), fires(45, Firing({**GPU0, **JOB_1}))),
-    ),
-    Case(
-        "GPUErrorsDetected",
-        "per-code XID series alone do not fire (the errors counter is the signal)",
-        _gpu(catalog.GPU_XID_ERRORS_TOTAL, {**GPU0, "xid": "79"}, values((0, 3), (1, 20))),
-        silent(45, 120),
-    ),
-    Case(
-        "GPUErrorsDetected",
-        "a first uncorrectable ECC error (new series) fires",
-        _gpu(catalog.GPU_ERRORS_TOTAL, {**GPU0, "error_type": "ecc_uncorrected"}, values((None, 3), (1, 20))),
-        (*silent(30), fires(45, Firing(GPU0))),
-    ),
-    Case(
-        "GPUErrorsDetected",
-        "an XID and a lost GPU at once are one alert per GPU",
-        {
-            **_gpu(catalog.GPU_ERRORS_TOTAL, {**GPU0, "error_type": "xid"}, values((0, 3), (1, 20))),
-            **_gpu(catalog.GPU_ERRORS_TOTAL, {**GPU0, "error_type": "gpu_lost"}, values((0, 3), (1, 20))),
-        },
-        (fires(45, Firing(GPU0)), fires(120, Firing(GPU0))),
-    ),
-    Case(
-        "GPUErrorsDetected",
-        "a restarted poller re-exporting old counts stays silent",
-        {
-            **_gpu(catalog.GPU_ERRORS_TOTAL, {**GPU0, "error_type": "ecc_uncorrected"}, values((2, 61))),
-            **_gpu(
-                catalog.GPU_ERRORS_TOTAL,
-                {**GPU0, "error_type": "ecc_uncorrected"},
-                values((None, 61), (2, 40)),
-                poller_target(pod="gpu-poller-fghij"),
+            silent(135, 300),
+        ),
+        Case(
+            "MLInferenceLatencyHigh",
+            "no requests (no p99) stays silent",
+            histogram_in_bucket(catalog.INFERENCE_LATENCY_SECONDS, {**INFERENCE_POD, **INFERENCE}, p99_over[1], 0, 30),
+            silent(300),
+        ),
+        # --- ml_training_availability ----------------------------------------------------------------
+        Case(
+            "MLTrainingServiceDown",
+            "every target down for 30s fires",
+            {series(catalog.UP, TRAINING_SERVICE_POD): values((0, 20))},
+            (*silent(15), fires(30, Firing({"namespace": "foxhunt", "service": "ml-training-service"}))),
+        ),
+        Case(
+            "MLTrainingServiceDown",
+            "one of two replicas down stays silent",
+            {
+                series(catalog.UP, TRAINING_SERVICE_POD): values((0, 20)),
+                series(
+                    catalog.UP, {**TRAINING_SERVICE_POD, "pod": "ml-training-service-7d1b", "instance": "10.0.2.4:9094"}
+                ): values((1, 20)),
+            },
+            silent(30, 240),
+        ),
+        Case(
+            "MLTrainingServiceDown",
+            "no target discovered at all fires (absent)",
+            {series(catalog.UP, {**INFERENCE_POD}): values((1, 20))},
+            (*silent(15), fires(30, Firing({"service": "ml-training-service"}))),
+        ),
+        Case(
+            "MLTrainingServiceDown",
+            "down for two scrapes, then back, stays silent",
+            {series(catalog.UP, TRAINING_SERVICE_POD): values((1, 1), (0, 2), (1, 20))},
+            silent(30, 45, 120),
+        ),
+        # rate over 2m of a counter flat until 5m, then +30t per scrape (t the threshold): k scrapes in,
+        # rate = 30tk/120 = tk/4, above t from k=5 (6m15s); `for: 1m` -> fires at 7m15s, at rate 2t.
+        Case(
+            "ModelLoadingFailures",
+            f"{2 * loading:g} failures/s fires after the rate crosses {loading:g} and 1m of `for`",
+            {
+                series(
+                    catalog.MODEL_LOADING_FAILURES_TOTAL, {**INFERENCE_POD, **INFERENCE, "error_type": "not_found"}
+                ): _flat_then_growing(30 * loading)
+            },
+            (*silent(420), fires(435, Firing(INFERENCE_LABELS, 2 * loading))),
+        ),
+        Case(
+            "ModelLoadingFailures",
+            f"exactly {loading:g} failures/s stays silent",
+            {
+                series(
+                    catalog.MODEL_LOADING_FAILURES_TOTAL, {**INFERENCE_POD, **INFERENCE, "error_type": "not_found"}
+                ): _flat_then_growing(15 * loading)
+            },
+            silent(435, 600),
+        ),
+        Case(
+            "ModelLoadingFailures",
+            f"two error types of {2 * loading / 3:.3g}/s each add up above {loading:g}/s",
+            {
+                series(
+                    catalog.MODEL_LOADING_FAILURES_TOTAL, {**INFERENCE_POD, **INFERENCE, "error_type": "not_found"}
+                ): _flat_then_growing(10 * loading),
+                series(
+                    catalog.MODEL_LOADING_FAILURES_TOTAL, {**INFERENCE_POD, **INFERENCE, "error_type": "corrupt"}
+                ): _flat_then_growing(10 * loading),
+            },
+            (fires(600, Firing(INFERENCE_LABELS, 160 * loading / 120)),),
+        ),
+        Case(
+            "ModelCacheMissesHigh",
+            f"{1.5 * miss:.0%} misses for 5m fires",
+            {
+                series(catalog.MODEL_CACHE_MISSES_TOTAL, {**INFERENCE_POD, **INFERENCE}): join(
+                    counter(0, 15 * miss, 40)
+                ),
+                series(catalog.MODEL_CACHE_HITS_TOTAL, {**INFERENCE_POD, **INFERENCE}): join(
+                    counter(0, 10 - 15 * miss, 40)
+                ),
+            },
+            (*silent(300), fires(315, Firing(INFERENCE_LABELS, 1.5 * miss))),
+        ),  # ratio from 15s, + 5m
+        Case(
+            "ModelCacheMissesHigh",
+            f"{miss + 0.01:.0%} misses fires, {miss - 0.01:.0%} stays silent",
+            {
+                series(catalog.MODEL_CACHE_MISSES_TOTAL, {**INFERENCE_POD, **INFERENCE}): join(
+                    counter(0, 100 * miss + 1, 40)
+                ),
+                series(catalog.MODEL_CACHE_HITS_TOTAL, {**INFERENCE_POD, **INFERENCE}): join(
+                    counter(0, 99 - 100 * miss, 40)
+                ),
+                series(catalog.MODEL_CACHE_MISSES_TOTAL, {**INFERENCE_POD, "model_type": "dqn"}): join(
+                    counter(0, 100 * miss - 1, 40)
+                ),
+                series(catalog.MODEL_CACHE_HITS_TOTAL, {**INFERENCE_POD, "model_type": "dqn"}): join(
+                    counter(0, 101 - 100 * miss, 40)
+                ),
+            },
+            (fires(315, Firing(INFERENCE_LABELS, miss + 0.01)),),
+        ),
+        Case(
+            "ModelCacheMissesHigh",
+            "no lookups stays silent",
+            {
+                series(catalog.MODEL_CACHE_MISSES_TOTAL, {**INFERENCE_POD, **INFERENCE}): values((0, 40)),
+                series(catalog.MODEL_CACHE_HITS_TOTAL, {**INFERENCE_POD, **INFERENCE}): values((0, 40)),
+            },
+            silent(315),
+        ),
+        # --- ml_gpu_resources ------------------------------------------------------------------------
+        Case(
+            "GPUUtilizationLow",
+            f"a job whose GPUs average {util_low - 0.1:g}% for 10m fires once, for the job; an idle GPU no job "
+            "holds does not",
+            {
+                **_gpu(catalog.GPU_UTILIZATION_PERCENT, GPU0, values((util_low - 10, 50))),
+                **_gpu(catalog.GPU_UTILIZATION_PERCENT, GPU_OTHER_NODE, values((util_low + 9.8, 50))),
+                **_gpu(catalog.GPU_UTILIZATION_PERCENT, GPU1, values((0, 50))),
+                **_holds(JOB_1, GPU0, GPU_OTHER_NODE),
+            },
+            (*silent(585), fires(600, Firing(JOB_1, util_low - 0.1, "gpu-node-1: 1 GPU(s); gpu-node-2: 1 GPU(s); "))),
+        ),
+        Case(
+            "GPUUtilizationLow",
+            f"a job at exactly {util_low:g}% stays silent",
+            {**_gpu(catalog.GPU_UTILIZATION_PERCENT, GPU0, values((util_low, 50))), **_holds(JOB_1, GPU0)},
+            silent(600, 720),
+        ),
+        Case(
+            "GPUUtilizationLow",
+            "idle GPUs no job holds never fire it",
+            {
+                **_gpu(catalog.GPU_UTILIZATION_PERCENT, GPU0, values((0, 80))),
+                **_gpu(catalog.GPU_UTILIZATION_PERCENT, GPU1, values((util_low / 6, 80))),
+            },
+            silent(600, 900, 1185),
+        ),
+        Case(
+            "GPUUtilizationLow",
+            "a finished job's GPU stops counting for it once its info series is gone",
+            {
+                **_gpu(catalog.GPU_UTILIZATION_PERCENT, GPU0, values((util_low / 3, 120))),
+                **_holds(JOB_1, GPU0, samples="1 1 1 1 1"),
+            },
+            silent(600, 900, 1500),
+        ),
+        Case(
+            "GPUUtilizationLow",
+            "a restarted poller pod continues the same 10m",
+            {
+                **_gpu(catalog.GPU_UTILIZATION_PERCENT, GPU0, values((util_low / 3, 21))),
+                **_gpu(
+                    catalog.GPU_UTILIZATION_PERCENT,
+                    GPU0,
+                    values((None, 21), (util_low / 3, 30)),
+                    poller_target(pod="gpu-poller-fghij"),
+                ),
+                **_holds(JOB_1, GPU0),
+            },
+            (*silent(585), fires(600, Firing(JOB_1, util_low / 3, "gpu-node-1: 1 GPU(s); "))),
+        ),
+        Case(
+            "GPUUtilizationCritical",
+            f"a job whose GPUs average {util_high + 0.5:g}% for 5m fires for the job",
+            {**_gpu(catalog.GPU_UTILIZATION_PERCENT, GPU0, values((util_high + 0.5, 30))), **_holds(JOB_1, GPU0)},
+            (*silent(285), fires(300, Firing(JOB_1, util_high + 0.5, "gpu-node-1: 1 GPU(s); "))),
+        ),
+        Case(
+            "GPUUtilizationCritical",
+            f"a job at exactly {util_high:g}% stays silent",
+            {**_gpu(catalog.GPU_UTILIZATION_PERCENT, GPU0, values((util_high, 30))), **_holds(JOB_1, GPU0)},
+            silent(300, 420),
+        ),
+        Case(
+            "GPUUtilizationCritical",
+            f"a saturated GPU no job holds stays silent, and a job averaging {util_high - 1:g}% (one GPU at "
+            "100%) is not saturated",
+            {
+                **_gpu(catalog.GPU_UTILIZATION_PERCENT, GPU0, values((100, 30))),
+                **_gpu(catalog.GPU_UTILIZATION_PERCENT, GPU1, values((100, 30))),
+                **_gpu(catalog.GPU_UTILIZATION_PERCENT, GPU_OTHER_NODE, values((2 * util_high - 102, 30))),
+                **_holds(JOB_1, GPU1, GPU_OTHER_NODE),
+            },
+            silent(300, 420),
+        ),
+        Case(
+            "GPUMemoryUsageHigh",
+            f"{mem_high + 0.01:.0%} for 5m fires",
+            _memory(values(((mem_high + 0.01) * H100_BYTES, 60))),
+            (*silent(285), fires(300, Firing(GPU0, mem_high + 0.01))),
+        ),
+        Case(
+            "GPUMemoryUsageHigh",
+            f"exactly {mem_high:.0%} stays silent",
+            _memory(values((mem_high * H100_BYTES, 60))),
+            silent(300, 600),
+        ),
+        Case(
+            "GPUMemoryUsageHigh",
+            f"{mem_high + 0.01:.0%} on a GPU a job holds fires with the job's labels",
+            {**_memory(values(((mem_high + 0.01) * H100_BYTES, 60))), **_holds(JOB_1, GPU0)},
+            (*silent(285), fires(300, Firing({**GPU0, **JOB_1}, mem_high + 0.01))),
+        ),
+        # `for` is 15s at the default intervals: 1 point above from 60s is pending at 60s, firing at 75s.
+        Case(
+            "GPUMemoryExhausted",
+            f"{mem_full + 0.01:.0%} on two consecutive scrapes fires",
+            _memory(values((mem_full / 2 * H100_BYTES, 4), ((mem_full + 0.01) * H100_BYTES, 40))),
+            (*silent(60), fires(75, Firing(GPU0, mem_full + 0.01))),
+        ),
+        Case(
+            "GPUMemoryExhausted",
+            f"{mem_full + 0.01:.0%} on a GPU a job holds fires with the job's labels, within the same 75s",
+            {
+                **_memory(values((mem_full / 2 * H100_BYTES, 4), ((mem_full + 0.01) * H100_BYTES, 40))),
+                **_holds(JOB_1, GPU0),
+            },
+            (*silent(60), fires(75, Firing({**GPU0, **JOB_1}, mem_full + 0.01))),
+        ),
+        Case(
+            "GPUMemoryExhausted",
+            "a one-scrape spike stays silent",
+            _memory(
+                values(
+                    (mem_full / 2 * H100_BYTES, 4), ((mem_full + 0.02) * H100_BYTES, 1), (mem_full / 2 * H100_BYTES, 40)
+                )
             ),
-        },
-        silent(15 * 60 + 15, 20 * 60),
-    ),
-    Case(
-        "GPUErrorsDetected",
-        "resolves 10m after the last error",
-        _gpu(catalog.GPU_ERRORS_TOTAL, {**GPU0, "error_type": "xid"}, values((0, 2), (1, 60))),
-        (fires(615, Firing(GPU0)), *silent(630)),
-    ),
-    # GPUMemoryExhaustionPredicted: used = 55% + 0.5% of the total per scrape (2% a minute), so the
-    # 10m trend adds 20%: it reaches the total once 80% is in use (scrape 50, 750s), pending from
-    # then and firing 2m later; at 900s 85% is in use.
-    Case(
-        "GPUMemoryExhaustionPredicted",
-        "a steady climb that reaches the total within 10m fires after 2m",
-        _memory(join(_ratios(0.55, 0.005, 80)), samples=80),
-        (*silent(600, 735, 855), fires(900, Firing(GPU0, 0.85))),
-    ),
-    Case(
-        "GPUMemoryExhaustionPredicted",
-        "on a GPU a job holds it carries the job's labels",
-        {**_memory(join(_ratios(0.55, 0.005, 80)), samples=80), **_holds(JOB_1, GPU0, samples=values((1, 80)))},
-        (fires(900, Firing({**GPU0, **JOB_1}, 0.85)),),
-    ),
-    Case(
-        "GPUMemoryExhaustionPredicted",
-        "flat usage at 90% stays silent",
-        _memory(values((0.9 * H100_BYTES, 80)), samples=80),
-        silent(600, 900, 1185),
-    ),
-    Case(
-        "GPUMemoryExhaustionPredicted",
-        "falling usage stays silent",
-        _memory(join(_ratios(0.94, -0.005, 80)), samples=80),
-        silent(300, 600, 900),
-    ),
-    Case(
-        "GPUMemoryExhaustionPredicted",
-        "one spike to 99% on flat 70% stays silent",
-        _memory(values((0.7 * H100_BYTES, 40), (0.99 * H100_BYTES, 1), (0.7 * H100_BYTES, 39)), samples=80),
-        silent(600, 615, 630, 735, 900),
-    ),
-    Case(
-        "GPUMemoryExhaustionPredicted",
-        "a fast climb below half of the memory stays silent",
-        _memory(join(_ratios(0.05, 0.005, 80)), samples=80),
-        silent(300, 600, 900),
-    ),
-    # --- ml_model_quality ------------------------------------------------------------------------
-    Case(
-        "ModelDriftDetected",
-        "drift 0.16 for 10m fires",
-        {series(catalog.MODEL_DRIFT_SCORE, {**INFERENCE_POD, **INFERENCE}): values((0.16, 50))},
-        (*silent(585), fires(600, Firing(INFERENCE_LABELS, 0.16))),
-    ),
-    Case(
-        "ModelDriftDetected",
-        "drift exactly 0.15 stays silent",
-        {series(catalog.MODEL_DRIFT_SCORE, {**INFERENCE_POD, **INFERENCE}): values((0.15, 50))},
-        silent(600, 720),
-    ),
-    Case(
-        "FeatureDistributionShift",
-        "distance 0.25 for 10m fires for that feature only",
-        {
-            series(catalog.FEATURE_DISTRIBUTION_DISTANCE, {**INFERENCE_POD, **INFERENCE, "feature": "price"}): values(
-                (0.25, 50)
-            ),
-            series(catalog.FEATURE_DISTRIBUTION_DISTANCE, {**INFERENCE_POD, **INFERENCE, "feature": "volume"}): values(
-                (0.1, 50)
-            ),
-        },
-        (*silent(585), fires(600, Firing({**INFERENCE_LABELS, "feature": "price"}, 0.25))),
-    ),
-    Case(
-        "FeatureDistributionShift",
-        "distance exactly 0.20 stays silent",
-        {
-            series(catalog.FEATURE_DISTRIBUTION_DISTANCE, {**INFERENCE_POD, **INFERENCE, "feature": "price"}): values(
-                (0.2, 50)
-            )
-        },
-        silent(600, 720),
-    ),
-    Case(
-        "PredictionConfidenceLow",
-        "median 0.65 for 10m fires",
-        histogram_in_bucket(catalog.PREDICTION_CONFIDENCE, {**INFERENCE_POD, **INFERENCE}, 0.7, 10, 50),
-        (*silent(600), fires(615, Firing(INFERENCE_LABELS, 0.65))),
-    ),  # median from 15s, + 10m
-    Case(
-        "PredictionConfidenceLow",
-        "median exactly 0.70 stays silent",
-        histogram(catalog.PREDICTION_CONFIDENCE, {**INFERENCE_POD, **INFERENCE}, {0.7: 5, 0.8: 5}, 50),
-        silent(615, 720),
-    ),
-    Case(
-        "PredictionConfidenceLow",
-        "no predictions stays silent",
-        histogram_in_bucket(catalog.PREDICTION_CONFIDENCE, {**INFERENCE_POD, **INFERENCE}, 0.7, 0, 50),
-        silent(615),
-    ),
-    Case(
-        "MLModelAccuracyDegraded",
-        "accuracy 0.9 -> 0.8 (below 0.9 x best) for 1m fires",
-        {
-            series(catalog.MODEL_ACCURACY, {**TRAINING_POD, "model_type": "tft", "job_id": "job-3"}): values(
-                (0.9, 20), (0.8, 20)
-            )
-        },
-        (*silent(345), fires(360, Firing({"namespace": "training", "model_type": "tft", "job_id": "job-3"}, 0.8))),
-    ),
-    Case(
-        "MLModelAccuracyDegraded",
-        "accuracy 0.9 -> 0.82 (within 10% of best) stays silent",
-        {
-            series(catalog.MODEL_ACCURACY, {**TRAINING_POD, "model_type": "tft", "job_id": "job-3"}): values(
-                (0.9, 20), (0.82, 20)
-            )
-        },
-        silent(360, 540),
-    ),
-    Case(
-        "MLModelAccuracyDegraded",
-        "rising accuracy stays silent",
-        {
-            series(catalog.MODEL_ACCURACY, {**TRAINING_POD, "model_type": "tft", "job_id": "job-3"}): join(
-                counter(0.5, 0.01, 40)
-            )
-        },
-        silent(300, 585),
-    ),
-    # --- ml_data_pipeline ------------------------------------------------------------------------
-    # Last update 86000s before time 0: the age passes 24h (86400s) after 400s.
-    Case(
-        "TrainingDataStale",
-        "data older than 24h fires",
-        {
-            series(
-                catalog.TRAINING_DATA_LAST_UPDATE_TIMESTAMP_SECONDS, {**FEATURE_STORE_POD, "dataset": "market-ticks"}
-            ): values((-86000, 60))
-        },
-        (*silent(400), fires(405, Firing({"dataset": "market-ticks"}, 86405))),
-    ),
-    Case(
-        "TrainingDataStale",
-        "data updated every scrape stays silent",
-        {
-            series(
-                catalog.TRAINING_DATA_LAST_UPDATE_TIMESTAMP_SECONDS, {**FEATURE_STORE_POD, "dataset": "market-ticks"}
-            ): join(counter(0, S, 60))
-        },
-        silent(405, 840),
-    ),
-    # rate over 5m of a counter flat until 5m then +18 per scrape: 18k/300 > 1 from k=17 (9m15s);
-    # `for: 5m` -> fires at 14m15s, when the rate is 360/300 = 1.2.
-    Case(
-        "FeatureEngineeringErrors",
-        "1.2 errors/s fires after the rate crosses 1 and 5m of `for`",
-        {
-            series(
-                catalog.FEATURE_ENGINEERING_ERRORS_TOTAL,
-                {**TRAINING_POD, "model_type": "dqn", "error_type": "missing_column"},
-            ): _flat_then_growing(18)
-        },
-        (*silent(840), fires(855, Firing({"namespace": "training", "model_type": "dqn"}, 1.2))),
-    ),
-    Case(
-        "FeatureEngineeringErrors",
-        "exactly 1 error/s stays silent",
-        {
-            series(
-                catalog.FEATURE_ENGINEERING_ERRORS_TOTAL,
-                {**TRAINING_POD, "model_type": "dqn", "error_type": "missing_column"},
-            ): _flat_then_growing(15)
-        },
-        silent(855, 960),
-    ),
-    Case(
-        "FeatureExtractionLatencyHigh",
-        "p95 of 9.75s for 5m fires",
-        histogram_in_bucket(catalog.FEATURE_EXTRACTION_DURATION_SECONDS, {**INFERENCE_POD, **INFERENCE}, 10.0, 4, 30),
-        (*silent(300), fires(315, Firing(INFERENCE_LABELS, bucket_quantile(0.95, 5, 10)))),
-    ),
-    Case(
-        "FeatureExtractionLatencyHigh",
-        "p95 under 5s stays silent",
-        histogram_in_bucket(catalog.FEATURE_EXTRACTION_DURATION_SECONDS, {**INFERENCE_POD, **INFERENCE}, 5.0, 4, 30),
-        silent(315, 420),
-    ),
-    # --- ml_storage ------------------------------------------------------------------------------
-    Case(
-        "S3ConnectionErrors",
-        "0.6/s on each of two operations adds up to 1.2/s and fires",
-        {
-            series(
-                catalog.S3_ERRORS_TOTAL,
-                {**TRAINING_SERVICE_POD, "operation": "put_object", "error_type": "connect_timeout"},
-            ): _flat_then_growing(9),
-            series(
-                catalog.S3_ERRORS_TOTAL,
-                {**TRAINING_SERVICE_POD, "operation": "get_object", "error_type": "connect_timeout"},
-            ): _flat_then_growing(9),
-        },
-        (*silent(840), fires(855, Firing({"namespace": "foxhunt", "service": "ml-training-service"}, 1.2))),
-    ),
-    Case(
-        "S3ConnectionErrors",
-        "exactly 1 error/s stays silent",
-        {
-            series(
-                catalog.S3_ERRORS_TOTAL,
-                {**TRAINING_SERVICE_POD, "operation": "put_object", "error_type": "connect_timeout"},
-            ): _flat_then_growing(15)
-        },
-        silent(855, 960),
-    ),
-    Case(
-        "CheckpointSaveFailures",
-        "a failure fires at the first evaluation that sees it",
-        {
-            series(
-                catalog.CHECKPOINT_SAVE_FAILURES_TOTAL,
-                {**TRAINING_POD, "model_type": "dqn", "job_id": "job-1", "error_type": "disk_full"},
-            ): values((0, 3), (1, 20))
-        },
-        (
-            *silent(30),
-            fires(
-                45, Firing({"namespace": "training", "model_type": "dqn", "job_id": "job-1", "error_type": "disk_full"})
+            silent(60, 75, 90, 300),
+        ),
+        Case(
+            "GPUMemoryExhausted",
+            f"exactly {mem_full:.0%} stays silent",
+            _memory(values((mem_full * H100_BYTES, 60))),
+            silent(75, 300),
+        ),
+        Case(
+            "GPUTemperatureHigh",
+            f"{hot + 1:g} °C for 2m fires",
+            _gpu(catalog.GPU_TEMPERATURE_CELSIUS, GPU0, values((hot + 1, 20))),
+            (*silent(105), fires(120, Firing(GPU0, hot + 1))),
+        ),
+        Case(
+            "GPUTemperatureHigh",
+            f"{hot + 1:g} °C on a GPU a job holds fires with the job's labels; the hot GPU no job holds still fires",
+            {
+                **_gpu(catalog.GPU_TEMPERATURE_CELSIUS, GPU0, values((hot + 1, 20))),
+                **_gpu(catalog.GPU_TEMPERATURE_CELSIUS, GPU1, values((hot + 5, 20))),
+                **_holds(JOB_1, GPU0),
+            },
+            (*silent(105), fires(120, Firing({**GPU0, **JOB_1}, hot + 1), Firing(GPU1, hot + 5))),
+        ),
+        Case(
+            "GPUTemperatureHigh",
+            f"exactly {hot:g} °C stays silent",
+            _gpu(catalog.GPU_TEMPERATURE_CELSIUS, GPU0, values((hot, 20))),
+            silent(120, 240),
+        ),
+        # The poller counts every XID in ml_gpu_errors_total{error_type="xid"} (created at 0) and creates
+        # the per-code ml_gpu_xid_errors_total series on a code's first occurrence; the alert reads only
+        # the former, so an XID of a code never seen before fires as quickly as any other.
+        Case(
+            "GPUErrorsDetected",
+            "an XID fires at the first evaluation that sees it, for that GPU only",
+            {
+                **_gpu(catalog.GPU_ERRORS_TOTAL, {**GPU0, "error_type": "xid"}, values((0, 3), (1, 20))),
+                **_gpu(catalog.GPU_XID_ERRORS_TOTAL, {**GPU0, "xid": "79"}, values((None, 3), (1, 20))),
+                **_gpu(catalog.GPU_ERRORS_TOTAL, {**GPU1, "error_type": "xid"}, values((0, 23))),
+            },
+            (*silent(30), fires(45, Firing(GPU0))),
+        ),
+        Case(
+            "GPUErrorsDetected",
+            "an XID on a GPU a job holds fires with the job's labels",
+            {
+                **_gpu(catalog.GPU_ERRORS_TOTAL, {**GPU0, "error_type": "xid"}, values((0, 3), (1, 20))),
+                **_holds(JOB_1, GPU0, samples=values((1, 23))),
+            },
+            (*silent(30), fires(45, Firing({**GPU0, **JOB_1}))),
+        ),
+        Case(
+            "GPUErrorsDetected",
+            "per-code XID series alone do not fire (the errors counter is the signal)",
+            _gpu(catalog.GPU_XID_ERRORS_TOTAL, {**GPU0, "xid": "79"}, values((0, 3), (1, 20))),
+            silent(45, 120),
+        ),
+        Case(
+            "GPUErrorsDetected",
+            "a first uncorrectable ECC error (new series) fires",
+            _gpu(catalog.GPU_ERRORS_TOTAL, {**GPU0, "error_type": "ecc_uncorrected"}, values((None, 3), (1, 20))),
+            (*silent(30), fires(45, Firing(GPU0))),
+        ),
+        Case(
+            "GPUErrorsDetected",
+            "an XID and a lost GPU at once are one alert per GPU",
+            {
+                **_gpu(catalog.GPU_ERRORS_TOTAL, {**GPU0, "error_type": "xid"}, values((0, 3), (1, 20))),
+                **_gpu(catalog.GPU_ERRORS_TOTAL, {**GPU0, "error_type": "gpu_lost"}, values((0, 3), (1, 20))),
+            },
+            (fires(45, Firing(GPU0)), fires(120, Firing(GPU0))),
+        ),
+        Case(
+            "GPUErrorsDetected",
+            "a restarted poller re-exporting old counts stays silent",
+            {
+                **_gpu(catalog.GPU_ERRORS_TOTAL, {**GPU0, "error_type": "ecc_uncorrected"}, values((2, 61))),
+                **_gpu(
+                    catalog.GPU_ERRORS_TOTAL,
+                    {**GPU0, "error_type": "ecc_uncorrected"},
+                    values((None, 61), (2, 40)),
+                    poller_target(pod="gpu-poller-fghij"),
+                ),
+            },
+            silent(15 * 60 + 15, 20 * 60),
+        ),
+        Case(
+            "GPUErrorsDetected",
+            "resolves 10m after the last error",
+            _gpu(catalog.GPU_ERRORS_TOTAL, {**GPU0, "error_type": "xid"}, values((0, 2), (1, 60))),
+            (fires(615, Firing(GPU0)), *silent(630)),
+        ),
+        # GPUMemoryExhaustionPredicted: used = 55% + 0.5% of the total per scrape (2% a minute), so the
+        # 10m trend adds 20%: it reaches the total once 80% is in use (scrape 50, 750s), pending from
+        # then and firing 2m later; at 900s 85% is in use.
+        Case(
+            "GPUMemoryExhaustionPredicted",
+            "a steady climb that reaches the total within 10m fires after 2m",
+            _memory(join(_ratios(0.55, 0.005, 80)), samples=80),
+            (*silent(600, 735, 855), fires(900, Firing(GPU0, 0.85))),
+        ),
+        Case(
+            "GPUMemoryExhaustionPredicted",
+            "on a GPU a job holds it carries the job's labels",
+            {**_memory(join(_ratios(0.55, 0.005, 80)), samples=80), **_holds(JOB_1, GPU0, samples=values((1, 80)))},
+            (fires(900, Firing({**GPU0, **JOB_1}, 0.85)),),
+        ),
+        Case(
+            "GPUMemoryExhaustionPredicted",
+            "flat usage at 90% stays silent",
+            _memory(values((0.9 * H100_BYTES, 80)), samples=80),
+            silent(600, 900, 1185),
+        ),
+        Case(
+            "GPUMemoryExhaustionPredicted",
+            "falling usage stays silent",
+            _memory(join(_ratios(0.94, -0.005, 80)), samples=80),
+            silent(300, 600, 900),
+        ),
+        Case(
+            "GPUMemoryExhaustionPredicted",
+            "one spike to 99% on flat 70% stays silent",
+            _memory(values((0.7 * H100_BYTES, 40), (0.99 * H100_BYTES, 1), (0.7 * H100_BYTES, 39)), samples=80),
+            silent(600, 615, 630, 735, 900),
+        ),
+        # A steep climb (2% of the total per scrape: the 10m trend adds 80%) is trusted only above the
+        # floor: from 41% below it, usage passes it at scrape 21 (315s, 1% above). The trend is fitted
+        # through the samples above the floor, so it needs a second one (330s): pending from then,
+        # firing 2m later (the last sample, at 435s, is 17% above the floor).
+        Case(
+            "GPUMemoryExhaustionPredicted",
+            f"a steep climb fires only once above {prediction_floor:.0%} of the memory",
+            _memory(join(_ratios(prediction_floor - 0.41, 0.02, 30)), samples=30),
+            (*silent(300, 435), fires(450, Firing(GPU0, prediction_floor + 0.17))),
+        ),
+        # --- ml_model_quality ------------------------------------------------------------------------
+        Case(
+            "ModelDriftDetected",
+            f"drift {drift + 0.01:g} for 10m fires",
+            {series(catalog.MODEL_DRIFT_SCORE, {**INFERENCE_POD, **INFERENCE}): values((drift + 0.01, 50))},
+            (*silent(585), fires(600, Firing(INFERENCE_LABELS, drift + 0.01))),
+        ),
+        Case(
+            "ModelDriftDetected",
+            f"drift exactly {drift:g} stays silent",
+            {series(catalog.MODEL_DRIFT_SCORE, {**INFERENCE_POD, **INFERENCE}): values((drift, 50))},
+            silent(600, 720),
+        ),
+        Case(
+            "FeatureDistributionShift",
+            f"distance {distance + 0.05:g} for 10m fires for that feature only",
+            {
+                series(
+                    catalog.FEATURE_DISTRIBUTION_DISTANCE, {**INFERENCE_POD, **INFERENCE, "feature": "price"}
+                ): values((distance + 0.05, 50)),
+                series(
+                    catalog.FEATURE_DISTRIBUTION_DISTANCE, {**INFERENCE_POD, **INFERENCE, "feature": "volume"}
+                ): values((distance / 2, 50)),
+            },
+            (*silent(585), fires(600, Firing({**INFERENCE_LABELS, "feature": "price"}, distance + 0.05))),
+        ),
+        Case(
+            "FeatureDistributionShift",
+            f"distance exactly {distance:g} stays silent",
+            {
+                series(
+                    catalog.FEATURE_DISTRIBUTION_DISTANCE, {**INFERENCE_POD, **INFERENCE, "feature": "price"}
+                ): values((distance, 50))
+            },
+            silent(600, 720),
+        ),
+        Case(
+            "PredictionConfidenceLow",
+            f"median in the bucket {conf_under} under {confidence:g} for 10m fires",
+            histogram_in_bucket(catalog.PREDICTION_CONFIDENCE, {**INFERENCE_POD, **INFERENCE}, conf_under[1], 10, 50),
+            (*silent(600), fires(615, Firing(INFERENCE_LABELS, bucket_quantile(0.5, *conf_under)))),
+        ),  # median from 15s, + 10m
+        Case(
+            "PredictionConfidenceLow",
+            f"median in the bucket {conf_over} above {confidence:g} stays silent",
+            histogram_in_bucket(catalog.PREDICTION_CONFIDENCE, {**INFERENCE_POD, **INFERENCE}, conf_over[1], 10, 50),
+            silent(615, 720),
+        ),
+        Case(
+            "PredictionConfidenceLow",
+            "no predictions stays silent",
+            histogram_in_bucket(catalog.PREDICTION_CONFIDENCE, {**INFERENCE_POD, **INFERENCE}, conf_under[1], 0, 50),
+            silent(615),
+        ),
+        Case(
+            "MLModelAccuracyDegraded",
+            f"accuracy 0.9 -> {0.9 * drop - 0.01:g} (below {drop:g} x best) for 1m fires",
+            {
+                series(catalog.MODEL_ACCURACY, {**TRAINING_POD, "model_type": "tft", "job_id": "job-3"}): values(
+                    (0.9, 20), (0.9 * drop - 0.01, 20)
+                )
+            },
+            (
+                *silent(345),
+                fires(
+                    360, Firing({"namespace": "training", "model_type": "tft", "job_id": "job-3"}, 0.9 * drop - 0.01)
+                ),
             ),
         ),
-    ),
-    Case(
-        "CheckpointSaveFailures",
-        "a job's first failure (new series) fires",
-        {
-            series(
-                catalog.CHECKPOINT_SAVE_FAILURES_TOTAL,
-                {**TRAINING_POD, "model_type": "dqn", "job_id": "job-1", "error_type": "disk_full"},
-            ): values((None, 3), (1, 20))
-        },
-        (
-            *silent(30),
-            fires(
-                45, Firing({"namespace": "training", "model_type": "dqn", "job_id": "job-1", "error_type": "disk_full"})
+        Case(
+            "MLModelAccuracyDegraded",
+            f"accuracy 0.9 -> {0.9 * drop + 0.01:g} (within {drop:g} x best) stays silent",
+            {
+                series(catalog.MODEL_ACCURACY, {**TRAINING_POD, "model_type": "tft", "job_id": "job-3"}): values(
+                    (0.9, 20), (0.9 * drop + 0.01, 20)
+                )
+            },
+            silent(360, 540),
+        ),
+        Case(
+            "MLModelAccuracyDegraded",
+            "rising accuracy stays silent",
+            {
+                series(catalog.MODEL_ACCURACY, {**TRAINING_POD, "model_type": "tft", "job_id": "job-3"}): join(
+                    counter(0.5, 0.01, 40)
+                )
+            },
+            silent(300, 585),
+        ),
+        # --- ml_data_pipeline ------------------------------------------------------------------------
+        # Last update 400s less than the threshold before time 0: the age passes the threshold after 400s.
+        Case(
+            "TrainingDataStale",
+            f"data older than {stale:g}s fires",
+            {
+                series(
+                    catalog.TRAINING_DATA_LAST_UPDATE_TIMESTAMP_SECONDS,
+                    {**FEATURE_STORE_POD, "dataset": "market-ticks"},
+                ): values((-(stale - 400), 60))
+            },
+            (*silent(400), fires(405, Firing({"dataset": "market-ticks"}, stale + 5))),
+        ),
+        Case(
+            "TrainingDataStale",
+            "data updated every scrape stays silent",
+            {
+                series(
+                    catalog.TRAINING_DATA_LAST_UPDATE_TIMESTAMP_SECONDS,
+                    {**FEATURE_STORE_POD, "dataset": "market-ticks"},
+                ): join(counter(0, S, 60))
+            },
+            silent(405, 840),
+        ),
+        # rate over 5m of a counter flat until 5m then +18t per scrape (t the threshold): 18tk/300 > t
+        # from k=17 (9m15s); `for: 5m` -> fires at 14m15s, when the rate is 360t/300 = 1.2t.
+        Case(
+            "FeatureEngineeringErrors",
+            f"{1.2 * feature_errors:g} errors/s fires after the rate crosses {feature_errors:g} and 5m of `for`",
+            {
+                series(
+                    catalog.FEATURE_ENGINEERING_ERRORS_TOTAL,
+                    {**TRAINING_POD, "model_type": "dqn", "error_type": "missing_column"},
+                ): _flat_then_growing(18 * feature_errors)
+            },
+            (*silent(840), fires(855, Firing({"namespace": "training", "model_type": "dqn"}, 1.2 * feature_errors))),
+        ),
+        Case(
+            "FeatureEngineeringErrors",
+            f"exactly {feature_errors:g} error/s stays silent",
+            {
+                series(
+                    catalog.FEATURE_ENGINEERING_ERRORS_TOTAL,
+                    {**TRAINING_POD, "model_type": "dqn", "error_type": "missing_column"},
+                ): _flat_then_growing(15 * feature_errors)
+            },
+            silent(855, 960),
+        ),
+        Case(
+            "FeatureExtractionLatencyHigh",
+            f"p95 in the bucket {ext_over} above {extraction:g}s for 5m fires",
+            histogram_in_bucket(
+                catalog.FEATURE_EXTRACTION_DURATION_SECONDS, {**INFERENCE_POD, **INFERENCE}, ext_over[1], 4, 30
+            ),
+            (*silent(300), fires(315, Firing(INFERENCE_LABELS, bucket_quantile(0.95, *ext_over)))),
+        ),
+        Case(
+            "FeatureExtractionLatencyHigh",
+            f"p95 in the bucket {ext_under} under {extraction:g}s stays silent",
+            histogram_in_bucket(
+                catalog.FEATURE_EXTRACTION_DURATION_SECONDS, {**INFERENCE_POD, **INFERENCE}, ext_under[1], 4, 30
+            ),
+            silent(315, 420),
+        ),
+        # --- ml_storage ------------------------------------------------------------------------------
+        Case(
+            "S3ConnectionErrors",
+            f"{0.6 * s3_errors:g}/s on each of two operations adds up to {1.2 * s3_errors:g}/s and fires",
+            {
+                series(
+                    catalog.S3_ERRORS_TOTAL,
+                    {**TRAINING_SERVICE_POD, "operation": "put_object", "error_type": "connect_timeout"},
+                ): _flat_then_growing(9 * s3_errors),
+                series(
+                    catalog.S3_ERRORS_TOTAL,
+                    {**TRAINING_SERVICE_POD, "operation": "get_object", "error_type": "connect_timeout"},
+                ): _flat_then_growing(9 * s3_errors),
+            },
+            (
+                *silent(840),
+                fires(855, Firing({"namespace": "foxhunt", "service": "ml-training-service"}, 1.2 * s3_errors)),
             ),
         ),
-    ),
-    Case(
-        "CheckpointSaveFailures",
-        "resolves 10m after the last failure",
-        {
-            series(
-                catalog.CHECKPOINT_SAVE_FAILURES_TOTAL,
-                {**TRAINING_POD, "model_type": "dqn", "job_id": "job-1", "error_type": "disk_full"},
-            ): values((0, 2), (1, 60))
-        },
-        (
-            fires(
-                615,
-                Firing({"namespace": "training", "model_type": "dqn", "job_id": "job-1", "error_type": "disk_full"}),
-            ),
-            *silent(630),
+        Case(
+            "S3ConnectionErrors",
+            f"exactly {s3_errors:g} error/s stays silent",
+            {
+                series(
+                    catalog.S3_ERRORS_TOTAL,
+                    {**TRAINING_SERVICE_POD, "operation": "put_object", "error_type": "connect_timeout"},
+                ): _flat_then_growing(15 * s3_errors)
+            },
+            silent(855, 960),
         ),
-    ),
-    Case(
-        "ModelStorageUsageHigh",
-        "86% full for 10m fires",
-        {
-            series(catalog.MODEL_STORAGE_USED_BYTES, {**TRAINING_SERVICE_POD, "volume": "models"}): values((86, 50)),
-            series(catalog.MODEL_STORAGE_CAPACITY_BYTES, {**TRAINING_SERVICE_POD, "volume": "models"}): values(
-                (100, 50)
+        Case(
+            "CheckpointSaveFailures",
+            "a failure fires at the first evaluation that sees it",
+            {
+                series(
+                    catalog.CHECKPOINT_SAVE_FAILURES_TOTAL,
+                    {**TRAINING_POD, "model_type": "dqn", "job_id": "job-1", "error_type": "disk_full"},
+                ): values((0, 3), (1, 20))
+            },
+            (
+                *silent(30),
+                fires(
+                    45,
+                    Firing(
+                        {"namespace": "training", "model_type": "dqn", "job_id": "job-1", "error_type": "disk_full"}
+                    ),
+                ),
             ),
-        },
-        (
-            *silent(585),
-            fires(600, Firing({"namespace": "foxhunt", "service": "ml-training-service", "volume": "models"}, 0.86)),
         ),
-    ),
-    Case(
-        "ModelStorageUsageHigh",
-        "exactly 85% full stays silent",
-        {
-            series(catalog.MODEL_STORAGE_USED_BYTES, {**TRAINING_SERVICE_POD, "volume": "models"}): values((85, 50)),
-            series(catalog.MODEL_STORAGE_CAPACITY_BYTES, {**TRAINING_SERVICE_POD, "volume": "models"}): values(
-                (100, 50)
+        Case(
+            "CheckpointSaveFailures",
+            "a job's first failure (new series) fires",
+            {
+                series(
+                    catalog.CHECKPOINT_SAVE_FAILURES_TOTAL,
+                    {**TRAINING_POD, "model_type": "dqn", "job_id": "job-1", "error_type": "disk_full"},
+                ): values((None, 3), (1, 20))
+            },
+            (
+                *silent(30),
+                fires(
+                    45,
+                    Firing(
+                        {"namespace": "training", "model_type": "dqn", "job_id": "job-1", "error_type": "disk_full"}
+                    ),
+                ),
             ),
-        },
-        silent(600, 720),
-    ),
-    # --- ml_monitoring_health (and the lost-at-first-pass GPU): tests/rules/health_cases.py -------
-    *HEALTH_CASES,
-)
+        ),
+        Case(
+            "CheckpointSaveFailures",
+            "resolves 10m after the last failure",
+            {
+                series(
+                    catalog.CHECKPOINT_SAVE_FAILURES_TOTAL,
+                    {**TRAINING_POD, "model_type": "dqn", "job_id": "job-1", "error_type": "disk_full"},
+                ): values((0, 2), (1, 60))
+            },
+            (
+                fires(
+                    615,
+                    Firing(
+                        {"namespace": "training", "model_type": "dqn", "job_id": "job-1", "error_type": "disk_full"}
+                    ),
+                ),
+                *silent(630),
+            ),
+        ),
+        Case(
+            "ModelStorageUsageHigh",
+            f"{storage + 0.01:.0%} full for 10m fires",
+            {
+                series(catalog.MODEL_STORAGE_USED_BYTES, {**TRAINING_SERVICE_POD, "volume": "models"}): values(
+                    ((storage + 0.01) * 100, 50)
+                ),
+                series(catalog.MODEL_STORAGE_CAPACITY_BYTES, {**TRAINING_SERVICE_POD, "volume": "models"}): values(
+                    (100, 50)
+                ),
+            },
+            (
+                *silent(585),
+                fires(
+                    600,
+                    Firing(
+                        {"namespace": "foxhunt", "service": "ml-training-service", "volume": "models"}, storage + 0.01
+                    ),
+                ),
+            ),
+        ),
+        Case(
+            "ModelStorageUsageHigh",
+            f"exactly {storage:.0%} full stays silent",
+            {
+                series(catalog.MODEL_STORAGE_USED_BYTES, {**TRAINING_SERVICE_POD, "volume": "models"}): values(
+                    (storage * 100, 50)
+                ),
+                series(catalog.MODEL_STORAGE_CAPACITY_BYTES, {**TRAINING_SERVICE_POD, "volume": "models"}): values(
+                    (100, 50)
+                ),
+            },
+            silent(600, 720),
+        ),
+        # --- ml_monitoring_health (and the lost-at-first-pass GPU): tests/rules/health_cases.py -------
+        *HEALTH_CASES,
+    )
+
+
+CASES: tuple[Case, ...] = alert_cases()
 
 
 RECORD_CASES: tuple[RecordCase, ...] = (
@@ -896,7 +997,7 @@ _PER_RECORD: dict[str, tuple[tuple[dict[str, str], float], ...]] = {
     jobs.JOB_TEMPERATURE_MAX.record: ((JOB_1, 70), (JOB_2, 80)),
     jobs.FLEET_HELD.record: (({}, 3),),
     jobs.FLEET_UNHELD.record: (({}, 1),),
-    jobs.FLEET_HELD_IDLE.record: (({}, 1),),
+    jobs.FLEET_HELD_IDLE: (({}, 1),),
     jobs.JOB_FIRST_SEEN.record: ((JOB_1, 0), (JOB_2, 0)),  # both first recorded at 0s
     jobs.JOB_ENERGY.record: ((JOB_1, _JOB1_JOULES), (JOB_2, _JOB2_JOULES)),
     jobs.JOB_ENERGY_FIRST_SEEN.record: ((JOB_1, 3000), (JOB_2, 0)),
@@ -951,32 +1052,33 @@ JOB_RECORD_CASES: tuple[RecordCase, ...] = (
     ),
 )
 # --- ml_gpu_resources: the per-GPU inputs recorded at the head of the group ------------------------
+# Values far from the thresholds: these cases also run against thresholds moved by -10% and +5%.
 _RESTARTED_POLLER = poller_target(pod="gpu-poller-fghij")
 GPU_INPUT_RECORD_CASES: tuple[RecordCase, ...] = (
     RecordCase(
-        gpu_rules.MEMORY_RATIO_WATCHED.record,
-        "above half: one series per GPU whichever poller pod reports it; 50% and below are not recorded",
+        gpu_rules.MEMORY_RATIO_WATCHED,
+        "above the lowest memory threshold: one series per GPU whichever poller pod reports it; 40% is not recorded",
         {
             **_memory(values((0.91 * H100_BYTES, 10))),
             **_gpu(catalog.GPU_MEMORY_USED_BYTES, GPU0, values((0.91 * H100_BYTES, 10)), _RESTARTED_POLLER),
             **_gpu(catalog.GPU_MEMORY_TOTAL_BYTES, GPU0, values((H100_BYTES, 10)), _RESTARTED_POLLER),
-            **_memory(values((0.5 * H100_BYTES, 10)), gpu=GPU1, samples=10),
+            **_memory(values((0.4 * H100_BYTES, 10)), gpu=GPU1, samples=10),
         },
         "1m",
         ((GPU0, 0.91),),
     ),
     RecordCase(
-        gpu_rules.TEMPERATURE_TOO_HOT.record,
-        "above 85 °C only",
+        gpu_rules.TEMPERATURE_TOO_HOT,
+        "a hot GPU only (the edges are the alert's cases)",
         {
-            **_gpu(catalog.GPU_TEMPERATURE_CELSIUS, GPU0, values((86, 10))),
-            **_gpu(catalog.GPU_TEMPERATURE_CELSIUS, GPU1, values((85, 10))),
+            **_gpu(catalog.GPU_TEMPERATURE_CELSIUS, GPU0, values((95, 10))),
+            **_gpu(catalog.GPU_TEMPERATURE_CELSIUS, GPU1, values((60, 10))),
         },
         "1m",
-        ((GPU0, 86),),
+        ((GPU0, 95),),
     ),
     RecordCase(
-        gpu_rules.ERRORS_NONZERO.record,
+        gpu_rules.ERRORS_NONZERO,
         "counters above zero per GPU and error type, one series whichever poller pod counts them",
         {
             **_gpu(catalog.GPU_ERRORS_TOTAL, {**GPU0, "error_type": "xid"}, values((2, 10))),
@@ -989,7 +1091,7 @@ GPU_INPUT_RECORD_CASES: tuple[RecordCase, ...] = (
     ),
     # The steady climb of GPUMemoryExhaustionPredicted's cases: 85% in use at 900s, on course for the total.
     RecordCase(
-        gpu_rules.EXHAUSTION_PREDICTED.record,
+        gpu_rules.EXHAUSTION_PREDICTED,
         "a steady climb is recorded with the ratio now; flat usage at 90% is not",
         {
             **_memory(join(_ratios(0.55, 0.005, 80)), samples=80),

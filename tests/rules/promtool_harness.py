@@ -79,6 +79,27 @@ def bucket_quantile(q: float, lower: float, upper: float) -> float:
     return lower + (upper - lower) * q
 
 
+def _buckets(metric: Metric) -> list[tuple[float, float]]:
+    bounds = list(metric.buckets)
+    return list(zip([0.0, *bounds[:-1]], bounds, strict=True))
+
+
+def bucket_above(metric: Metric, threshold: float) -> tuple[float, float]:
+    """The first bucket (lower, upper] whose every quantile is above `threshold` (lower >= it)."""
+    found = next((b for b in _buckets(metric) if b[0] >= threshold), None)
+    if found is None:
+        raise ValueError(f"{metric.name} has no bucket above {threshold:g}: buckets {metric.buckets}")
+    return found
+
+
+def bucket_below(metric: Metric, threshold: float) -> tuple[float, float]:
+    """The last bucket (lower, upper] whose every quantile is below `threshold` (upper <= it)."""
+    found = [b for b in _buckets(metric) if b[1] <= threshold]
+    if not found:
+        raise ValueError(f"{metric.name} has no bucket below {threshold:g}: buckets {metric.buckets}")
+    return found[-1]
+
+
 def histogram_in_bucket(
     metric: Metric, labels: Mapping[str, str], upper: float, per_sample: int, samples: int
 ) -> dict[str, str]:

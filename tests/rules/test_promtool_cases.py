@@ -44,9 +44,17 @@ def _alert(groups: list[dict[str, Any]], name: str) -> dict[str, Any]:
     return next(r for g in groups for r in g["rules"] if r.get("alert") == name)
 
 
+def _case(alert: str, part: str) -> str:
+    """The promtool group name of the one case of `alert` whose name contains `part`."""
+    (name,) = [c.name for c in CASES if c.alert == alert and part in c.name]
+    return f"{alert}: {name}"
+
+
 def _threshold_inclusive(groups: list[dict[str, Any]]) -> None:
     rule = _alert(groups, "GPUUtilizationLow")
-    rule["expr"] = rule["expr"].replace("< 30", "<= 30")
+    low = ObservabilityConfig().thresholds.gpu_utilization_low_percent.promql
+    assert f"< {low}" in rule["expr"]
+    rule["expr"] = rule["expr"].replace(f"< {low}", f"<= {low}")
 
 
 def _seed_nan_expression(groups: list[dict[str, Any]]) -> None:
@@ -72,7 +80,7 @@ MUTATIONS = {
     "threshold made inclusive": (
         _threshold_inclusive,
         "GPUUtilizationLow",
-        {"GPUUtilizationLow: exactly 30% stays silent"},
+        {_case("GPUUtilizationLow", "exactly")},
     ),
     "seed's NaN expression": (
         _seed_nan_expression,
@@ -82,7 +90,7 @@ MUTATIONS = {
     "seed's 1m for on GPU memory": (
         _seed_memory_for,
         "GPUMemoryExhausted",
-        {"GPUMemoryExhausted: 96% on two consecutive scrapes fires"},
+        {_case("GPUMemoryExhausted", "on two consecutive scrapes fires")},
     ),
     "poller-down after 4m instead of 5m": (
         _health_for_shortened,
@@ -92,7 +100,7 @@ MUTATIONS = {
     "description without the GPU": (
         _description_drops_gpu,
         "GPUTemperatureHigh",
-        {"GPUTemperatureHigh: 86 °C for 2m fires"},
+        {_case("GPUTemperatureHigh", "for 2m fires")},
     ),
 }
 

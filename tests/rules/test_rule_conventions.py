@@ -359,7 +359,8 @@ def test_promtool_check_rules_passes_for_every_stack_and_interval_variant(tmp_pa
         path.write_text(rules_file_yaml(cfg), encoding="utf-8")
         files.append(str(path))
     broken = tmp_path / "broken.yaml"
-    broken.write_text(rules_file_yaml(CFG).replace("> 85", "> > 85"), encoding="utf-8")
+    hot = f"> {CFG.thresholds.gpu_temperature_high_celsius.promql}"
+    broken.write_text(rules_file_yaml(CFG).replace(hot, f"> {hot}"), encoding="utf-8")
     ok = subprocess.run([promtool(), "check", "rules", *files], capture_output=True, text=True, check=False)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert ok.stdout.count("SUCCESS") == len(files)
@@ -374,8 +375,9 @@ def test_gpu_errors_alert_reads_only_the_errors_counter_not_the_per_code_xid_ser
     # (through the records at the head of the group: its counters above zero, and the GPUs whose
     # counters grew; and the jobs' GPU info, to label the GPU with the job holding it)
     assert _series_names(errors.expr) == {gpu.ERRORS_INCREASED, catalog.TRAINING_JOB_GPU_INFO.name}
-    assert _series_names(gpu.errors_increased(CFG).expr) == {gpu.ERRORS_NONZERO.record}
-    assert _series_names(gpu.ERRORS_NONZERO.expr) == {catalog.GPU_ERRORS_TOTAL.name}
+    inputs = {r.record: r.expr for r in gpu.input_rules(CFG)}
+    assert _series_names(inputs[gpu.ERRORS_INCREASED]) == {gpu.ERRORS_NONZERO}
+    assert _series_names(inputs[gpu.ERRORS_NONZERO]) == {catalog.GPU_ERRORS_TOTAL.name}
     assert catalog.GPU_XID_ERRORS_TOTAL.name in errors.description  # it still points at the codes
 
 
