@@ -45,6 +45,7 @@ __all__ = [
     "alert_groups",
     "alert_rules",
     "gpu",
+    "group_inputs",
     "jobs",
     "rule_groups",
     "rules_file_yaml",
@@ -69,7 +70,8 @@ _GROUP_INPUTS: dict[str, Callable[[ObservabilityConfig], tuple[RecordingRule, ..
 }
 
 
-def _group_inputs(group: str, cfg: ObservabilityConfig) -> tuple[RecordingRule, ...]:
+def group_inputs(group: str, cfg: ObservabilityConfig) -> tuple[RecordingRule, ...]:
+    """The recording rules at the head of alert group `group` (its alerts read them in the same evaluation)."""
     build = _GROUP_INPUTS.get(group)
     return build(cfg) if build is not None else ()
 
@@ -106,7 +108,7 @@ def rule_groups(cfg: ObservabilityConfig) -> list[dict[str, Any]]:
             "name": name,
             "interval": interval,
             "rules": [
-                *(rule.to_rule() for rule in _group_inputs(name, cfg)),
+                *(rule.to_rule() for rule in group_inputs(name, cfg)),
                 *(alert.to_rule(cfg) for alert in alerts),
             ],
         }
