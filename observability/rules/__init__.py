@@ -12,7 +12,8 @@ Public interface:
 - `ALERT_NAMES`, `ALERT_GROUP_NAMES`, `ALERTS_BY_GROUP`: names to enumerate without a config.
 - `tier_rule_groups(cfg)` / `tier_rules_yaml(cfg)`: the same rules split into the shard tier and
   the global tier (`observability.rules.tiers`: every rule's tier derived from its expression),
-  what `rules-shard.yaml` and `rules-global.yaml` hold. Together they are exactly `rule_groups`.
+  what `rules-shard.yaml` and `rules-global.yaml` hold. Together they are exactly `rule_groups`,
+  except that the global tier's records carry the stack's `cluster` as a rule label.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from observability.config import ObservabilityConfig
+from observability.prometheus_config import external_labels
 from observability.promql import duration
 from observability.rules import gpu, health, jobs, pipeline, quality, storage, training
 from observability.rules.dashboard_recording import dashboard_recording_groups
@@ -132,8 +134,21 @@ RECORDING_RULES: tuple[RecordingRule, ...] = (
 
 
 def tier_rule_groups(cfg: ObservabilityConfig) -> dict[Tier, list[dict[str, Any]]]:
-    """The rule groups of each tier (a group with rules of both tiers is in both, same name)."""
-    return split_groups(rule_groups(cfg))
+    """The rule groups of each tier (a group with rules of both tiers is in both, same name).
+
+    The global tier's recording rules carry the stack's external labels (`cluster`) as rule
+    labels: a Prometheus never adds its external labels to the series it records itself, while
+    every series the shards remote-write to it carries them, so without the rule labels a
+    dashboard filtered by `$cluster` would find the global tier's own records in no cluster."""
+    tiers = split_groups(rule_groups(cfg))
+    labels = external_labels(cfg)
+    if labels:
+        tiers[Tier.GLOBAL] = [
+            {**group, "rules": [{**r, "labels": {**r.get("labels", {}), **labels}} if "record" in r else r
+                                for r in group["rules"]]}
+            for group in tiers[Tier.GLOBAL]
+        ]  # fmt: skip
+    return tiers
 
 
 def tier_rules_yaml(cfg: ObservabilityConfig) -> dict[Tier, str]:
