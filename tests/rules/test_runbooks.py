@@ -71,7 +71,7 @@ def test_section_has_the_actions_impact_and_queries(alert):
     assert text.count("```promql") == 1 + len(alert.queries)
 
 
-def test_seed_action_text_is_kept():
+def test_the_expected_action_text_is_kept():
     rules = alert_rule_dicts(CFG)
     assert rules["TrainingNaNDetected"]["annotations"]["action"] == (
         "1. Stop training immediately 2. Check learning rate 3. Review data normalization 4. Inspect gradient clipping"
