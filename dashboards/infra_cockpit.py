@@ -115,6 +115,7 @@ WORST_GROUPS = 5
 
 
 def _monitoring_health(cfg: ObservabilityConfig) -> Row:
+    slow_group = cfg.thresholds.rule_group_slow_interval_ratio
     """Is the monitoring itself blind anywhere? Fleet totals only (no series per node)."""
     pollers = promql.gauge(catalog.UP, (promql.matcher("service", cfg.gpu_poller_service),))
     nvml_up = catalog.GPU_POLLER_NVML_UP.name
@@ -182,11 +183,11 @@ def _monitoring_health(cfg: ObservabilityConfig) -> Row:
                 Common(
                     "Slowest Rule Groups (share of interval)",
                     f"The {WORST_GROUPS} rule groups of this project whose last evaluation took the largest share of "
-                    "their interval: above 50% is the early warning that the fleet is outgrowing Prometheus "
-                    "(RuleGroupSlow). Needs Prometheus to scrape itself.",
+                    f"their interval: above {slow_group.short} is the early warning that the fleet is outgrowing "
+                    "Prometheus (RuleGroupSlow). Needs Prometheus to scrape itself.",
                     "percentunit",
                     w=12,
-                    thresholds=Thresholds(GREEN, ((0.25, YELLOW), (0.5, RED))),
+                    thresholds=Thresholds(GREEN, ((slow_group.value / 2, YELLOW), (slow_group.value, RED))),
                 ),
                 [Query(f"topk({WORST_GROUPS}, {share})", instant=True, format="table")],
                 hidden_columns=("Time",),

@@ -37,6 +37,7 @@ class RecordedResource:
     custom: bool
     inputs: Mapping[str, Any]
     provider: str = ""  # the provider reference ("<urn>::<id>"); empty for the default provider
+    aliases: tuple[str, ...] = ()  # URNs the resource was known by before (ResourceOptions.aliases)
 
 
 @dataclass
@@ -100,6 +101,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     custom=bool(request.custom),
                     inputs=normalize(_unwrap(inputs)),
                     provider=str(request.provider),
+                    aliases=(*request.aliasURNs, *(_alias_urn(response.urn, spec) for spec in request.aliases)),
                 )
             )
         return response
@@ -110,6 +112,19 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
 
             self.run.outputs.update(normalize(_unwrap(rpc.deserialize_properties(request.outputs))))
         return super().RegisterResourceOutputs(request)  # type: ignore[no-untyped-call]
+
+
+def _alias_urn(urn: str, alias: Any) -> str:
+    """The URN an alias names, for a resource now at `urn`: given as a URN, or as a spec of another
+    name or type under the same parent (the only kind of spec this program declares)."""
+    if alias.urn:
+        return str(alias.urn)
+    spec = alias.spec
+    head, name = urn.rsplit("::", 1)
+    stack_project, qualified_type = head.rsplit("::", 1)
+    parent_types, _, type_token = qualified_type.rpartition("$")
+    type_token = spec.type or type_token
+    return f"{stack_project}::{parent_types + '$' if parent_types else ''}{type_token}::{spec.name or name}"
 
 
 def _unwrap(value: Any) -> Any:

@@ -61,7 +61,7 @@ def normalise(name: str, text: str) -> list[str]:
     try:
         if name.endswith(".json"):
             document: Any = json.loads(text)
-            return json.dumps(_expand(document), indent=2, sort_keys=True).splitlines()
+            return json.dumps(_expand(document), indent=2, sort_keys=True, ensure_ascii=False).splitlines()
         if name.endswith((".yaml", ".yml")):
             documents = [_expand(d) for d in yaml.safe_load_all(text)]
             dumped = yaml.dump_all(documents, Dumper=_Dumper, sort_keys=True, width=1_000, allow_unicode=True)

@@ -95,7 +95,8 @@ def _short_duration(seconds: float) -> str:
 def _long_duration(seconds: float) -> str:
     for unit, size in (("hours", 3600), ("minutes", 60), ("seconds", 1)):
         if seconds >= size and not (unit == "minutes" and seconds < 120):
-            return f"{_number(seconds / size)} {unit}"
+            amount = seconds / size
+            return f"{_number(amount)} {unit[:-1] if amount == 1 else unit}"
     return f"{_number(seconds * 1000)} ms"
 
 
@@ -122,6 +123,8 @@ class Thresholds:
     feature_extraction_p95_seconds: Threshold
     s3_errors_per_second: Threshold
     model_storage_used_ratio: Threshold
+    gpu_poller_collection_slow_seconds: Threshold
+    rule_group_slow_interval_ratio: Threshold
 
     def scaled(self, factor: float) -> Thresholds:
         """Every threshold times `factor` (what-if tests); a value that leaves its unit's range is an error."""
@@ -150,6 +153,8 @@ UNITS: dict[str, Unit] = {
     "feature_extraction_p95_seconds": "seconds",
     "s3_errors_per_second": "per_second",
     "model_storage_used_ratio": "ratio",
+    "gpu_poller_collection_slow_seconds": "seconds",
+    "rule_group_slow_interval_ratio": "ratio",
 }
 
 
@@ -174,6 +179,8 @@ ALERTS: dict[str, str] = {
     "feature_extraction_p95_seconds": "FeatureExtractionLatencyHigh",
     "s3_errors_per_second": "S3ConnectionErrors",
     "model_storage_used_ratio": "ModelStorageUsageHigh",
+    "gpu_poller_collection_slow_seconds": "GPUPollerCollectionSlow",
+    "rule_group_slow_interval_ratio": "RuleGroupSlow",
 }
 
 

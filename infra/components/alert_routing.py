@@ -94,7 +94,7 @@ class AlertRouting(pulumi.ComponentResource):
                 metadata=meta(RECEIVERS_SECRET),
                 type="Opaque",
                 string_data=urls.apply(secret_data),
-                opts=child(self),
+                opts=child(self, formerly="alertmanager-receivers"),
             )
             config = k8s.apiextensions.CustomResource(
                 f"{name}-config",
@@ -102,7 +102,7 @@ class AlertRouting(pulumi.ComponentResource):
                 kind="AlertmanagerConfig",
                 metadata=meta(ALERTMANAGER_CONFIG, args.operator_selector),
                 spec=alertmanager_config_spec(cfg),
-                opts=child(self, depends_on=[secret]),
+                opts=child(self, formerly="alertmanager-config", depends_on=[secret]),
             )
             self.resources = [secret, config]
         else:
@@ -112,7 +112,7 @@ class AlertRouting(pulumi.ComponentResource):
                     metadata=meta(CONFIG_SECRET),
                     type="Opaque",
                     string_data={CONFIG_KEY: urls.apply(config_yaml)},
-                    opts=child(self),
+                    opts=child(self, formerly="alertmanager-config"),
                 )
             ]
         self.register_outputs({"mode": args.mode})

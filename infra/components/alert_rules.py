@@ -78,7 +78,7 @@ class AlertRules(pulumi.ComponentResource):
                     self._prometheus_rule(f"{name}-{tier.value}", args, tier_object_name(tier), groups, labels)
                 )
         elif args.mode == "operator":
-            self.resources.append(self._prometheus_rule(name, args, OBJECT_NAME, args.groups, {}))
+            self.resources.append(self._prometheus_rule(name, args, OBJECT_NAME, args.groups, {}, formerly=OBJECT_NAME))
         else:
             if sharded:
                 assert args.tier_yaml is not None
@@ -90,7 +90,7 @@ class AlertRules(pulumi.ComponentResource):
                     name,
                     metadata=metadata(args.common_labels, OBJECT_NAME, args.namespace, app=APP, component=COMPONENT),
                     data=data,
-                    opts=child(self),
+                    opts=child(self, formerly=OBJECT_NAME),
                 )
             )
         self.resource = self.resources[0]
@@ -103,6 +103,7 @@ class AlertRules(pulumi.ComponentResource):
         object_name: str,
         groups: Sequence[dict[str, Any]],
         tier_labels: Mapping[str, str],
+        formerly: str | None = None,
     ) -> pulumi.CustomResource:
         rule: pulumi.CustomResource = k8s.apiextensions.CustomResource(
             resource_name,
@@ -113,6 +114,6 @@ class AlertRules(pulumi.ComponentResource):
                 extra_labels={**args.operator_selector, **tier_labels},
             ),
             spec={"groups": list(groups)},
-            opts=child(self),
+            opts=child(self, formerly=formerly),
         )  # fmt: skip
         return rule

@@ -36,8 +36,15 @@ class OtelExport:
     otlp_grpc_endpoint: str
 
 
-def child(parent: pulumi.Resource, **kwargs: Any) -> pulumi.ResourceOptions:
-    """Options for a component's child: parented to it."""
+def child(parent: pulumi.Resource, *, formerly: str | None = None, **kwargs: Any) -> pulumi.ResourceOptions:
+    """Options for a component's child: parented to it.
+
+    `formerly`: the child's logical name in stacks deployed before it was renamed. The alias lets
+    `pulumi up` update the existing object in place; without it Pulumi would create the object
+    under the new name, then delete the old one, which is the same Kubernetes object (same
+    metadata.name), so the update would end with the object deleted."""
+    if formerly is not None:
+        kwargs["aliases"] = [*kwargs.get("aliases", ()), pulumi.Alias(name=formerly)]
     return pulumi.ResourceOptions(parent=parent, **kwargs)
 
 

@@ -75,6 +75,6 @@ class GrafanaProvisioning(pulumi.ComponentResource):
                     "split the dashboard"
                 )
             self.dashboards[uid] = k8s.core.v1.ConfigMap(
-                f"{name}-dashboard-{uid}", metadata=meta, data=data, opts=child(self)
+                f"{name}-dashboard-{uid}", metadata=meta, data=data, opts=child(self, formerly=f"dashboard-{uid}")
             )
         self.register_outputs({"dashboards": sorted(self.dashboards)})

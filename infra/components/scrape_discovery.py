@@ -64,7 +64,7 @@ class ScrapeDiscovery(pulumi.ComponentResource):
                     extra_labels=scrape.operator_selector, annotations=requirements,
                 ),
                 spec=scrape_config.pod_monitor_spec(cfg, namespaces),
-                opts=child(self),
+                opts=child(self, formerly="annotated-pods-podmonitor"),
             )  # fmt: skip
         elif scrape.delivery == "secret":
             self.resource = k8s.core.v1.Secret(
@@ -79,7 +79,7 @@ class ScrapeDiscovery(pulumi.ComponentResource):
                 ),
                 type="Opaque",
                 string_data=scrape_config.shard_scrape_configs(cfg, namespaces, scrape_config.SECRET_KEY),
-                opts=child(self),
+                opts=child(self, formerly="annotation-scrape-config"),
             )
         else:
             self.resource = k8s.core.v1.ConfigMap(
@@ -93,6 +93,6 @@ class ScrapeDiscovery(pulumi.ComponentResource):
                     annotations=requirements,
                 ),
                 data=scrape_config.shard_scrape_configs(cfg, namespaces, scrape_config.CONFIGMAP_KEY),
-                opts=child(self),
+                opts=child(self, formerly="annotation-scrape-config"),
             )
         self.register_outputs({"mode": scrape.mode})

@@ -80,6 +80,6 @@ class ServiceScrapeAnnotations(pulumi.ComponentResource):
                 f"{name}-{service.name}",
                 metadata=patch["metadata"],
                 spec=patch["spec"],
-                opts=child(self),
+                opts=child(self, formerly=f"{service.name}-observability"),
             )
         self.register_outputs({"services": sorted(self.patches)})

@@ -6,7 +6,7 @@
 - GPUsNotAnswering: a node answers fewer GPUs than NVML enumerates (or than its capacity).
 - GPUPollerCollectionFailing / GPUPollerCollectionSlow: the poller's NVML passes fail or crawl.
 - RuleGroupEvaluationFailures / RuleGroupSlow: the project's own rule groups fail, or take more
-  than half their interval (the fleet is outgrowing the Prometheus that evaluates them).
+  than a share of their interval (the fleet is outgrowing the Prometheus that evaluates them).
 - Watchdog: always firing. Alertmanager sends it, and only it, to the heartbeat receiver every
   minute; an external dead man's switch pages when the heartbeat stops, which is the only way to
   notice that Prometheus, Alertmanager or the path between them is dead.
@@ -35,8 +35,6 @@ GPUS_NOT_ANSWERING = "GPUsNotAnswering"
 COLLECTION_FAILING = "GPUPollerCollectionFailing"
 
 DOWN_FOR_SECONDS = 300  # poller down, NVML down, GPUs not answering
-COLLECTION_SLOW_SECONDS = 1.0
-RULE_GROUP_SLOW_SHARE = 0.5  # of the group's interval
 RULE_FAILURE_WINDOW_SECONDS = 300
 # How far back the last sample of a poller's own series names the node of a target that went down.
 NODE_MEMORY_SECONDS = 3600
@@ -100,6 +98,8 @@ def health_alerts(cfg: ObservabilityConfig, project_groups: Sequence[str]) -> tu
         "exists at all cannot be told from a node without GPUs: set it where kube-state-metrics runs."
     )
     failure_window = duration(RULE_FAILURE_WINDOW_SECONDS)
+    slow_pass = cfg.thresholds.gpu_poller_collection_slow_seconds
+    slow_group = cfg.thresholds.rule_group_slow_interval_ratio
     return (
         AlertRule(
             name=POLLER_DOWN,
@@ -262,15 +262,12 @@ def health_alerts(cfg: ObservabilityConfig, project_groups: Sequence[str]) -> tu
             name="GPUPollerCollectionSlow",
             group=GROUP,
             severity=Severity.WARNING,
-            expr=(
-                f"max {by(('node',))} "
-                f"({catalog.GPU_POLLER_COLLECTION_DURATION_SECONDS.name} > {COLLECTION_SLOW_SECONDS:g})"
-            ),
+            expr=(f"max {by(('node',))} ({catalog.GPU_POLLER_COLLECTION_DURATION_SECONDS.name} > {slow_pass.promql})"),
             for_seconds=DOWN_FOR_SECONDS,
-            summary="A GPU poller's NVML pass has taken longer than 1 second for 5 minutes.",
+            summary=f"A GPU poller's NVML pass has taken longer than {slow_pass.text} for 5 minutes.",
             description=(
                 f"The GPU poller on {_NODE} needs {{{{ $value | humanizeDuration }}}} for one NVML pass, more than "
-                "1s, for 5m: scrapes wait for it and may time out."
+                f"{slow_pass.short}, for 5m: scrapes wait for it and may time out."
             ),
             impact="Scrapes of the node's poller slow down and may time out, leaving gaps in its GPU series",
             action=(
@@ -333,15 +330,19 @@ def health_alerts(cfg: ObservabilityConfig, project_groups: Sequence[str]) -> tu
             expr=(
                 f"max {by(('instance', 'rule_group'))} "
                 f"({catalog.PROMETHEUS_RULE_GROUP_LAST_DURATION_SECONDS.name}{{{groups}}})\n"
-                f"> {RULE_GROUP_SLOW_SHARE:g} *\n"
+                f"> {slow_group.promql} *\n"
                 f"max {by(('instance', 'rule_group'))} "
                 f"({catalog.PROMETHEUS_RULE_GROUP_INTERVAL_SECONDS.name}{{{groups}}})"
             ),
             for_seconds=600,
-            summary="One of the platform's rule groups has taken more than half its interval for 10 minutes.",
+            summary=(
+                f"One of the platform's rule groups has taken more than {slow_group.text} of its interval for "
+                "10 minutes."
+            ),
             description=(
                 "Rule group {{ $labels.rule_group }} on Prometheus {{ $labels.instance }} takes "
-                "{{ $value | humanizeDuration }} an evaluation, more than half its interval, for 10m: the fleet "
+                "{{ $value | humanizeDuration }} an evaluation, more than "
+                f"{slow_group.short} of its interval, for 10m: the fleet "
                 "is outgrowing this Prometheus."
             ),
             impact=(
@@ -367,9 +368,9 @@ def health_alerts(cfg: ObservabilityConfig, project_groups: Sequence[str]) -> tu
                 ),
             ),
             rationale=(
-                "Half the interval is the early warning: a group that takes its whole interval misses "
-                "evaluations. Reads Prometheus' own metrics: the Prometheus that evaluates the rules must "
-                "scrape itself."
+                f"{slow_group.short} of the interval is the early warning: a group that takes its whole "
+                "interval misses evaluations. Reads Prometheus' own metrics: the Prometheus that evaluates the "
+                "rules must scrape itself."
             ),
         ),
         AlertRule(

@@ -86,7 +86,7 @@ def test_every_exposed_family_is_the_catalog_family_with_its_type_and_help():
     assert "_created" not in text
 
 
-def test_the_seed_counter_without_total_is_exposed_under_its_seed_name():
+def test_the_counter_without_total_is_exposed_under_the_name_users_know():
     text = render_text(exercised().registry).decode()
     assert "# TYPE ml_training_nan_count counter" in text
     sample_names = {line.split("{")[0] for line in text.splitlines() if line and not line.startswith("#")}

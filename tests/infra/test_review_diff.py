@@ -60,6 +60,7 @@ def test_a_threshold_change_shows_in_rules_and_dashboards_only_then_against_a_ba
         rf"-\s+max by \(node, gpu_id, uuid, gpu_name\) \(ml_gpu_temperature_celsius > {old:g}\)",
         r"\+\s+max by \(node, gpu_id, uuid, gpu_name\) \(ml_gpu_temperature_celsius > 80\)",
         r"\+\s+summary: A GPU has been hotter than 80 °C for 2 minutes\.",
+        r'\+\s+"description": "Core temperature; throttling risk above 80 °C\..*",',  # JSON, unescaped
     ):
         assert re.search(f"^{line}$", proc.stdout, re.MULTILINE), line
     # the same change, committed, against BASE=HEAD~1; as the pull request's markdown comment

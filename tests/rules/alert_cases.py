@@ -15,7 +15,7 @@ from observability.promql import duration
 from observability.rules import gpu as gpu_rules
 from observability.rules import jobs, recording
 from observability.thresholds import DEFAULT_THRESHOLDS, Thresholds
-from tests.rules.health_cases import HEALTH_CASES
+from tests.rules.health_cases import HEALTH_CASES, threshold_health_cases
 from tests.rules.promtool_harness import (
     Case,
     Check,
@@ -860,6 +860,7 @@ def alert_cases(th: Thresholds = DEFAULT_THRESHOLDS) -> tuple[Case, ...]:
         ),
         # --- ml_monitoring_health (and the lost-at-first-pass GPU): tests/rules/health_cases.py -------
         *HEALTH_CASES,
+        *threshold_health_cases(th),
     )
 
 

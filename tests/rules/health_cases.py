@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 from observability import catalog
 from observability.promql import duration
+from observability.thresholds import DEFAULT_THRESHOLDS, Thresholds
 from tests.rules.promtool_harness import Case, Check, Firing, counter, gpu_labels, join, poller_target, series, values
 
 NODE = "gpu-node-1"
@@ -144,19 +145,6 @@ HEALTH_CASES: tuple[Case, ...] = (
         },
         silent(300, 615, 800),
     ),
-    # --- GPUPollerCollectionSlow -----------------------------------------------------------------
-    Case(
-        "GPUPollerCollectionSlow",
-        "passes of 1.5s for 5m fire",
-        _poller(catalog.GPU_POLLER_COLLECTION_DURATION_SECONDS, values((1.5, 30))),
-        (*silent(285), fires(300, Firing(NODE_LABELS, 1.5))),
-    ),
-    Case(
-        "GPUPollerCollectionSlow",
-        "passes of exactly 1s stay silent",
-        _poller(catalog.GPU_POLLER_COLLECTION_DURATION_SECONDS, values((1.0, 30))),
-        silent(300, 435),
-    ),
     # --- RuleGroupEvaluationFailures -------------------------------------------------------------
     Case(
         "RuleGroupEvaluationFailures",
@@ -182,27 +170,6 @@ HEALTH_CASES: tuple[Case, ...] = (
             ),
         },
         silent(675, 800),
-    ),
-    # --- RuleGroupSlow ---------------------------------------------------------------------------
-    Case(
-        "RuleGroupSlow",
-        "a project group taking 9s of its 15s for 10m fires",
-        {
-            series(catalog.PROMETHEUS_RULE_GROUP_LAST_DURATION_SECONDS, _group("ml_gpu_resources")): values((9, 50)),
-            series(catalog.PROMETHEUS_RULE_GROUP_INTERVAL_SECONDS, _group("ml_gpu_resources")): values((15, 50)),
-        },
-        (*silent(585), fires(600, Firing(_located("ml_gpu_resources"), 9))),
-    ),
-    Case(
-        "RuleGroupSlow",
-        "exactly half the interval, and another project's slow group, stay silent",
-        {
-            series(catalog.PROMETHEUS_RULE_GROUP_LAST_DURATION_SECONDS, _group("ml_gpu_resources")): values((7.5, 50)),
-            series(catalog.PROMETHEUS_RULE_GROUP_INTERVAL_SECONDS, _group("ml_gpu_resources")): values((15, 50)),
-            series(catalog.PROMETHEUS_RULE_GROUP_LAST_DURATION_SECONDS, _group("node-exporter")): values((14, 50)),
-            series(catalog.PROMETHEUS_RULE_GROUP_INTERVAL_SECONDS, _group("node-exporter")): values((15, 50)),
-        },
-        silent(600, 700),
     ),
     # --- Watchdog --------------------------------------------------------------------------------
     Case(
@@ -273,3 +240,47 @@ KSM_CASES: tuple[Case, ...] = (
         silent(300, 450),
     ),
 )
+
+
+def threshold_health_cases(th: Thresholds = DEFAULT_THRESHOLDS) -> tuple[Case, ...]:
+    """The health alerts that compare with a threshold, their edges taken from `th`."""
+    slow_pass = th.gpu_poller_collection_slow_seconds.value
+    share = th.rule_group_slow_interval_ratio.value
+    return (
+        Case(
+            "GPUPollerCollectionSlow",
+            f"passes of {1.5 * slow_pass:g}s for 5m fire",
+            _poller(catalog.GPU_POLLER_COLLECTION_DURATION_SECONDS, values((1.5 * slow_pass, 30))),
+            (*silent(285), fires(300, Firing(NODE_LABELS, 1.5 * slow_pass))),
+        ),
+        Case(
+            "GPUPollerCollectionSlow",
+            f"passes of exactly {slow_pass:g}s stay silent",
+            _poller(catalog.GPU_POLLER_COLLECTION_DURATION_SECONDS, values((slow_pass, 30))),
+            silent(300, 435),
+        ),
+        Case(
+            "RuleGroupSlow",
+            f"a project group taking {15 * (share + 0.1):g}s of its 15s for 10m fires",
+            {
+                series(catalog.PROMETHEUS_RULE_GROUP_LAST_DURATION_SECONDS, _group("ml_gpu_resources")): values(
+                    (15 * (share + 0.1), 50)
+                ),
+                series(catalog.PROMETHEUS_RULE_GROUP_INTERVAL_SECONDS, _group("ml_gpu_resources")): values((15, 50)),
+            },
+            (*silent(585), fires(600, Firing(_located("ml_gpu_resources"), 15 * (share + 0.1)))),
+        ),
+        Case(
+            "RuleGroupSlow",
+            f"exactly {share:.0%} of the interval, and another project's slow group, stay silent",
+            {
+                series(catalog.PROMETHEUS_RULE_GROUP_LAST_DURATION_SECONDS, _group("ml_gpu_resources")): values(
+                    (15 * share, 50)
+                ),
+                series(catalog.PROMETHEUS_RULE_GROUP_INTERVAL_SECONDS, _group("ml_gpu_resources")): values((15, 50)),
+                series(catalog.PROMETHEUS_RULE_GROUP_LAST_DURATION_SECONDS, _group("node-exporter")): values((14, 50)),
+                series(catalog.PROMETHEUS_RULE_GROUP_INTERVAL_SECONDS, _group("node-exporter")): values((15, 50)),
+            },
+            silent(600, 700),
+        ),
+    )

@@ -27,7 +27,7 @@ def test_gpu_memory_exhausted_for_is_derived_from_the_intervals(scrape, evaluati
     assert _for(cfg)["GPUErrorsDetected"] == 0
 
 
-def test_a_long_budget_keeps_the_seeds_one_minute():
+def test_a_long_budget_keeps_the_one_minute_for():
     assert _for(variant_cfg(15, 15, 120))["GPUMemoryExhausted"] == 60
 
 

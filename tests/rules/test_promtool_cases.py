@@ -57,13 +57,13 @@ def _threshold_inclusive(groups: list[dict[str, Any]]) -> None:
     rule["expr"] = rule["expr"].replace(f"< {low}", f"<= {low}")
 
 
-def _seed_nan_expression(groups: list[dict[str, Any]]) -> None:
-    # what the seed wrote, aggregated like ours: a counter compared with `> 0`
+def _naive_nan_expression(groups: list[dict[str, Any]]) -> None:
+    # the obvious expression, aggregated like ours: a counter compared with `> 0`
     rule = _alert(groups, "TrainingNaNDetected")
     rule["expr"] = "sum by (namespace, model_type, job_id, tensor_type) (ml_training_nan_count) > 0"
 
 
-def _seed_memory_for(groups: list[dict[str, Any]]) -> None:
+def _one_minute_memory_for(groups: list[dict[str, Any]]) -> None:
     _alert(groups, "GPUMemoryExhausted")["for"] = "1m"
 
 
@@ -82,13 +82,13 @@ MUTATIONS = {
         "GPUUtilizationLow",
         {_case("GPUUtilizationLow", "exactly")},
     ),
-    "seed's NaN expression": (
-        _seed_nan_expression,
+    "NaN counter compared with > 0": (
+        _naive_nan_expression,
         "TrainingNaNDetected",
         {"TrainingNaNDetected: resolves 10m after the last NaN instead of firing forever"},
     ),
-    "seed's 1m for on GPU memory": (
-        _seed_memory_for,
+    "1m for on GPU memory": (
+        _one_minute_memory_for,
         "GPUMemoryExhausted",
         {_case("GPUMemoryExhausted", "on two consecutive scrapes fires")},
     ),

@@ -1,4 +1,4 @@
-"""Shape of the rules: seed groups and severities, annotations, labels, names, Prometheus 2.42."""
+"""Shape of the rules: the expected groups and severities, annotations, labels, names, Prometheus 2.42."""
 
 from __future__ import annotations
 
@@ -31,8 +31,8 @@ from tests.rules.promtool_harness import alert_rule_dicts, promtool
 
 CFG = ObservabilityConfig()
 
-# Seed 001, section 2 (groups) and its severity table.
-SEED_GROUPS = {
+# The alert groups and severities users expect (their routing and paging depend on them).
+EXPECTED_GROUPS = {
     "ml_training_performance": ("TrainingNaNDetected", "TrainingSlowdown", "MLInferenceLatencyHigh"),
     "ml_training_availability": ("MLTrainingServiceDown", "ModelLoadingFailures", "ModelCacheMissesHigh"),
     "ml_gpu_resources": (
@@ -42,7 +42,7 @@ SEED_GROUPS = {
         "GPUMemoryExhausted",
         "GPUTemperatureHigh",
         "GPUErrorsDetected",
-        "GPUMemoryExhaustionPredicted",  # added to the seed's six: predicted out-of-memory
+        "GPUMemoryExhaustionPredicted",  # beside the six GPU alerts: predicted out-of-memory
     ),
     "ml_model_quality": (
         "ModelDriftDetected",
@@ -53,7 +53,7 @@ SEED_GROUPS = {
     "ml_data_pipeline": ("TrainingDataStale", "FeatureEngineeringErrors", "FeatureExtractionLatencyHigh"),
     "ml_storage": ("S3ConnectionErrors", "CheckpointSaveFailures", "ModelStorageUsageHigh"),
 }
-SEED_CRITICAL = {
+EXPECTED_CRITICAL = {
     "TrainingNaNDetected",
     "GPUMemoryExhausted",
     "GPUTemperatureHigh",
@@ -61,10 +61,10 @@ SEED_CRITICAL = {
     "MLModelAccuracyDegraded",
     "GPUErrorsDetected",
 }
-SEED_HIGH = {"MLTrainingServiceDown", "ModelLoadingFailures"}
-INFO = {"GPUUtilizationLow", "GPUUtilizationCritical"}  # the seed's table has two info alerts
+EXPECTED_HIGH = {"MLTrainingServiceDown", "ModelLoadingFailures"}
+INFO = {"GPUUtilizationLow", "GPUUtilizationCritical"}  # two info alerts: optimisation opportunities
 REQUIRED_ANNOTATIONS = ("summary", "description", "impact", "action", "runbook_url")
-# The monitoring's own health (not in the seed): who watches the watchers.
+# The monitoring's own health: who watches the watchers.
 HEALTH_GROUP = "ml_monitoring_health"
 HEALTH_ALERTS = (
     "GPUPollerDown",
@@ -102,13 +102,13 @@ def rule_problems(rule: dict[str, Any], cfg: ObservabilityConfig = CFG) -> list[
     return problems
 
 
-def test_six_groups_with_the_seeds_alerts_then_the_health_group():
-    assert ALERTS_BY_GROUP == {**SEED_GROUPS, HEALTH_GROUP: HEALTH_ALERTS}
-    assert (*SEED_GROUPS, HEALTH_GROUP) == ALERT_GROUP_NAMES
-    # the seed's 22 plus GPUMemoryExhaustionPredicted, then the health alerts
+def test_six_groups_with_their_alerts_then_the_health_group():
+    assert ALERTS_BY_GROUP == {**EXPECTED_GROUPS, HEALTH_GROUP: HEALTH_ALERTS}
+    assert (*EXPECTED_GROUPS, HEALTH_GROUP) == ALERT_GROUP_NAMES
+    # the 22 alerts users expect plus GPUMemoryExhaustionPredicted, then the health alerts
     assert len(ALERT_NAMES) == 23 + len(HEALTH_ALERTS) == len(set(ALERT_NAMES))
     alert_groups = [g for g in rule_groups(CFG) if any("alert" in r for r in g["rules"])]
-    assert [g["name"] for g in alert_groups] == [*SEED_GROUPS, HEALTH_GROUP]
+    assert [g["name"] for g in alert_groups] == [*EXPECTED_GROUPS, HEALTH_GROUP]
     # an alert group holds alerts, except the inputs ml_gpu_resources records at its head
     for g in alert_groups:
         records = [r["record"] for r in g["rules"] if "record" in r]
@@ -116,10 +116,10 @@ def test_six_groups_with_the_seeds_alerts_then_the_health_group():
         assert all("record" in r for r in g["rules"][: len(records)]), g["name"]
 
 
-def test_severities_follow_the_seed():
+def test_severities_are_the_expected_ones():
     severity = {a.name: a.severity for a in alert_rules(CFG) if a.group != HEALTH_GROUP}
-    assert {n for n, s in severity.items() if s is Severity.CRITICAL} == SEED_CRITICAL
-    assert {n for n, s in severity.items() if s is Severity.HIGH} == SEED_HIGH
+    assert {n for n, s in severity.items() if s is Severity.CRITICAL} == EXPECTED_CRITICAL
+    assert {n for n, s in severity.items() if s is Severity.HIGH} == EXPECTED_HIGH
     assert {n for n, s in severity.items() if s is Severity.INFO} == INFO
     assert sum(s is Severity.WARNING for s in severity.values()) == 13
 

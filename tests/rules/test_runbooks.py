@@ -86,7 +86,7 @@ def test_alerts_that_read_their_groups_recorded_inputs_show_them():
     assert "at its head" not in section(text, "GPUUtilizationLow")
 
 
-def test_seed_action_text_is_kept():
+def test_the_expected_action_text_is_kept():
     rules = alert_rule_dicts(CFG)
     assert rules["TrainingNaNDetected"]["annotations"]["action"] == (
         "1. Stop training immediately 2. Check learning rate 3. Review data normalization 4. Inspect gradient clipping"

@@ -41,6 +41,9 @@ PANELS: dict[str, list[tuple[str, str, str]]] = {
     "gpu_utilization_high_percent": [("ml-training-comprehensive", "GPU Monitoring", "GPU Utilization Timeline")],
     "gpu_memory_high_ratio": [("ml-training-comprehensive", "GPU Monitoring", "GPU Memory Usage")],
     "gpu_memory_exhausted_ratio": [("ml-training-comprehensive", "GPU Monitoring", "GPU Memory Usage")],
+    "rule_group_slow_interval_ratio": [
+        ("foxhunt-infra-cockpit", "Monitoring Health", "Slowest Rule Groups (share of interval)")
+    ],
     "gpu_temperature_high_celsius": [
         ("ml-training-comprehensive", "Performance Metrics", "GPU Temperature"),
         ("foxhunt-training-cockpit", "GPU Resources", "GPU Temperature"),

@@ -1,7 +1,7 @@
-"""Every row and panel the seeds name exists on its dashboard, with the seeds' settings.
+"""Every row and panel users expect exists on its dashboard, with the settings they expect.
 
-Seed 000 (components 4-6): training cockpit, traces, infra cockpit. Seed 001 (section 3): the ML
-training comprehensive dashboard, its thresholds, colours, variables, refresh and legends.
+The training cockpit, traces and infra cockpit dashboards; the ML training comprehensive dashboard
+with its thresholds, colours, variables, refresh and legends.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from observability import catalog
 from observability.config import ObservabilityConfig
 from observability.rules import dashboard_recording as rec
 
-# (row, panel title) in seed order.
+# (row, panel title) in the order users expect them.
 TRAINING_COCKPIT = [
     ("Active Jobs", "Active Workers"),
     ("Active Jobs", "Fold Progress"),
@@ -70,7 +70,7 @@ INFRA_COCKPIT = [
     ("Trace Health", "Spans per Second"),
     ("Trace Health", "Span Error Rate"),
 ]
-# Seed 001 numbers 19 panels in 8 rows ("18" in its summary); panels 4 and 5 share a title.
+# 19 panels in 8 rows; the fourth and fifth share a title (loss curves in the status row and the loss row).
 COMPREHENSIVE = [
     ("High-Level Status", "Training Jobs by Status", "stat"),
     ("High-Level Status", "Training Speed", "gauge"),
@@ -94,7 +94,7 @@ COMPREHENSIVE = [
     ("GPU Cost and Energy", "GPU cost per model type (24 h)", "bargauge"),
     ("GPU Cost and Energy", "Energy per job", "bargauge"),
 ]
-# Panels beyond the seed's: real busyness (GPM) beside NVML utilization.
+# Panels added since: real busyness (GPM) beside NVML utilization.
 COMPREHENSIVE_ADDED = [
     ("GPU Monitoring", "True Utilization", "timeseries"),
 ]
@@ -142,14 +142,14 @@ def variables(dashboard: dict[str, Any]) -> dict[str, dict[str, Any]]:
         ("ml-training-comprehensive", [(r, t) for r, t, _ in COMPREHENSIVE]),
     ],
 )
-def test_every_seed_panel_is_on_its_dashboard(uid, expected, default_dashboards):
+def test_every_expected_panel_is_on_its_dashboard(uid, expected, default_dashboards):
     dashboard = default_dashboards[uid]
     present = [(r, p["title"]) for r, p in rows_and_panels(dashboard)]
     for row, title in expected:
         assert (row, title) in present, f"{uid}: no panel {title!r} in row {row!r}"
 
 
-def test_training_cockpit_has_the_seed_rows_in_order_and_its_variables(default_dashboards):
+def test_training_cockpit_has_the_expected_rows_in_order_and_its_variables(default_dashboards):
     d = default_dashboards["foxhunt-training-cockpit"]
     assert [p["title"] for p in d["panels"] if p["type"] == "row"] == TRAINING_COCKPIT_ROWS
     v = variables(d)
@@ -202,7 +202,7 @@ def test_infra_cockpit_trace_health_and_scrape_targets_follow_the_stack(stack_da
     assert reads(nvml, d) == {catalog.GPU_POLLER_NVML_UP.name} and "by (node)" in nvml["targets"][0]["expr"]
 
 
-def test_comprehensive_panels_have_the_seed_visualizations(default_dashboards):
+def test_comprehensive_panels_have_the_expected_visualizations(default_dashboards):
     d = default_dashboards["ml-training-comprehensive"]
     for row, title, kind in COMPREHENSIVE + COMPREHENSIVE_ADDED:
         matches = [p for r, p in rows_and_panels(d) if (r, p["title"]) == (row, title)]
@@ -212,7 +212,7 @@ def test_comprehensive_panels_have_the_seed_visualizations(default_dashboards):
 
 def test_comprehensive_thresholds_and_colours(default_dashboards):
     d = default_dashboards["ml-training-comprehensive"]
-    th = ObservabilityConfig().thresholds  # the seed's numbers, as thresholds.yaml holds them
+    th = ObservabilityConfig().thresholds  # the alert thresholds, as thresholds.yaml holds them
     slow, hot = th.training_slowdown_epochs_per_second.value, th.gpu_temperature_high_celsius.value
     nan = panel(d, "High-Level Status", "NaN Detection Count")
     assert steps(nan) == [(None, "green"), (1, "red")] and nan["options"]["colorMode"] == "background"
