@@ -43,6 +43,7 @@ MIB = 1024 * 1024
 PERCENT_SLACK = 1.0
 # Above any link: NVLink 5 moves 0.9 TB/s each way; a larger figure is a wrapped counter.
 MAX_MIB_PER_SECOND = 1e7
+_NONE = (0.0,)  # what min() and max() see when a GPU answers no metric of a kind
 
 
 @dataclass(frozen=True)
@@ -204,9 +205,9 @@ class GpmReader:
             fields[1::3] == self._all_answered
             and elapsed > 0.0
             and every - every == 0.0  # no NaN, no infinity
-            and min(values, default=0.0) >= 0.0
-            and max(percents, default=0.0) <= 100.0
-            and max(throughputs, default=0.0) <= MAX_MIB_PER_SECOND
+            and min(values or _NONE) >= 0.0
+            and max(percents or _NONE) <= 100.0
+            and max(throughputs or _NONE) <= MAX_MIB_PER_SECOND
         ):
             for attribute, value in zip(self._percents, percents, strict=True):
                 setattr(sample, attribute, int(value * 100.0 + 0.5) / 100.0)  # to 0.01 %: a short text
