@@ -12,14 +12,14 @@ and its field is left out for that session.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import struct
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pynvml
 
-from poller.model import GpuIdentity, GpuSample
+from poller.model import GPM_FIELDS, GpuIdentity, GpuSample
 
 
 class _Utilization(ctypes.Structure):  # nvmlUtilization_t
@@ -57,9 +57,9 @@ if READINGS_LAYOUT.size != ctypes.sizeof(Readings):
 READING_COUNT = len(READINGS_LAYOUT.unpack_from(bytes(READINGS_LAYOUT.size)))
 
 
-def sample_from(gpu: GpuIdentity, readings: Sequence[int | None]) -> GpuSample:
+def sample_from(gpu: GpuIdentity, readings: Sequence[int | None], gpm: Sequence[Any]) -> GpuSample:
     """The GPU's sample from its readings in READINGS_LAYOUT order (None where its call did not
-    answer), in the catalog's units."""
+    answer), in the catalog's units, and its GPM figures (GPM_FIELDS order)."""
     (
         utilization,
         memory_utilization,
@@ -76,25 +76,47 @@ def sample_from(gpu: GpuIdentity, readings: Sequence[int | None]) -> GpuSample:
         ecc_uncorrected,
         energy_mj,
     ) = readings
-    return GpuSample(
+    return GpuSample(  # by position, in _SAMPLE_FIELDS order (checked below)
         gpu,
-        utilization_percent=utilization,
-        memory_utilization_percent=memory_utilization,
-        memory_used_bytes=memory_used,
-        memory_total_bytes=memory_total,
-        temperature_celsius=temperature,
-        power_watts=None if power_mw is None else power_mw / 1000.0,
-        power_limit_watts=None if power_limit_mw is None else power_limit_mw / 1000.0,
-        sm_clock_hertz=None if sm_mhz is None else sm_mhz * 1_000_000,
-        memory_clock_hertz=None if memory_mhz is None else memory_mhz * 1_000_000,
-        clock_event_reasons=clock_event_reasons,
-        ecc_corrected_total=ecc_corrected,
-        ecc_uncorrected_total=ecc_uncorrected,
-        energy_joules_total=None if energy_mj is None else energy_mj / 1000.0,
+        utilization,
+        memory_utilization,
+        memory_used,
+        memory_total,
+        temperature,
+        None if power_mw is None else power_mw / 1000.0,
+        None if power_limit_mw is None else power_limit_mw / 1000.0,
+        None if sm_mhz is None else sm_mhz * 1_000_000,
+        None if memory_mhz is None else memory_mhz * 1_000_000,
+        clock_event_reasons,
+        ecc_corrected,
+        ecc_uncorrected,
+        None if energy_mj is None else energy_mj / 1000.0,
+        *gpm,
     )
 
 
-@dataclass(slots=True)
+_SAMPLE_FIELDS = (
+    "gpu",
+    "utilization_percent",
+    "memory_utilization_percent",
+    "memory_used_bytes",
+    "memory_total_bytes",
+    "temperature_celsius",
+    "power_watts",
+    "power_limit_watts",
+    "sm_clock_hertz",
+    "memory_clock_hertz",
+    "clock_event_reasons",
+    "ecc_corrected_total",
+    "ecc_uncorrected_total",
+    "energy_joules_total",
+    *GPM_FIELDS,
+)
+if tuple(field.name for field in dataclasses.fields(GpuSample)) != _SAMPLE_FIELDS:
+    raise ImportError("GpuSample's fields are not in the order sample_from passes them")
+
+
+@dataclasses.dataclass(slots=True)
 class FieldCall:
     """One NVML call of a pass, bound to its device handle and to its part of the GPU's Readings."""
 
@@ -124,7 +146,7 @@ def nvml_function(lib: Any, *names: str) -> Callable[..., int]:
     raise FunctionMissingError(" / ".join(names))
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class _Field:
     """How to bind one field's call: function name(s), the arguments between the device handle and
     the output buffer, the Readings member it writes and the readings that member holds."""

@@ -33,7 +33,7 @@ from typing import Any
 import pynvml
 
 from poller.error_counters import ErrorCounters
-from poller.gpm import GPM_FUNCTION_NAMES, GpmAllocationError, GpmFunctions, GpmReader
+from poller.gpm import GPM_FUNCTION_NAMES, NO_GPM, GpmAllocationError, GpmCallError, GpmFunctions, GpmReader
 from poller.model import DriverInfo, GpuIdentity, GpuSample, PassResult, unidentified_gpu
 from poller.nvml_calls import (
     FIELDS,
@@ -221,12 +221,16 @@ class NvmlSource:
                     readings[position] = None
         if unsupported:  # not asked again until NVML re-initialises
             device.drop_calls(unsupported)
-        sample = sample_from(device.gpu, readings)
         gpm = device.gpm
+        figures = NO_GPM
         if gpm is not None:
-            gpm_failed = gpm.read(sample)
-            if gpm_failed is not None and not self._gpm_failed(session, device, *gpm_failed):
-                return None
+            try:
+                figures = gpm.read()
+            except GpmCallError as err:
+                figures = err.figures
+                if not self._gpm_failed(session, device, err.call, err.code):
+                    return None
+        sample = sample_from(device.gpu, readings, figures)
         self._count_new_uncorrected(sample)
         return sample
 
