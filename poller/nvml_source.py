@@ -273,6 +273,8 @@ class NvmlSource:
         if value is None:
             return
         previous = self._last_uncorrected.get(sample.gpu)
+        if previous == value:  # the common case: nothing new
+            return
         if previous is not None and value > previous:
             self._counters.record_error(sample.gpu, "ecc_uncorrected", value - previous)
         self._last_uncorrected[sample.gpu] = value
