@@ -4,9 +4,11 @@ A prometheus-client collector with `generate_latest` produces the same page (the
 both and compare), but builds a dict and a namedtuple per sample and format every
 label on every scrape: several microseconds a sample. Here every GPU's label block is escaped
 once, when the GPU is first seen (with `observability.exposition`'s pieces, the one place that
-knows the format), and a sample line is one string concatenation, which keeps a full 8-GPU page
-well under the cost of spawning one process. The page carries no exemplars, so the poller offers
-only the text format whatever the scraper asks for.
+knows the format). The GPU families are then compiled into `%` templates, once per layout (which
+GPUs, which of their values are present), and each scrape fills them with the values in one
+operation per part; this keeps a full 8-GPU page well under the cost of spawning one process.
+The page carries no exemplars, so the poller offers only the text format whatever the scraper
+asks for.
 """
 
 from __future__ import annotations
