@@ -3,7 +3,7 @@ server of `/metrics` and `/healthz`. The GPU poller and the trainer instrumentat
 
 Writing. `format_value`, `escape_label_value`, `label_block`, `series_prefix` and `text_header` are
 the pieces a sample line and a family header are made of. The poller's page writer keeps each
-GPU's `name{labels} ` prefixes (made here, escaped once) between scrapes and fills in values: the
+GPU's `name{labels} ` prefixes (made here, escaped once) between scrapes and appends values: the
 fast path. `render_text` and `render_openmetrics` write any prometheus-client collector (the
 trainer's registry) with the same pieces.
 

@@ -4,19 +4,14 @@ A prometheus-client collector with `generate_latest` produces the same page (the
 both and compare), but builds a dict and a namedtuple per sample and format every
 label on every scrape: several microseconds a sample. Here every GPU's label block is escaped
 once, when the GPU is first seen (with `observability.exposition`'s pieces, the one place that
-knows the format). The GPU families are then compiled into `%` templates, once per layout (which
-GPUs, which of their values are present), and each scrape fills them with the values in one
-operation per part; this keeps a full 8-GPU page well under the cost of spawning one process.
-The page carries no exemplars, so the poller offers only the text format whatever the scraper
-asks for.
+knows the format), and a sample line is one string concatenation, which keeps a full 8-GPU page
+well under the cost of spawning one process. The page carries no exemplars, so the poller offers
+only the text format whatever the scraper asks for.
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
-from itertools import chain
-from typing import Any
 
 from observability import catalog
 from observability.exposition import format_value, label_block, series_prefix, text_header
@@ -47,11 +42,14 @@ class _GpuLines:
             (bit, series_prefix(catalog.GPU_CLOCK_THROTTLE_ACTIVE.name, f"{base},{label_block([('reason', reason)])}"))
             for reason, bit in THROTTLE_REASONS
         )
-        self.ecc = tuple(  # ECC_TYPES order
-            series_prefix(catalog.GPU_ECC_ERRORS_TOTAL.name, f"{base},{label_block([('ecc_type', ecc_type)])}")
-            for ecc_type, _ in ECC_TYPES
+        self.ecc = tuple(
+            (
+                attribute,
+                series_prefix(catalog.GPU_ECC_ERRORS_TOTAL.name, f"{base},{label_block([('ecc_type', ecc_type)])}"),
+            )
+            for ecc_type, attribute in ECC_TYPES
         )
-        self.interconnect = tuple(  # INTERCONNECT_COUNTERS order, each metric's directions in turn
+        self.interconnect = tuple(  # _INTERCONNECT_VALUES order
             series_prefix(metric.name, f"{base},{label_block([('direction', direction)])}")
             for metric, directions in INTERCONNECT_COUNTERS
             for direction, _ in directions
@@ -87,10 +85,15 @@ class _GpuLines:
 
 
 _GAUGE_HEADERS = tuple(_header(metric) for metric, _ in GPU_GAUGES)
-_COUNTER_HEADERS = tuple(_header(metric) for metric, _ in GPU_COUNTERS)
+# One C call per GPU reads every gauge (and every interconnect counter) of its sample.
+_GAUGE_VALUES = operator.attrgetter(*(attribute for _, attribute in GPU_GAUGES))
+_COUNTER_HEADERS = tuple((_header(metric), attribute) for metric, attribute in GPU_COUNTERS)
 _THROTTLE_HEADER = _header(catalog.GPU_CLOCK_THROTTLE_ACTIVE)
 _ECC_HEADER = _header(catalog.GPU_ECC_ERRORS_TOTAL)
-_INTERCONNECT_FAMILIES: tuple[tuple[str, range], ...] = tuple(  # (header, positions in _GpuLines.interconnect)
+_INTERCONNECT_VALUES = operator.attrgetter(
+    *(attribute for _, directions in INTERCONNECT_COUNTERS for _, attribute in directions)
+)
+_INTERCONNECT_FAMILIES: tuple[tuple[str, range], ...] = tuple(
     (
         _header(metric),
         range(
@@ -100,111 +103,6 @@ _INTERCONNECT_FAMILIES: tuple[tuple[str, range], ...] = tuple(  # (header, posit
     )
     for index, (metric, _) in enumerate(INTERCONNECT_COUNTERS)
 )
-# Every value one GPU gives the GPU families except the throttle mask, read with one C call per
-# GPU: gauges, ECC counts, interconnect counters, other counters (the positions below).
-_VALUE_ATTRIBUTES = (
-    *(attribute for _, attribute in GPU_GAUGES),
-    *(attribute for _, attribute in ECC_TYPES),
-    *(attribute for _, directions in INTERCONNECT_COUNTERS for _, attribute in directions),
-    *(attribute for _, attribute in GPU_COUNTERS),
-)
-_GPU_VALUES = operator.attrgetter(*_VALUE_ATTRIBUTES)
-_ECC_AT = len(GPU_GAUGES)
-_INTERCONNECT_AT = _ECC_AT + len(ECC_TYPES)
-_COUNTERS_AT = _INTERCONNECT_AT + sum(len(directions) for _, directions in INTERCONNECT_COUNTERS)
-
-
-def _picker(positions: list[int]) -> Callable[[tuple[object, ...]], tuple[object, ...]]:
-    """A C function that takes the items at `positions` of a tuple, as a tuple."""
-    if len(positions) == 1:
-        one = operator.itemgetter(positions[0])
-        return lambda values: (one(values),)
-    if not positions:
-        return lambda values: ()
-    return operator.itemgetter(*positions)
-
-
-class _Template:
-    """Family headers and line prefixes as literal text, a `%s` for each value: a part of the page
-    filled with one `%` operation."""
-
-    def __init__(self) -> None:
-        self._text: list[str] = []
-        self._positions: list[int] = []
-        self._float_positions: list[int] = []
-        self.text = ""
-        self._pick = self._pick_floats = _picker([])
-
-    def literal(self, text: str) -> None:
-        self._text.append(text.replace("%", "%%"))
-
-    def line(self, prefix: str, position: int, kind: type) -> None:
-        """A sample line whose value is at `position` of the values; nothing where that is None."""
-        if kind is type(None):
-            return
-        self.literal(prefix)
-        self._text.append("%s\n")
-        self._positions.append(position)
-        if kind is float:
-            self._float_positions.append(position)
-
-    def done(self) -> _Template:
-        self.text = "".join(self._text)
-        self._pick, self._pick_floats = _picker(self._positions), _picker(self._float_positions)
-        return self
-
-    def fill(self, values: tuple[object, ...]) -> str:
-        present = self._pick(values)
-        floats: Any = self._pick_floats(values)
-        total = sum(floats)
-        if total - total != 0.0:  # a NaN or an infinity among them (rare): written as Prometheus spells them
-            present = tuple(map(format_value, present))  # type: ignore[arg-type]
-        return self.text % present  # `%s` of an int is str(), of a finite float repr()
-
-
-class _GpuFamilies:
-    """The GPU families of a page (gauges, throttle reasons, ECC, interconnect and other counters)
-    for one list of GPUs and one pattern of missing values: compiled once, then each scrape writes
-    them with two `%` operations (around the throttle family, which is text cached per reason mask)
-    instead of a string per line. `values` are the GPUs' `_GPU_VALUES` laid end to end; `kinds` their
-    types (NoneType: the value is missing and its line left out).
-    """
-
-    def __init__(self, gpus: tuple[GpuIdentity, ...], lines: tuple[_GpuLines, ...], kinds: tuple[type, ...]) -> None:
-        self.gpus = gpus
-        self.lines = lines
-        width = len(_VALUE_ATTRIBUTES)
-
-        def line(template: _Template, prefix: str, gpu: int, attribute: int) -> None:
-            position = gpu * width + attribute
-            template.line(prefix, position, kinds[position])
-
-        gauges = _Template()
-        for attribute, header in enumerate(_GAUGE_HEADERS):
-            gauges.literal(header)
-            for gpu, gpu_lines in enumerate(lines):
-                line(gauges, gpu_lines.gauges[attribute], gpu, attribute)
-        self.gauges = gauges.done()
-
-        counters = _Template()
-        counters.literal(_ECC_HEADER)
-        for gpu, gpu_lines in enumerate(lines):
-            for index, prefix in enumerate(gpu_lines.ecc):
-                line(counters, prefix, gpu, _ECC_AT + index)
-        for header, positions in _INTERCONNECT_FAMILIES:
-            counters.literal(header)
-            for gpu, gpu_lines in enumerate(lines):
-                for index in positions:
-                    line(counters, gpu_lines.interconnect[index], gpu, _INTERCONNECT_AT + index)
-        for index, header in enumerate(_COUNTER_HEADERS):
-            counters.literal(header)
-            for gpu, gpu_lines in enumerate(lines):
-                line(counters, gpu_lines.counters[index], gpu, _COUNTERS_AT + index)
-        self.counters = counters.done()
-
-
-# Layouts kept at once (a field that fails now and then alternates between two).
-_MAX_LAYOUTS = 16
 _XID_HEADER = _header(catalog.GPU_XID_ERRORS_TOTAL)
 _ERRORS_HEADER = _header(catalog.GPU_ERRORS_TOTAL)
 _DRIVER_HEADER = _header(catalog.GPU_DRIVER_INFO)
@@ -235,7 +133,6 @@ class TextPageWriter:
         # concurrently.
         self._counters_cache: tuple[CountersSnapshot, str, str] | None = None
         self._last_page: tuple[PassResult, CountersSnapshot, bytes] | None = None
-        self._families: dict[tuple[type, ...], _GpuFamilies] = {}  # by the kinds of the GPUs' values
 
     def _render_counters(self, counters: CountersSnapshot) -> tuple[str, str]:
         """(XID and GPU error families, collection failures family) as text."""
@@ -276,23 +173,50 @@ class TextPageWriter:
     def _render(self, result: PassResult, counters: CountersSnapshot) -> bytes:
         out: list[str] = []
         append = out.append
+        samples = [(sample, self._lines(sample.gpu)) for sample in result.samples]
 
-        samples = result.samples
-        gpus = tuple(sample.gpu for sample in samples)
-        values = tuple(chain.from_iterable(map(_GPU_VALUES, samples)))
-        kinds = tuple(map(type, values))
-        families = self._families.get(kinds)
-        if families is None or families.gpus != gpus:  # new GPUs, or a value came or went
-            families = _GpuFamilies(gpus, tuple(map(self._lines, gpus)), kinds)
-            layouts = self._families if len(self._families) < _MAX_LAYOUTS else {}
-            self._families = {**layouts, kinds: families}
-        append(families.gauges.fill(values))
+        rows = [(_GAUGE_VALUES(sample), lines.gauges) for sample, lines in samples]
+        for index, header in enumerate(_GAUGE_HEADERS):
+            append(header)
+            for values, prefixes in rows:
+                value = values[index]
+                if value is not None:
+                    if type(value) is int:
+                        text = str(value)
+                    elif value - value == 0.0:  # a finite float (NaN and infinities give NaN)
+                        text = repr(value)
+                    else:
+                        text = format_value(value)
+                    append(f"{prefixes[index]}{text}\n")
+
         append(_THROTTLE_HEADER)
-        for sample, lines in zip(samples, families.lines, strict=True):
+        for sample, lines in samples:
             reasons = sample.clock_event_reasons
             if reasons is not None:
                 append(lines.throttle_text(reasons))
-        append(families.counters.fill(values))
+
+        append(_ECC_HEADER)
+        for sample, lines in samples:
+            for attribute, prefix in lines.ecc:
+                value = getattr(sample, attribute)
+                if value is not None:
+                    append(f"{prefix}{value}\n")
+
+        interconnect = [(_INTERCONNECT_VALUES(sample), lines.interconnect) for sample, lines in samples]
+        for header, positions in _INTERCONNECT_FAMILIES:
+            append(header)
+            for values, prefixes in interconnect:
+                for index in positions:
+                    value = values[index]
+                    if value is not None:
+                        append(f"{prefixes[index]}{value}\n")
+
+        for index, (header, attribute) in enumerate(_COUNTER_HEADERS):
+            append(header)
+            for sample, lines in samples:
+                value = getattr(sample, attribute)
+                if value is not None:
+                    append(f"{lines.counters[index]}{format_value(value)}\n")
 
         cached = self._counters_cache  # counters change rarely: write them once per change
         if cached is None or cached[0] is not counters:
