@@ -3,9 +3,9 @@
 Not deployed anywhere: the benchmark evaluates it on the same synthetic fleet, in the same run, next
 to the current `ml_gpu_resources`, to show what judging utilization per job instead of per GPU
 changes (active alerts at steady state, and the group's cost). The utilization alerts fired per GPU
-(every idle or saturated GPU, held by a job or not); the hardware alerts were the current ones
-without the job join. Annotations are the current ones (five per alert), so both groups pay the
-same template cost per active alert.
+(every idle or saturated GPU, held by a job or not); the hardware alerts read the poller's series
+themselves, with no job join and no recorded inputs. Annotations are the current ones (five per
+alert), so both groups pay the same template cost per active alert.
 """
 
 from __future__ import annotations
@@ -14,12 +14,35 @@ from typing import Any
 
 from observability import catalog
 from observability.config import ObservabilityConfig
-from observability.promql import by
-from observability.rules import alert_rules, gpu, jobs
+from observability.promql import by, counter_increased
+from observability.rules import alert_rules, gpu
+from observability.rules.detection import event_window_seconds
 
 GROUP = "ml_gpu_resources (previous design, not deployed)"
 _PER_GPU_UTILIZATION = f"max {by(gpu.GPU_LABELS)} ({catalog.GPU_UTILIZATION_PERCENT.name})"
 _GPU = "GPU {{ $labels.gpu_id }} ({{ $labels.gpu_name }}, {{ $labels.uuid }}) on node {{ $labels.node }}"
+
+
+def _memory_ratio_above(ratio: str) -> str:
+    used, total = catalog.GPU_MEMORY_USED_BYTES.name, catalog.GPU_MEMORY_TOTAL_BYTES.name
+    return f"max {by(gpu.GPU_LABELS)} ({used} / {total} > {ratio})"
+
+
+def _hardware_expr(cfg: ObservabilityConfig, name: str) -> str:
+    """The per-GPU hardware alerts as they were: each reads the poller's series itself."""
+    th = cfg.thresholds
+    exprs = {
+        "GPUMemoryUsageHigh": _memory_ratio_above(th.gpu_memory_high_ratio.promql),
+        "GPUMemoryExhausted": _memory_ratio_above(th.gpu_memory_exhausted_ratio.promql),
+        "GPUTemperatureHigh": (
+            f"max {by(gpu.GPU_LABELS)} "
+            f"({catalog.GPU_TEMPERATURE_CELSIUS.name} > {th.gpu_temperature_high_celsius.promql})"
+        ),
+        "GPUErrorsDetected": counter_increased(catalog.GPU_ERRORS_TOTAL, event_window_seconds(cfg), gpu.GPU_LABELS),
+    }
+    if name not in exprs:
+        raise ValueError(f"{name} has no previous-design expression")
+    return exprs[name]
 
 
 def previous_gpu_group(cfg: ObservabilityConfig) -> dict[str, Any]:
@@ -42,9 +65,6 @@ def previous_gpu_group(cfg: ObservabilityConfig) -> dict[str, Any]:
                 f'{_GPU} has been {{{{ printf "%.1f" $value }}}}% busy, above {high.short} for 5m.'
             )
         else:
-            per_gpu = jobs.unattributed(alert.expr)
-            if per_gpu is None:
-                raise ValueError(f"{alert.name} is not a job-attributed per-GPU expression")
-            rule["expr"] = per_gpu
+            rule["expr"] = _hardware_expr(cfg, alert.name)
         rules.append(rule)
     return {"name": GROUP, "interval": f"{cfg.evaluation_interval_seconds}s", "rules": rules}

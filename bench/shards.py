@@ -152,7 +152,7 @@ def render(runs: list[ShardRun], shape: FleetShape, command: str, machine: str, 
         f"Command: `{command}` ({machine}). {shape.nodes} nodes x {shape.gpus_per_node} GPUs and "
         f"{shape.training_jobs} training jobs (the fleet benchmark's live series and values), every target on its "
         f"own 127.0.0.1 port, scraped every {shape.interval_seconds} s by N Prometheus 2.42 shards (`hashmod` "
-        "on the address, the rendered relabelling) that evaluate `rules-shard.yaml` and remote-write "
+        "on the node of the pod, the rendered relabelling) that evaluate `rules-shard.yaml` and remote-write "
         "everything to one global Prometheus (`--web.enable-remote-write-receiver`) evaluating "
         f"`rules-global.yaml`. After {warmup:.0f} s of scraping, the median of {EVALUATIONS} evaluations of each "
         "group as each server's rule manager timed it. All servers and the fleet share this machine's cores, "

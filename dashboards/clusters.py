@@ -2,7 +2,8 @@
 
 Every Prometheus server of a stack carries the stack's cluster name as the external label
 `cluster`, so at the global tier (Thanos Query, Mimir, or a Prometheus that several clusters
-remote-write to) every series, recorded ones included, says which cluster it came from. With
+remote-write to) every series, recorded ones included, says which cluster it came from (the
+global tier's own records carry it as a rule label: `observability.rules.tier_rule_groups`). With
 more than one cluster (`cfg.clusters`), `with_cluster_variable(dashboard, cfg)` adds a `cluster`
 query variable (this stack's cluster selected, "All" available) and filters every vector selector
 of every Prometheus query, and of every `label_values()` variable, by `cluster=~"$cluster"`.

@@ -46,8 +46,9 @@ class ObservabilityConfig:
     grafana_folder: str = "ML Platform"
     # Every alert threshold (observability/thresholds.yaml): expressions, texts, dashboard steps.
     thresholds: Thresholds = DEFAULT_THRESHOLDS
-    # Scrape shards (Prometheus servers that each scrape the targets `hashmod` assigns them and
-    # evaluate the shard tier of the rules); 1 is one Prometheus that evaluates every rule.
+    # Scrape shards (Prometheus servers that each scrape the targets `hashmod` of their pod's node
+    # assigns them and evaluate the shard tier of the rules); 1 is one Prometheus that evaluates
+    # every rule.
     shards: int = 1
     # This stack's cluster: the `cluster` external label of every Prometheus of the stack.
     cluster: str = ""

@@ -15,13 +15,19 @@ relabelled exactly as a discovered pod would be (the real-Prometheus test relies
 Target labels: `namespace`, `pod` and `service` (= pod label `app.kubernetes.io/name`). `node` is
 deliberately not a target label: the GPU poller exports `node` on its own series.
 
-Sharded scraping (`cfg.shards` > 1): in annotations mode each shard gets its own copy of the job
-(same job name, so `job` is the same label as with one server) that ends in `hashmod` over the
-final `__address__` and keeps its own remainder (`shard_relabel_configs`), so every target is
-scraped by exactly one shard. In operator mode the PodMonitor is unchanged: the operator appends
-the same two rules after its relabelings (`__address__` into `__tmp_hash`, `hashmod` by
-`spec.shards`, keep `$(SHARD)`) when the Prometheus resource sets `spec.shards`, and the
-PodMonitor neither sets `__tmp_hash` nor `__tmp_disable_sharding`.
+Sharded scraping (`cfg.shards` > 1): targets are split by the node their pod runs on, so every
+target of a node lands on the same shard: the node's GPU poller and the training pods that hold
+its GPUs (a container is only ever given GPUs of its own node). The per-GPU alerts that stay on
+the shards for the 30-second promise join the poller's series with the jobs'
+`ml_training_job_gpu_info` there, and find the holding job on the same shard. In annotations mode
+each shard gets its own copy of the job (same job name, so `job` is the same label as with one
+server) that ends in `hashmod` over the pod's node name and keeps its own remainder
+(`shard_relabel_configs`), so every target is scraped by exactly one shard. In operator mode the
+PodMonitor copies the node name into `__tmp_hash` when the stack has shards; the operator's own
+sharding rules (appended when the Prometheus resource sets `spec.shards`) hash `__tmp_hash` when a
+relabeling set it, else `__address__`, and keep `$(SHARD)`. Operator releases that always hash
+`__address__` (before late 2024) still scrape every target exactly once, but a shard then finds a
+GPU's job only when it happens to scrape the job's pod too.
 """
 
 from __future__ import annotations
@@ -171,15 +177,17 @@ def _check_namespaces(namespaces: Sequence[str]) -> list[str]:
 # `__` label), and the most shards a stack may run.
 SHARD_HASH_LABEL = "__tmp_hash"
 MAX_SHARDS = 64
+# What the shards hash: the node the pod runs on (Kubernetes pod discovery sets it).
+SHARD_KEY = "__meta_kubernetes_pod_node_name"
 
 
 def shard_relabel_configs(shard: int, shards: int) -> list[dict[str, Any]]:
     """The rules that keep the targets of `shard` (0-based) out of `shards`: none for one shard.
 
-    They run last, on the final `__address__` (pod IP and annotated port), so the container ports
-    of one pod, which relabel to one address, land on the same shard and fold into one target.
-    The remainder label is dropped again: a target's labels, and with them the phase at which
-    Prometheus scrapes it within the interval, are the same as without shards.
+    They hash the name of the node the pod runs on (`SHARD_KEY`), so the targets of one node (its
+    GPU poller, the training pods holding its GPUs, the container ports of one pod) land on the
+    same shard. The remainder label is dropped again: a target's labels, and with them the phase
+    at which Prometheus scrapes it within the interval, are the same as without shards.
     """
     if not 1 <= shards <= MAX_SHARDS:
         raise ValueError(f"shards = {shards}: expected a whole number from 1 to {MAX_SHARDS}")
@@ -188,10 +196,18 @@ def shard_relabel_configs(shard: int, shards: int) -> list[dict[str, Any]]:
     if shards == 1:
         return []
     return [
-        {"source_labels": ["__address__"], "target_label": SHARD_HASH_LABEL, "modulus": shards, "action": "hashmod"},
+        {"source_labels": [SHARD_KEY], "target_label": SHARD_HASH_LABEL, "modulus": shards, "action": "hashmod"},
         {"source_labels": [SHARD_HASH_LABEL], "regex": str(shard), "action": "keep"},
         {"regex": SHARD_HASH_LABEL, "action": "labeldrop"},
     ]
+
+
+def operator_shard_key_relabeling(shards: int) -> list[dict[str, Any]]:
+    """The PodMonitor's last relabeling with shards: the pod's node name into `__tmp_hash`, which
+    the operator's sharding then hashes instead of `__address__`. None for one shard."""
+    if shards == 1:
+        return []
+    return [{"source_labels": [SHARD_KEY], "target_label": SHARD_HASH_LABEL, "action": "replace"}]
 
 
 def annotation_scrape_configs(
@@ -275,9 +291,11 @@ def pod_monitor_spec(cfg: ObservabilityConfig, namespaces: Sequence[str]) -> dic
 
     A label selector cannot match annotations, so it selects every pod that has the `service`
     label in the watched namespaces, and the relabelling keeps the annotated ones, exactly as the
-    annotation scrape config does.
+    annotation scrape config does. With shards, the last relabeling hands the operator's sharding
+    the pod's node name (`operator_shard_key_relabeling`).
     """
-    relabelings = [to_operator_relabeling(r) for r in annotation_relabel_configs()]
+    rules = [*annotation_relabel_configs(), OPERATOR_LABELDROP, *operator_shard_key_relabeling(cfg.shards)]
+    relabelings = [to_operator_relabeling(dict(r)) for r in rules]
     return {
         "selector": {"matchExpressions": [{"key": SERVICE_LABEL, "operator": "Exists"}]},
         "namespaceSelector": {"matchNames": _check_namespaces(namespaces)},
@@ -285,7 +303,7 @@ def pod_monitor_spec(cfg: ObservabilityConfig, namespaces: Sequence[str]) -> dic
             {
                 "interval": f"{cfg.scrape_interval_seconds}s",
                 "scrapeTimeout": f"{min(cfg.scrape_interval_seconds, 10)}s",
-                "relabelings": [*relabelings, dict(OPERATOR_LABELDROP)],
+                "relabelings": relabelings,
             }
         ],
     }

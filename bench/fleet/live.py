@@ -23,10 +23,11 @@ from typing import Any
 from bench._prometheus import PrometheusApi
 from bench.fleet.data import FleetShape, all_series, series_text
 from bench.fleet.query_timing import GroupTiming, Timing
-from bench.fleet.series import HistogramSpec, SeriesSpec
+from bench.fleet.series import HistogramSpec, SeriesSpec, stable_key
 from bench.fleet.values import Patterns, le_text
 from observability import catalog
 from observability.config import ObservabilityConfig
+from observability.scrape_config import SHARD_KEY
 
 TARGET_KEYS = ("job", "instance", "namespace", "pod", "service")
 NO_JOB = "tempo-metrics-generator"  # Tempo remote-writes its series; here it is one more target
@@ -53,24 +54,46 @@ def _sample_line(name: str, labels: Sequence[tuple[str, str]], extra: str = "") 
 
 @dataclass
 class Target:
-    labels: dict[str, str]  # the target's own labels: job, instance, namespace, pod, service
+    # The target's own labels: job, instance, namespace, pod, service; and the node its pod runs on
+    # as Kubernetes discovery names it (`__meta_kubernetes_pod_node_name`, what the shards hash).
+    labels: dict[str, str]
     lines: list[tuple[str, list[str]]]  # (`name{labels} `, a value per sample index)
 
 
 def targets(cfg: ObservabilityConfig, shape: FleetShape, patterns: Patterns) -> list[Target]:
-    """Every series of the fleet, grouped into the scrape targets that expose them."""
+    """Every series of the fleet, grouped into the scrape targets that expose them.
+
+    Each target's pod runs on a node: a GPU poller on the node it reports, a training job on the
+    node of the GPUs it holds (a container is only given GPUs of its own node), any other pod on a
+    node picked by its name."""
     by_target: dict[tuple[tuple[str, str], ...], Target] = {}
+    node_of: dict[tuple[tuple[str, str], ...], str] = {}
+    node_of_gpu: dict[str, str] = {}
+    held_by: dict[tuple[tuple[str, str], ...], str] = {}
     for spec in all_series(cfg, shape):
         own = tuple((k, v) for k, v in spec.labels if k in TARGET_KEYS)
         target = by_target.get(own)
         if target is None:
             target = by_target[own] = Target(dict(own), [])
+        labels = dict(spec.labels)
+        if "node" in labels:
+            node_of[own] = labels["node"]
+            if "uuid" in labels:
+                node_of_gpu[labels["uuid"]] = labels["node"]
+        elif "uuid" in labels:
+            held_by[own] = labels["uuid"]
         if isinstance(spec, SeriesSpec):
             if spec.name == catalog.UP.name:
                 continue  # Prometheus writes `up` itself
             target.lines.append((_sample_line(spec.name, spec.labels), patterns.values(spec.pattern, spec.key)))
             continue
         _add_histogram(target, spec, patterns)
+    nodes = sorted(set(node_of.values()))
+    for own, target in by_target.items():
+        node = node_of.get(own) or node_of_gpu.get(held_by.get(own, ""))
+        if node is None and nodes:
+            node = nodes[stable_key(target.labels.get("pod", target.labels.get("instance", ""))) % len(nodes)]
+        target.labels[SHARD_KEY] = node or ""
     return list(by_target.values())
 
 

@@ -205,7 +205,8 @@ def _previous_design_lines(big: ScaleResult) -> list[str]:
         f"{big.shape.training_jobs} training jobs hold {big.shape.gpus_per_node} GPUs each ({held:,} of "
         f"{big.shape.nodes * big.shape.gpus_per_node:,}), every tenth job keeping them idle; every other GPU is "
         "held by no job and keeps the fleet's mix (an eighth idle, most above 95%). The previous design's "
-        "`ml_gpu_resources` (utilization judged per GPU, no job join) ran after the current groups on a "
+        "`ml_gpu_resources` (utilization judged per GPU, no job join, each hardware alert reading the poller's "
+        "series itself; today's records the GPU inputs once at its head) ran after the current groups on a "
         "second live Prometheus of the same fleet, alone with the baseline, so neither contends with the "
         "other. Active alerts: pending or firing at the last recorded evaluation (the live phase is "
         "shorter than the 10-minute `for` of GPUUtilizationLow, so its alerts are pending).",
@@ -219,6 +220,20 @@ def _previous_design_lines(big: ScaleResult) -> list[str]:
         f"| `{JOB_GROUP}` evaluation (median / p95) | none | {cost(jobs_group, base_now)} |",
         f"| baseline GPU read (`count` of one GPU gauge) | {_ms(_gpu_read_ms(base_before) or 0)} ms | "
         f"{_ms(_gpu_read_ms(base_now) or 0)} ms |",
+        *_per_rule_lines(after, base_now),
+    ]
+
+
+def _per_rule_lines(group: GroupTiming | None, baseline: GroupTiming | None) -> list[str]:
+    """Where a group's evaluation goes: each rule's mean cost in fleet reads."""
+    read = _gpu_read_ms(baseline)
+    if group is None or group.total.error or not group.rule_ms or read is None or read <= 0:
+        return []
+    rules = ", ".join(f"`{rule}` {ms / read:.2f}" for rule, ms in group.rule_ms)
+    return [
+        "",
+        f"`{group.name}` now, by rule (mean fleet reads; the recorded inputs first, then the alerts, which "
+        f"read them in the same evaluation): {rules}.",
     ]
 
 

@@ -1,8 +1,9 @@
 """Sharded Prometheus on 127.0.0.1: scrape shards that remote-write to a global tier.
 
 The topology of a sharded stack, with real Prometheus servers: every fleet target listens on its
-own port (as every pod has its own address), so `hashmod` on `__address__` splits them between
-the shards exactly as the rendered scrape configs do (`observability.scrape_config`); each shard
+own port (as every pod has its own address) and carries the node its pod runs on as Kubernetes
+discovery names it, so `hashmod` on the node splits them between the shards exactly as the
+rendered scrape configs do (`observability.scrape_config`); each shard
 evaluates the shard tier of the rules (`rules-shard.yaml`) and remote-writes everything it has to
 the global Prometheus, started with `--web.enable-remote-write-receiver`, which evaluates the
 global tier (`rules-global.yaml`). Tempo's metrics generator remote-writes to the global tier in a
@@ -84,10 +85,18 @@ class TargetServers:
 
 
 def scrape_configs(
-    servers: TargetServers, labels: Sequence[dict[str, str]], shard: int = 0, shards: int = 1, *, jobs: set[str]
+    servers: TargetServers,
+    labels: Sequence[dict[str, str]],
+    shard: int = 0,
+    shards: int = 1,
+    *,
+    jobs: set[str],
+    tempo_labels: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """One scrape config per fleet job in `jobs` (the same on every server), each target with its own
-    address and labels, keeping only the targets of `shard` (the rendered `hashmod` rules)."""
+    address and labels, keeping only the targets of `shard` (the rendered `hashmod` rules). Tempo's
+    stand-in gets `tempo_labels` too: what Tempo's metrics generator adds to every series it
+    remote-writes (its registry's `external_labels`)."""
     by_job: dict[str, list[dict[str, Any]]] = {}
     for index, target in enumerate(labels):
         job = target.get("job", NO_JOB)
@@ -95,6 +104,8 @@ def scrape_configs(
             continue
         own = {k: v for k, v in target.items() if k != "job"}
         own.setdefault("instance", f"{NO_JOB}:{index}")
+        if job == NO_JOB:
+            own.update(tempo_labels or {})
         by_job.setdefault(job, []).append({"targets": [servers.address(index)], "labels": own})
     return [
         {
@@ -183,11 +194,13 @@ def start_topology(
         paths[tier].write_text(text, encoding="utf-8")
     scraped = {t.get("job", NO_JOB) for t in labels} - {NO_JOB}
     unscraped = {NO_JOB}
+    # Tempo remote-writes its span metrics with the stack's cluster among its external labels.
+    tempo = external_labels(cfg)
     started: list[PrometheusServer] = []
     try:
         global_tier = PrometheusServer(
             workdir / "global",
-            _config(cfg, scrape_configs(servers, labels, jobs=unscraped), [paths[Tier.GLOBAL]]),
+            _config(cfg, scrape_configs(servers, labels, jobs=unscraped, tempo_labels=tempo), [paths[Tier.GLOBAL]]),
             extra_args=("--web.enable-remote-write-receiver", *extra_args),
         ).start()
         started.append(global_tier)
@@ -205,7 +218,9 @@ def start_topology(
         ref = None
         if reference:
             config = _config(
-                cfg, scrape_configs(servers, labels, jobs=scraped | unscraped), [paths[Tier.SHARD], paths[Tier.GLOBAL]]
+                cfg,
+                scrape_configs(servers, labels, jobs=scraped | unscraped, tempo_labels=tempo),
+                [paths[Tier.SHARD], paths[Tier.GLOBAL]],
             )
             ref = PrometheusServer(workdir / "reference", config, extra_args=extra_args).start()
             started.append(ref)

@@ -12,8 +12,9 @@ Watched namespaces: platform (services), training (jobs) and monitoring (the GPU
 
 With more than one scrape shard (`prometheus.shards`), the ConfigMap or Secret holds one key per
 shard (`scrape-config-shard-<i>.yaml`, `prometheus-additional-shard-<i>.yaml`): shard i loads its
-own, which keeps only the targets `hashmod` assigns it. The PodMonitor stays the same: the
-operator shards it itself when the Prometheus resource sets `spec.shards` (docs/scaling.md).
+own, which keeps only the targets `hashmod` of their pod's node assigns it. The operator shards
+the PodMonitor itself when the Prometheus resource sets `spec.shards`; the PodMonitor hands it
+the pod's node name as the key to hash (docs/scaling.md).
 """
 
 from __future__ import annotations

@@ -4,14 +4,16 @@ GPUMemoryExhaustionPredicted; per-job GPU views in `jobs`), and the monitoring's
 
 Public interface:
 - `rule_groups(cfg)`: every rule group (recording groups, the dashboards' recording groups, the six
-  alert groups, the health group) as plain dicts in Prometheus rule-file shape, in a fixed order.
+  alert groups, the health group; `ml_gpu_resources` records its per-GPU inputs at its head) as
+  plain dicts in Prometheus rule-file shape, in a fixed order.
 - `rules_file_yaml(cfg)`: the whole rules file as YAML (what `rendered/<stack>/prometheus/rules.yaml`
   holds and `promtool check rules` loads).
 - `alert_groups(cfg)` / `alert_rules(cfg)`: the typed alerts, for runbooks, policies and tests.
 - `ALERT_NAMES`, `ALERT_GROUP_NAMES`, `ALERTS_BY_GROUP`: names to enumerate without a config.
 - `tier_rule_groups(cfg)` / `tier_rules_yaml(cfg)`: the same rules split into the shard tier and
   the global tier (`observability.rules.tiers`: every rule's tier derived from its expression),
-  what `rules-shard.yaml` and `rules-global.yaml` hold. Together they are exactly `rule_groups`.
+  what `rules-shard.yaml` and `rules-global.yaml` hold. Together they are exactly `rule_groups`,
+  except that the global tier's records carry the stack's `cluster` as a rule label.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from observability.config import ObservabilityConfig
+from observability.prometheus_config import external_labels
 from observability.promql import duration
 from observability.rules import gpu, health, jobs, pipeline, quality, storage, training
 from observability.rules.dashboard_recording import dashboard_recording_groups
@@ -43,6 +46,8 @@ __all__ = [
     "Tier",
     "alert_groups",
     "alert_rules",
+    "gpu",
+    "group_inputs",
     "jobs",
     "rule_groups",
     "rules_file_yaml",
@@ -59,6 +64,18 @@ _ALERT_GROUP_BUILDERS: tuple[tuple[str, Callable[[ObservabilityConfig], tuple[Al
     (storage.GROUP, storage.storage_alerts),
     (health.GROUP, lambda cfg: health.health_alerts(cfg, project_group_names(cfg))),
 )
+
+
+# Recording rules at the head of an alert group, read by its alerts in the same evaluation.
+_GROUP_INPUTS: dict[str, Callable[[ObservabilityConfig], tuple[RecordingRule, ...]]] = {
+    gpu.GROUP: gpu.input_rules,
+}
+
+
+def group_inputs(group: str, cfg: ObservabilityConfig) -> tuple[RecordingRule, ...]:
+    """The recording rules at the head of alert group `group` (its alerts read them in the same evaluation)."""
+    build = _GROUP_INPUTS.get(group)
+    return build(cfg) if build is not None else ()
 
 
 def project_group_names(cfg: ObservabilityConfig) -> list[str]:
@@ -89,7 +106,14 @@ def rule_groups(cfg: ObservabilityConfig) -> list[dict[str, Any]]:
     detection_budget(cfg)
     interval = duration(cfg.evaluation_interval_seconds)
     alerting = [
-        {"name": name, "interval": interval, "rules": [alert.to_rule(cfg) for alert in alerts]}
+        {
+            "name": name,
+            "interval": interval,
+            "rules": [
+                *(rule.to_rule() for rule in group_inputs(name, cfg)),
+                *(alert.to_rule(cfg) for alert in alerts),
+            ],
+        }
         for name, alerts in alert_groups(cfg)
     ]
     return [*recording_groups(cfg), *jobs.job_groups(cfg), *dashboard_recording_groups(cfg), *alerting]
@@ -102,12 +126,29 @@ def rules_file_yaml(cfg: ObservabilityConfig) -> str:
 
 # Every recording rule that alerts and the per-job views read (the dashboards' own are in
 # dashboard_recording); the price-dependent ones as the default config renders them.
-RECORDING_RULES: tuple[RecordingRule, ...] = (*_ALERT_RECORDING_RULES, *jobs.job_rules(ObservabilityConfig()))
+RECORDING_RULES: tuple[RecordingRule, ...] = (
+    *_ALERT_RECORDING_RULES,
+    *gpu.input_rules(ObservabilityConfig()),
+    *jobs.job_rules(ObservabilityConfig()),
+)
 
 
 def tier_rule_groups(cfg: ObservabilityConfig) -> dict[Tier, list[dict[str, Any]]]:
-    """The rule groups of each tier (a group with rules of both tiers is in both, same name)."""
-    return split_groups(rule_groups(cfg))
+    """The rule groups of each tier (a group with rules of both tiers is in both, same name).
+
+    The global tier's recording rules carry the stack's external labels (`cluster`) as rule
+    labels: a Prometheus never adds its external labels to the series it records itself, while
+    every series the shards remote-write to it carries them, so without the rule labels a
+    dashboard filtered by `$cluster` would find the global tier's own records in no cluster."""
+    tiers = split_groups(rule_groups(cfg))
+    labels = external_labels(cfg)
+    if labels:
+        tiers[Tier.GLOBAL] = [
+            {**group, "rules": [{**r, "labels": {**r.get("labels", {}), **labels}} if "record" in r else r
+                                for r in group["rules"]]}
+            for group in tiers[Tier.GLOBAL]
+        ]  # fmt: skip
+    return tiers
 
 
 def tier_rules_yaml(cfg: ObservabilityConfig) -> dict[Tier, str]:

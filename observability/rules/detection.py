@@ -22,8 +22,9 @@ from dataclasses import dataclass
 
 from observability.config import ObservabilityConfig
 
-# Alerts bound by the promise. Their expressions read raw series only (no recorded series):
-# a rule reading another group's recorded series may see a value one evaluation old.
+# Alerts bound by the promise. Their expressions read raw series, or series recorded earlier in
+# their own group (same evaluation time, so just as fresh): a rule reading another group's
+# recorded series may see a value one evaluation old.
 CRITICAL_DETECTION_ALERTS: tuple[str, ...] = ("TrainingNaNDetected", "GPUMemoryExhausted", "GPUErrorsDetected")
 
 

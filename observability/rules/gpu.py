@@ -5,26 +5,33 @@ read each job's mean GPU utilization (recorded by `jobs.py`), so a job of 8 GPUs
 alert, not eight, and a GPU no job holds (free capacity) never raises them.
 
 The hardware alerts (memory, temperature, errors, predicted out-of-memory) stay per GPU. Each
-reduces by node, gpu_id, uuid and gpu_name (never summing a GPU away, dropping the poller pod's
-target labels so a restarted poller continues the same alert), then takes the `model_type` and
-`job_id` of the job holding the GPU where one does, and stays as it is where none does: a hot or
-failing GPU pages whether or not a job holds it. They read the poller's and the jobs' raw series
-(no recorded series), so the 30-second promise of the critical ones holds.
+takes the `model_type` and `job_id` of the job holding the GPU where one does, and stays as it is
+where none does: a hot or failing GPU pages whether or not a job holds it.
 
-Cost at fleet scale (8,000 GPUs): the alerts read the poller's series directly (no per-GPU
-recording rule), and an upper threshold filters before it aggregates (`max by (...) (x > t)`
-selects the same GPUs with the same value as `max by (...) (x) > t`), so `max` only sees the
-GPUs above it. GPUErrorsDetected reads only ml_gpu_errors_total, never the per-code XID series.
+Cost at fleet scale (8,000 GPUs): the group reads each of the poller's GPU inputs once an
+evaluation, in recording rules at its head (`input_rules`), and writes only the GPUs that could
+matter to an alert: memory above the lowest memory threshold, temperature above its threshold,
+error counters above zero. The conditions that read a window (the memory trend, new errors) are
+recorded from those, once, for the few GPUs that meet them. The alerts read these small recorded
+series (the job join reads its per-GPU side twice: once joined, once for the GPUs no job holds; on
+a few recorded series that costs nothing). Rules of one group run in order at the same evaluation
+time, and each sees the samples the rules before it wrote, so the recorded inputs are never an
+evaluation old and the 30-second promise of the critical alerts holds. Each input reduces by
+node, gpu_id, uuid and gpu_name (never summing a GPU away, dropping the poller pod's target
+labels so a restarted poller continues the same alert), and filters before it aggregates
+(`max by (...) (x > t)` selects the same GPUs with the same value as `max by (...) (x) > t`).
+GPUErrorsDetected reads only ml_gpu_errors_total, never the per-code XID series.
 """
 
 from __future__ import annotations
 
 from observability import catalog
 from observability.config import ObservabilityConfig
-from observability.promql import by, counter_increased, duration
+from observability.promql import by, duration
 from observability.rules import jobs, recording
 from observability.rules.detection import critical_for_seconds, event_window_seconds
-from observability.rules.model import AlertRule, RunbookQuery, Severity
+from observability.rules.model import AlertRule, RecordingRule, RunbookQuery, Severity
+from observability.thresholds import Threshold
 
 GROUP = "ml_gpu_resources"
 GPU_LABELS = recording.GPU_LABELS
@@ -61,31 +68,87 @@ MEMORY_EXHAUSTED_FOR_SECONDS = 60
 
 _USED = catalog.GPU_MEMORY_USED_BYTES.name
 _TOTAL = catalog.GPU_MEMORY_TOTAL_BYTES.name
+_ERROR_LABELS = (*GPU_LABELS, "error_type")
+
+# --- recorded at the head of the group, read by its alerts in the same evaluation ------------------
+# The inputs: each GPU input read once, and only the GPUs that could matter to an alert written.
+MEMORY_RATIO_WATCHED = "gpu:ml_gpu_memory_used_over_total:watched"
+TEMPERATURE_TOO_HOT = f"gpu:{catalog.GPU_TEMPERATURE_CELSIUS.name}:too_hot"
+ERRORS_NONZERO = f"gpu_error_type:{catalog.GPU_ERRORS_TOTAL.name}:nonzero"
+# Per-GPU alert conditions that read a window, recorded once so that the job join (which reads its
+# per-GPU side twice) reads a few recorded series instead of evaluating the window twice.
+EXHAUSTION_PREDICTED = "gpu:ml_gpu_memory_used_over_total:exhaustion_predicted"
+ERRORS_INCREASED = f"gpu:{catalog.GPU_ERRORS_TOTAL.name}:increased"
+
+
+def _watched_ratio(cfg: ObservabilityConfig) -> Threshold:
+    """The lowest memory ratio any alert of the group looks at: below it a GPU is not recorded."""
+    th = cfg.thresholds
+    return min(
+        (th.gpu_memory_prediction_floor_ratio, th.gpu_memory_high_ratio, th.gpu_memory_exhausted_ratio),
+        key=lambda t: t.value,
+    )
+
+
+def _errors_increased(cfg: ObservabilityConfig) -> RecordingRule:
+    """Per GPU: an error counter grew within the event window, or a counter above zero is new in it.
+
+    `increase()` needs two samples, so a counter first recorded above zero (created by its first
+    increment, or leaving 0 for the first time) is caught by the second branch, which matches by
+    GPU and error type only: a restarted poller re-exporting the same counts is the same series."""
+    window = duration(event_window_seconds(cfg))
+    per_gpu = f"sum {by(GPU_LABELS)}"
+    return RecordingRule(
+        ERRORS_INCREASED,
+        f"{per_gpu} (increase({ERRORS_NONZERO}[{window}]) > 0)\n"
+        f"or\n"
+        f"{per_gpu} ({ERRORS_NONZERO} unless {ERRORS_NONZERO} offset {window})",
+        f"Each GPU whose hardware error counters grew within the last {window} (or appeared above zero in it); "
+        f"GPUs without a new error are not recorded.",
+    )
+
+
+def input_rules(cfg: ObservabilityConfig) -> tuple[RecordingRule, ...]:
+    """The recording rules at the head of the group, in order: the alerts after them (and each
+    rule after the ones it reads) see their samples in the same evaluation."""
+    watched, hot = _watched_ratio(cfg), cfg.thresholds.gpu_temperature_high_celsius
+    floor = cfg.thresholds.gpu_memory_prediction_floor_ratio
+    window, horizon = duration(PREDICTION_WINDOW_SECONDS), duration(PREDICTION_HORIZON_SECONDS)
+    return (
+        RecordingRule(
+            MEMORY_RATIO_WATCHED,
+            f"max {by(GPU_LABELS)} (\n  {_USED}\n  /\n  {_TOTAL}\n  > {watched.promql}\n)",
+            f"Fraction (0-1) of memory in use on each GPU above {watched.short} (the GPUs the memory alerts and "
+            f"the out-of-memory prediction look at); GPUs below are not recorded.",
+        ),
+        RecordingRule(
+            TEMPERATURE_TOO_HOT,
+            f"max {by(GPU_LABELS)} ({catalog.GPU_TEMPERATURE_CELSIUS.name} > {hot.promql})",
+            f"Temperature (Celsius) of each GPU hotter than {hot.short}; cooler GPUs are not recorded.",
+        ),
+        RecordingRule(
+            ERRORS_NONZERO,
+            f"max {by(_ERROR_LABELS)} ({catalog.GPU_ERRORS_TOTAL.name} > 0)",
+            "Hardware errors counted on each GPU by error type, where above zero (a counter at 0 is not "
+            "recorded); one series per GPU and type whichever poller pod counted them.",
+        ),
+        RecordingRule(
+            EXHAUSTION_PREDICTED,
+            f"{MEMORY_RATIO_WATCHED} > {floor.promql}\n"
+            f"and\n"
+            f"predict_linear({MEMORY_RATIO_WATCHED}[{window}], {PREDICTION_HORIZON_SECONDS}) >= 1",
+            f"Fraction (0-1) of memory in use on each GPU above {floor.short} whose memory, at the linear trend of "
+            f"the last {window}, reaches its total within {horizon}. predict_linear fits a line through every "
+            f"recorded sample of the window, so one spike barely moves it, and flat or falling usage never "
+            f"reaches the total (a ratio of 1).",
+        ),
+        _errors_increased(cfg),
+    )
 
 
 def _memory_ratio_above(ratio: str) -> str:
-    """Per GPU, the fraction of its memory in use where it is above `ratio`, with its job's labels.
-
-    Used and total come from the same poller scrape, so they match on every label; the comparison
-    filters before `max` reduces to the GPU's labels, so the aggregation and the job join only see
-    the few GPUs above the threshold (reading the poller's series directly costs less, fleet-wide,
-    than recording the ratio for every GPU and reading that)."""
-    return jobs.attributed_or_unheld(f"max {by(GPU_LABELS)} (\n  {_USED}\n  /\n  {_TOTAL}\n  > {ratio}\n)")
-
-
-def _memory_exhaustion_predicted(floor: str) -> str:
-    """Per GPU above `floor` (a fraction of its memory in use), whose trend reaches its total within the horizon.
-
-    The value is the fraction in use now. predict_linear fits a line through every sample of the
-    window, so one spike barely moves it, and flat or falling usage never reaches the total."""
-    window = duration(PREDICTION_WINDOW_SECONDS)
-    return jobs.attributed_or_unheld(
-        f"max {by(GPU_LABELS)} (\n"
-        f"  {_USED} / {_TOTAL} > {floor}\n"
-        f"  and\n"
-        f"  predict_linear({_USED}[{window}], {PREDICTION_HORIZON_SECONDS}) >= {_TOTAL}\n"
-        f")"
-    )
+    """Per GPU, the fraction of its memory in use where it is above `ratio`, with its job's labels."""
+    return jobs.attributed_or_unheld(f"{MEMORY_RATIO_WATCHED} > {ratio}")
 
 
 def _memory_ratio_one_gpu_last(window: str) -> str:
@@ -232,17 +295,15 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
                 "Out-of-memory must be detected within 30s, so `for` is not a fixed 1m but derived from the "
                 "evaluation interval (15s at the default 15s intervals, so two consecutive samples above "
                 f"{memory_exhausted.short} are needed and a single-sample spike does not page; 0s when the "
-                "evaluation interval is 30s). The ratio is computed from the poller's series (no recording "
-                "rule, which could lag one evaluation)."
+                "evaluation interval is 30s). The ratio is recorded at the head of this group in the same "
+                "evaluation (never in another group, whose series could be an evaluation old)."
             ),
         ),
         AlertRule(
             name="GPUTemperatureHigh",
             group=GROUP,
             severity=Severity.CRITICAL,
-            expr=jobs.attributed_or_unheld(
-                f"max {by(GPU_LABELS)} ({catalog.GPU_TEMPERATURE_CELSIUS.name} > {hot.promql})"
-            ),
+            expr=jobs.attributed_or_unheld(f"{TEMPERATURE_TOO_HOT} > {hot.promql}"),
             for_seconds=120,
             summary=f"A GPU has been hotter than {hot.text} for 2 minutes.",
             description=f'{_GPU} is at {{{{ printf "%.0f" $value }}}} °C, above {hot.short} for 2m.',
@@ -268,9 +329,7 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             name="GPUErrorsDetected",
             group=GROUP,
             severity=Severity.CRITICAL,
-            expr=jobs.attributed_or_unheld(
-                counter_increased(catalog.GPU_ERRORS_TOTAL, event_window_seconds(cfg), GPU_LABELS)
-            ),
+            expr=jobs.attributed_or_unheld(ERRORS_INCREASED),
             for_seconds=critical_for_seconds(cfg, 0),
             summary="A GPU reported hardware errors.",
             description=(
@@ -303,7 +362,8 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
                 ),
             ),
             rationale=(
-                "Reads only ml_gpu_errors_total, which the poller creates at 0 for every GPU and increments "
+                "Reads only ml_gpu_errors_total (its counters above zero, recorded at the head of this group in the "
+                "same evaluation), which the poller creates at 0 for every GPU and increments "
                 "for every XID (any code), uncorrectable ECC error and lost GPU, so one alert per GPU covers "
                 "all three. ml_gpu_xid_errors_total (by XID code) only says which codes occurred: its "
                 "series appear on a code's first occurrence, and reading them made this rule cost seconds "
@@ -316,7 +376,7 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             name="GPUMemoryExhaustionPredicted",
             group=GROUP,
             severity=Severity.WARNING,
-            expr=_memory_exhaustion_predicted(floor.promql),
+            expr=jobs.attributed_or_unheld(f"{EXHAUSTION_PREDICTED} > {floor.promql}"),
             for_seconds=PREDICTION_FOR_SECONDS,
             summary="A GPU's memory use is on course to reach its total within 10 minutes.",
             description=(
@@ -341,8 +401,9 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             ),
             rationale=(
                 "A warning ahead of GPUMemoryExhausted, which mutes it on the same GPU (Alertmanager). "
-                "predict_linear fits a line through all samples of the last 10 minutes, so a single spike moves "
-                "it little, flat or falling usage never reaches the total, and `for: 2m` needs the trend to hold "
+                "predict_linear fits a line through the samples of the last 10 minutes (those recorded at the "
+                "head of this group, above the lowest memory threshold), so a single spike moves it little, "
+                "flat or falling usage never reaches the total, and `for: 2m` needs the trend to hold "
                 f"for eight more samples; below {floor.short} of the memory the trend is not trusted "
                 "(allocators grow in steps at start-up)."
             ),

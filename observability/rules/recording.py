@@ -22,9 +22,9 @@ SERVICE_MODEL_LABELS: tuple[str, ...] = ("namespace", "service", "model_type")
 RATE_WINDOW_SECONDS = 300
 _RATE_WINDOW = duration(RATE_WINDOW_SECONDS)
 
-# No per-GPU recording rule: recording one series per GPU (8,000 at 1,000 nodes x 8 GPUs) every
-# evaluation cost more than it saved. The GPU alerts read the poller's series directly, each
-# reading them once (gpu.py), which is fewer series read and none written.
+# No per-GPU recording rule here: recording one series per GPU (8,000 at 1,000 nodes x 8 GPUs) every
+# evaluation, in another group, cost more than it saved. The GPU alert group records its own inputs
+# at its head (gpu.py: each poller input read once, only the GPUs an alert could look at written).
 #
 # GPU_MEMORY_USED_RATIO is no longer recorded (it is in no group): it stays importable only for
 # the dashboard that still names its record; `.expr` is the per-GPU ratio to query instead.

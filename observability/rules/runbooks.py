@@ -7,17 +7,34 @@ changes (`make check` fails while it is stale).
 
 from __future__ import annotations
 
+import re
+
 from observability.config import ObservabilityConfig
 from observability.promql import duration
-from observability.rules import alert_groups
-from observability.rules.model import AlertRule, alert_heading, github_anchor
+from observability.rules import alert_groups, group_inputs
+from observability.rules.model import AlertRule, RecordingRule, alert_heading, github_anchor
 
 
 def _for_text(alert: AlertRule) -> str:
     return duration(alert.for_seconds) if alert.for_seconds else "none (fires at the first evaluation)"
 
 
-def _section(alert: AlertRule) -> list[str]:
+def _names(expr: str) -> set[str]:
+    return set(re.findall(r"[A-Za-z_:][A-Za-z0-9_:]*", expr))
+
+
+def _recorded_before(expr: str, inputs: tuple[RecordingRule, ...]) -> list[RecordingRule]:
+    """The records of the group's head that `expr` reads, directly or through each other, in order."""
+    wanted = _names(expr)
+    read: list[RecordingRule] = []
+    for rule in reversed(inputs):
+        if rule.record in wanted:
+            read.insert(0, rule)
+            wanted |= _names(rule.expr)
+    return read
+
+
+def _section(alert: AlertRule, inputs: tuple[RecordingRule, ...] = ()) -> list[str]:
     lines = [
         f"### {alert_heading(alert.name)}",
         "",
@@ -35,6 +52,13 @@ def _section(alert: AlertRule) -> list[str]:
         "```",
         "",
     ]
+    recorded = _recorded_before(alert.expr, inputs)
+    if recorded:
+        lines += ["Where the group records, at its head and in the same evaluation:", ""]
+        for rule in recorded:
+            lines += [f"- `{rule.record}`: {rule.help}", "", "  ```promql"]
+            lines += [f"  {line}" for line in rule.expr.splitlines()]
+            lines += ["  ```", ""]
     if alert.rationale:
         lines += [f"Why it is written this way: {alert.rationale}", ""]
     lines += ["Action:", ""]
@@ -80,6 +104,7 @@ def render_runbooks(cfg: ObservabilityConfig) -> str:
     lines.append("")
     for group, alerts in groups:
         lines += [f"## {group}", ""]
+        inputs = group_inputs(group, cfg)
         for alert in alerts:
-            lines += _section(alert)
+            lines += _section(alert, inputs)
     return "\n".join(lines).rstrip("\n") + "\n"

@@ -1,7 +1,7 @@
 """Rule tiers: which rules every scrape shard evaluates, and which run once in the global tier.
 
-With scraping sharded by `hashmod` on the target address, each shard holds the series of some
-targets and none of the others. A rule gives the same answer on the shards as on one server only
+With scraping sharded by `hashmod` (on the node each target's pod runs on), each shard holds the
+series of some targets and none of the others. A rule gives the same answer on the shards as on one server only
 if every result it computes reads the series of one scrape target: a per-GPU alert on the GPU
 poller's own series (the poller of a node is one target), a training job's rules over its own
 series (one job is one target), anything grouped by the target's `pod` or `instance`. Those run on
@@ -74,8 +74,10 @@ DECLARED: dict[str, Declared] = {}
 # expression joined with the jobs' `ml_training_job_gpu_info`, or unjoined where no job holds the
 # GPU) and must still run where the GPU's series are scraped: the 30-second promise. They are
 # placed by their per-GPU expression alone. On a shard every result is still computed from one
-# poller's series, once; the job's labels come along only when the same shard also scrapes the
-# job's pod, and the alert fires without them otherwise (the unheld branch), never twice.
+# poller's series, once. The shards hash the node a pod runs on (`scrape_config.SHARD_KEY`), and a
+# container is only given GPUs of its own node, so the shard that scrapes a node's poller also
+# scrapes the training pods holding that node's GPUs: the alert carries the holding job's labels
+# as on one server, and fires without them for a GPU no job holds (the unheld branch), never twice.
 ENRICHED_ON_SHARDS: dict[str, str] = {
     "GPUMemoryExhausted": "30-second promise: evaluated where the poller is scraped",
     "GPUErrorsDetected": "30-second promise: evaluated where the poller is scraped",

@@ -3,8 +3,9 @@
 A small synthetic fleet (16 GPU nodes x 2 GPUs, 8 training jobs, the ML service, Tempo's span
 metrics: 26 targets, each on its own 127.0.0.1 port) is scraped three ways at once:
 
-- two shards, each keeping the targets `hashmod` of the address assigns it (the rendered relabel
-  rules), evaluating `rules-shard.yaml` and remote-writing everything to
+- two shards, each keeping the targets `hashmod` of their pod's node name assigns it (the rendered
+  relabel rules: a node's GPU poller and the training job holding its GPUs on one shard),
+  evaluating `rules-shard.yaml` and remote-writing everything to
 - the global Prometheus (`--web.enable-remote-write-receiver`), which evaluates `rules-global.yaml`
   (and scrapes Tempo's stand-in: Tempo remote-writes to the global tier);
 - one unsharded reference Prometheus scraping everything and evaluating both files.
@@ -14,7 +15,8 @@ The fleet holds still so that the answers can be compared exactly: gauges keep o
 the same scrape (same external labels: the same scrape phase per target; same rule file paths:
 the same evaluation phase per group). Then every dashboard query the global server answers equals
 the reference's answer, every alert is active on exactly one server of the sharded topology and
-the set equals the reference's, and every target is scraped by exactly one shard.
+the set equals the reference's (the per-GPU alerts kept on the shards carry the holding job's
+labels, as on one server), and every target is scraped by exactly one shard.
 """
 
 from __future__ import annotations
@@ -33,16 +35,18 @@ from bench._prometheus import PrometheusApi
 from bench.fleet.data import FleetShape
 from bench.fleet.live import NO_JOB, Target, targets
 from bench.fleet.query_timing import first_label_values
+from bench.fleet.series import MODEL_TYPES, job_id, node_name
 from bench.fleet.shards import TargetServers, Topology, start_topology
 from bench.fleet.values import GPU_MEMORY_BYTES, Patterns
 from dashboards import build_all
+from dashboards.clusters import CLUSTER_LABEL, CLUSTER_VARIABLE
 from dashboards.queries import panel_queries
 from observability import catalog
 from observability.catalog import MetricType
 from observability.config import ObservabilityConfig
 from observability.rules import Tier, rule_groups, tier_rule_groups
-from observability.rules.jobs import JOB_LABELS
 from observability.rules.tiers import ENRICHED_ON_SHARDS
+from observability.scrape_config import SHARD_KEY
 
 INTERVAL = 5
 CFG = ObservabilityConfig(scrape_interval_seconds=INTERVAL, evaluation_interval_seconds=INTERVAL, shards=2,
@@ -131,16 +135,31 @@ def _first(fleet: list[Target], service: str) -> int:
     return next(i for i, t in enumerate(fleet) if t.labels.get("service") == service)
 
 
+def _poller_of(fleet: list[Target], node: str) -> int:
+    return next(
+        i
+        for i, t in enumerate(fleet)
+        if t.labels.get("service") == CFG.gpu_poller_service and t.labels[SHARD_KEY] == node
+    )
+
+
+# Training job i holds the GPUs of node i (bench.fleet.series); the last node's GPUs are held by none.
+HELD_NODE, UNHELD_NODE = node_name(0), node_name(SHAPE.nodes - 1)
+HOLDER = {"model_type": MODEL_TYPES[0], "job_id": job_id(0)}
+
+
 @pytest.fixture(scope="module")
 def topology(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Topology, list[Target]]]:
     fleet = targets(CFG, SHAPE, Patterns(1, INTERVAL, int(time.time())))
     steady = SteadyFleet(fleet)
-    # Make alerts of both tiers fire: a NaN in one job, a GPU error and a full GPU on one node
-    # (shard tier), training data two days old (global tier).
+    # Make alerts of both tiers fire: a NaN in one job, a GPU error and a full GPU on the first node,
+    # whose GPUs the first job holds, and a GPU error on the last node, whose GPUs no job holds
+    # (shard tier); training data two days old (global tier).
     poller, job = _first(fleet, CFG.gpu_poller_service), _first(fleet, CFG.training_job_service)
     steady.set_first(job, catalog.TRAINING_NAN_COUNT.name, 1.0)
     steady.set_first(poller, catalog.GPU_ERRORS_TOTAL.name, 1.0)
     steady.set_first(poller, catalog.GPU_MEMORY_USED_BYTES.name, 0.97 * GPU_MEMORY_BYTES)
+    steady.set_first(_poller_of(fleet, UNHELD_NODE), catalog.GPU_ERRORS_TOTAL.name, 1.0)
     steady.set_all(catalog.TRAINING_DATA_LAST_UPDATE_TIMESTAMP_SECONDS.name, time.time() - 2 * 86400)
     with TargetServers(len(fleet), steady.page) as servers:
         running = start_topology(
@@ -165,14 +184,19 @@ def test_every_target_is_scraped_by_exactly_one_shard(topology: tuple[Topology, 
     per_shard = [[t["labels"]["pod"] for t in _active_targets(s.api)] for s in running.shards]
     assert all(per_shard), per_shard  # both shards have work
     assert Counter(p for pods in per_shard for p in pods) == Counter(scraped)  # each exactly once
+    node_of = {t.labels.get("pod"): t.labels[SHARD_KEY] for t in fleet}
+    nodes_per_shard = [{node_of[p] for p in pods} for pods in per_shard]
+    assert not set.intersection(*nodes_per_shard)  # every pod of a node on that node's one shard
     assert running.reference is not None
     reference = {t["labels"].get("pod", t["labels"]["instance"]) for t in _active_targets(running.reference.api)}
     tempo = {f"{NO_JOB}:{i}" for i, t in enumerate(fleet) if t.labels.get("job", NO_JOB) == NO_JOB}
     assert reference == scraped | tempo
     for shard in running.shards:
         assert all(t["health"] == "up" for t in _active_targets(shard.api))
-    # What the shards wrote carries the cluster name (the external label) in the global tier.
-    answer = running.global_tier.api.query(f'count({catalog.UP.name}{{{EXTERNAL}="{CFG.cluster}"}} == 1)')
+    # What the shards wrote carries the cluster name (the external label) in the global tier (Tempo's
+    # stand-in, which the global tier scrapes itself, is labelled as Tempo labels what it writes).
+    selector = f'{EXTERNAL}="{CFG.cluster}", job!="{NO_JOB}"'
+    answer = running.global_tier.api.query(f"count({catalog.UP.name}{{{selector}}} == 1)")
     assert answer and int(float(answer[0]["value"][1])) == len(scraped)
 
 
@@ -226,18 +250,15 @@ def test_every_dashboard_query_of_the_global_tier_answers_like_one_server(
 
 
 def _alerts(api: PrometheusApi) -> list[tuple[tuple[str, str], ...]]:
+    """Each active alert's labels and state, as Alertmanager receives it: every server adds its
+    external label `cluster`, which a global-tier alert over remote-written series already carries."""
     alerts = api.get("/api/v1/alerts")["alerts"]
-    return [tuple(sorted({**a["labels"], "state": a["state"]}.items())) for a in alerts]
-
-
-def _without_shard_dependent_job_labels(alert: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
-    # Per-GPU alerts kept on the shards for the 30-second promise carry the holding job's labels
-    # only when the same shard also scrapes the job's pod (tiers.ENRICHED_ON_SHARDS); one server
-    # always sees both. They are compared without those labels, and must still fire exactly once.
-    labels = dict(alert)
-    if labels["alertname"] not in ENRICHED_ON_SHARDS:
-        return alert
-    return tuple((k, v) for k, v in alert if k not in JOB_LABELS)
+    out = []
+    for alert in alerts:
+        labels = {**alert["labels"], "state": alert["state"]}
+        assert labels.setdefault(EXTERNAL, CFG.cluster) == CFG.cluster, labels
+        out.append(tuple(sorted(labels.items())))
+    return out
 
 
 def test_each_alert_is_active_on_exactly_one_server_and_as_on_one_server(
@@ -247,17 +268,25 @@ def test_each_alert_is_active_on_exactly_one_server_and_as_on_one_server(
     assert running.reference is not None
     deadline = time.monotonic() + 6 * INTERVAL
     while True:  # the global tier sees a change up to one evaluation later: wait until they agree
-        want = Counter(map(_without_shard_dependent_job_labels, _alerts(running.reference.api)))
-        got = Counter(
-            _without_shard_dependent_job_labels(a)
-            for server in (*running.shards, running.global_tier)
-            for a in _alerts(server.api)
-        )
+        want = Counter(_alerts(running.reference.api))
+        got = Counter(a for server in (*running.shards, running.global_tier) for a in _alerts(server.api))
         if want == got or time.monotonic() > deadline:
             break
         time.sleep(1)
     assert got == want
     assert set(got.values()) == {1}  # no alert twice (from two shards, or a shard and the global tier)
+    # The per-GPU alerts kept on the shards for the 30-second promise carry the labels of the job
+    # holding the GPU (the shard that scrapes a node's poller scrapes the pods on that node), and
+    # still fire for a GPU no job holds.
+    on_shards = [dict(a) for server in running.shards for a in _alerts(server.api)]
+    enriched = {(a["alertname"], a["node"]): a for a in on_shards if a["alertname"] in ENRICHED_ON_SHARDS}
+    assert set(enriched) == {
+        ("GPUErrorsDetected", HELD_NODE), ("GPUMemoryExhausted", HELD_NODE), ("GPUErrorsDetected", UNHELD_NODE)
+    }, sorted(enriched)  # fmt: skip
+    for name in ("GPUErrorsDetected", "GPUMemoryExhausted"):
+        alert = enriched[(name, HELD_NODE)]
+        assert {k: alert.get(k) for k in HOLDER} == HOLDER, alert
+    assert not {"model_type", "job_id"} & set(enriched[("GPUErrorsDetected", UNHELD_NODE)])
     tier_of = {r["alert"]: tier for tier, groups in tier_rule_groups(CFG).items() for g in groups for r in g["rules"]
                if "alert" in r}  # fmt: skip
     firing = {dict(a)["alertname"] for a in got if dict(a)["state"] == "firing"}
@@ -278,3 +307,42 @@ def test_shards_and_global_tier_load_only_their_groups(topology: tuple[Topology,
             (g["name"], r["name"], r.get("lastError")) for g in groups for r in g["rules"] if r["health"] != "ok"
         ]
     assert sum(len(g["rules"]) for t in tiers.values() for g in t) == sum(len(g["rules"]) for g in rule_groups(CFG))
+
+
+def test_the_cluster_variable_selects_this_cluster_on_the_live_global_tier(
+    topology: tuple[Topology, list[Target]],
+) -> None:
+    """Dashboards for a global tier that holds several clusters: `$cluster` lists this stack's
+    cluster from the live global tier, and every query filtered by it answers as the same query of
+    the one-cluster dashboards on one server."""
+    running, _ = topology
+    assert running.reference is not None
+    reference, global_api = running.reference.api, running.global_tier.api
+    several = dataclasses.replace(CFG, clusters=(CFG.cluster, "another-cluster"))
+    one_cluster = build_all(CFG)
+    at = time.time() - INTERVAL
+    compared, non_empty, mismatches = 0, 0, []
+    for uid, dashboard in build_all(several).items():
+        (variable,) = [v for v in dashboard["templating"]["list"] if v["name"] == CLUSTER_VARIABLE]
+        label = str(variable["query"]).removeprefix("label_values(").rsplit(",", 1)
+        listed = global_api.get(f"/api/v1/label/{label[1].strip(' )')}/values", {"match[]": label[0]})
+        assert listed == [CFG.cluster], (uid, variable["query"], listed)
+        chosen = first_label_values(dashboard, global_api)
+        assert chosen[CLUSTER_VARIABLE] == CFG.cluster
+        single_chosen = first_label_values(one_cluster[uid], reference)
+        assert {k: v for k, v in chosen.items() if k != CLUSTER_VARIABLE} == single_chosen, uid
+        for query, single in zip(panel_queries(dashboard), panel_queries(one_cluster[uid]), strict=True):
+            assert (query.panel_title, query.ref_id) == (single.panel_title, single.ref_id)
+            if query.datasource_type != "prometheus":
+                continue
+            expr = dataclasses.replace(query, variables={**query.variables, **chosen}).substituted
+            single_expr = dataclasses.replace(single, variables={**single.variables, **single_chosen}).substituted
+            assert f'{CLUSTER_LABEL}=~"{CFG.cluster}"' in expr, expr
+            want, got = _answers(reference, single_expr, at), _answers(global_api, expr, at)
+            compared += 1
+            non_empty += bool(want)
+            measured = any(name in expr for name in SERVER_MEASURED)
+            if want.keys() != got.keys() or (not measured and not all(_same(want[k], got[k]) for k in want)):
+                mismatches.append(f"{uid}/{query.panel_title}: {expr}\n  one server: {want}\n  global: {got}")
+    assert not mismatches, f"{len(mismatches)} of {compared} queries differ:\n" + "\n".join(mismatches)
+    assert compared > 50 and non_empty > compared * 0.6, (compared, non_empty)

@@ -654,7 +654,7 @@ def test_sharded_annotations_mode_delivers_one_scrape_config_and_the_rule_tiers_
         assert check(result) == [], name
 
 
-def test_sharded_operator_mode_labels_a_prometheus_rule_per_tier_and_keeps_the_pod_monitor(
+def test_sharded_operator_mode_labels_a_prometheus_rule_per_tier_and_the_pod_monitor_hands_over_the_node(
     sharded: dict[str, RenderResult], rendered: dict[str, RenderResult]
 ) -> None:
     result = sharded["prod"]
@@ -666,7 +666,18 @@ def test_sharded_operator_mode_labels_a_prometheus_rule_per_tier_and_keeps_the_p
         assert rule["metadata"]["name"] == f"foxhunt-ml-rules-{tier.value}"
         assert selector.items() <= rule["metadata"]["labels"].items()
         assert rule["spec"]["groups"] == yaml.safe_load(result.files[artifacts.TIER_RULES_PATHS[tier]])["groups"]
-    assert one(result, "PodMonitor")["spec"] == one(rendered["prod"], "PodMonitor")["spec"]
+    # The operator shards the PodMonitor itself; the PodMonitor's last relabeling gives it the pod's
+    # node name to hash, so a node's poller and the training pods holding its GPUs share a shard.
+    sharded_spec, one_spec = one(result, "PodMonitor")["spec"], one(rendered["prod"], "PodMonitor")["spec"]
+    (sharded_endpoint,), (one_endpoint,) = sharded_spec["podMetricsEndpoints"], one_spec["podMetricsEndpoints"]
+    assert sharded_endpoint["relabelings"] == [
+        *one_endpoint["relabelings"],
+        {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "__tmp_hash", "action": "replace"},
+    ]
+    assert {**sharded_endpoint, "relabelings": []} == {**one_endpoint, "relabelings": []}
+    assert {k: v for k, v in sharded_spec.items() if k != "podMetricsEndpoints"} == {
+        k: v for k, v in one_spec.items() if k != "podMetricsEndpoints"
+    }
 
 
 @pytest.mark.parametrize("stack", STACKS)

@@ -57,8 +57,10 @@ def test_a_threshold_change_shows_in_rules_and_dashboards_only_then_against_a_ba
     # secrets placeholders and everything the threshold does not reach stay out of the diff
     assert not any(name.startswith(("alertmanager/", "grafana/")) for name in changed), changed
     for line in (
-        rf"-\s+max by \(node, gpu_id, uuid, gpu_name\) \(ml_gpu_temperature_celsius > {old:g}\)",
-        r"\+\s+max by \(node, gpu_id, uuid, gpu_name\) \(ml_gpu_temperature_celsius > 80\)",
+        # the GPU alert group's recorded input, then the alert reading it
+        rf"-\s+expr: max by \(node, gpu_id, uuid, gpu_name\) \(ml_gpu_temperature_celsius > {old:g}\)",
+        r"\+\s+expr: max by \(node, gpu_id, uuid, gpu_name\) \(ml_gpu_temperature_celsius > 80\)",
+        r"\+\s+gpu:ml_gpu_temperature_celsius:too_hot > 80",
         r"\+\s+summary: A GPU has been hotter than 80 °C for 2 minutes\.",
         r'\+\s+"description": "Core temperature; throttling risk above 80 °C\..*",',  # JSON, unescaped
     ):

@@ -28,6 +28,7 @@ from observability.scrape_config import (
     PORT_ANNOTATION,
     SCRAPE_ANNOTATION,
     SERVICE_LABEL,
+    SHARD_KEY,
     annotation_label,
     annotation_present_label,
     annotation_scrape_configs,
@@ -52,6 +53,7 @@ def pod_target(
     service: str | None,
     container: str = "app",
     phase: str = "Running",
+    node: str = "gpu-node-1",
 ) -> dict[str, Any]:
     """One target group as Kubernetes pod-role discovery would produce it (one container port)."""
     address = f"[{ip}]:{declared_port}" if ":" in ip else f"{ip}:{declared_port}"
@@ -60,7 +62,7 @@ def pod_target(
         "__meta_kubernetes_pod_name": pod,
         "__meta_kubernetes_pod_ip": ip,
         "__meta_kubernetes_pod_phase": phase,
-        "__meta_kubernetes_pod_node_name": "gpu-node-1",
+        "__meta_kubernetes_pod_node_name": node,
         "__meta_kubernetes_pod_container_name": container,
         "__meta_kubernetes_pod_container_port_number": str(declared_port),
         "__meta_kubernetes_pod_container_port_name": "http",
@@ -245,24 +247,26 @@ def operator_sharding_rules(shard: int, shards: int) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-def test_every_annotated_pod_is_scraped_by_exactly_one_shard_in_both_modes(
+def test_every_annotated_pod_is_scraped_by_exactly_one_shard_and_a_nodes_pods_by_the_same_in_both_modes(
     tmp_path: Path, prometheus: Callable[..., Any]
 ) -> None:
     """Three shards, each job as the stack renders it (annotations mode) or as the operator builds
     it from the PodMonitor with `spec.shards: 3` (operator mode), loaded side by side into one
     Prometheus under distinct job names: the discovered pods split into three disjoint sets that
-    cover every annotated pod, the same way in both modes (both hash the final address)."""
-    shards = 3
+    cover every annotated pod, the same way in both modes (both hash the pod's node name), and
+    every pod of a node (its GPU poller, the training pods holding its GPUs) is on one shard."""
+    shards, nodes = 3, 8
     pods = [
         pod_target(f"pod-{i}", ip=f"10.1.{i // 200}.{i % 200 + 1}", declared_port=8080,
-                   annotations=pod_scrape_annotations(9400 + i % 3), service="gpu-poller")
+                   annotations=pod_scrape_annotations(9400 + i % 3), service="gpu-poller", node=f"node-{i % nodes}")
         for i in range(24)
     ]  # fmt: skip
     # One pod with two declared container ports: one target, on one shard.
     for container, port in (("app", 1), ("sidecar", 2)):
         pods.append(pod_target("two-ports", ip="10.2.0.1", declared_port=port, container=container,
-                               annotations=pod_scrape_annotations(9400), service="risk-engine"))  # fmt: skip
+                               annotations=pod_scrape_annotations(9400), service="risk-engine", node="node-0"))  # fmt: skip
     pods.append(pod_target("unannotated", ip="10.2.0.2", declared_port=9400, annotations={}, service="x"))
+    node_of = {t["labels"]["__meta_kubernetes_pod_name"]: t["labels"]["__meta_kubernetes_pod_node_name"] for t in pods}
     sd_file = tmp_path / "pods.json"
     sd_file.write_text(json.dumps(pods))
     cfg = ObservabilityConfig(scrape_interval_seconds=1, shards=shards)
@@ -274,10 +278,11 @@ def test_every_annotated_pod_is_scraped_by_exactly_one_shard_in_both_modes(
         job.update(job_name=f"annotations-{shard}", file_sd_configs=[{"files": [str(sd_file)]}], scrape_timeout="1s")
         jobs.append(job)
         operator = emulated_operator_job(cfg, sd_file)
-        assert not any(
-            {"__tmp_hash", "__tmp_disable_sharding"} & {r.get("target_label"), *r.get("source_labels", [])}
-            for r in operator["relabel_configs"]
-        )
+        # the PodMonitor hands the operator the node name to hash, and never disables sharding
+        assert operator["relabel_configs"][-1] == {
+            "source_labels": ["__meta_kubernetes_pod_node_name"], "target_label": "__tmp_hash", "action": "replace"
+        }  # fmt: skip
+        assert not any("__tmp_disable_sharding" in r.get("source_labels", []) for r in operator["relabel_configs"])
         operator["job_name"] = f"operator-{shard}"
         operator["relabel_configs"] += operator_sharding_rules(shard, shards)
         jobs.append(operator)
@@ -298,6 +303,10 @@ def test_every_annotated_pod_is_scraped_by_exactly_one_shard_in_both_modes(
         every = [pod for pods_of_shard in assigned for pod in pods_of_shard]
         assert sorted(every) == sorted(expected), (mode, by_job)  # each pod exactly once
         assert all(assigned), f"{mode}: a shard got no target out of {len(expected)}: {by_job}"
+        shard_of_node: dict[str, int] = {}
+        for shard, pods_of_shard in enumerate(assigned):
+            for pod in pods_of_shard:
+                assert shard_of_node.setdefault(node_of[pod], shard) == shard, f"{mode}: {node_of[pod]} is split"
     for shard in range(shards):
         assert sorted(by_job[f"annotations-{shard}"]) == sorted(by_job[f"operator-{shard}"])
 
@@ -309,7 +318,16 @@ def test_one_shard_adds_no_relabelling_and_each_shard_keeps_its_own_remainder() 
         rules = annotation_scrape_configs(ObservabilityConfig(shards=4), ["x"], shard)[0]["relabel_configs"]
         assert rules[:-3] == one
         assert rules[-3:] == [
-            {"source_labels": ["__address__"], "target_label": "__tmp_hash", "modulus": 4, "action": "hashmod"},
+            {
+                "source_labels": ["__meta_kubernetes_pod_node_name"],
+                "target_label": "__tmp_hash",
+                "modulus": 4,
+                "action": "hashmod",
+            },
             {"source_labels": ["__tmp_hash"], "regex": str(shard), "action": "keep"},
             {"regex": "__tmp_hash", "action": "labeldrop"},
         ]
+    # operator mode: the PodMonitor names the node as the shard key only when the stack has shards
+    one_monitor = pod_monitor_spec(ObservabilityConfig(), ["x"])["podMetricsEndpoints"][0]["relabelings"]
+    sharded = pod_monitor_spec(ObservabilityConfig(shards=4), ["x"])["podMetricsEndpoints"][0]["relabelings"]
+    assert sharded == [*one_monitor, {"sourceLabels": [SHARD_KEY], "targetLabel": "__tmp_hash", "action": "replace"}]

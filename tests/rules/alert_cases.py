@@ -12,6 +12,7 @@ from __future__ import annotations
 from observability import catalog
 from observability.config import ObservabilityConfig
 from observability.promql import duration
+from observability.rules import gpu as gpu_rules
 from observability.rules import jobs, recording
 from observability.thresholds import DEFAULT_THRESHOLDS, Thresholds
 from tests.rules.health_cases import HEALTH_CASES, threshold_health_cases
@@ -574,12 +575,14 @@ def alert_cases(th: Thresholds = DEFAULT_THRESHOLDS) -> tuple[Case, ...]:
             silent(600, 615, 630, 735, 900),
         ),
         # A steep climb (2% of the total per scrape: the 10m trend adds 80%) is trusted only above the
-        # floor: from 41% below it, usage passes it at scrape 21 (315s, 1% above), fires 2m later.
+        # floor: from 41% below it, usage passes it at scrape 21 (315s, 1% above). The trend is fitted
+        # through the samples above the floor, so it needs a second one (330s): pending from then,
+        # firing 2m later (the last sample, at 435s, is 17% above the floor).
         Case(
             "GPUMemoryExhaustionPredicted",
             f"a steep climb fires only once above {prediction_floor:.0%} of the memory",
             _memory(join(_ratios(prediction_floor - 0.41, 0.02, 30)), samples=30),
-            (*silent(300, 420), fires(435, Firing(GPU0, prediction_floor + 0.17))),
+            (*silent(300, 435), fires(450, Firing(GPU0, prediction_floor + 0.17))),
         ),
         # --- ml_model_quality ------------------------------------------------------------------------
         Case(
@@ -1049,4 +1052,64 @@ JOB_RECORD_CASES: tuple[RecordCase, ...] = (
         (({}, 1),),
     ),
 )
-RECORD_CASES = (*RECORD_CASES, *JOB_RECORD_CASES)
+# --- ml_gpu_resources: the per-GPU inputs recorded at the head of the group ------------------------
+# Values far from the thresholds: these cases also run against thresholds moved by -10% and +5%.
+_RESTARTED_POLLER = poller_target(pod="gpu-poller-fghij")
+GPU_INPUT_RECORD_CASES: tuple[RecordCase, ...] = (
+    RecordCase(
+        gpu_rules.MEMORY_RATIO_WATCHED,
+        "above the lowest memory threshold: one series per GPU whichever poller pod reports it; 40% is not recorded",
+        {
+            **_memory(values((0.91 * H100_BYTES, 10))),
+            **_gpu(catalog.GPU_MEMORY_USED_BYTES, GPU0, values((0.91 * H100_BYTES, 10)), _RESTARTED_POLLER),
+            **_gpu(catalog.GPU_MEMORY_TOTAL_BYTES, GPU0, values((H100_BYTES, 10)), _RESTARTED_POLLER),
+            **_memory(values((0.4 * H100_BYTES, 10)), gpu=GPU1, samples=10),
+        },
+        "1m",
+        ((GPU0, 0.91),),
+    ),
+    RecordCase(
+        gpu_rules.TEMPERATURE_TOO_HOT,
+        "a hot GPU only (the edges are the alert's cases)",
+        {
+            **_gpu(catalog.GPU_TEMPERATURE_CELSIUS, GPU0, values((95, 10))),
+            **_gpu(catalog.GPU_TEMPERATURE_CELSIUS, GPU1, values((60, 10))),
+        },
+        "1m",
+        ((GPU0, 95),),
+    ),
+    RecordCase(
+        gpu_rules.ERRORS_NONZERO,
+        "counters above zero per GPU and error type, one series whichever poller pod counts them",
+        {
+            **_gpu(catalog.GPU_ERRORS_TOTAL, {**GPU0, "error_type": "xid"}, values((2, 10))),
+            **_gpu(catalog.GPU_ERRORS_TOTAL, {**GPU0, "error_type": "xid"}, values((2, 10)), _RESTARTED_POLLER),
+            **_gpu(catalog.GPU_ERRORS_TOTAL, {**GPU0, "error_type": "gpu_lost"}, values((0, 10))),
+            **_gpu(catalog.GPU_ERRORS_TOTAL, {**GPU1, "error_type": "ecc_uncorrected"}, values((1, 10))),
+        },
+        "1m",
+        (({**GPU0, "error_type": "xid"}, 2), ({**GPU1, "error_type": "ecc_uncorrected"}, 1)),
+    ),
+    # The steady climb of GPUMemoryExhaustionPredicted's cases: 85% in use at 900s, on course for the total.
+    RecordCase(
+        gpu_rules.EXHAUSTION_PREDICTED,
+        "a steady climb is recorded with the ratio now; flat usage at 90% is not",
+        {
+            **_memory(join(_ratios(0.55, 0.005, 80)), samples=80),
+            **_memory(values((0.9 * H100_BYTES, 80)), gpu=GPU1, samples=80),
+        },
+        "15m",
+        ((GPU0, _ratios(0.55, 0.005, 80)[60] / H100_BYTES),),
+    ),
+    RecordCase(
+        gpu_rules.ERRORS_INCREASED,
+        "a first XID within the window; an old count that has not grown is not recorded",
+        {
+            **_gpu(catalog.GPU_ERRORS_TOTAL, {**GPU0, "error_type": "xid"}, values((0, 56), (1, 10))),
+            **_gpu(catalog.GPU_ERRORS_TOTAL, {**GPU1, "error_type": "ecc_uncorrected"}, values((2, 66))),
+        },
+        "15m",
+        ((GPU0, 1),),
+    ),
+)
+RECORD_CASES = (*RECORD_CASES, *JOB_RECORD_CASES, *GPU_INPUT_RECORD_CASES)

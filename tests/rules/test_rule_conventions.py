@@ -19,6 +19,7 @@ from observability.rules import (
     RECORDING_RULES,
     Severity,
     alert_rules,
+    gpu,
     jobs,
     project_group_names,
     recording,
@@ -108,7 +109,11 @@ def test_six_groups_with_their_alerts_then_the_health_group():
     assert len(ALERT_NAMES) == 23 + len(HEALTH_ALERTS) == len(set(ALERT_NAMES))
     alert_groups = [g for g in rule_groups(CFG) if any("alert" in r for r in g["rules"])]
     assert [g["name"] for g in alert_groups] == [*EXPECTED_GROUPS, HEALTH_GROUP]
-    assert all(all("alert" in r for r in g["rules"]) for g in alert_groups)
+    # an alert group holds alerts, except the inputs ml_gpu_resources records at its head
+    for g in alert_groups:
+        records = [r["record"] for r in g["rules"] if "record" in r]
+        assert records == [r.record for r in gpu.input_rules(CFG)] if g["name"] == gpu.GROUP else not records, g["name"]
+        assert all("record" in r for r in g["rules"][: len(records)]), g["name"]
 
 
 def test_severities_are_the_expected_ones():
@@ -367,8 +372,12 @@ def test_gpu_errors_alert_reads_only_the_errors_counter_not_the_per_code_xid_ser
     # At 8,000 GPUs the per-code series made this one rule cost seconds; the errors counter counts
     # every XID (any code), uncorrectable ECC error and lost GPU, so it alone is the signal.
     (errors,) = [a for a in alert_rules(CFG) if a.name == "GPUErrorsDetected"]
-    # (and the jobs' GPU info, to label the GPU with the job holding it)
-    assert _series_names(errors.expr) == {catalog.GPU_ERRORS_TOTAL.name, catalog.TRAINING_JOB_GPU_INFO.name}
+    # (through the records at the head of the group: its counters above zero, and the GPUs whose
+    # counters grew; and the jobs' GPU info, to label the GPU with the job holding it)
+    assert _series_names(errors.expr) == {gpu.ERRORS_INCREASED, catalog.TRAINING_JOB_GPU_INFO.name}
+    inputs = {r.record: r.expr for r in gpu.input_rules(CFG)}
+    assert _series_names(inputs[gpu.ERRORS_INCREASED]) == {gpu.ERRORS_NONZERO}
+    assert _series_names(inputs[gpu.ERRORS_NONZERO]) == {catalog.GPU_ERRORS_TOTAL.name}
     assert catalog.GPU_XID_ERRORS_TOTAL.name in errors.description  # it still points at the codes
 
 

@@ -11,7 +11,7 @@ import yaml
 
 from infra import REPO_ROOT
 from observability.config import ObservabilityConfig
-from observability.rules import ALERT_NAMES, alert_rules
+from observability.rules import ALERT_NAMES, alert_rules, gpu, group_inputs
 from tests.rules.promtool_harness import alert_rule_dicts, promtool
 
 CFG = ObservabilityConfig()
@@ -68,7 +68,22 @@ def test_section_has_the_actions_impact_and_queries(alert):
     assert alert.impact in text
     assert f"`{alert.severity.value}`" in text
     assert len(alert.queries) >= 2
-    assert text.count("```promql") == 1 + len(alert.queries)
+    recorded = [r for r in group_inputs(alert.group, CFG) if f"`{r.record}`: {r.help}" in text]
+    assert text.count("```promql") == 1 + len(recorded) + len(alert.queries)
+    for rule in recorded:  # a recorded series the section explains is shown with its expression
+        assert "\n".join(f"  {line}" for line in rule.expr.splitlines()) in text
+
+
+def test_alerts_that_read_their_groups_recorded_inputs_show_them():
+    text = DOC.read_text(encoding="utf-8")
+    for name, records in {
+        "GPUErrorsDetected": (gpu.ERRORS_NONZERO, gpu.ERRORS_INCREASED),
+        "GPUMemoryExhaustionPredicted": (gpu.MEMORY_RATIO_WATCHED, gpu.EXHAUSTION_PREDICTED),
+        "GPUTemperatureHigh": (gpu.TEMPERATURE_TOO_HOT,),
+    }.items():
+        shown = section(text, name)
+        assert all(f"- `{record}`:" in shown for record in records), name
+    assert "at its head" not in section(text, "GPUUtilizationLow")
 
 
 def test_the_expected_action_text_is_kept():

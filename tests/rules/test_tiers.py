@@ -245,3 +245,21 @@ def test_gpu_alerts_joined_with_the_holding_job_are_global_unless_the_promise_ke
     broken = [_group({"alert": "GPUErrorsDetected", "expr": f"max by (node) ({GPU})"})]
     with pytest.raises(TierError, match="ENRICHED_ON_SHARDS"):
         place(broken, {})
+
+
+def test_the_global_tiers_records_carry_the_cluster_and_nothing_else_changes() -> None:
+    """A Prometheus never adds its external labels to what it records itself: the global tier's
+    records say their cluster through a rule label, as everything the shards remote-write does."""
+    sharded = ObservabilityConfig(shards=2, cluster="eu-1", clusters=("eu-1", "us-1"))
+    plain, labelled = split_groups(rule_groups(sharded)), tier_rule_groups(sharded)
+    assert labelled[Tier.SHARD] == plain[Tier.SHARD]
+    records = 0
+    for before, after in zip(plain[Tier.GLOBAL], labelled[Tier.GLOBAL], strict=True):
+        for old, new in zip(before["rules"], after["rules"], strict=True):
+            if "record" in old:
+                records += 1
+                assert new == {**old, "labels": {"cluster": "eu-1"}}
+            else:
+                assert new == old
+    assert records > 20
+    assert tier_rule_groups(ObservabilityConfig(shards=2)) == split_groups(rule_groups(ObservabilityConfig(shards=2)))
