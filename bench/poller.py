@@ -13,7 +13,9 @@ almost nothing, so the figures are the poller's own cost; on real hardware each 
 the driver's time.
 
 Run: `make bench` or `.venv/bin/python -m bench poller` (with BENCH_POLLER_KEEP_IMAGE_FIGURES=1 the
-image is not built again and its last figures are kept).
+image is not built again and its last figures are kept). With BENCH_POLLER_ONLY_CPU=1 only part 1
+runs and its figures are printed, BENCHMARKS.md is left as it is (a quick check while changing the
+poller).
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ CONCURRENT_SCRAPERS = 50
 CONCURRENT_SECONDS = 10.0
 # Set to 1 to keep the image figures BENCHMARKS.md already holds instead of building the image.
 ENV_SKIP_IMAGE = "BENCH_POLLER_KEEP_IMAGE_FIGURES"
+# Set to 1 to measure and print only the collection CPU time, without writing BENCHMARKS.md.
+ENV_ONLY_CPU = "BENCH_POLLER_ONLY_CPU"
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -379,11 +383,25 @@ def render_section(
     return "\n".join(lines) + "\n"
 
 
+def cpu_summary(cpu: CpuFigures, load: tuple[float, float, float]) -> str:
+    return (
+        f"load average at start {load[0]:.1f}; with GPM {cpu.poller_us.median:.0f} µs median, "
+        f"{cpu.poller_us.p99:.0f} µs p99; without GPM {cpu.poller_without_gpm_us.median:.0f} µs; "
+        f"spawn {cpu.spawn_us.median:.0f} µs median, "
+        f"{cpu.spawn_us.p99:.0f} µs p99: with GPM {cpu.spawn_us.median / cpu.poller_us.median:.2f}x cheaper at the "
+        f"median, {cpu.spawn_us.p99 / cpu.poller_us.p99:.2f}x at p99; without GPM "
+        f"{cpu.spawn_us.median / cpu.poller_without_gpm_us.median:.2f}x"
+    )
+
+
 def main() -> None:
     load = os.getloadavg()
     harness = fake_nvml_harness
     with tempfile.TemporaryDirectory(prefix="bench-poller-") as tmp:
         work = Path(tmp)
+        if os.environ.get(ENV_ONLY_CPU) == "1":
+            print(cpu_summary(measure_cpu(harness, work), load))
+            return
         lib_dir = harness.build_fake_nvml(work / "subprocess-lib")
         cpu = _time("collection CPU time", lambda: measure_cpu(harness, work))
         rss = _time("resident memory", lambda: measure_rss(harness, lib_dir, work))

@@ -33,7 +33,7 @@ from typing import Any
 import pynvml
 
 from poller.error_counters import ErrorCounters
-from poller.model import GpuIdentity, GpuSample
+from poller.model import GPM_FIELDS, GpuIdentity
 from poller.nvml_calls import nvml_function
 
 LOG = logging.getLogger(__name__)
@@ -43,6 +43,7 @@ MIB = 1024 * 1024
 PERCENT_SLACK = 1.0
 # Above any link: NVLink 5 moves 0.9 TB/s each way; a larger figure is a wrapped counter.
 MAX_MIB_PER_SECOND = 1e7
+_NONE = (0.0,)  # what min() and max() see when a GPU answers no metric of a kind
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,29 @@ GPM_METRICS: tuple[GpmMetric, ...] = (
     GpmMetric(pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC, "nvlink_tx", "nvlink_tx_bytes_total", True),
 )
 # One nvmlGpmMetric_t: metricId (uint), nvmlReturn (int), value (double), metricInfo (3 pointers).
+if tuple(m.attribute for m in GPM_METRICS) != GPM_FIELDS or sorted(GPM_METRICS, key=lambda m: m.throughput) != list(
+    GPM_METRICS
+):
+    raise ImportError("GPM_METRICS must list GpuSample's GPM fields in order, percents first")
+# A pass's GPM figures in GPM_FIELDS order (None: no figure); NO_GPM has none.
+GpmFigures = tuple[float | int | None, ...]
+NO_GPM: GpmFigures = (None,) * len(GPM_FIELDS)
+
+
+def _in_order(figures: dict[str, float | int]) -> GpmFigures:
+    return tuple(map(figures.get, GPM_FIELDS))
+
+
+class GpmCallError(Exception):
+    """A GPM call failed: which, its NVML return code, and the figures the pass still has."""
+
+    def __init__(self, call: str, code: int, figures: GpmFigures) -> None:
+        super().__init__(f"{call} answered {code}")
+        self.call = call
+        self.code = code
+        self.figures = figures
+
+
 _METRIC_LAYOUT = "Iid" + f"{3 * ctypes.sizeof(ctypes.c_void_p)}x"
 _METRICS_OFFSET: int = pynvml.c_nvmlGpmMetricsGet_t.metrics.offset
 if struct.calcsize("=" + _METRIC_LAYOUT) != ctypes.sizeof(pynvml.c_nvmlGpmMetric_t):
@@ -157,11 +181,12 @@ class GpmReader:
     def _set_metrics(self, metrics: tuple[GpmMetric, ...]) -> None:
         metrics = tuple(sorted(metrics, key=lambda m: m.throughput))  # percents first
         self._metrics = metrics
-        self._percents = tuple(m.attribute for m in metrics if not m.throughput)
+        self._attributes = tuple(m.attribute for m in metrics)
+        self._complete = metrics == GPM_METRICS
         self._throughputs = tuple(m.attribute for m in metrics if m.throughput)
         self._all_answered = (0,) * len(metrics)
         self._unpack_from = struct.Struct("=" + _METRIC_LAYOUT * len(metrics)).unpack_from
-        self._percent_count = len(self._percents)
+        self._percent_count = len(metrics) - len(self._throughputs)
         for request in self._requests:
             request.numMetrics = len(metrics)
             for index, metric in enumerate(metrics):
@@ -171,28 +196,26 @@ class GpmReader:
     def metric_names(self) -> tuple[str, ...]:
         return tuple(m.name for m in self._metrics)
 
-    def read(self, sample: GpuSample) -> tuple[str, int] | None:
-        """Take this pass's GPM sample and fill `sample` over the interval since the previous one.
+    def read(self) -> GpmFigures:
+        """Take this pass's GPM sample; the figures over the interval since the previous one, in
+        GpuSample's GPM field order (None where there is none: the baseline pass, a metric left out).
 
-        Returns (call, NVML return code) when a call failed (the caller decides what the code
-        means: a lost GPU, NVML gone, not supported, ...), else None.
+        Raises GpmCallError when a call failed (the caller decides what its code means: a lost GPU,
+        NVML gone, not supported, ...); it carries what the pass still reports (the byte counters).
         """
         current = self._current
         code = self._sample_get(self._handle, self._samples[current])
         if code != 0:  # the previous sample stays the baseline: the next interval is longer
-            self._report_totals(sample)
-            return "nvmlGpmSampleGet", code
+            raise GpmCallError("nvmlGpmSampleGet", code, self._totals_only())
         now = self._clock()
         previous_at = self._previous_at
         self._current = 1 - current
         self._previous_at = now
         if previous_at is None:  # the baseline: no figure yet
-            self._report_totals(sample)
-            return None
+            return self._totals_only()
         code = self._metrics_get(self._request_refs[current])
         if code != 0:  # this pass's sample is still a good baseline
-            self._report_totals(sample)
-            return "nvmlGpmMetricsGet", code
+            raise GpmCallError("nvmlGpmMetricsGet", code, self._totals_only())
         fields = self._unpack_from(self._results[current], _METRICS_OFFSET)
         elapsed = now - previous_at
         # The common case in a few C calls: every metric answered, every figure finite and in range.
@@ -200,33 +223,32 @@ class GpmReader:
         count = self._percent_count
         percents, throughputs = values[:count], values[count:]
         every = sum(values)
-        if (
+        if not (
             fields[1::3] == self._all_answered
             and elapsed > 0.0
             and every - every == 0.0  # no NaN, no infinity
-            and min(values, default=0.0) >= 0.0
-            and max(percents, default=0.0) <= 100.0
-            and max(throughputs, default=0.0) <= MAX_MIB_PER_SECOND
+            and min(values or _NONE) >= 0.0
+            and max(percents or _NONE) <= 100.0
+            and max(throughputs or _NONE) <= MAX_MIB_PER_SECOND
         ):
-            for attribute, value in zip(self._percents, percents, strict=True):
-                setattr(sample, attribute, int(value * 100.0 + 0.5) / 100.0)  # to 0.01 %: a short text
-            totals = self._totals
-            scale = MIB * elapsed
-            for attribute, value in zip(self._throughputs, throughputs, strict=True):
-                total = totals[attribute] = totals.get(attribute, 0.0) + value * scale
-                setattr(sample, attribute, int(total))
-        else:
-            self._store_checked(sample, fields, elapsed)
-        return None
+            return self._checked(fields, elapsed)
+        figures: list[float | int] = [int(value * 100.0 + 0.5) / 100.0 for value in percents]  # 0.01 %: short text
+        totals = self._totals
+        scale = MIB * elapsed
+        for attribute, value in zip(self._throughputs, throughputs, strict=True):
+            total = totals[attribute] = totals.get(attribute, 0.0) + value * scale
+            figures.append(int(total))
+        if self._complete:  # every metric, in GpuSample's order
+            return tuple(figures)
+        return _in_order(dict(zip(self._attributes, figures, strict=True)))
 
-    def _report_totals(self, sample: GpuSample) -> None:
+    def _totals_only(self) -> GpmFigures:
         """The byte counters as they stand (they exist also on a pass without a new interval)."""
-        for attribute, total in self._totals.items():
-            setattr(sample, attribute, int(total))
+        return _in_order({attribute: int(total) for attribute, total in self._totals.items()})
 
-    def _store_checked(self, sample: GpuSample, fields: tuple[Any, ...], elapsed: float) -> None:
+    def _checked(self, fields: tuple[Any, ...], elapsed: float) -> GpmFigures:
         """Metric by metric: errors, metrics the GPU lacks, figures out of range."""
-        self._report_totals(sample)
+        figures: dict[str, float | int] = {attribute: int(total) for attribute, total in self._totals.items()}
         values: list[tuple[GpmMetric, float]] = []
         unsupported: list[GpmMetric] = []
         for index, metric in enumerate(self._metrics):
@@ -239,7 +261,7 @@ class GpmReader:
                 continue
             if elapsed <= 0 or not self._in_range(metric, value):
                 self._discard(metric, value, elapsed)
-                return
+                return _in_order(figures)
             values.append((metric, value))
         if unsupported:
             LOG.info(
@@ -254,9 +276,10 @@ class GpmReader:
             if metric.throughput:
                 total = totals.get(metric.attribute, 0.0) + max(value, 0.0) * MIB * elapsed
                 totals[metric.attribute] = total
-                setattr(sample, metric.attribute, int(total))
+                figures[metric.attribute] = int(total)
             else:
-                setattr(sample, metric.attribute, int(min(max(value, 0.0), 100.0) * 100.0 + 0.5) / 100.0)
+                figures[metric.attribute] = int(min(max(value, 0.0), 100.0) * 100.0 + 0.5) / 100.0
+        return _in_order(figures)
 
     @staticmethod
     def _in_range(metric: GpmMetric, value: float) -> bool:

@@ -56,6 +56,19 @@ class GpuSample:
     nvlink_tx_bytes_total: int | None = None
 
 
+# GpuSample's GPM fields, in order (poller.gpm reads them as one tuple).
+GPM_FIELDS = (
+    "sm_active_percent",
+    "sm_occupancy_percent",
+    "tensor_active_percent",
+    "dram_bandwidth_utilization_percent",
+    "pcie_rx_bytes_total",
+    "pcie_tx_bytes_total",
+    "nvlink_rx_bytes_total",
+    "nvlink_tx_bytes_total",
+)
+
+
 @dataclass(frozen=True)
 class PassResult:
     """The outcome of one collection pass (monotonic clock times, in seconds)."""

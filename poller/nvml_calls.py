@@ -2,21 +2,24 @@
 
 Calling the C functions of the library nvidia-ml-py loaded, with buffers made once, rather than
 through nvidia-ml-py's wrappers (a lookup, fresh ctypes objects and a result object on every
-call) halves the cost of a pass. Init, enumeration, strings and events still go through
-nvidia-ml-py. A function the loaded library lacks (an older driver) raises FunctionMissingError
-when binding, and its field is left out for that session.
+call) halves the cost of a pass. Every call of a GPU writes into one `Readings` structure, so
+that after the calls one `struct` unpack reads them all and `sample_from` turns them into the
+GPU's sample in one step. Init, enumeration, strings and events still go through nvidia-ml-py.
+A function the loaded library lacks (an older driver) raises FunctionMissingError when binding,
+and its field is left out for that session.
 """
 
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Callable
-from dataclasses import dataclass
+import dataclasses
+import struct
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pynvml
 
-from poller.model import GpuSample
+from poller.model import GPM_FIELDS, GpuIdentity, GpuSample
 
 
 class _Utilization(ctypes.Structure):  # nvmlUtilization_t
@@ -27,14 +30,100 @@ class _Memory(ctypes.Structure):  # nvmlMemory_t (v1)
     _fields_ = (("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong))
 
 
-@dataclass(slots=True)
+class Readings(ctypes.Structure):
+    """One GPU's output buffers of every call of a pass, side by side."""
+
+    _fields_ = (
+        ("utilization", _Utilization),
+        ("memory", _Memory),
+        ("temperature", ctypes.c_uint),
+        ("power", ctypes.c_uint),
+        ("power_limit", ctypes.c_uint),
+        ("sm_clock", ctypes.c_uint),
+        ("memory_clock", ctypes.c_uint),
+        ("clock_event_reasons", ctypes.c_ulonglong),
+        ("ecc_corrected", ctypes.c_ulonglong),
+        ("ecc_uncorrected", ctypes.c_ulonglong),
+        ("energy", ctypes.c_ulonglong),
+    )
+
+
+# Readings as one tuple of numbers (native alignment, as the C compiler lays the structure out):
+# utilization gpu, memory; memory total, free, used; temperature; power; power limit; SM clock;
+# memory clock; clock event reasons; ECC corrected, uncorrected; energy.
+READINGS_LAYOUT = struct.Struct("@IIQQQIIIIIQQQQ")
+if READINGS_LAYOUT.size != ctypes.sizeof(Readings):
+    raise ImportError("Readings and READINGS_LAYOUT disagree")
+READING_COUNT = len(READINGS_LAYOUT.unpack_from(bytes(READINGS_LAYOUT.size)))
+
+
+def sample_from(gpu: GpuIdentity, readings: Sequence[int | None], gpm: Sequence[Any]) -> GpuSample:
+    """The GPU's sample from its readings in READINGS_LAYOUT order (None where its call did not
+    answer), in the catalog's units, and its GPM figures (GPM_FIELDS order)."""
+    (
+        utilization,
+        memory_utilization,
+        memory_total,
+        _,
+        memory_used,
+        temperature,
+        power_mw,
+        power_limit_mw,
+        sm_mhz,
+        memory_mhz,
+        clock_event_reasons,
+        ecc_corrected,
+        ecc_uncorrected,
+        energy_mj,
+    ) = readings
+    return GpuSample(  # by position, in _SAMPLE_FIELDS order (checked below)
+        gpu,
+        utilization,
+        memory_utilization,
+        memory_used,
+        memory_total,
+        temperature,
+        None if power_mw is None else power_mw / 1000.0,
+        None if power_limit_mw is None else power_limit_mw / 1000.0,
+        None if sm_mhz is None else sm_mhz * 1_000_000,
+        None if memory_mhz is None else memory_mhz * 1_000_000,
+        clock_event_reasons,
+        ecc_corrected,
+        ecc_uncorrected,
+        None if energy_mj is None else energy_mj / 1000.0,
+        *gpm,
+    )
+
+
+_SAMPLE_FIELDS = (
+    "gpu",
+    "utilization_percent",
+    "memory_utilization_percent",
+    "memory_used_bytes",
+    "memory_total_bytes",
+    "temperature_celsius",
+    "power_watts",
+    "power_limit_watts",
+    "sm_clock_hertz",
+    "memory_clock_hertz",
+    "clock_event_reasons",
+    "ecc_corrected_total",
+    "ecc_uncorrected_total",
+    "energy_joules_total",
+    *GPM_FIELDS,
+)
+if tuple(field.name for field in dataclasses.fields(GpuSample)) != _SAMPLE_FIELDS:
+    raise ImportError("GpuSample's fields are not in the order sample_from passes them")
+
+
+@dataclasses.dataclass(slots=True)
 class FieldCall:
-    """One NVML call of a pass, bound to its device handle and to an output buffer made once."""
+    """One NVML call of a pass, bound to its device handle and to its part of the GPU's Readings."""
 
     name: str
     function: Callable[..., int]
     arguments: tuple[Any, ...]
-    store: Callable[[GpuSample], None]
+    positions: tuple[int, ...]  # the readings (READINGS_LAYOUT positions) it fills
 
 
 class FunctionMissingError(Exception):
@@ -57,155 +146,56 @@ def nvml_function(lib: Any, *names: str) -> Callable[..., int]:
     raise FunctionMissingError(" / ".join(names))
 
 
-def _utilization(lib: Any, handle: Any) -> FieldCall:
-    rates = _Utilization()
+@dataclasses.dataclass(frozen=True)
+class _Field:
+    """How to bind one field's call: function name(s), the arguments between the device handle and
+    the output buffer, the Readings member it writes and the readings that member holds."""
 
-    def store(sample: GpuSample) -> None:
-        sample.utilization_percent = rates.gpu
-        sample.memory_utilization_percent = rates.memory
+    name: str
+    functions: tuple[str, ...]
+    options: tuple[int, ...]
+    member: str
+    positions: tuple[int, ...]
 
-    return FieldCall(
-        "utilization", nvml_function(lib, "nvmlDeviceGetUtilizationRates"), (handle, ctypes.byref(rates)), store
-    )
-
-
-def _memory(lib: Any, handle: Any) -> FieldCall:
-    memory = _Memory()
-
-    def store(sample: GpuSample) -> None:
-        sample.memory_used_bytes = memory.used
-        sample.memory_total_bytes = memory.total
-
-    return FieldCall("memory", nvml_function(lib, "nvmlDeviceGetMemoryInfo"), (handle, ctypes.byref(memory)), store)
+    def bind(self, lib: Any, handle: Any, readings: Readings) -> FieldCall:
+        function = nvml_function(lib, *self.functions)
+        buffer = ctypes.byref(readings, getattr(Readings, self.member).offset)
+        return FieldCall(self.name, function, (handle, *self.options, buffer), self.positions)
 
 
-def _temperature(lib: Any, handle: Any) -> FieldCall:
-    celsius = ctypes.c_uint()
-
-    def store(sample: GpuSample) -> None:
-        sample.temperature_celsius = celsius.value
-
-    return FieldCall(
-        "temperature",
-        nvml_function(lib, "nvmlDeviceGetTemperature"),
-        (handle, pynvml.NVML_TEMPERATURE_GPU, ctypes.byref(celsius)),
-        store,
-    )
-
-
-def _power(lib: Any, handle: Any) -> FieldCall:
-    milliwatts = ctypes.c_uint()
-
-    def store(sample: GpuSample) -> None:
-        sample.power_watts = milliwatts.value / 1000.0
-
-    return FieldCall("power", nvml_function(lib, "nvmlDeviceGetPowerUsage"), (handle, ctypes.byref(milliwatts)), store)
-
-
-def _power_limit(lib: Any, handle: Any) -> FieldCall:
-    milliwatts = ctypes.c_uint()
-
-    def store(sample: GpuSample) -> None:
-        sample.power_limit_watts = milliwatts.value / 1000.0
-
-    return FieldCall(
-        "power_limit", nvml_function(lib, "nvmlDeviceGetEnforcedPowerLimit"), (handle, ctypes.byref(milliwatts)), store
-    )
-
-
-def _sm_clock(lib: Any, handle: Any) -> FieldCall:
-    megahertz = ctypes.c_uint()
-
-    def store(sample: GpuSample) -> None:
-        sample.sm_clock_hertz = megahertz.value * 1_000_000
-
-    return FieldCall(
-        "sm_clock",
-        nvml_function(lib, "nvmlDeviceGetClockInfo"),
-        (handle, pynvml.NVML_CLOCK_SM, ctypes.byref(megahertz)),
-        store,
-    )
-
-
-def _memory_clock(lib: Any, handle: Any) -> FieldCall:
-    megahertz = ctypes.c_uint()
-
-    def store(sample: GpuSample) -> None:
-        sample.memory_clock_hertz = megahertz.value * 1_000_000
-
-    return FieldCall(
-        "memory_clock",
-        nvml_function(lib, "nvmlDeviceGetClockInfo"),
-        (handle, pynvml.NVML_CLOCK_MEM, ctypes.byref(megahertz)),
-        store,
-    )
-
-
-def _clock_event_reasons(lib: Any, handle: Any) -> FieldCall:
-    reasons = ctypes.c_ulonglong()
-
-    def store(sample: GpuSample) -> None:
-        sample.clock_event_reasons = reasons.value
-
+# Every NVML field read per GPU per pass.
+FIELDS: tuple[_Field, ...] = (
+    _Field("utilization", ("nvmlDeviceGetUtilizationRates",), (), "utilization", (0, 1)),
+    _Field("memory", ("nvmlDeviceGetMemoryInfo",), (), "memory", (2, 3, 4)),
+    _Field("temperature", ("nvmlDeviceGetTemperature",), (pynvml.NVML_TEMPERATURE_GPU,), "temperature", (5,)),
+    _Field("power", ("nvmlDeviceGetPowerUsage",), (), "power", (6,)),
+    _Field("power_limit", ("nvmlDeviceGetEnforcedPowerLimit",), (), "power_limit", (7,)),
+    _Field("sm_clock", ("nvmlDeviceGetClockInfo",), (pynvml.NVML_CLOCK_SM,), "sm_clock", (8,)),
+    _Field("memory_clock", ("nvmlDeviceGetClockInfo",), (pynvml.NVML_CLOCK_MEM,), "memory_clock", (9,)),
     # Drivers before 535 only have the older name of the same call.
-    function = nvml_function(lib, "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons")
-    return FieldCall("clock_event_reasons", function, (handle, ctypes.byref(reasons)), store)
-
-
-def _ecc_corrected(lib: Any, handle: Any) -> FieldCall:
-    count = ctypes.c_ulonglong()
-
-    def store(sample: GpuSample) -> None:
-        sample.ecc_corrected_total = count.value
-
-    return FieldCall(
+    _Field(
+        "clock_event_reasons",
+        ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"),
+        (),
+        "clock_event_reasons",
+        (10,),
+    ),
+    _Field(
         "ecc_corrected",
-        nvml_function(lib, "nvmlDeviceGetTotalEccErrors"),
-        (handle, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_VOLATILE_ECC, ctypes.byref(count)),
-        store,
-    )
-
-
-def _ecc_uncorrected(lib: Any, handle: Any) -> FieldCall:
-    count = ctypes.c_ulonglong()
-
-    def store(sample: GpuSample) -> None:
-        sample.ecc_uncorrected_total = count.value
-
-    return FieldCall(
+        ("nvmlDeviceGetTotalEccErrors",),
+        (pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_VOLATILE_ECC),
+        "ecc_corrected",
+        (11,),
+    ),
+    _Field(
         "ecc_uncorrected",
-        nvml_function(lib, "nvmlDeviceGetTotalEccErrors"),
-        (handle, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC, ctypes.byref(count)),
-        store,
-    )
-
-
-def _energy(lib: Any, handle: Any) -> FieldCall:
-    millijoules = ctypes.c_ulonglong()
-
-    def store(sample: GpuSample) -> None:
-        sample.energy_joules_total = millijoules.value / 1000.0
-
+        ("nvmlDeviceGetTotalEccErrors",),
+        (pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC),
+        "ecc_uncorrected",
+        (12,),
+    ),
     # Volta and newer; NOT_SUPPORTED elsewhere, and drivers before it lack the function.
-    return FieldCall(
-        "energy",
-        nvml_function(lib, "nvmlDeviceGetTotalEnergyConsumption"),
-        (handle, ctypes.byref(millijoules)),
-        store,
-    )
-
-
-# Every NVML field read per GPU per pass, in page order.
-FIELD_CALLS: tuple[Callable[[Any, Any], FieldCall], ...] = (
-    _utilization,
-    _memory,
-    _temperature,
-    _power,
-    _power_limit,
-    _sm_clock,
-    _memory_clock,
-    _clock_event_reasons,
-    _ecc_corrected,
-    _ecc_uncorrected,
-    _energy,
+    _Field("energy", ("nvmlDeviceGetTotalEnergyConsumption",), (), "energy", (13,)),
 )
+if sorted(p for field in FIELDS for p in field.positions) != list(range(READING_COUNT)):
+    raise ImportError("FIELDS must fill every reading exactly once")

@@ -33,9 +33,17 @@ from typing import Any
 import pynvml
 
 from poller.error_counters import ErrorCounters
-from poller.gpm import GPM_FUNCTION_NAMES, GpmAllocationError, GpmFunctions, GpmReader
+from poller.gpm import GPM_FUNCTION_NAMES, NO_GPM, GpmAllocationError, GpmCallError, GpmFunctions, GpmReader
 from poller.model import DriverInfo, GpuIdentity, GpuSample, PassResult, unidentified_gpu
-from poller.nvml_calls import FIELD_CALLS, FieldCall, FunctionMissingError
+from poller.nvml_calls import (
+    FIELDS,
+    READING_COUNT,
+    READINGS_LAYOUT,
+    FieldCall,
+    FunctionMissingError,
+    Readings,
+    sample_from,
+)
 
 LOG = logging.getLogger(__name__)
 
@@ -74,8 +82,17 @@ def handle_address(handle: Any) -> int:
 class Device:
     gpu: GpuIdentity
     handle: Any
+    readings: Readings  # the output buffers of `calls`
     calls: list[FieldCall]  # the fields this GPU answers (unsupported ones are dropped)
     gpm: GpmReader | None = None  # GPM samples, where the driver and the GPU offer them
+    absent: tuple[int, ...] = ()  # the readings no call fills (set by drop_calls)
+
+    def drop_calls(self, calls: list[FieldCall]) -> None:
+        """Stop making `calls` (until NVML re-initialises); their readings stay absent."""
+        for call in calls:
+            self.calls.remove(call)
+        filled = {position for call in self.calls for position in call.positions}
+        self.absent = tuple(position for position in range(READING_COUNT) if position not in filled)
 
 
 @dataclass
@@ -164,12 +181,11 @@ class NvmlSource:
         )
 
     def _read_device(self, session: Session, device: Device) -> GpuSample | None:
-        sample = GpuSample(device.gpu)
+        failed: list[FieldCall] = []
         unsupported: list[FieldCall] = []
         for call in device.calls:
             code = call.function(*call.arguments)
             if code == 0:
-                call.store(sample)
                 continue
             if code in LOST_CODES:
                 self._gpu_lost(session, device, self._nvml.NVMLError(code))
@@ -183,6 +199,7 @@ class NvmlSource:
                     "GPU %d (%s): %s not available (%s); omitted", device.gpu.index, device.gpu.uuid, call.name, error
                 )
                 continue
+            failed.append(call)
             self._counters.record_failure("query")
             key = (device.gpu.index, call.name, code)
             if key not in self._logged_field_errors:
@@ -194,13 +211,26 @@ class NvmlSource:
                     call.name,
                     error,
                 )
-        for call in unsupported:  # not asked again until NVML re-initialises
-            device.calls.remove(call)
+        readings: tuple[int | None, ...] | list[int | None] = READINGS_LAYOUT.unpack_from(device.readings)
+        if device.absent or failed or unsupported:  # what no call filled this pass is left out
+            readings = list(readings)
+            for position in device.absent:
+                readings[position] = None
+            for call in failed + unsupported:
+                for position in call.positions:
+                    readings[position] = None
+        if unsupported:  # not asked again until NVML re-initialises
+            device.drop_calls(unsupported)
         gpm = device.gpm
+        figures = NO_GPM
         if gpm is not None:
-            failed = gpm.read(sample)
-            if failed is not None and not self._gpm_failed(session, device, *failed):
-                return None
+            try:
+                figures = gpm.read()
+            except GpmCallError as err:
+                figures = err.figures
+                if not self._gpm_failed(session, device, err.call, err.code):
+                    return None
+        sample = sample_from(device.gpu, readings, figures)
         self._count_new_uncorrected(sample)
         return sample
 
@@ -243,6 +273,8 @@ class NvmlSource:
         if value is None:
             return
         previous = self._last_uncorrected.get(sample.gpu)
+        if previous == value:  # the common case: nothing new
+            return
         if previous is not None and value > previous:
             self._counters.record_error(sample.gpu, "ecc_uncorrected", value - previous)
         self._last_uncorrected[sample.gpu] = value
@@ -365,7 +397,9 @@ class NvmlSource:
                 del self._lost[index]
             self._known[index] = gpu
             self._counters.register_gpu(gpu)
-            device = Device(gpu, handle, self._bind_calls(handle))
+            readings = Readings()
+            device = Device(gpu, handle, readings, self._bind_calls(handle, readings))
+            device.drop_calls([])  # the readings of fields the driver lacks are absent
             devices.append(device)
             if gpm is not None:
                 device.gpm = self._bind_gpm(gpm, device, gpm_unsupported)
@@ -423,12 +457,12 @@ class NvmlSource:
             LOG.warning("GPU %d (%s): %s; GPM metrics omitted until NVML re-initialises", gpu.index, gpu.uuid, err)
             return None
 
-    def _bind_calls(self, handle: Any) -> list[FieldCall]:
+    def _bind_calls(self, handle: Any, readings: Readings) -> list[FieldCall]:
         """The pass's NVML calls for one GPU (see nvml_calls), less those the driver lacks."""
         calls: list[FieldCall] = []
-        for bind in FIELD_CALLS:
+        for field in FIELDS:
             try:
-                calls.append(bind(self._nvml.nvmlLib, handle))
+                calls.append(field.bind(self._nvml.nvmlLib, handle, readings))
             except FunctionMissingError as err:
                 if str(err) not in self._logged_missing:
                     self._logged_missing.add(str(err))
