@@ -72,12 +72,12 @@ _ERROR_LABELS = (*GPU_LABELS, "error_type")
 
 # --- recorded at the head of the group, read by its alerts in the same evaluation ------------------
 # The inputs: each GPU input read once, and only the GPUs that could matter to an alert written.
-MEMORY_RATIO_WATCHED = "gpu:ml_gpu_memory_used_over_total:watched"
+MEMORY_RATIO_WATCHED = f"gpu:{recording.MEMORY_USED_OVER_TOTAL}:watched"
 TEMPERATURE_TOO_HOT = f"gpu:{catalog.GPU_TEMPERATURE_CELSIUS.name}:too_hot"
 ERRORS_NONZERO = f"gpu_error_type:{catalog.GPU_ERRORS_TOTAL.name}:nonzero"
 # Per-GPU alert conditions that read a window, recorded once so that the job join (which reads its
 # per-GPU side twice) reads a few recorded series instead of evaluating the window twice.
-EXHAUSTION_PREDICTED = "gpu:ml_gpu_memory_used_over_total:exhaustion_predicted"
+EXHAUSTION_PREDICTED = f"gpu:{recording.MEMORY_USED_OVER_TOTAL}:exhaustion_predicted"
 ERRORS_INCREASED = f"gpu:{catalog.GPU_ERRORS_TOTAL.name}:increased"
 
 

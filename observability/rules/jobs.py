@@ -34,6 +34,7 @@ from typing import Any
 from observability import catalog
 from observability.config import ObservabilityConfig
 from observability.promql import by, duration
+from observability.rules import recording
 from observability.rules.model import RecordingRule
 
 GROUP = "ml_training_job_gpus.recording"
@@ -85,7 +86,7 @@ HELD_UTILIZATION = RecordingRule(
     "Utilization (0-100) of each GPU a training job holds, labelled with the job.",
 )
 HELD_MEMORY_RATIO = RecordingRule(
-    "job_gpu:ml_gpu_memory_used_over_total:ratio",
+    f"job_gpu:{recording.MEMORY_USED_OVER_TOTAL}:ratio",
     attributed(f"max {by(GPU_LABELS)} ({_USED} / {_TOTAL})"),
     "Fraction (0-1) of memory in use on each GPU a training job holds, labelled with the job.",
 )
@@ -117,7 +118,7 @@ JOB_UTILIZATION_MIN = RecordingRule(
     "Utilization (0-100) of the idlest GPU each training job holds.",
 )
 JOB_MEMORY_RATIO_MAX = RecordingRule(
-    "model_type_job_id:ml_gpu_memory_used_over_total:max",
+    f"model_type_job_id:{recording.MEMORY_USED_OVER_TOTAL}:max",
     f"max {_JOB} ({HELD_MEMORY_RATIO.record})",
     "Fraction (0-1) of memory in use on the fullest GPU each training job holds.",
 )

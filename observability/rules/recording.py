@@ -25,17 +25,9 @@ _RATE_WINDOW = duration(RATE_WINDOW_SECONDS)
 # No per-GPU recording rule here: recording one series per GPU (8,000 at 1,000 nodes x 8 GPUs) every
 # evaluation, in another group, cost more than it saved. The GPU alert group records its own inputs
 # at its head (gpu.py: each poller input read once, only the GPUs an alert could look at written).
-#
-# GPU_MEMORY_USED_RATIO is no longer recorded (it is in no group): it stays importable only for
-# the dashboard that still names its record; `.expr` is the per-GPU ratio to query instead.
-GPU_MEMORY_USED_RATIO = RecordingRule(
-    record="node_gpu:ml_gpu_memory_used_over_total:ratio",
-    expr=(
-        f"{gauge_by(catalog.GPU_MEMORY_USED_BYTES, GPU_LABELS)}\n"
-        f"/\n{gauge_by(catalog.GPU_MEMORY_TOTAL_BYTES, GPU_LABELS)}"
-    ),
-    help="Fraction (0-1) of each GPU's memory in use (not recorded; query `.expr`).",
-)
+
+# The metric part of every recorded name of a GPU's memory used over its total (a fraction, 0-1).
+MEMORY_USED_OVER_TOTAL = f"{catalog.GPU_MEMORY_USED_BYTES.name.removesuffix('_bytes')}_over_total"
 INFERENCE_LATENCY_P99 = RecordingRule(
     record="namespace_service_model_type:ml_inference_latency_seconds:p99_rate5m",
     expr=histogram_quantile_rate(0.99, catalog.INFERENCE_LATENCY_SECONDS, RATE_WINDOW_SECONDS, SERVICE_MODEL_LABELS),

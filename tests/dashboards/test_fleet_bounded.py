@@ -20,17 +20,20 @@ from dashboards import lint
 from dashboards.fleet_bound import MAX_TOPK, FleetBound, fleet_sized
 from dashboards.queries import panel_queries
 from observability import catalog
+from observability.promql import gauge_by
 from observability.rules import dashboard_recording as rec
-from observability.rules import recording
 
 RECORDS = lint.recorded_expressions()
 GPU = catalog.GPU_UTILIZATION_PERCENT.name
 NVML = catalog.GPU_POLLER_NVML_UP.name
+MEMORY_RATIO = (  # a per-GPU ratio
+    f"{gauge_by(catalog.GPU_MEMORY_USED_BYTES, catalog.GPU)} / {gauge_by(catalog.GPU_MEMORY_TOTAL_BYTES, catalog.GPU)}"
+)
 
 UNBOUNDED = [
     # The expressions the 1,000-node benchmark returned thousands of series for.
     f'{GPU}{{node=~".*"}}',
-    f"100 * {recording.GPU_MEMORY_USED_RATIO.expr}",  # a per-GPU ratio
+    f"100 * {MEMORY_RATIO}",
     f"max by (node) ({NVML})",
     f'sum by (node, gpu_id, xid) (rate({catalog.GPU_XID_ERRORS_TOTAL.name}{{node=~".*"}}[1m]))',
     f"sum by (node) ({catalog.GPU_POWER_WATTS.name})",
@@ -54,7 +57,7 @@ BOUNDED = [
     f"sum by (gpu_id) ({GPU})",  # gpu_id runs 0-7 on every node: 8 series
     f"max by (node) ({NVML}) == 0",  # only the failing nodes
     f"count(max by (node) ({NVML}) == 0) or vector(0)",
-    f"topk(5, 100 * {recording.GPU_MEMORY_USED_RATIO.expr})",
+    f"topk(5, 100 * {MEMORY_RATIO})",
     rec.GPU_ERRORS_RATE.record,
     rec.GPU_UTILIZATION_TOP.record,  # a recorded topk keeps GPU labels, 5 series
     f"sum by (le) (increase({catalog.TRAINING_ITERATION_SECONDS.bucket}[1m]))",  # not a poller metric

@@ -43,9 +43,11 @@ from observability.scrape_config import EXEMPLAR_STORAGE_FEATURE, PROMETHEUS_REQ
 from tests.querylang.logql import log_queries
 
 from .conftest import CollectorStub, http_get
+from .test_live_prometheus import wait_until
 
 STACK = "dev"
 NODE = "gpu-node-1"
+TRAINER_WAIT = 60.0  # seconds for the trainers to train, report and flush on a loaded 2-core machine
 # The spans the synthetic trainer logs in (job start and end, fold finished, epoch done or NaN,
 # checkpoint saved or failed); data_load spans log nothing.
 LOGGING_SPANS = frozenset({"training_job", "fold", "epoch", "checkpoint_save"})
@@ -73,17 +75,6 @@ def received_spans(collector: CollectorStub) -> list[Span]:
             for scope_spans in resource_spans.scope_spans:
                 spans.extend(Span(s.trace_id.hex(), s.span_id.hex(), s.name, resource) for s in scope_spans.spans)
     return spans
-
-
-def wait_for(what: str, check: Any, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.25)
 
 
 @dataclass(frozen=True)
@@ -220,7 +211,11 @@ def run(rendered: Rendered, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         ).start()
         api = prometheus.api
         for trainer in trainers:
-            wait_for(f"{trainer.pod} to finish training", lambda t=trainer: "job finished" in t.stdout.read_text())
+            wait_until(
+                f"{trainer.pod} to finish training",
+                lambda t=trainer: "job finished" in t.stdout.read_text(),
+                TRAINER_WAIT,
+            )
             assert http_get(trainer.port, "/healthz")[0] == 200
         buckets = (
             catalog.TRAINING_ITERATION_SECONDS.bucket,
@@ -238,14 +233,15 @@ def run(rendered: Rendered, tmp_path_factory: pytest.TempPathFactory) -> Iterato
                 found[series] = {e["labels"]["trace_id"] for s in data for e in s["exemplars"]}
             return found if all(len(ids) == len(trainers) for ids in found.values()) else None
 
-        found = wait_for("an exemplar of every trainer in Prometheus", exemplars)
+        found = wait_until("an exemplar of every trainer in Prometheus", exemplars, TRAINER_WAIT)
         for trainer in trainers:
             trainer.process.send_signal(signal.SIGTERM)
         for trainer in trainers:
             assert trainer.process.wait(timeout=30) == 0, (work / f"{trainer.pod}.stderr").read_text()
-        wait_for(
+        wait_until(
             "every trainer's spans",
             lambda: sum(s.name == "training_job" for s in received_spans(collector)) == len(trainers),
+            TRAINER_WAIT,
         )
         yield Run(
             tuple(trainers), tuple(received_spans(collector)), found, rendered.container["name"], rendered.namespace

@@ -124,6 +124,17 @@ def _ratios(start: float, step: float, samples: int) -> list[float]:
     return [(start + step * i) * H100_BYTES for i in range(samples)]
 
 
+CHECKPOINT_FAILURE = Firing(
+    {"namespace": "training", "model_type": "dqn", "job_id": "job-1", "error_type": "disk_full"}
+)
+
+
+def _checkpoint_failures(values_text: str) -> dict[str, str]:
+    """A training job's checkpoint-failure counter (disk full)."""
+    labels = {**TRAINING_POD, "model_type": "dqn", "job_id": "job-1", "error_type": "disk_full"}
+    return {series(catalog.CHECKPOINT_SAVE_FAILURES_TOTAL, labels): values_text}
+
+
 def _flat_then_growing(step: float, flat: int = 21, growing: int = 45) -> str:
     """A counter flat at 0 for `flat` scrapes (0..(flat-1)*15s), then growing `step` per scrape."""
     return join([0.0] * flat, counter(step, step, growing))
@@ -770,56 +781,35 @@ def alert_cases(th: Thresholds = DEFAULT_THRESHOLDS) -> tuple[Case, ...]:
         Case(
             "CheckpointSaveFailures",
             "a failure fires at the first evaluation that sees it",
-            {
-                series(
-                    catalog.CHECKPOINT_SAVE_FAILURES_TOTAL,
-                    {**TRAINING_POD, "model_type": "dqn", "job_id": "job-1", "error_type": "disk_full"},
-                ): values((0, 3), (1, 20))
-            },
+            _checkpoint_failures(values((0, 3), (1, 20))),
             (
                 *silent(30),
                 fires(
                     45,
-                    Firing(
-                        {"namespace": "training", "model_type": "dqn", "job_id": "job-1", "error_type": "disk_full"}
-                    ),
+                    CHECKPOINT_FAILURE,
                 ),
             ),
         ),
         Case(
             "CheckpointSaveFailures",
             "a job's first failure (new series) fires",
-            {
-                series(
-                    catalog.CHECKPOINT_SAVE_FAILURES_TOTAL,
-                    {**TRAINING_POD, "model_type": "dqn", "job_id": "job-1", "error_type": "disk_full"},
-                ): values((None, 3), (1, 20))
-            },
+            _checkpoint_failures(values((None, 3), (1, 20))),
             (
                 *silent(30),
                 fires(
                     45,
-                    Firing(
-                        {"namespace": "training", "model_type": "dqn", "job_id": "job-1", "error_type": "disk_full"}
-                    ),
+                    CHECKPOINT_FAILURE,
                 ),
             ),
         ),
         Case(
             "CheckpointSaveFailures",
             "resolves 10m after the last failure",
-            {
-                series(
-                    catalog.CHECKPOINT_SAVE_FAILURES_TOTAL,
-                    {**TRAINING_POD, "model_type": "dqn", "job_id": "job-1", "error_type": "disk_full"},
-                ): values((0, 2), (1, 60))
-            },
+            _checkpoint_failures(values((0, 2), (1, 60))),
             (
                 fires(
                     615,
-                    Firing(
-                        {"namespace": "training", "model_type": "dqn", "job_id": "job-1", "error_type": "disk_full"}
-                    ),
+                    CHECKPOINT_FAILURE,
                 ),
                 *silent(630),
             ),
