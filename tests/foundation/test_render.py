@@ -69,7 +69,7 @@ def test_cli_prints_a_summary(tmp_path: Path) -> None:
 def test_unknown_stack_fails_and_writes_nothing(tmp_path: Path) -> None:
     proc = run_cli("--stack", "qa", "--out", str(tmp_path / "out"))
     assert proc.returncode == 2
-    assert "unknown stack 'qa'" in proc.stderr and "dev, prod, staging" in proc.stderr
+    assert "unknown stack 'qa'" in proc.stderr and ", ".join(STACKS) in proc.stderr
     assert not (tmp_path / "out").exists()
 
 

@@ -35,8 +35,9 @@ def load(stack: str = "dev", **overrides: Any) -> Any:
     return validate_stack(read_stack_config(stack, overrides=overrides))
 
 
-# The dev stack's first declared service, whatever it is called.
-FIRST_SERVICE: str = stack_entries("dev")["services"][0]["name"]
+# The dev stack's declared services, whatever they are called and however many are added.
+SERVICE_NAMES: list[str] = [service["name"] for service in stack_entries("dev")["services"]]
+FIRST_SERVICE = SERVICE_NAMES[0]
 
 
 def mutated(key: str, path: list[Any], value: Any, stack: str = "dev") -> dict[str, Any]:
@@ -82,17 +83,17 @@ BAD_CONFIGS = [
     # (case id, overrides, fragment of the expected message)
     ("otlp-not-a-url", mutated("endpoints", ["tempoOtlpGrpc"], "tempo:4317"), "endpoints.tempoOtlpGrpc = 'tempo:4317': expected a URL"),
     ("loki-bad-scheme", mutated("endpoints", ["loki"], "ftp://loki:3100"), "endpoints.loki = 'ftp://loki:3100': expected a URL with scheme http or https"),
-    ("port-zero", mutated("services", [0, "port"], 0), "services['api-gateway'].port = 0: expected a whole number from 1 to 65535"),
+    ("port-zero", mutated("services", [0, "port"], 0), f"services['{SERVICE_NAMES[0]}'].port = 0: expected a whole number from 1 to 65535"),
     ("port-too-big", mutated("poller", ["port"], 70000), "poller.port = 70000: expected a whole number from 1 to 65535"),
-    ("port-not-a-number", mutated("services", [2, "port"], "http"), "services['ml-inference-service'].port = 'http': expected a whole number"),
+    ("port-not-a-number", mutated("services", [2, "port"], "http"), f"services['{SERVICE_NAMES[2]}'].port = 'http': expected a whole number"),
     ("poll-interval-zero", mutated("poller", ["minIntervalSeconds"], 0), "poller.minIntervalSeconds = 0: expected a number above 0"),
     ("unknown-scrape-mode", mutated("scrape", ["mode"], "servicemonitor"), "scrape.mode = 'servicemonitor': expected one of 'annotations', 'operator'"),
     ("duplicate-service", mutated("services", [1, "name"], FIRST_SERVICE), f"services[1].name = '{FIRST_SERVICE}': expected a unique service name"),
     ("path-without-slash", mutated("services", [0, "path"], "metrics"), f"services['{FIRST_SERVICE}'].path = 'metrics': expected an HTTP path starting with '/'"),
     ("bad-namespace", mutated("namespaces", ["training"], "Training_NS"), "namespaces.training = 'Training_NS': expected a DNS-1123 label"),
     ("bad-environment", {"environment": "Prod!"}, "environment = 'Prod!': expected a lower-case name such as dev, staging, prod or gpu-lab"),
-    ("port-as-string", mutated("services", [3, "port"], "9096"), "services['feature-store'].port = '9096': expected a whole number from 1 to 65535 written without quotes"),
-    ("model-type-not-a-label", mutated("services", [1, "modelType"], "DQN,v2"), "services['ml-training-service'].modelType = 'DQN,v2': expected a model type"),
+    ("port-as-string", mutated("services", [3, "port"], "9096"), f"services['{SERVICE_NAMES[3]}'].port = '9096': expected a whole number from 1 to 65535 written without quotes"),
+    ("model-type-not-a-label", mutated("services", [1, "modelType"], "DQN,v2"), f"services['{SERVICE_NAMES[1]}'].modelType = 'DQN,v2': expected a model type"),
     ("budget-too-small", {"criticalDetectionSeconds": 5}, "criticalDetectionSeconds = 5: expected a whole number from 10 to 600"),
     ("kubeconfig-in-plaintext", {"kubeconfig": "apiVersion: v1"}, "kubeconfig is a credential given in plaintext"),
     ("unsupported-kubernetes", {"kubernetesVersion": "1.19.0"}, "kubernetesVersion = '1.19.0': expected a version 1.27.x to 1.37.x"),
