@@ -32,6 +32,11 @@ def gpu_memory_steps(th: AlertThresholds) -> Thresholds:
     return Thresholds(GREEN, ((th.gpu_memory_high_ratio.percent, YELLOW), (th.gpu_memory_exhausted_ratio.percent, RED)))
 
 
+def gpu_memory_ratio_steps(th: AlertThresholds) -> Thresholds:
+    """The memory steps for a panel that shows the fraction (0-1) rather than percent."""
+    return Thresholds(GREEN, ((th.gpu_memory_high_ratio.value, YELLOW), (th.gpu_memory_exhausted_ratio.value, RED)))
+
+
 def temperature_steps(th: AlertThresholds) -> Thresholds:
     """Red above GPUTemperatureHigh's threshold, yellow in the 10 °C below it."""
     hot = th.gpu_temperature_high_celsius.value

@@ -12,7 +12,7 @@ from typing import Any
 from dashboards import panels, variables
 from dashboards.layout import DashboardSpec, Row, assemble
 from dashboards.panels import BLUE, GREEN, RED, YELLOW, Common, Query, Thresholds
-from dashboards.threshold_steps import temperature_steps
+from dashboards.threshold_steps import gpu_memory_ratio_steps, gpu_utilization_steps, temperature_steps
 from observability import catalog, promql
 from observability.config import ObservabilityConfig
 from observability.rules import dashboard_recording as rec
@@ -273,6 +273,9 @@ def currency_unit(cfg: ObservabilityConfig) -> str:
 def _this_jobs_gpus(cfg: ObservabilityConfig) -> Row:
     # The job's GPUs only, from the recorded held-GPU series (`jobs.py`): a job's GPUs, not a node's,
     # so two 1-GPU jobs on one node are two different views.
+    th = cfg.thresholds
+    low, high = th.gpu_utilization_low_percent.short, th.gpu_utilization_high_percent.short
+
     def held(title: str, description: str, unit: str, rule: RecordingRule, **extra: Any) -> panels.PanelBuilder:
         return panels.timeseries(
             Common(title, f"{description} Each GPU job $job_id holds (up to {JOB_GPUS}).", unit, w=6, **extra),
@@ -298,27 +301,31 @@ def _this_jobs_gpus(cfg: ObservabilityConfig) -> Row:
         [
             held(
                 "Job GPU Utilization",
-                "Share of time a kernel ran.",
+                f"Share of time a kernel ran, per GPU; red below {low} or above {high}, the thresholds the job's "
+                "mean is alerted at (GPUUtilizationLow, GPUUtilizationCritical).",
                 "percent",
                 jobs.HELD_UTILIZATION,
                 min=0,
                 max=100,
+                thresholds=gpu_utilization_steps(th),
             ),
             held(
                 "Job GPU Memory Used",
-                "Share of device memory in use.",
+                f"Share of device memory in use, per GPU; yellow from {th.gpu_memory_high_ratio.short} "
+                f"(GPUMemoryUsageHigh), red from {th.gpu_memory_exhausted_ratio.short} (GPUMemoryExhausted).",
                 "percentunit",
                 jobs.HELD_MEMORY_RATIO,
                 min=0,
                 max=1,
+                thresholds=gpu_memory_ratio_steps(th),
             ),
             held("Job GPU Power", "Power draw.", "watt", jobs.HELD_POWER, min=0),
             held(
                 "Job GPU Temperature",
-                f"Core temperature; throttling risk above {cfg.thresholds.gpu_temperature_high_celsius.short}.",
+                f"Core temperature; throttling risk above {th.gpu_temperature_high_celsius.short}.",
                 "celsius",
                 jobs.HELD_TEMPERATURE,
-                thresholds=temperature_steps(cfg.thresholds),
+                thresholds=temperature_steps(th),
             ),
             so_far("GPUs Held", "GPUs the job holds now.", "short", jobs.JOB_GPUS.record),
             so_far(

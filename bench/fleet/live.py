@@ -11,6 +11,7 @@ series and values are the same as the backfill's, so both halves of the benchmar
 from __future__ import annotations
 
 import math
+import re
 import statistics
 import threading
 import time
@@ -27,11 +28,13 @@ from bench.fleet.series import HistogramSpec, SeriesSpec, stable_key
 from bench.fleet.values import Patterns, le_text
 from observability import catalog
 from observability.config import ObservabilityConfig
+from observability.rules import gpu, jobs, rule_groups
 from observability.scrape_config import SHARD_KEY
 
 TARGET_KEYS = ("job", "instance", "namespace", "pod", "service")
 NO_JOB = "tempo-metrics-generator"  # Tempo remote-writes its series; here it is one more target
 BASELINE_GROUP = "bench-baseline (not deployed)"
+SEQUENCED_GROUP = "bench-gpu-alert-group-alone (not deployed)"
 
 
 def baseline_group(cfg: ObservabilityConfig) -> dict[str, Any]:
@@ -46,6 +49,58 @@ def baseline_group(cfg: ObservabilityConfig) -> dict[str, Any]:
             {"record": f"bench:{node}:count", "expr": f"count({node})"},
         ],
     }
+
+
+def gpu_alert_inputs(cfg: ObservabilityConfig) -> list[str]:
+    """The poller's series that the GPU alert group reads (through its recorded inputs or directly)."""
+    poller = {s for m in catalog.by_producer(catalog.Producer.GPU_POLLER) for s in m.series_names}
+    exprs = [r.expr for r in gpu.input_rules(cfg)] + [a.expr for a in gpu.gpu_alerts(cfg)]
+    return sorted(poller & set(re.findall(r"[A-Za-z_:][A-Za-z0-9_:]*", " ".join(exprs))))
+
+
+@dataclass(frozen=True)
+class SequencedGroup:
+    """Rule groups run one after another inside one bench-only group: every rule at the same
+    evaluation timestamp, in order, in one goroutine, so no other group contends within an
+    evaluation and each part's cost is the sum of its rules' times (`parts`: name, rule count)."""
+
+    group: dict[str, Any]
+    parts: tuple[tuple[str, int], ...]
+
+
+def gpu_alert_group_alone(cfg: ObservabilityConfig) -> SequencedGroup:
+    """The GPU alert group timed against its yardstick and its floor within each evaluation: the
+    fleet read (`count()` of one GPU metric), then `count()` of each poller series the group reads
+    (what it costs at least, whatever its design, as long as it reads its inputs at every
+    evaluation: the critical alerts' detection promise needs that), then the per-job records the
+    utilization alerts read, then the group itself."""
+    yardstick = baseline_group(cfg)["rules"][:1]
+    floor = [{"record": f"bench:{name}:count", "expr": f"count({name})"} for name in gpu_alert_inputs(cfg)]
+    by_name = {str(g["name"]): g for g in rule_groups(cfg)}
+    job_rules = [r for g in jobs.job_groups(cfg) for r in g["rules"]]
+    gpu_rules = by_name[gpu.GROUP]["rules"]
+    return SequencedGroup(
+        {
+            "name": SEQUENCED_GROUP,
+            "interval": f"{cfg.evaluation_interval_seconds}s",
+            "rules": [*yardstick, *floor, *job_rules, *gpu_rules],
+        },
+        (
+            ("fleet read", len(yardstick)),
+            ("floor", len(floor)),
+            (jobs.GROUP, len(job_rules)),
+            (gpu.GROUP, len(gpu_rules)),
+        ),
+    )
+
+
+def part_costs(sequenced: SequencedGroup, timing: GroupTiming) -> dict[str, float]:
+    """Mean ms of each part of a sequenced group, from its rules' mean times (in order)."""
+    costs, start = {}, 0
+    for name, count in sequenced.parts:
+        costs[name] = sum(ms for _, ms in timing.rule_ms[start : start + count])
+        start += count
+    return costs
 
 
 def _sample_line(name: str, labels: Sequence[tuple[str, str]], extra: str = "") -> str:

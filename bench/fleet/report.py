@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -26,6 +27,8 @@ class ScaleResult:
     panels: list[PanelTiming]
     groups: list[GroupTiming]
     previous_groups: list[GroupTiming] = field(default_factory=list)  # the previous design, timed apart
+    # The GPU alert group timed alone, in one sequence with its yardstick and floor: mean ms by part.
+    alone: dict[str, float] = field(default_factory=dict)
 
 
 def _cell(text: str, limit: int = 110) -> str:
@@ -221,6 +224,7 @@ def _previous_design_lines(big: ScaleResult) -> list[str]:
         f"| baseline GPU read (`count` of one GPU gauge) | {_ms(_gpu_read_ms(base_before) or 0)} ms | "
         f"{_ms(_gpu_read_ms(base_now) or 0)} ms |",
         *_per_rule_lines(after, base_now),
+        *_alone_lines(big.alone),
     ]
 
 
@@ -234,6 +238,25 @@ def _per_rule_lines(group: GroupTiming | None, baseline: GroupTiming | None) -> 
         "",
         f"`{group.name}` now, by rule (mean fleet reads; the recorded inputs first, then the alerts, which "
         f"read them in the same evaluation): {rules}.",
+    ]
+
+
+def _alone_lines(alone: dict[str, float]) -> list[str]:
+    """The GPU alert group timed alone: its cost and its floor in fleet reads, measured in one sequence."""
+    read = alone.get("fleet read", 0.0)
+    if read <= 0 or GPU_ALERT_GROUP not in alone:
+        return []
+    group, floor, jobs_ms = alone[GPU_ALERT_GROUP], alone.get("floor", 0.0), alone.get(JOB_GROUP, 0.0)
+    return [
+        "",
+        f"Timed alone, on a third live Prometheus of the same fleet: one bench-only group runs, in order at one "
+        f"timestamp, the fleet read (`count()` of one GPU metric), the floor (`count()` of each poller series "
+        f"`{GPU_ALERT_GROUP}` reads, once), the per-job records its utilization alerts read, then "
+        f"`{GPU_ALERT_GROUP}`'s rules; no other group contends within an evaluation (mean of the recorded "
+        f"evaluations). Fleet read {_ms(read)} ms; floor {floor / read:.1f} fleet reads; `{GPU_ALERT_GROUP}` "
+        f"{group / read:.1f} fleet reads, {group / floor if floor > 0 else math.nan:.1f}x its floor; "
+        f"`{JOB_GROUP}` {jobs_ms / read:.1f} fleet reads. No design that reads the group's inputs at every "
+        "evaluation costs less than the floor.",
     ]
 
 

@@ -19,7 +19,15 @@ from bench._previous_design import previous_gpu_group
 from bench._prometheus import PrometheusApi, PrometheusError, PrometheusServer, binary, config_yaml, free_port
 from bench._report import BENCHMARKS, write_section
 from bench.fleet.data import FleetShape, backfill, data_end
-from bench.fleet.live import FleetExporter, baseline_group, collect_group_evaluations, group_timings, targets
+from bench.fleet.live import (
+    FleetExporter,
+    baseline_group,
+    collect_group_evaluations,
+    gpu_alert_group_alone,
+    group_timings,
+    part_costs,
+    targets,
+)
 from bench.fleet.query_timing import GroupTiming, Timing, first_label_values, recording_levels, time_panel
 from bench.fleet.report import BEGIN, END, GROUPS_BEGIN, GROUPS_END, ScaleResult, render, render_rule_groups
 from bench.fleet.values import Patterns
@@ -145,7 +153,14 @@ def run_scale(
         print("  live: the previous design's GPU alert group ...", flush=True)
         before = time_rule_groups_live(workdir, cfg, shape, warmup, [previous_gpu_group(cfg), baseline_group(cfg)])
         shutil.rmtree(workdir, ignore_errors=True)
-    return ScaleResult(shape, backfilled, rules_seconds, compaction, panels, groups, before)
+    alone: dict[str, float] = {}
+    if previous:
+        print("  live: the GPU alert group alone, with its yardstick and floor ...", flush=True)
+        sequenced = gpu_alert_group_alone(cfg)
+        (timing,) = time_rule_groups_live(workdir, cfg, shape, warmup, [sequenced.group])
+        shutil.rmtree(workdir, ignore_errors=True)
+        alone = part_costs(sequenced, timing) if not timing.total.error else {}
+    return ScaleResult(shape, backfilled, rules_seconds, compaction, panels, groups, before, alone)
 
 
 def time_rule_groups_live(

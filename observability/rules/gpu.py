@@ -12,7 +12,9 @@ Cost at fleet scale (8,000 GPUs): the group reads each of the poller's GPU input
 evaluation, in recording rules at its head (`input_rules`), and writes only the GPUs that could
 matter to an alert: memory above the lowest memory threshold, temperature above its threshold,
 error counters above zero. The conditions that read a window (the memory trend, new errors) are
-recorded from those, once, for the few GPUs that meet them. The alerts read these small recorded
+recorded from those, once, for the few GPUs that meet them, and so are the GPUs above the memory
+alerts' thresholds (the watched ratio holds every GPU above the trend floor, often most of the
+fleet, and the job join would read it twice per alert). The alerts read these small recorded
 series (the job join reads its per-GPU side twice: once joined, once for the GPUs no job holds; on
 a few recorded series that costs nothing). Rules of one group run in order at the same evaluation
 time, and each sees the samples the rules before it wrote, so the recorded inputs are never an
@@ -73,6 +75,9 @@ _ERROR_LABELS = (*GPU_LABELS, "error_type")
 # --- recorded at the head of the group, read by its alerts in the same evaluation ------------------
 # The inputs: each GPU input read once, and only the GPUs that could matter to an alert written.
 MEMORY_RATIO_WATCHED = f"gpu:{recording.MEMORY_USED_OVER_TOTAL}:watched"
+# The GPUs above the lower of the two memory alerts' thresholds: the memory alerts read this (a few
+# GPUs) instead of the watched ratio (every GPU above the trend floor, often most of the fleet).
+MEMORY_RATIO_HIGH = f"gpu:{recording.MEMORY_USED_OVER_TOTAL}:high"
 TEMPERATURE_TOO_HOT = f"gpu:{catalog.GPU_TEMPERATURE_CELSIUS.name}:too_hot"
 ERRORS_NONZERO = f"gpu_error_type:{catalog.GPU_ERRORS_TOTAL.name}:nonzero"
 # Per-GPU alert conditions that read a window, recorded once so that the job join (which reads its
@@ -88,6 +93,12 @@ def _watched_ratio(cfg: ObservabilityConfig) -> Threshold:
         (th.gpu_memory_prediction_floor_ratio, th.gpu_memory_high_ratio, th.gpu_memory_exhausted_ratio),
         key=lambda t: t.value,
     )
+
+
+def _memory_alerts_ratio(cfg: ObservabilityConfig) -> Threshold:
+    """The lower of the two memory alerts' thresholds: above it a GPU is in `MEMORY_RATIO_HIGH`."""
+    th = cfg.thresholds
+    return min((th.gpu_memory_high_ratio, th.gpu_memory_exhausted_ratio), key=lambda t: t.value)
 
 
 def _errors_increased(cfg: ObservabilityConfig) -> RecordingRule:
@@ -112,6 +123,7 @@ def input_rules(cfg: ObservabilityConfig) -> tuple[RecordingRule, ...]:
     """The recording rules at the head of the group, in order: the alerts after them (and each
     rule after the ones it reads) see their samples in the same evaluation."""
     watched, hot = _watched_ratio(cfg), cfg.thresholds.gpu_temperature_high_celsius
+    high = _memory_alerts_ratio(cfg)
     floor = cfg.thresholds.gpu_memory_prediction_floor_ratio
     window, horizon = duration(PREDICTION_WINDOW_SECONDS), duration(PREDICTION_HORIZON_SECONDS)
     return (
@@ -120,6 +132,12 @@ def input_rules(cfg: ObservabilityConfig) -> tuple[RecordingRule, ...]:
             f"max {by(GPU_LABELS)} (\n  {_USED}\n  /\n  {_TOTAL}\n  > {watched.promql}\n)",
             f"Fraction (0-1) of memory in use on each GPU above {watched.short} (the GPUs the memory alerts and "
             f"the out-of-memory prediction look at); GPUs below are not recorded.",
+        ),
+        RecordingRule(
+            MEMORY_RATIO_HIGH,
+            f"{MEMORY_RATIO_WATCHED} > {high.promql}",
+            f"Fraction (0-1) of memory in use on each GPU above {high.short}, the lower of the memory alerts' "
+            f"thresholds; GPUs below are not recorded.",
         ),
         RecordingRule(
             TEMPERATURE_TOO_HOT,
@@ -148,7 +166,7 @@ def input_rules(cfg: ObservabilityConfig) -> tuple[RecordingRule, ...]:
 
 def _memory_ratio_above(ratio: str) -> str:
     """Per GPU, the fraction of its memory in use where it is above `ratio`, with its job's labels."""
-    return jobs.attributed_or_unheld(f"{MEMORY_RATIO_WATCHED} > {ratio}")
+    return jobs.attributed_or_unheld(f"{MEMORY_RATIO_HIGH} > {ratio}")
 
 
 def _memory_ratio_one_gpu_last(window: str) -> str:

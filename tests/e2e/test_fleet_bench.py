@@ -24,7 +24,10 @@ from bench.fleet.live import (
     GroupEvaluations,
     baseline_group,
     collect_group_evaluations,
+    gpu_alert_group_alone,
+    gpu_alert_inputs,
     group_timings,
+    part_costs,
     targets,
 )
 from bench.fleet.query_timing import (
@@ -46,7 +49,7 @@ from dashboards.queries import PanelQuery
 from observability import catalog
 from observability.catalog import Producer
 from observability.config import ObservabilityConfig
-from observability.rules import rule_groups
+from observability.rules import gpu, jobs, rule_groups
 from observability.rules.render import dump_groups
 
 from .conftest import load_harness
@@ -262,6 +265,41 @@ def test_prometheus_scrapes_the_live_fleet_and_times_every_rule_group_in_engine(
     assert baseline.name == BASELINE_GROUP and baseline.total.series == 2  # two counts recorded
 
 
+def test_the_gpu_alert_group_alone_runs_its_yardstick_floor_and_job_records_first(tmp_path):
+    # The floor reads exactly the poller series the group reads, derived from its rules: a series
+    # the group starts reading joins the floor.
+    assert gpu_alert_inputs(CFG) == sorted(
+        {
+            catalog.GPU_ERRORS_TOTAL.name,
+            catalog.GPU_MEMORY_USED_BYTES.name,
+            catalog.GPU_MEMORY_TOTAL_BYTES.name,
+            catalog.GPU_TEMPERATURE_CELSIUS.name,
+        }
+    )
+    sequenced = gpu_alert_group_alone(CFG)
+    rules = sequenced.group["rules"]
+    assert [name for name, _ in sequenced.parts] == ["fleet read", "floor", jobs.GROUP, gpu.GROUP]
+    assert sum(n for _, n in sequenced.parts) == len(rules)
+    assert rules[0] == baseline_group(CFG)["rules"][0]
+    assert [r["expr"] for r in rules[1:5]] == [f"count({name})" for name in gpu_alert_inputs(CFG)]
+    by_name = {g["name"]: g["rules"] for g in rule_groups(CFG)}
+    assert rules[5:] == [*by_name[jobs.GROUP], *by_name[gpu.GROUP]]
+    # On a live (small) fleet every rule evaluates, and the parts add up to the rules' times.
+    shape = FleetShape(nodes=2, gpus_per_node=2, training_jobs=2)
+    fleet = targets(CFG, shape, Patterns(40, 1, 1_700_000_000))
+    with FleetExporter(fleet, 1) as exporter:
+        config = config_yaml(exporter.scrape_configs(), ["rules.yml"], scrape_interval="1s", evaluation_interval="1s")
+        groups = [sequenced.group]
+        with PrometheusServer(tmp_path / "p", config, {"rules.yml": dump_groups(groups)}) as prometheus:
+            exporter.wait_scraped(prometheus.api, timeout=30)
+            evaluations = collect_group_evaluations(prometheus.api, [sequenced.group["name"]], 3, 60, 0.5)
+            (timing,) = group_timings(prometheus.api, evaluations, groups)
+    assert not timing.total.error, timing.total.error
+    costs = part_costs(sequenced, timing)
+    assert list(costs) == [name for name, _ in sequenced.parts] and all(ms > 0 for ms in costs.values())
+    assert sum(costs.values()) == pytest.approx(sum(ms for _, ms in timing.rule_ms))
+
+
 def test_a_broken_rule_is_reported_not_timed():
     samples = {"g": GroupEvaluations(["r"], [0.01], [[0.01]], health_errors=("bad expr",))}
     unused = PrometheusApi(1)  # never asked: nothing is counted for a broken or missing group
@@ -329,7 +367,10 @@ def test_the_report_sets_the_previous_design_beside_the_current_one():
             GroupTiming(PREVIOUS_GROUP, 6, Timing(2600.0, 2900.0, 3950), "z", 1000.0, (), storm),
         ]
     )
+    result.alone.update({"fleet read": 40.0, "floor": 240.0, jobs.GROUP: 400.0, gpu.GROUP: 480.0})
     section = render([fake_result(100, 30.0, 5.0), result], "make bench", "2 cores")
+    assert "floor 6.0 fleet reads; `ml_gpu_resources` 12.0 fleet reads, 2.0x its floor" in section
+    assert "`ml_training_job_gpus.recording` 10.0 fleet reads" in section
     assert "| active alerts of `ml_gpu_resources` | 3950 | 55 |" in section
     assert "| of which GPUUtilizationLow / GPUUtilizationCritical | 3900 | 5 |" in section
     assert "2600 / 2900 ms, 65.0 fleet reads" in section and "120 / 130 ms, 3.0 fleet reads" in section

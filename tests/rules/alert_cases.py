@@ -1059,6 +1059,16 @@ GPU_INPUT_RECORD_CASES: tuple[RecordCase, ...] = (
         ((GPU0, 0.91),),
     ),
     RecordCase(
+        gpu_rules.MEMORY_RATIO_HIGH,
+        "above the lower memory alert threshold only: 97% is recorded, 60% (watched, for the trend) is not",
+        {
+            **_memory(values((0.97 * H100_BYTES, 10))),
+            **_memory(values((0.6 * H100_BYTES, 10)), gpu=GPU1, samples=10),
+        },
+        "1m",
+        ((GPU0, 0.97),),
+    ),
+    RecordCase(
         gpu_rules.TEMPERATURE_TOO_HOT,
         "a hot GPU only (the edges are the alert's cases)",
         {

@@ -80,6 +80,7 @@ def test_alerts_that_read_their_groups_recorded_inputs_show_them():
         "GPUErrorsDetected": (gpu.ERRORS_NONZERO, gpu.ERRORS_INCREASED),
         "GPUMemoryExhaustionPredicted": (gpu.MEMORY_RATIO_WATCHED, gpu.EXHAUSTION_PREDICTED),
         "GPUTemperatureHigh": (gpu.TEMPERATURE_TOO_HOT,),
+        "GPUMemoryExhausted": (gpu.MEMORY_RATIO_WATCHED, gpu.MEMORY_RATIO_HIGH),
     }.items():
         shown = section(text, name)
         assert all(f"- `{record}`:" in shown for record in records), name
