@@ -115,8 +115,8 @@ WORST_GROUPS = 5
 
 
 def _monitoring_health(cfg: ObservabilityConfig) -> Row:
-    slow_group = cfg.thresholds.rule_group_slow_interval_ratio
     """Is the monitoring itself blind anywhere? Fleet totals only (no series per node)."""
+    slow_group = cfg.thresholds.rule_group_slow_interval_ratio
     pollers = promql.gauge(catalog.UP, (promql.matcher("service", cfg.gpu_poller_service),))
     nvml_up = catalog.GPU_POLLER_NVML_UP.name
     capacity = promql.gauge(catalog.KUBE_NODE_STATUS_CAPACITY, (promql.matcher("resource", health.GPU_RESOURCE),))

@@ -5,6 +5,7 @@ Each helper that takes a catalog metric checks its type, so a counter cannot end
 `TypeError` while the rules or dashboards are built, long before a test reads the output.
 
 - Durations and clauses: `duration`, `by`, `on`.
+- Reading expressions: `identifiers` (every name an expression mentions).
 - Selectors: `matcher`, `regex_matcher`, `variable_matcher`, `any_of`, `selector`, `gauge`.
 - Aggregations: `aggregate`, `gauge_by` (a gauge reduced to some labels).
 - Counters: `rate`, `increase` (dashboards, Grafana's `$__rate_interval` by default),
@@ -15,12 +16,20 @@ Each helper that takes a catalog metric checks its type, so a counter cannot end
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from observability.catalog import Metric, MetricType
 
 RATE_INTERVAL = "$__rate_interval"
+_IDENTIFIER = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
 _UNITS: tuple[tuple[str, int], ...] = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
+
+
+def identifiers(expr: str) -> set[str]:
+    """Every name `expr` mentions: series and records, but also functions, keywords and label names,
+    so intersect it with the names you look for."""
+    return set(_IDENTIFIER.findall(expr))
 
 
 def duration(seconds: int) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 
 @dataclass(frozen=True)
@@ -56,17 +56,10 @@ class GpuSample:
     nvlink_tx_bytes_total: int | None = None
 
 
-# GpuSample's GPM fields, in order (poller.gpm reads them as one tuple).
-GPM_FIELDS = (
-    "sm_active_percent",
-    "sm_occupancy_percent",
-    "tensor_active_percent",
-    "dram_bandwidth_utilization_percent",
-    "pcie_rx_bytes_total",
-    "pcie_tx_bytes_total",
-    "nvlink_rx_bytes_total",
-    "nvlink_tx_bytes_total",
-)
+# GpuSample's GPM fields, in order (poller.gpm reads them as one tuple): its last fields, from the
+# first GPM one.
+_SAMPLE_FIELDS = tuple(f.name for f in fields(GpuSample))
+GPM_FIELDS = _SAMPLE_FIELDS[_SAMPLE_FIELDS.index("sm_active_percent") :]
 
 
 @dataclass(frozen=True)

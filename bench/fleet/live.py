@@ -11,7 +11,6 @@ series and values are the same as the backfill's, so both halves of the benchmar
 from __future__ import annotations
 
 import math
-import re
 import statistics
 import threading
 import time
@@ -28,6 +27,7 @@ from bench.fleet.series import HistogramSpec, SeriesSpec, stable_key
 from bench.fleet.values import Patterns, le_text
 from observability import catalog
 from observability.config import ObservabilityConfig
+from observability.promql import identifiers
 from observability.rules import gpu, jobs, rule_groups
 from observability.scrape_config import SHARD_KEY
 
@@ -55,7 +55,7 @@ def gpu_alert_inputs(cfg: ObservabilityConfig) -> list[str]:
     """The poller's series that the GPU alert group reads (through its recorded inputs or directly)."""
     poller = {s for m in catalog.by_producer(catalog.Producer.GPU_POLLER) for s in m.series_names}
     exprs = [r.expr for r in gpu.input_rules(cfg)] + [a.expr for a in gpu.gpu_alerts(cfg)]
-    return sorted(poller & set(re.findall(r"[A-Za-z_:][A-Za-z0-9_:]*", " ".join(exprs))))
+    return sorted(poller & identifiers(" ".join(exprs)))
 
 
 @dataclass(frozen=True)
@@ -76,9 +76,8 @@ def gpu_alert_group_alone(cfg: ObservabilityConfig) -> SequencedGroup:
     utilization alerts read, then the group itself."""
     yardstick = baseline_group(cfg)["rules"][:1]
     floor = [{"record": f"bench:{name}:count", "expr": f"count({name})"} for name in gpu_alert_inputs(cfg)]
-    by_name = {str(g["name"]): g for g in rule_groups(cfg)}
-    job_rules = [r for g in jobs.job_groups(cfg) for r in g["rules"]]
-    gpu_rules = by_name[gpu.GROUP]["rules"]
+    rules_of = {str(g["name"]): list(g["rules"]) for g in rule_groups(cfg)}
+    job_rules, gpu_rules = rules_of[jobs.GROUP], rules_of[gpu.GROUP]
     return SequencedGroup(
         {
             "name": SEQUENCED_GROUP,

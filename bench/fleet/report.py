@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -243,10 +242,10 @@ def _per_rule_lines(group: GroupTiming | None, baseline: GroupTiming | None) -> 
 
 def _alone_lines(alone: dict[str, float]) -> list[str]:
     """The GPU alert group timed alone: its cost and its floor in fleet reads, measured in one sequence."""
-    read = alone.get("fleet read", 0.0)
-    if read <= 0 or GPU_ALERT_GROUP not in alone:
+    read, floor = alone.get("fleet read", 0.0), alone.get("floor", 0.0)
+    if read <= 0 or floor <= 0 or GPU_ALERT_GROUP not in alone:
         return []
-    group, floor, jobs_ms = alone[GPU_ALERT_GROUP], alone.get("floor", 0.0), alone.get(JOB_GROUP, 0.0)
+    group, jobs_ms = alone[GPU_ALERT_GROUP], alone.get(JOB_GROUP, 0.0)
     return [
         "",
         f"Timed alone, on a third live Prometheus of the same fleet: one bench-only group runs, in order at one "
@@ -254,7 +253,7 @@ def _alone_lines(alone: dict[str, float]) -> list[str]:
         f"`{GPU_ALERT_GROUP}` reads, once), the per-job records its utilization alerts read, then "
         f"`{GPU_ALERT_GROUP}`'s rules; no other group contends within an evaluation (mean of the recorded "
         f"evaluations). Fleet read {_ms(read)} ms; floor {floor / read:.1f} fleet reads; `{GPU_ALERT_GROUP}` "
-        f"{group / read:.1f} fleet reads, {group / floor if floor > 0 else math.nan:.1f}x its floor; "
+        f"{group / read:.1f} fleet reads, {group / floor:.1f}x its floor; "
         f"`{JOB_GROUP}` {jobs_ms / read:.1f} fleet reads. No design that reads the group's inputs at every "
         "evaluation costs less than the floor.",
     ]

@@ -86,19 +86,18 @@ EXHAUSTION_PREDICTED = f"gpu:{recording.MEMORY_USED_OVER_TOTAL}:exhaustion_predi
 ERRORS_INCREASED = f"gpu:{catalog.GPU_ERRORS_TOTAL.name}:increased"
 
 
-def _watched_ratio(cfg: ObservabilityConfig) -> Threshold:
-    """The lowest memory ratio any alert of the group looks at: below it a GPU is not recorded."""
-    th = cfg.thresholds
-    return min(
-        (th.gpu_memory_prediction_floor_ratio, th.gpu_memory_high_ratio, th.gpu_memory_exhausted_ratio),
-        key=lambda t: t.value,
-    )
+def _lowest(*thresholds: Threshold) -> Threshold:
+    return min(thresholds, key=lambda t: t.value)
 
 
 def _memory_alerts_ratio(cfg: ObservabilityConfig) -> Threshold:
     """The lower of the two memory alerts' thresholds: above it a GPU is in `MEMORY_RATIO_HIGH`."""
-    th = cfg.thresholds
-    return min((th.gpu_memory_high_ratio, th.gpu_memory_exhausted_ratio), key=lambda t: t.value)
+    return _lowest(cfg.thresholds.gpu_memory_high_ratio, cfg.thresholds.gpu_memory_exhausted_ratio)
+
+
+def _watched_ratio(cfg: ObservabilityConfig) -> Threshold:
+    """The lowest memory ratio any alert of the group looks at: below it a GPU is not recorded."""
+    return _lowest(cfg.thresholds.gpu_memory_prediction_floor_ratio, _memory_alerts_ratio(cfg))
 
 
 def _errors_increased(cfg: ObservabilityConfig) -> RecordingRule:

@@ -262,7 +262,7 @@ def health_alerts(cfg: ObservabilityConfig, project_groups: Sequence[str]) -> tu
             name="GPUPollerCollectionSlow",
             group=GROUP,
             severity=Severity.WARNING,
-            expr=(f"max {by(('node',))} ({catalog.GPU_POLLER_COLLECTION_DURATION_SECONDS.name} > {slow_pass.promql})"),
+            expr=f"max {by(('node',))} ({catalog.GPU_POLLER_COLLECTION_DURATION_SECONDS.name} > {slow_pass.promql})",
             for_seconds=DOWN_FOR_SECONDS,
             summary=f"A GPU poller's NVML pass has taken longer than {slow_pass.text} for 5 minutes.",
             description=(

@@ -7,10 +7,8 @@ changes (`make check` fails while it is stale).
 
 from __future__ import annotations
 
-import re
-
 from observability.config import ObservabilityConfig
-from observability.promql import duration
+from observability.promql import duration, identifiers
 from observability.rules import alert_groups, group_inputs
 from observability.rules.model import AlertRule, RecordingRule, alert_heading, github_anchor
 
@@ -19,18 +17,14 @@ def _for_text(alert: AlertRule) -> str:
     return duration(alert.for_seconds) if alert.for_seconds else "none (fires at the first evaluation)"
 
 
-def _names(expr: str) -> set[str]:
-    return set(re.findall(r"[A-Za-z_:][A-Za-z0-9_:]*", expr))
-
-
 def _recorded_before(expr: str, inputs: tuple[RecordingRule, ...]) -> list[RecordingRule]:
     """The records of the group's head that `expr` reads, directly or through each other, in order."""
-    wanted = _names(expr)
+    wanted = identifiers(expr)
     read: list[RecordingRule] = []
     for rule in reversed(inputs):
         if rule.record in wanted:
             read.insert(0, rule)
-            wanted |= _names(rule.expr)
+            wanted |= identifiers(rule.expr)
     return read
 
 

@@ -35,24 +35,20 @@ from tests.rules.promtool_harness import Suite, run_promtool_tests
 
 FACTORS = (0.9, 1.05)
 # Dashboard panels whose threshold steps show an alert threshold: (uid, row, title) per threshold.
+_UTILIZATION_PANELS = [
+    ("ml-training-comprehensive", "GPU Monitoring", "GPU Utilization Timeline"),
+    ("foxhunt-training-cockpit", "This Job's GPUs", "Job GPU Utilization"),
+]
+_MEMORY_PANELS = [
+    ("ml-training-comprehensive", "GPU Monitoring", "GPU Memory Usage"),
+    ("foxhunt-training-cockpit", "This Job's GPUs", "Job GPU Memory Used"),
+]
 PANELS: dict[str, list[tuple[str, str, str]]] = {
     "training_slowdown_epochs_per_second": [("ml-training-comprehensive", "High-Level Status", "Training Speed")],
-    "gpu_utilization_low_percent": [
-        ("ml-training-comprehensive", "GPU Monitoring", "GPU Utilization Timeline"),
-        ("foxhunt-training-cockpit", "This Job's GPUs", "Job GPU Utilization"),
-    ],
-    "gpu_utilization_high_percent": [
-        ("ml-training-comprehensive", "GPU Monitoring", "GPU Utilization Timeline"),
-        ("foxhunt-training-cockpit", "This Job's GPUs", "Job GPU Utilization"),
-    ],
-    "gpu_memory_high_ratio": [
-        ("ml-training-comprehensive", "GPU Monitoring", "GPU Memory Usage"),
-        ("foxhunt-training-cockpit", "This Job's GPUs", "Job GPU Memory Used"),
-    ],
-    "gpu_memory_exhausted_ratio": [
-        ("ml-training-comprehensive", "GPU Monitoring", "GPU Memory Usage"),
-        ("foxhunt-training-cockpit", "This Job's GPUs", "Job GPU Memory Used"),
-    ],
+    "gpu_utilization_low_percent": _UTILIZATION_PANELS,
+    "gpu_utilization_high_percent": _UTILIZATION_PANELS,
+    "gpu_memory_high_ratio": _MEMORY_PANELS,
+    "gpu_memory_exhausted_ratio": _MEMORY_PANELS,
     "rule_group_slow_interval_ratio": [
         ("foxhunt-infra-cockpit", "Monitoring Health", "Slowest Rule Groups (share of interval)")
     ],
