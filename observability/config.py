@@ -29,6 +29,12 @@ class ObservabilityConfig:
     scrape_interval_seconds: int = 15
     evaluation_interval_seconds: int = 15
     critical_detection_seconds: int = 30
+    # The sources of the critical alerts (the GPU poller, the training jobs and the training service)
+    # are scraped this often, and the rule groups holding those alerts are evaluated this often, so
+    # that a critical failure pages within `critical_detection_seconds` of the failure itself
+    # (observability/rules/detection.py); everything else keeps the intervals above.
+    critical_scrape_interval_seconds: int = 5
+    critical_evaluation_interval_seconds: int = 5
     # Where each alert's `runbook_url` points (a section anchor is appended).
     runbook_base_url: str = "https://github.com/foxhunt/foxhunt-observability/blob/main/docs/runbooks.md"
     # Value of the `service` target label (set by scrape discovery from the pod label

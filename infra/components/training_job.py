@@ -98,7 +98,8 @@ def pod_template(args: TrainingJobArgs) -> dict[str, Any]:
                 **labels(args.common_labels, args.cfg.training_job_service, COMPONENT),
                 MODEL_TYPE_LABEL: job.model_type,
             },
-            "annotations": pod_scrape_annotations(job.metrics_port),
+            # a source of critical alerts (NaN): scraped at the critical interval
+            "annotations": pod_scrape_annotations(job.metrics_port, critical=args.cfg),
         },
         "spec": {
             "restartPolicy": "Never",

@@ -92,6 +92,15 @@ def load_settings(source: ConfigSource, secret: SecretReader) -> Settings:
     prometheus = sections.prometheus(r, environment, endpoints)
     cost = sections.cost(r)
     kube_state_metrics = sections.kube_state_metrics(r)
+    if poller.min_interval_seconds > scrape.critical_interval_seconds - 1:
+        # A scrape within min_interval of the last pass gets that pass: the GPU data could be one
+        # scrape interval older than the detection budget allows for.
+        r.problem(
+            "poller.minIntervalSeconds",
+            f"{poller.min_interval_seconds:g}",
+            f"at most {scrape.critical_interval_seconds - 1} (scrape.criticalIntervalSeconds - 1), so that every "
+            "scrape of the poller gets a fresh NVML pass and a GPU failure is seen at the next scrape",
+        )
     if isinstance(poller.image, ImageBuild) and source.get("registryPassword") is None:
         r.problems.append(
             "registryPassword is missing: the poller image is built and pushed, so set it with "

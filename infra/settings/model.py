@@ -71,6 +71,10 @@ class ScrapeSettings:
     mode: ScrapeMode
     interval_seconds: int
     evaluation_interval_seconds: int
+    # The critical alerts' sources (poller, training pods, training service) and the rule groups
+    # holding those alerts (observability.rules.detection).
+    critical_interval_seconds: int
+    critical_evaluation_interval_seconds: int
     delivery: ScrapeDelivery
     object_name: str
     # Labels the Prometheus (operator) selects PodMonitors / PrometheusRules by.
@@ -218,6 +222,8 @@ class Settings:
             environment=self.environment,
             scrape_interval_seconds=self.scrape.interval_seconds,
             evaluation_interval_seconds=self.scrape.evaluation_interval_seconds,
+            critical_scrape_interval_seconds=self.scrape.critical_interval_seconds,
+            critical_evaluation_interval_seconds=self.scrape.critical_evaluation_interval_seconds,
             runbook_base_url=self.runbook_base_url,
             critical_detection_seconds=self.critical_detection_seconds,
             platform_services=tuple(s.name for s in self.services),

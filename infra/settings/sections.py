@@ -123,40 +123,50 @@ def scrape(r: Reader, budget: int) -> ScrapeSettings:
     sc = r.mapping(
         "scrape",
         r.required("scrape"),
-        {"mode", "intervalSeconds", "evaluationIntervalSeconds", "delivery", "objectName", "operatorSelector"},
-    )
+        {"mode", "intervalSeconds", "evaluationIntervalSeconds", "criticalIntervalSeconds",
+         "criticalEvaluationIntervalSeconds", "delivery", "objectName", "operatorSelector"},
+    )  # fmt: skip
     mode = r.choice("scrape.mode", sc.get("mode"), SCRAPE_MODES)
+    example = ObservabilityConfig()
     settings = ScrapeSettings(
         mode=mode,
         interval_seconds=r.integer("scrape.intervalSeconds", sc.get("intervalSeconds", 15), 1, 300),
         evaluation_interval_seconds=r.integer(
             "scrape.evaluationIntervalSeconds", sc.get("evaluationIntervalSeconds", 15), 1, 300
         ),
+        critical_interval_seconds=r.integer(
+            "scrape.criticalIntervalSeconds",
+            sc.get("criticalIntervalSeconds", example.critical_scrape_interval_seconds),
+            1,
+            300,
+        ),
+        critical_evaluation_interval_seconds=r.integer(
+            "scrape.criticalEvaluationIntervalSeconds",
+            sc.get("criticalEvaluationIntervalSeconds", example.critical_evaluation_interval_seconds),
+            1,
+            300,
+        ),
         delivery=r.choice("scrape.delivery", sc.get("delivery", "configmap"), SCRAPE_DELIVERIES),
         object_name=r.dns_name("scrape.objectName", sc.get("objectName", "prometheus-annotation-scrape")),
         operator_selector=r.label_map("scrape.operatorSelector", sc.get("operatorSelector")),
     )
-    # The promise for critical failures, within `criticalDetectionSeconds` (default 30): the rules
-    # module owns the check on the evaluation interval (it derives every critical `for` from it);
-    # here only the sampling half is added, since a failure waits up to one scrape interval before
-    # any rule can see it.
+    # The promise for critical failures, within `criticalDetectionSeconds` (default 30) of the
+    # failure: the rules module owns the check (it derives every critical `for` from the intervals).
     try:
         detection_budget(
             ObservabilityConfig(
                 scrape_interval_seconds=settings.interval_seconds,
                 evaluation_interval_seconds=settings.evaluation_interval_seconds,
+                critical_scrape_interval_seconds=settings.critical_interval_seconds,
+                critical_evaluation_interval_seconds=settings.critical_evaluation_interval_seconds,
                 critical_detection_seconds=budget,
             )
         )
     except ValueError as exc:
-        r.problem("scrape.evaluationIntervalSeconds", settings.evaluation_interval_seconds, f"an interval that {exc}")
-    if settings.interval_seconds > budget // 2:
         r.problem(
-            "scrape.intervalSeconds",
-            settings.interval_seconds,
-            f"at most {budget // 2} (half of criticalDetectionSeconds = {budget}) so a critical failure (NaN, OOM, "
-            f"GPU error) is sampled in time to be detected within {budget} s; or declare a longer budget with "
-            "criticalDetectionSeconds",
+            "scrape.criticalIntervalSeconds",
+            settings.critical_interval_seconds,
+            f"intervals with which critical failures page in time: {exc}",
         )
     return settings
 
