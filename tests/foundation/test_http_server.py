@@ -56,12 +56,12 @@ def test_a_half_open_request_is_closed_after_the_read_header_timeout_while_scrap
         sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # no blank line
     started = time.monotonic()
     assert status_of(raw(server.port, b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")) == 200
-    assert time.monotonic() - started < 0.4
+    assert time.monotonic() - started < 1.0
     for sock in held:
         sock.settimeout(3)
         assert sock.recv(100) == b""  # closed by the server, nothing answered
         sock.close()
-    assert time.monotonic() - started < 2.5
+    assert time.monotonic() - started < 5.0
     assert server.http.open_connections == 0
 
 
@@ -100,7 +100,7 @@ def test_requests_beyond_the_cap_are_answered_503_at_once_and_service_resumes() 
         started = time.monotonic()
         reply = raw(server.port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
         assert status_of(reply) == 503 and b"Retry-After: 1" in reply
-        assert time.monotonic() - started < 0.5
+        assert time.monotonic() - started < 1.0
         assert server.http.refused_busy == 1
         page.release.set()
         for sock in held:
