@@ -48,6 +48,8 @@ class ObservabilityConfig:
     # The platform services whose scrape targets the infra cockpit shows.
     platform_services: tuple[str, ...] = ()
     datasource_uids: DatasourceUids = DatasourceUids()
+    # Where people open Grafana: notifications link each alert's dashboard under it.
+    grafana_url: str = "https://grafana.example.invalid"
     # Grafana folder the dashboards are provisioned into.
     grafana_folder: str = "ML Platform"
     # Every alert threshold (observability/thresholds.yaml): expressions, texts, dashboard steps.

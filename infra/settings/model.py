@@ -229,6 +229,7 @@ class Settings:
             platform_services=tuple(s.name for s in self.services),
             datasource_uids=DatasourceUids(),
             grafana_folder=self.grafana.folder,
+            grafana_url=self.grafana.url,
             shards=self.prometheus.shards,
             cluster=self.prometheus.cluster,
             clusters=self.prometheus.clusters,

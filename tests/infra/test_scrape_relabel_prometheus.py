@@ -22,15 +22,15 @@ import yaml
 from observability import catalog
 from observability.config import ObservabilityConfig
 from observability.scrape_config import (
+    INTERVAL_ANNOTATION,
     JOB_NAME,
     PATH_ANNOTATION,
     POD_MONITOR_NAME,
-    INTERVAL_ANNOTATION,
     PORT_ANNOTATION,
-    TIMEOUT_ANNOTATION,
     SCRAPE_ANNOTATION,
     SERVICE_LABEL,
     SHARD_KEY,
+    TIMEOUT_ANNOTATION,
     annotation_label,
     annotation_present_label,
     annotation_scrape_configs,
