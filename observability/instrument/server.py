@@ -28,7 +28,9 @@ from collections.abc import Mapping, Sequence
 from prometheus_client.registry import CollectorRegistry
 
 from observability.exposition import CollectorPage, Format, MetricsHTTPServer
+from observability.http_server import ServerLimits
 from observability.trainer_env import FINAL_SCRAPE_WAIT_ENV
+from observability.web_config import WEB_CONFIG_ENV, WebConfig, load_web_config
 
 LOG = logging.getLogger(__name__)
 
@@ -52,8 +54,8 @@ class ScrapedPage:
     def formats(self) -> Sequence[Format]:
         return self._page.formats
 
-    def render(self, fmt: Format) -> bytes:
-        body = self._page.render(fmt)
+    def render(self, fmt: Format, requested_at: float | None = None) -> bytes:
+        body = self._page.render(fmt, requested_at)
         with self._lock:
             self._last = (fmt, body)
             self._times.append(time.monotonic())
@@ -86,14 +88,29 @@ class ScrapedPage:
 
 
 class MetricsServer:
-    """`/metrics` and `/healthz` of one registry, served from a daemon thread; closed (and
-    flushed, see the module docstring) at interpreter exit if not before."""
+    """`/metrics` and `/healthz` of one registry, on the bounded server (timeouts, at most
+    `limits.max_requests` at once, no thread per connection); over TLS with authentication when
+    `web` (or the web config file FOXHUNT_METRICS_WEB_CONFIG_FILE names) asks for it. Closed, and
+    flushed (see the module docstring), at interpreter exit if not before."""
 
-    def __init__(self, registry: CollectorRegistry, port: int = METRICS_PORT, addr: str = "0.0.0.0") -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        port: int = METRICS_PORT,
+        addr: str = "0.0.0.0",
+        *,
+        web: WebConfig | None = None,
+        limits: ServerLimits | None = None,
+    ) -> None:
         # Read (and checked) now, so a bad value stops the trainer at start, not after training.
         self._final_scrape_wait = final_scrape_wait_from_env()
         self.page = ScrapedPage(registry)
-        self._http = MetricsHTTPServer((addr, port), self.page, server_version="trainer-metrics")
+        if web is None:
+            web_file = os.environ.get(WEB_CONFIG_ENV, "").strip()
+            web = load_web_config(web_file) if web_file else WebConfig()
+        self._http = MetricsHTTPServer(
+            (addr, port), self.page, server_version="trainer-metrics", limits=limits, web=web
+        )
         self._http.start()
         self._closed: bool | None = None
         self._close_lock = threading.Lock()
@@ -103,6 +120,10 @@ class MetricsServer:
     def port(self) -> int:
         """The bound port (useful with port 0)."""
         return self._http.port
+
+    @property
+    def http(self) -> MetricsHTTPServer:
+        return self._http
 
     def flush_wait(self) -> float:
         """The longest `close()` would wait now for a scrape of the unscraped changes (0: none)."""

@@ -25,6 +25,7 @@ PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 DEPENDENCIES = {"prometheus_client", "opentelemetry"}
 OPTIONAL = {
     "pynvml": ("observability/instrument/gpus.py",),
+    "yaml": ("observability/web_config.py",),
     "torch": ("observability/instrument/integrations/torch.py",),
 }
 FORBIDDEN_DISTRIBUTIONS = {
