@@ -27,7 +27,7 @@ from infra.settings import (
     read_stack_config,
     validate_stack,
 )
-from observability import scrape_config
+from observability import scrape_config, trainer_env
 from observability.rules import Tier
 from observability.scrape_config import PATH_ANNOTATION, PORT_ANNOTATION, SCRAPE_ANNOTATION, SERVICE_LABEL
 from tests.infra.support import STACKS, is_secret, objects, one, run_raw
@@ -229,7 +229,7 @@ def test_operator_mode_uses_a_podmonitor_the_prometheus_selects(rendered: dict[s
         [settings.namespaces.platform, settings.namespaces.training, settings.namespaces.monitoring]
     )
     (endpoint,) = spec["podMetricsEndpoints"]
-    assert endpoint["interval"] == f"{settings.scrape.interval_seconds}s"
+    assert endpoint["interval"] == f"{settings.observability.scrape_interval_seconds}s"
     keep = endpoint["relabelings"][0]
     assert keep == {
         "sourceLabels": [scrape_config.annotation_label(SCRAPE_ANNOTATION)],
@@ -285,7 +285,7 @@ def test_training_cronjob_is_a_suspended_template_with_otel_env_for_the_stacks_t
     names = [e["name"] for e in container["env"]]
     assert names.index(training_job.JOB_NAME_ENV) < names.index("OTEL_RESOURCE_ATTRIBUTES")
     # The trainer waits for one more scrape before exiting: two of this stack's scrape intervals.
-    wait = {e["name"]: e.get("value") for e in container["env"]}[scrape_config.FINAL_SCRAPE_WAIT_ENV]
+    wait = {e["name"]: e.get("value") for e in container["env"]}[trainer_env.FINAL_SCRAPE_WAIT_ENV]
     assert wait == str(2 * cfg.scrape_interval_seconds) == {"prod": "20"}.get(stack, "30")
     # NVML in the container (the `utility` capability) names the job's GPUs; no privilege is added.
     assert {e["name"]: e.get("value") for e in container["env"]}["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
@@ -551,7 +551,9 @@ def test_grafana_datasources_and_one_configmap_per_dashboard(rendered: dict[str,
     dashboard_files = {p: t for p, t in result.files.items() if p.startswith("dashboards/")}
     assert len(dashboards) == len(dashboard_files) >= 4
     for configmap in dashboards:
-        assert configmap["metadata"]["annotations"] == {grafana.FOLDER_ANNOTATION: settings.grafana.folder}
+        assert configmap["metadata"]["annotations"] == {
+            grafana.FOLDER_ANNOTATION: settings.observability.grafana_folder
+        }
         assert configmap["metadata"]["namespace"] == settings.grafana.namespace
         ((key, text),) = configmap["data"].items()
         uid = key.removesuffix(".json")
@@ -587,7 +589,7 @@ def test_rendered_files_come_from_the_generators(rendered: dict[str, RenderResul
     cfg = result.settings.observability_config()
     assert result.files[artifacts.RULES_PATH] == rules.rules_file_yaml(cfg)
     scrape = yaml.safe_load(result.files[artifacts.SCRAPE_CONFIG_PATH])
-    assert scrape["scrape_configs"][0]["scrape_interval"] == f"{result.settings.scrape.interval_seconds}s"
+    assert scrape["scrape_configs"][0]["scrape_interval"] == f"{result.settings.observability.scrape_interval_seconds}s"
     datasources = yaml.safe_load(result.files[artifacts.DATASOURCES_PATH])
     assert [d["uid"] for d in datasources["datasources"]] == ["prometheus", "loki", "tempo"]
 
