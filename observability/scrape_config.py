@@ -46,11 +46,6 @@ PATH_ANNOTATION = "prometheus.io/path"
 SCHEME_ANNOTATION = "prometheus.io/scheme"
 SERVICE_LABEL = "app.kubernetes.io/name"  # pod label that becomes the `service` target label
 
-# A finished process's last values (a training job's duration, its final status) reach Prometheus
-# only if it is scraped once more before it exits: the instrumentation waits for that scrape, at
-# most this many seconds (the env the training job template sets; 0 or unset: no wait).
-FINAL_SCRAPE_WAIT_ENV = "FOXHUNT_METRICS_FINAL_SCRAPE_WAIT_SECONDS"
-
 
 # The training jobs' iteration and checkpoint histograms carry `trace_id` exemplars, served as
 # OpenMetrics to a scraper that asks for it (Prometheus does); Prometheus keeps exemplars only with
@@ -74,7 +69,8 @@ def requirement_comment() -> str:
 
 
 def final_scrape_wait_seconds(cfg: ObservabilityConfig) -> int:
-    """Two scrape intervals: one scrape may fail, the next one still sees the final values."""
+    """The job template's `observability.trainer_env.FINAL_SCRAPE_WAIT_ENV`: two scrape intervals
+    (one scrape may fail, the next one still sees the final values)."""
     return 2 * cfg.scrape_interval_seconds
 
 
