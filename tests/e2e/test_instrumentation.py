@@ -54,6 +54,7 @@ def exercised() -> TrainingMetrics:
     job.record_fold(0, 0.7, 0.8, 2, 12.0)
     job.set_model_quality(accuracy=0.9, f1=0.85, precision=0.88, recall=0.82)
     job.set_resource_usage(2e9, 150.0)
+    job.record_step(samples=32, tokens=4096)
     job.finish("completed")
     return metrics
 
@@ -114,7 +115,7 @@ def test_parsed_back_every_family_and_label_set_is_the_catalogs():
 
 
 def test_every_training_job_metric_of_the_catalog_has_a_recorder():
-    assert {m.name for m in TrainingMetrics().collector.catalog_metrics} == {m.name for m in TRAINING_METRICS}
+    assert {m.name for m in TrainingMetrics().catalog_metrics} == {m.name for m in TRAINING_METRICS}
 
 
 def test_histograms_use_the_catalog_buckets():
