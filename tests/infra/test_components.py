@@ -445,7 +445,9 @@ def test_registry_password_is_sent_as_a_secret() -> None:
 @pytest.mark.parametrize("stack", STACKS)
 def test_poller_service_is_headless_and_selects_the_pods(rendered: dict[str, RenderResult], stack: str) -> None:
     result = rendered[stack]
-    service = one(result, "Service")
+    (service,) = [
+        s for s in objects(result, "Service") if s["metadata"]["namespace"] == result.settings.namespaces.monitoring
+    ]
     pod_labels = one(result, "DaemonSet")["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["clusterIP"] == "None"
     assert set(service["spec"]["selector"].items()) <= set(pod_labels.items())
