@@ -55,14 +55,13 @@ from infra.settings import TrainingJobSettings
 from observability.config import ObservabilityConfig
 from observability.instrument.gpus import DRIVER_CAPABILITIES, DRIVER_CAPABILITIES_ENV
 from observability.scrape_config import (
-    FINAL_SCRAPE_WAIT_ENV,
-    METRICS_BASE_PORT_ENV,
     RANK_PORTS_ANNOTATION,
     final_scrape_wait_seconds,
     pod_scrape_annotations,
     prometheus_requirement_annotations,
     rank_port_name,
 )
+from observability.trainer_env import FINAL_SCRAPE_WAIT_ENV, METRICS_BASE_PORT_ENV
 
 TYPE = "foxhunt:observability:TrainingJobTemplate"
 COMPONENT = "training"

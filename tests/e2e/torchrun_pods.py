@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from infra.components import training_job
-from observability.scrape_config import METRICS_BASE_PORT_ENV
+from observability.trainer_env import METRICS_BASE_PORT_ENV
 
 _REFERENCE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 

@@ -27,7 +27,7 @@ from infra.settings import (
     read_stack_config,
     validate_stack,
 )
-from observability import scrape_config
+from observability import scrape_config, trainer_env
 from observability.rules import Tier
 from observability.scrape_config import PATH_ANNOTATION, PORT_ANNOTATION, SCRAPE_ANNOTATION, SERVICE_LABEL
 from tests.infra.support import STACKS, is_secret, objects, one, run_raw
@@ -290,7 +290,7 @@ def test_training_cronjob_is_a_suspended_template_with_otel_env_for_the_stacks_t
     names = [e["name"] for e in container["env"]]
     assert names.index(training_job.JOB_NAME_ENV) < names.index("OTEL_RESOURCE_ATTRIBUTES")
     # The trainer waits for one more scrape before exiting: two of this stack's scrape intervals.
-    wait = {e["name"]: e.get("value") for e in container["env"]}[scrape_config.FINAL_SCRAPE_WAIT_ENV]
+    wait = {e["name"]: e.get("value") for e in container["env"]}[trainer_env.FINAL_SCRAPE_WAIT_ENV]
     assert wait == str(2 * cfg.scrape_interval_seconds) == {"prod": "20"}.get(stack, "30")
     # NVML in the container (the `utility` capability) names the job's GPUs; no privilege is added.
     assert {e["name"]: e.get("value") for e in container["env"]}["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"

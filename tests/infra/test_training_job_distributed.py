@@ -14,7 +14,7 @@ from infra import render
 from infra.components import training_job
 from infra.result import RenderResult
 from infra.settings import SettingsError, read_stack_config
-from observability import scrape_config
+from observability import scrape_config, trainer_env
 from tests.infra.support import STACKS, one
 
 
@@ -76,7 +76,7 @@ def test_multi_node_jobs_are_indexed_with_torchrun_ranks_from_the_completion_ind
             f"$({training_job.JOB_NAME_ENV})-0.{service['metadata']['name']}.{namespace}.svc"
         )
         assert env[training_job.MASTER_PORT_ENV]["value"] == str(training_job.RENDEZVOUS_PORT)
-        assert env[scrape_config.METRICS_BASE_PORT_ENV]["value"] == str(settings.metrics_port)
+        assert env[trainer_env.METRICS_BASE_PORT_ENV]["value"] == str(settings.metrics_port)
         names = list(env)  # $(VAR) in an env value resolves only against variables defined earlier
         assert names.index(training_job.JOB_NAME_ENV) < names.index(training_job.MASTER_ADDR_ENV)
         ports = {p["name"]: p["containerPort"] for p in container["ports"]}
