@@ -50,6 +50,22 @@ INTERVAL_ANNOTATION = "prometheus.io/interval"
 TIMEOUT_ANNOTATION = "prometheus.io/timeout"
 SERVICE_LABEL = "app.kubernetes.io/name"  # pod label that becomes the `service` target label
 
+# Pods running several ranks (torchrun): each rank serves its own metrics on base port + its local
+# rank, declared as container port `metrics-<local rank>`. This annotation ("true") makes every such
+# port a target of its own; `prometheus.io/port` still names local rank 0's port.
+RANK_PORTS_ANNOTATION = "foxhunt.io/scrape-rank-ports"
+RANK_PORT_PREFIX = "metrics-"
+# Relabelling scratch label (dropped after relabelling, like every `__` label): whether a
+# discovered container port stays a target.
+RANK_PORT_KEEP_LABEL = "__tmp_rank_port"
+
+
+def rank_port_name(local_rank: int) -> str:
+    """The container port name of a local rank's metrics (at most 15 characters, as Kubernetes wants)."""
+    if not 0 <= local_rank < 1000:
+        raise ValueError(f"local rank {local_rank}: expected 0 to 999")
+    return f"{RANK_PORT_PREFIX}{local_rank}"
+
 
 # The training jobs' iteration and checkpoint histograms carry `trace_id` exemplars, served as
 # OpenMetrics to a scraper that asks for it (Prometheus does); Prometheus keeps exemplars only with
@@ -154,11 +170,25 @@ def annotation_relabel_configs() -> list[dict[str, Any]]:
     annotations, then set the target labels. The address is rebuilt from the pod IP, so the
     annotated port need not be a declared container port; every container port of a pod yields
     the same address and labels, and Prometheus folds the duplicates into one target.
+
+    A pod annotated `foxhunt.io/scrape-rank-ports: "true"` is the exception: each of its container
+    ports named `metrics-<local rank>` is a target of its own (pod IP and that port), its other
+    ports are dropped, so every rank of a multi-process pod is scraped on its own port.
     """
     port = annotation_label(PORT_ANNOTATION)
+    rank_ports = annotation_label(RANK_PORTS_ANNOTATION)
+    container_port = "__meta_kubernetes_pod_container_port_number"
     return [
         {"source_labels": [annotation_label(SCRAPE_ANNOTATION)], "regex": "true", "action": "keep"},
         {"source_labels": ["__meta_kubernetes_pod_phase"], "regex": _NOT_RUNNING, "action": "drop"},
+        # Per-rank pods keep only their rank ports; every other pod keeps all its discovered ports.
+        {"target_label": RANK_PORT_KEEP_LABEL, "replacement": "yes", "action": "replace"},
+        {"source_labels": [rank_ports], "regex": "true", "target_label": RANK_PORT_KEEP_LABEL, "replacement": "no",
+         "action": "replace"},
+        {"source_labels": [rank_ports, "__meta_kubernetes_pod_container_port_name"],
+         "regex": f"true;{RANK_PORT_PREFIX}[0-9]+", "target_label": RANK_PORT_KEEP_LABEL, "replacement": "yes",
+         "action": "replace"},
+        {"source_labels": [RANK_PORT_KEEP_LABEL], "regex": "yes", "action": "keep"},
         {
             "source_labels": [annotation_label(SCHEME_ANNOTATION)],
             "regex": "(https?)",
@@ -201,10 +231,24 @@ def annotation_relabel_configs() -> list[dict[str, Any]]:
             "replacement": "[$2]:$1",
             "action": "replace",
         },
+        {
+            "source_labels": [rank_ports, container_port, "__meta_kubernetes_pod_ip"],
+            "regex": "true;" + _IPV4,
+            "target_label": "__address__",
+            "replacement": "$2:$1",
+            "action": "replace",
+        },
+        {
+            "source_labels": [rank_ports, container_port, "__meta_kubernetes_pod_ip"],
+            "regex": "true;" + _IPV6,
+            "target_label": "__address__",
+            "replacement": "[$2]:$1",
+            "action": "replace",
+        },
         {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace", "action": "replace"},
         {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod", "action": "replace"},
         {"source_labels": [pod_label(SERVICE_LABEL)], "target_label": "service", "action": "replace"},
-    ]
+    ]  # fmt: skip
 
 
 def _check_namespaces(namespaces: Sequence[str]) -> list[str]:
