@@ -1,9 +1,9 @@
-"""Alert and recording rules of the ML training platform (22 alerts in 6 groups, plus
-GPUMemoryExhaustionPredicted; per-job GPU views in `jobs`), and the monitoring's own health alerts
-(`ml_monitoring_health`).
+"""Alert and recording rules of the ML training platform (the monitoring report's alerts, one module
+per group, plus GPUMemoryExhaustionPredicted; per-job GPU views in `jobs`), and the monitoring's own
+health alerts (`ml_monitoring_health`). Counts are never written down: enumerate `ALERTS_BY_GROUP`.
 
 Public interface:
-- `rule_groups(cfg)`: every rule group (recording groups, the dashboards' recording groups, the six
+- `rule_groups(cfg)`: every rule group (recording groups, the dashboards' recording groups, the
   alert groups, the health group; `ml_gpu_resources` records its per-GPU inputs at its head) as
   plain dicts in Prometheus rule-file shape, in a fixed order.
 - `rules_file_yaml(cfg)`: the whole rules file as YAML (what `rendered/<stack>/prometheus/rules.yaml`

@@ -1,4 +1,4 @@
-"""Group `ml_gpu_resources`: the six GPU alerts and the predicted out-of-memory alert.
+"""Group `ml_gpu_resources`: the GPU alerts of the monitoring report and the predicted out-of-memory alert.
 
 Waste and bottleneck are judged per training job: GPUUtilizationLow and GPUUtilizationCritical
 read each job's mean GPU utilization (recorded by `jobs.py`), so a job of 8 GPUs raises one
