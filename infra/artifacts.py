@@ -9,8 +9,9 @@ from infra.components.training_job import job_manifest, job_manifest_path
 from infra.generated import generated, stack_datasources_yaml
 from infra.program import component_args
 from infra.result import dump_yaml
-from infra.settings import Settings
+from infra.settings import RECEIVER_KEYS, AlertingReceivers, Settings
 from observability.alertmanager import ReceiverUrls, alertmanager_config_yaml
+from observability.notifications import TEMPLATE_FILE, template_text
 from observability.prometheus_config import operator_specs_yaml, server_configs
 from observability.rules import Tier
 from observability.scrape_config import shard_key, shard_scrape_configs
@@ -21,6 +22,7 @@ TIER_RULES_PATHS = {Tier.SHARD: "prometheus/rules-shard.yaml", Tier.GLOBAL: "pro
 SCRAPE_CONFIG_PATH = "prometheus/scrape-config.yaml"  # one per shard with several shards
 DATASOURCES_PATH = "grafana/datasources.yaml"
 ALERTMANAGER_PATH = "alertmanager/alertmanager.yaml"
+ALERTMANAGER_TEMPLATE_PATH = f"alertmanager/{TEMPLATE_FILE}"
 
 
 def secret_placeholder(key: str) -> str:
@@ -29,19 +31,42 @@ def secret_placeholder(key: str) -> str:
 
 
 def alertmanager_yaml(settings: Settings) -> str:
-    """The routing tree as Alertmanager loads it, readable; the receiver URLs are secrets, so the
-    file names each one's Pulumi secret (https://pulumi-secret.invalid/<key>), never a value."""
+    """The routing tree as Alertmanager loads it, readable; the receivers' credentials are secrets,
+    so the file names each one's Pulumi secret (https://pulumi-secret.invalid/<key>), never a value."""
+    alerting = settings.alerting
+    given = dict(zip(RECEIVER_KEYS, _credentials(alerting), strict=True))
+
+    def placeholder(key: str) -> str | None:
+        return secret_placeholder(key) if given[key] is not None else None
+
     receivers = ReceiverUrls(
-        page=secret_placeholder("alertPageWebhookUrl"),
-        chat=secret_placeholder("alertChatWebhookUrl"),
-        low_priority=secret_placeholder("alertLowPriorityWebhookUrl"),
-        heartbeat=secret_placeholder("alertHeartbeatUrl"),
+        page=placeholder("alertPageWebhookUrl"),
+        chat=placeholder("alertChatWebhookUrl"),
+        low_priority=placeholder("alertLowPriorityWebhookUrl"),
+        heartbeat=placeholder("alertHeartbeatUrl"),
+        slack_api_url=placeholder("alertSlackApiUrl"),
+        pagerduty_routing_key=(
+            "pulumi-secret.invalid/alertPagerDutyRoutingKey" if given["alertPagerDutyRoutingKey"] is not None else None
+        ),
     )
     header = (
-        f"# Alertmanager routing of stack {settings.stack} ({settings.scrape.mode} mode). Receiver URLs are\n"
-        "# Pulumi secrets: each URL below names the secret; the deployed Secret carries the value.\n"
+        f"# Alertmanager routing of stack {settings.stack} ({settings.scrape.mode} mode). Receiver credentials\n"
+        "# are Pulumi secrets: each one below names its secret; the deployed Secret carries the value.\n"
+        f"# The notification texts are in {TEMPLATE_FILE}, beside this file.\n"
     )
     return header + alertmanager_config_yaml(settings.observability_config(), receivers)
+
+
+def _credentials(alerting: AlertingReceivers) -> tuple[object, ...]:
+    """The receivers' secrets in RECEIVER_KEYS order (None: not used by this stack)."""
+    return (
+        alerting.page_webhook_url,
+        alerting.chat_webhook_url,
+        alerting.low_priority_webhook_url,
+        alerting.heartbeat_url,
+        alerting.slack_api_url,
+        alerting.pagerduty_routing_key,
+    )
 
 
 # What the stack's Prometheus servers must be given: their configs (annotations mode) or the
@@ -66,6 +91,7 @@ def artifact_files(settings: Settings) -> dict[str, str]:
         **shard_scrape_configs(cfg, list(args.scrape_discovery.watched_namespaces), SCRAPE_CONFIG_PATH),
         DATASOURCES_PATH: stack_datasources_yaml(settings),
         ALERTMANAGER_PATH: alertmanager_yaml(settings),
+        ALERTMANAGER_TEMPLATE_PATH: template_text(),
         job_manifest_path(args.training_job): dump_yaml(job_manifest(args.training_job)),
     }
     files.update({f"dashboards/{uid}.json": text for uid, text in gen.dashboards.items()})

@@ -30,7 +30,8 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from observability.config import ObservabilityConfig
+from observability.config import PAGERDUTY, SLACK, WEBHOOK, ObservabilityConfig
+from observability.notifications import TEMPLATE_FILE, pagerduty_fields, slack_fields
 from observability.promql import duration
 from observability.rules import alert_rules, gpu, health
 from observability.rules.detection import PAGE_GROUP_WAIT_SECONDS
@@ -48,16 +49,27 @@ GROUP_BY: tuple[str, ...] = ("alertname", "namespace", "service", "node", "model
 
 @dataclass(frozen=True)
 class ReceiverUrls:
-    """Webhook URLs of the receivers (secret values: never logged, never committed)."""
+    """Credentials of the receivers (secret values: never logged, never committed). Only those of the
+    kinds the stack's notifications use are needed; the heartbeat is always a webhook."""
 
-    page: str
-    chat: str
-    low_priority: str
-    heartbeat: str  # the dead man's switch that expects Watchdog every minute
+    page: str | None = None
+    chat: str | None = None
+    low_priority: str | None = None
+    heartbeat: str | None = None  # the dead man's switch that expects Watchdog every minute
+    slack_api_url: str | None = None  # a Slack incoming-webhook URL
+    pagerduty_routing_key: str | None = None  # the Events API v2 integration key of the PagerDuty service
+    # The Events API v2 endpoint; None: Alertmanager's default (PagerDuty's own).
+    pagerduty_url: str | None = None
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
+            if value is None:
+                continue
+            if f.name == "pagerduty_routing_key":
+                if not isinstance(value, str) or not value or any(c.isspace() for c in value):
+                    raise ValueError(f"ReceiverUrls.{f.name} must be a non-empty key without spaces")
+                continue
             parts = urlsplit(value) if isinstance(value, str) else None
             valid = parts is not None and parts.scheme in ("http", "https") and bool(parts.netloc)
             if not valid or any(c.isspace() for c in value):
@@ -65,7 +77,15 @@ class ReceiverUrls:
                 raise ValueError(f"ReceiverUrls.{f.name} must be an http(s) URL with a host")
 
     def url_for(self, receiver: str) -> str:
-        return {PAGE: self.page, CHAT: self.chat, LOW_PRIORITY: self.low_priority, HEARTBEAT: self.heartbeat}[receiver]
+        field_name = {PAGE: "page", CHAT: "chat", LOW_PRIORITY: "low_priority", HEARTBEAT: "heartbeat"}[receiver]
+        return self.required(field_name, f"the {receiver} receiver is a webhook")
+
+    def required(self, field_name: str, why: str) -> str:
+        value = getattr(self, field_name)
+        if value is None:
+            raise ValueError(f"ReceiverUrls.{field_name} is missing: {why}")
+        text: str = value
+        return text
 
 
 @dataclass(frozen=True)
@@ -212,7 +232,7 @@ class _Shape:
     matcher: Callable[[str, Sequence[str]], Any]
     source_key: str
     target_key: str
-    webhook: Callable[[str], dict[str, Any]]
+    receiver: Callable[[str, str], dict[str, Any]]  # (name, kind) -> the receiver's configs
 
 
 def _tree(cfg: ObservabilityConfig, shape: _Shape) -> dict[str, Any]:
@@ -257,8 +277,29 @@ def _tree(cfg: ObservabilityConfig, shape: _Shape) -> dict[str, Any]:
             }
             for i in INHIBITIONS
         ],
-        "receivers": [{"name": name, key("webhook_configs"): [shape.webhook(name)]} for name in RECEIVERS],
+        "receivers": [{"name": name, **shape.receiver(name, receiver_kind(cfg, name))} for name in RECEIVERS],
     }
+
+
+def receiver_severities(receiver: str) -> tuple[str, ...]:
+    """The severities a receiver is sent (the heartbeat's Watchdog has none of its own)."""
+    return tuple(s.value for route in ROUTES if route.receiver == receiver for s in route.severities)
+
+
+def receiver_kind(cfg: ObservabilityConfig, receiver: str) -> str:
+    """PagerDuty, Slack or webhook: what the stack chose for the receiver's severities. The severities
+    of one receiver share it (they share its timings and grouping); the heartbeat is a webhook."""
+    severities = receiver_severities(receiver)
+    if not severities:
+        return WEBHOOK
+    kinds = {cfg.notifications.kind(s) for s in severities}
+    if len(kinds) > 1:
+        raise ValueError(
+            f"notifications: {' and '.join(severities)} share the {receiver} receiver (its timings and grouping) "
+            f"and must go to the same kind, got {sorted(kinds)}"
+        )
+    (kind,) = kinds
+    return kind
 
 
 def _matcher_text(name: str, values: Sequence[str]) -> str:
@@ -270,13 +311,26 @@ def _matcher_crd(name: str, values: Sequence[str]) -> dict[str, str]:
     return {"name": name, "value": _alternation(values), "matchType": "=" if len(values) == 1 else "=~"}
 
 
+def _classic_receiver(cfg: ObservabilityConfig, receivers: ReceiverUrls) -> Callable[[str, str], dict[str, Any]]:
+    def receiver(name: str, kind: str) -> dict[str, Any]:
+        if kind == SLACK:
+            api_url = receivers.required("slack_api_url", f"the {name} receiver posts to Slack")
+            return {
+                "slack_configs": [{"api_url": api_url, **slack_fields(cfg.notifications, receiver_severities(name))}]
+            }
+        if kind == PAGERDUTY:
+            key = receivers.required("pagerduty_routing_key", f"the {name} receiver pages through PagerDuty")
+            url = {"url": receivers.pagerduty_url} if receivers.pagerduty_url else {}
+            return {"pagerduty_configs": [{"routing_key": key, **url, **pagerduty_fields()}]}
+        return {"webhook_configs": [{"url": receivers.url_for(name), "send_resolved": _send_resolved(name)}]}
+
+    return receiver
+
+
 def alertmanager_config(cfg: ObservabilityConfig, receivers: ReceiverUrls) -> dict[str, Any]:
-    """Classic `alertmanager.yml` as a dict."""
-
-    def webhook(name: str) -> dict[str, Any]:
-        return {"url": receivers.url_for(name), "send_resolved": _send_resolved(name)}
-
-    return _tree(cfg, _Shape(lambda k: k, _matcher_text, "source_matchers", "target_matchers", webhook))
+    """Classic `alertmanager.yml` as a dict (its `templates` name TEMPLATE_FILE, beside it)."""
+    shape = _Shape(lambda k: k, _matcher_text, "source_matchers", "target_matchers", _classic_receiver(cfg, receivers))
+    return {"templates": [TEMPLATE_FILE], **_tree(cfg, shape)}
 
 
 def alertmanager_config_yaml(cfg: ObservabilityConfig, receivers: ReceiverUrls) -> str:
@@ -285,9 +339,33 @@ def alertmanager_config_yaml(cfg: ObservabilityConfig, receivers: ReceiverUrls) 
     return text
 
 
+SLACK_API_URL_KEY = "slack-api-url"
+PAGERDUTY_ROUTING_KEY_KEY = "pagerduty-routing-key"
+
+
 def receiver_secret_data(receivers: ReceiverUrls) -> dict[str, str]:
-    """Secret data (key per receiver) that `alertmanager_config_crd_spec(url_secret=...)` refers to."""
-    return {name: receivers.url_for(name) for name in RECEIVERS}
+    """Secret data (key per receiver, and the Slack and PagerDuty credentials given) that
+    `alertmanager_config_crd_spec(url_secret=...)` refers to."""
+    data = {name: value for name in RECEIVERS if (value := getattr(receivers, _FIELD[name])) is not None}
+    if receivers.slack_api_url is not None:
+        data[SLACK_API_URL_KEY] = receivers.slack_api_url
+    if receivers.pagerduty_routing_key is not None:
+        data[PAGERDUTY_ROUTING_KEY_KEY] = receivers.pagerduty_routing_key
+    return data
+
+
+_FIELD = {PAGE: "page", CHAT: "chat", LOW_PRIORITY: "low_priority", HEARTBEAT: "heartbeat"}
+
+
+def _crd_fields(classic: dict[str, Any]) -> dict[str, Any]:
+    renamed = {"title_link": "titleLink", "send_resolved": "sendResolved", "client_url": "clientURL"}
+    # The resource has no PagerDuty `description`: the template file redefines Alertmanager's default.
+    out = {renamed.get(k, k): v for k, v in classic.items() if k not in ("links", "details", "description")}
+    if "links" in classic:
+        out["pagerDutyLinkConfigs"] = [{"href": link["href"], "alt": link["text"]} for link in classic["links"]]
+    if "details" in classic:
+        out["details"] = [{"key": k, "value": v} for k, v in classic["details"].items()]
+    return out
 
 
 def alertmanager_config_crd_spec(
@@ -295,12 +373,29 @@ def alertmanager_config_crd_spec(
 ) -> dict[str, Any]:
     """`spec` of an AlertmanagerConfig (monitoring.coreos.com/v1alpha1) with the same tree.
 
-    With `url_secret`, receivers read their URL from that Secret (keys: `receiver_secret_data`).
+    With `url_secret`, receivers read their URL from that Secret (keys: `receiver_secret_data`);
+    Slack and PagerDuty receivers always do (the resource takes their credentials only that way).
+    The Alertmanager resource loads TEMPLATE_FILE through `spec.alertmanagerConfiguration.templates`.
     """
 
-    def webhook(name: str) -> dict[str, Any]:
+    def receiver(name: str, kind: str) -> dict[str, Any]:
+        if kind in (SLACK, PAGERDUTY) and url_secret is None:
+            raise ValueError(f"the {name} receiver ({kind}) needs url_secret: its credential is a Secret reference")
+        if kind == SLACK:
+            ref = {"name": url_secret, "key": SLACK_API_URL_KEY}
+            return {
+                "slackConfigs": [
+                    {"apiURL": ref, **_crd_fields(slack_fields(cfg.notifications, receiver_severities(name)))}
+                ]
+            }
+        if kind == PAGERDUTY:
+            ref = {"name": url_secret, "key": PAGERDUTY_ROUTING_KEY_KEY}
+            url = {"url": receivers.pagerduty_url} if receivers.pagerduty_url else {}
+            return {"pagerdutyConfigs": [{"routingKey": ref, **url, **_crd_fields(pagerduty_fields())}]}
         if url_secret is None:
-            return {"url": receivers.url_for(name), "sendResolved": _send_resolved(name)}
-        return {"urlSecret": {"name": url_secret, "key": name}, "sendResolved": _send_resolved(name)}
+            return {"webhookConfigs": [{"url": receivers.url_for(name), "sendResolved": _send_resolved(name)}]}
+        return {
+            "webhookConfigs": [{"urlSecret": {"name": url_secret, "key": name}, "sendResolved": _send_resolved(name)}]
+        }
 
-    return _tree(cfg, _Shape(_camel, _matcher_crd, "sourceMatch", "targetMatch", webhook))
+    return _tree(cfg, _Shape(_camel, _matcher_crd, "sourceMatch", "targetMatch", receiver))

@@ -413,6 +413,22 @@ CHECKPOINT_LAST_GOOD_STEP = Metric(
     JOB,
     _T,
 )
+TRAINING_ROLLBACKS_TOTAL = Metric(
+    "ml_training_rollbacks_total",
+    MetricType.COUNTER,
+    "",
+    "Rollbacks of non-finite training to the last good checkpoint (learning rate lowered, training continued).",
+    JOB,
+    _T,
+)
+TRAINING_ROLLBACK_BUDGET = Metric(
+    "ml_training_rollback_budget",
+    MetricType.GAUGE,
+    "",
+    "Rollbacks the job may still make before non-finite training ends it (0 with remediation off).",
+    JOB,
+    _T,
+)
 CHECKPOINT_LAST_GOOD_TIMESTAMP_SECONDS = Metric(
     "ml_checkpoint_last_good_timestamp_seconds",
     MetricType.GAUGE,

@@ -55,6 +55,44 @@ class ScrapeSecurity:
         return tuple(dict.fromkeys(n for n in names if n))
 
 
+PAGERDUTY = "pagerduty"
+SLACK = "slack"
+WEBHOOK = "webhook"
+RECEIVER_KINDS: tuple[str, ...] = (PAGERDUTY, SLACK, WEBHOOK)
+SEVERITY_NAMES: tuple[str, ...] = ("critical", "high", "warning", "info")
+
+
+@dataclass(frozen=True)
+class Notifications:
+    """Which kind of receiver each severity's notifications reach (`pagerduty`, `slack` or a generic
+    `webhook`), and the Slack channel of each severity sent to Slack."""
+
+    critical: str = WEBHOOK
+    high: str = WEBHOOK
+    warning: str = WEBHOOK
+    info: str = WEBHOOK
+    slack_channels: tuple[tuple[str, str], ...] = ()  # (severity, channel)
+
+    def kind(self, severity: str) -> str:
+        kind: str = getattr(self, severity)
+        return kind
+
+    def __post_init__(self) -> None:
+        problems = [
+            f"{severity}: {self.kind(severity)!r} is not one of {', '.join(RECEIVER_KINDS)}"
+            for severity in SEVERITY_NAMES
+            if self.kind(severity) not in RECEIVER_KINDS
+        ]
+        channels = dict(self.slack_channels)
+        problems += [
+            f"{severity} goes to Slack but has no channel in slack_channels"
+            for severity in SEVERITY_NAMES
+            if self.kind(severity) == SLACK and not channels.get(severity)
+        ]
+        if problems:
+            raise ValueError("notifications: " + "; ".join(problems))
+
+
 @dataclass(frozen=True)
 class ObservabilityConfig:
     environment: str = "dev"
@@ -82,6 +120,8 @@ class ObservabilityConfig:
     # The platform services whose scrape targets the infra cockpit shows.
     platform_services: tuple[str, ...] = ()
     datasource_uids: DatasourceUids = DatasourceUids()
+    # Per severity: PagerDuty, Slack or a generic webhook (observability.notifications).
+    notifications: Notifications = Notifications()
     # Where people open Grafana: notifications link each alert's dashboard under it.
     grafana_url: str = "https://grafana.example.invalid"
     # Grafana folder the dashboards are provisioned into.

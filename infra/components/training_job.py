@@ -53,7 +53,9 @@ from infra.components.common import (
 )
 from infra.settings import TrainingJobSettings
 from observability.config import ObservabilityConfig
+from observability.instrument import remediation
 from observability.instrument.gpus import DRIVER_CAPABILITIES, DRIVER_CAPABILITIES_ENV
+from observability.instrument.remediation import UNFIXABLE_EXIT_CODES
 from observability.scrape_config import (
     RANK_PORTS_ANNOTATION,
     final_scrape_wait_seconds,
@@ -137,6 +139,7 @@ def training_env(args: TrainingJobArgs) -> list[dict[str, Any]]:
             # by UUID through NVML (ml_training_job_gpu_info) without any privilege.
             {"name": DRIVER_CAPABILITIES_ENV, "value": DRIVER_CAPABILITIES},
             *distributed_env(args),
+            *remediation_env(job),
         ],
     )
 
@@ -218,12 +221,39 @@ def pod_template(args: TrainingJobArgs) -> dict[str, Any]:
     }
 
 
+def pod_failure_policy() -> dict[str, Any]:
+    """Fail the Job at once on the trainer's exit codes for what a restart cannot fix (non-finite
+    training past its rollback budget, observability.instrument.remediation); ignore disruptions
+    (node drain, preemption: the pod is recreated without counting a retry); every other failure
+    (a GPU or collective error, an out-of-memory kill) counts against backoffLimit."""
+    return {
+        "rules": [
+            {
+                "action": "FailJob",
+                "onExitCodes": {"containerName": CONTAINER, "operator": "In", "values": list(UNFIXABLE_EXIT_CODES)},
+            },
+            {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+        ]
+    }
+
+
+def remediation_env(job: TrainingJobSettings) -> list[dict[str, str]]:
+    """The stack's remediation policy for every job of the template (a job may set its own)."""
+    policy = job.remediation
+    return [
+        {"name": remediation.ENABLED_ENV, "value": "on" if policy.enabled else "off"},
+        {"name": remediation.MAX_ROLLBACKS_ENV, "value": str(policy.max_rollbacks)},
+        {"name": remediation.LR_FACTOR_ENV, "value": f"{policy.lr_factor:g}"},
+    ]
+
+
 def job_spec(args: TrainingJobArgs) -> dict[str, Any]:
     job = args.job
     indexed = {"completionMode": "Indexed", "completions": job.nodes, "parallelism": job.nodes} if job.nodes > 1 else {}
     return {
         **indexed,
         "backoffLimit": job.backoff_limit,
+        "podFailurePolicy": pod_failure_policy(),
         "ttlSecondsAfterFinished": job.ttl_seconds_after_finished,
         "template": pod_template(args),
     }

@@ -21,7 +21,14 @@ SUPPORTED_KUBERNETES_MINORS = range(27, 38)  # 1.27 .. 1.37: schemas kubernetes-
 
 # Secret config keys: a value for these must be a Pulumi secret (`pulumi config set --secret`).
 # The receivers' URLs, in AlertingReceivers' field order (the heartbeat: Watchdog every minute).
-RECEIVER_KEYS = ("alertPageWebhookUrl", "alertChatWebhookUrl", "alertLowPriorityWebhookUrl", "alertHeartbeatUrl")
+RECEIVER_KEYS = (
+    "alertPageWebhookUrl",
+    "alertChatWebhookUrl",
+    "alertLowPriorityWebhookUrl",
+    "alertHeartbeatUrl",
+    "alertSlackApiUrl",  # a Slack incoming-webhook URL, where a severity goes to Slack
+    "alertPagerDutyRoutingKey",  # the PagerDuty Events API v2 integration key, where one goes to PagerDuty
+)
 SECRET_KEYS = (*RECEIVER_KEYS, "registryPassword")
 DIGEST_EXPECTED = "an image reference pinned by digest: REGISTRY/REPO@sha256:<64 hex>"
 # The kubeconfig a stack may carry as a Pulumi secret (`pulumi config set --secret kubeconfig ...`).
@@ -125,6 +132,16 @@ class PollerSettings:
 
 
 @dataclass(frozen=True)
+class RemediationSettings:
+    """Bounded rollback of non-finite training (observability.instrument.remediation), for every job
+    of the template; a job may override it in its own environment."""
+
+    enabled: bool = False
+    max_rollbacks: int = 3
+    lr_factor: float = 0.5
+
+
+@dataclass(frozen=True)
 class TrainingJobSettings:
     name: str
     image: str
@@ -141,6 +158,7 @@ class TrainingJobSettings:
     # What torchrun starts on every node (a script or `-m module`, then its arguments): set, the
     # template launches torchrun with one process per GPU; empty, the image's entrypoint runs alone.
     command: tuple[str, ...] = ()
+    remediation: RemediationSettings = RemediationSettings()
 
     @property
     def processes_per_node(self) -> int:
@@ -171,6 +189,8 @@ class AlertingReceivers:
     chat_webhook_url: SecretValue
     low_priority_webhook_url: SecretValue
     heartbeat_url: SecretValue  # the dead man's switch that expects Watchdog every minute
+    slack_api_url: SecretValue = None
+    pagerduty_routing_key: SecretValue = None
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from infra.settings.model import (
     PinnedImage,
     PollerSettings,
     PrometheusSettings,
+    RemediationSettings,
     Resources,
     ScrapeSettings,
     ServiceSettings,
@@ -41,11 +42,22 @@ from infra.settings.model import (
     TrainingJobSettings,
 )
 from infra.settings.reading import DNS_LABEL, DNS_LABEL_EXPECTED, Reader, SecretReader
-from observability.config import ObservabilityConfig
+from observability.alertmanager import CHAT, HEARTBEAT, LOW_PRIORITY, PAGE, RECEIVERS, receiver_kind
+from observability.config import (
+    PAGERDUTY,
+    RECEIVER_KINDS,
+    SEVERITY_NAMES,
+    SLACK,
+    WEBHOOK,
+    Notifications,
+    ObservabilityConfig,
+)
+from observability.instrument.remediation import MAX_ROLLBACKS_LIMIT
 from observability.prometheus_config import REMOTE_WRITE_PATH
 from observability.rules.detection import detection_budget
 from observability.scrape_config import MAX_SHARDS
 
+_SLACK_CHANNEL = re.compile(r"^[#@][a-z0-9._-]{1,80}$")
 _DIGEST_REF = re.compile(r"^[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)+@sha256:[0-9a-f]{64}$")
 
 # Fields a stack fills in `Settings` or its `ObservabilityConfig`; the rest are fixed by the loader
@@ -352,7 +364,7 @@ def training_job(r: Reader, s: Parsed) -> TrainingJobSettings:
         "trainingJob",
         r.required("trainingJob"),
         {"name", "image", "modelType", "gpuCount", "backoffLimit", "ttlSecondsAfterFinished", "metricsPort",
-         "nodeSelector", "tolerations", "resources", "nodes", "command"},
+         "nodeSelector", "tolerations", "resources", "nodes", "command", "remediation"},
     )  # fmt: skip
     nodes = r.integer("trainingJob.nodes", tj.get("nodes", 1), 1, MAX_TRAINING_NODES)
     command = training_command(r, tj.get("command"))
@@ -367,7 +379,7 @@ def training_job(r: Reader, s: Parsed) -> TrainingJobSettings:
         image=r.string("trainingJob.image", tj.get("image"), _DIGEST_REF, DIGEST_EXPECTED),
         model_type=r.model_type("trainingJob.modelType", tj.get("modelType")),
         gpu_count=r.integer("trainingJob.gpuCount", tj.get("gpuCount", 1), 1, 16),
-        backoff_limit=r.integer("trainingJob.backoffLimit", tj.get("backoffLimit", 2), 0, 20),
+        backoff_limit=r.integer("trainingJob.backoffLimit", tj.get("backoffLimit", 2), 0, MAX_BACKOFF_LIMIT),
         ttl_seconds_after_finished=r.integer(
             "trainingJob.ttlSecondsAfterFinished", tj.get("ttlSecondsAfterFinished", 86400), 0, 30 * 86400
         ),
@@ -379,6 +391,33 @@ def training_job(r: Reader, s: Parsed) -> TrainingJobSettings:
         resources=resources(r, "trainingJob.resources", tj.get("resources"), Resources("2", "8", "8Gi", "32Gi")),
         nodes=nodes,
         command=command,
+        remediation=remediation(r, tj.get("remediation")),
+    )
+
+
+# Retries of a failed training pod: more only repeat a failure a restart does not fix.
+MAX_BACKOFF_LIMIT = 10
+
+
+def remediation(r: Reader, value: Any) -> RemediationSettings:
+    """`trainingJob.remediation`: {enabled, maxRollbacks (0 to MAX_ROLLBACKS_LIMIT), lrFactor (0-1)}."""
+    if value is None:
+        return RemediationSettings()
+    m = r.mapping("trainingJob.remediation", value, {"enabled", "maxRollbacks", "lrFactor"})
+    default = RemediationSettings()
+    enabled = m.get("enabled", default.enabled)
+    if not isinstance(enabled, bool):
+        r.problem("trainingJob.remediation.enabled", enabled, "true or false")
+        enabled = False
+    factor = r.number("trainingJob.remediation.lrFactor", m.get("lrFactor", default.lr_factor), 0, 1)
+    if factor >= 1:
+        r.problem("trainingJob.remediation.lrFactor", factor, "a factor below 1 (it lowers the learning rate)")
+    return RemediationSettings(
+        enabled=enabled,
+        max_rollbacks=r.integer(
+            "trainingJob.remediation.maxRollbacks", m.get("maxRollbacks", default.max_rollbacks), 0, MAX_ROLLBACKS_LIMIT
+        ),
+        lr_factor=factor,
     )
 
 
@@ -421,13 +460,69 @@ def runbook_base_url(r: Reader, s: Parsed) -> str:
     return r.url("runbookBaseUrl", r.raw("runbookBaseUrl") or ObservabilityConfig().runbook_base_url, ("https",))
 
 
+# Which receiver key each receiver kind needs (the webhooks: one per receiver, see below).
+_KIND_KEYS = {SLACK: "alertSlackApiUrl", PAGERDUTY: "alertPagerDutyRoutingKey"}
+_WEBHOOK_KEYS = {
+    PAGE: "alertPageWebhookUrl",
+    CHAT: "alertChatWebhookUrl",
+    LOW_PRIORITY: "alertLowPriorityWebhookUrl",
+    HEARTBEAT: "alertHeartbeatUrl",
+}
+
+
+@setting("alertNotifications", into="notifications")
+def notifications(r: Reader, s: Parsed) -> Notifications:
+    """Per severity `pagerduty`, `slack` or `webhook` (default: webhook), and `slackChannels` per
+    severity sent to Slack (`#channel`)."""
+    value = r.raw("alertNotifications")
+    if value is None:
+        return Notifications()
+    before = len(r.problems)
+    m = r.mapping("alertNotifications", value, {*SEVERITY_NAMES, "slackChannels"})
+    kinds = {sev: r.choice(f"alertNotifications.{sev}", m.get(sev, WEBHOOK), RECEIVER_KINDS) for sev in SEVERITY_NAMES}
+    raw_channels = m.get("slackChannels") or {}
+    channels = r.mapping("alertNotifications.slackChannels", raw_channels, set(SEVERITY_NAMES))
+    slack_channels = []
+    for sev in SEVERITY_NAMES:
+        if kinds[sev] != SLACK:
+            if sev in channels:
+                r.problem(
+                    f"alertNotifications.slackChannels.{sev}", channels[sev], f"no channel: {sev} is not sent to Slack"
+                )
+            continue
+        channel = r.string(
+            f"alertNotifications.slackChannels.{sev}",
+            channels.get(sev),
+            _SLACK_CHANNEL,
+            "a channel such as '#ml-alerts'",
+        )
+        slack_channels.append((sev, channel))
+    if len(r.problems) > before:
+        return Notifications()
+    try:
+        chosen = Notifications(**kinds, slack_channels=tuple(slack_channels))
+        for receiver in RECEIVERS:
+            receiver_kind(ObservabilityConfig(notifications=chosen), receiver)
+    except ValueError as exc:
+        r.problems.append(f"alertNotifications: {exc}")
+        return Notifications()
+    return chosen
+
+
 @setting(*RECEIVER_KEYS, into="alerting")
 def alerting(r: Reader, s: Parsed) -> AlertingReceivers:
-    receivers = AlertingReceivers(*(s.secret(key) for key in RECEIVER_KEYS))
-    for key in RECEIVER_KEYS:
+    """The receivers' credentials (Pulumi secrets): those of the kinds the notifications use."""
+    cfg = ObservabilityConfig(notifications=s.notifications)
+    needed: dict[str, str] = {}
+    for receiver in RECEIVERS:
+        kind = receiver_kind(cfg, receiver)
+        key = _WEBHOOK_KEYS[receiver] if kind == WEBHOOK else _KIND_KEYS[kind]
+        needed.setdefault(key, f"the {receiver} receiver ({kind})")
+    for key, why in needed.items():
         if r.source.get(key) is None:
-            r.problems.append(f"{key} is missing: set it with `pulumi config set --secret {key} https://...`")
-    return receivers
+            example = "<integration key>" if key == _KIND_KEYS[PAGERDUTY] else "https://..."
+            r.problems.append(f"{key} is missing for {why}: set it with `pulumi config set --secret {key} {example}`")
+    return AlertingReceivers(*(s.secret(key) if key in needed else None for key in RECEIVER_KEYS))
 
 
 @setting("kubeContext", KUBECONFIG_KEY, into="kubernetes")

@@ -84,6 +84,8 @@ class TrainingMetrics:
         self.checkpoint_size = g(catalog.CHECKPOINT_SIZE_BYTES)
         self.checkpoint_last_good_step = g(catalog.CHECKPOINT_LAST_GOOD_STEP)
         self.checkpoint_last_good_time = g(catalog.CHECKPOINT_LAST_GOOD_TIMESTAMP_SECONDS)
+        self.rollbacks = c(catalog.TRAINING_ROLLBACKS_TOTAL)
+        self.rollback_budget = g(catalog.TRAINING_ROLLBACK_BUDGET)
         # E. model quality
         self.accuracy = g(catalog.MODEL_ACCURACY)
         self.f1_score = g(catalog.MODEL_F1_SCORE)
@@ -310,7 +312,7 @@ class JobMetrics:
             m.checkpoint_failures.labels(**job, error_type=error_type)
         for error_type in FAILURE_ERROR_TYPES:
             m.failures.labels(**job, error_type=error_type)
-        for per_job in (m.gradient_explosions, m.checkpoint_saves, m.data_batches, m.folds_completed):
+        for per_job in (m.gradient_explosions, m.checkpoint_saves, m.data_batches, m.folds_completed, m.rollbacks):
             per_job.labels(**job)
         for histogram in (m.iteration_seconds, m.checkpoint_duration, m.data_loading):
             histogram.labels(**job)

@@ -14,6 +14,7 @@ from policy.rules.metadata import COMMON_LABELS, EXPLICIT_NAMESPACE
 from policy.rules.plaintext import NO_PLAINTEXT_SECRETS
 from policy.rules.pod_security import POD_SECURITY_RESTRICTED
 from policy.rules.telemetry import OTEL_ENDPOINT_POLICY, SCRAPE_ANNOTATIONS, SCRAPE_COVERAGE, TRAINING_JOB_OTEL
+from policy.rules.training_jobs import TRAINING_FAILURE_POLICY
 
 ALL_POLICIES: tuple[Policy, ...] = (
     POD_SECURITY_RESTRICTED,
@@ -25,6 +26,7 @@ ALL_POLICIES: tuple[Policy, ...] = (
     SCRAPE_COVERAGE,
     OTEL_ENDPOINT_POLICY,
     TRAINING_JOB_OTEL,
+    TRAINING_FAILURE_POLICY,
     DASHBOARD_CONFIGMAPS,
     DASHBOARD_UIDS_UNIQUE,
     DATASOURCE_LINKS_RESOLVE,

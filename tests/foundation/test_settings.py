@@ -153,12 +153,44 @@ def test_every_problem_is_reported_at_once() -> None:
     assert len(caught.value.problems) == 3, caught.value.problems
 
 
-def test_missing_required_secret_names_the_command_to_set_it() -> None:
-    config = read_stack_config("dev")
-    values = {k: v for k, v in config.values.items() if k != "alertChatWebhookUrl"}
-    source = DictConfigSource("dev", values, config.secret_keys)
-    with pytest.raises(SettingsError, match=r"pulumi config set --secret alertChatWebhookUrl"):
+@pytest.mark.parametrize(
+    ("stack", "missing"),
+    [("dev", "alertSlackApiUrl"), ("prod", "alertPagerDutyRoutingKey"), ("prod", "alertSlackApiUrl")],
+)
+def test_missing_required_secret_names_the_command_to_set_it(stack: str, missing: str) -> None:
+    """The credential of each receiver kind the stack's notifications use is required."""
+    config = read_stack_config(stack)
+    values = {k: v for k, v in config.values.items() if k != missing}
+    source = DictConfigSource(stack, values, config.secret_keys)
+    with pytest.raises(
+        SettingsError, match=rf"{missing} is missing for the .* receiver .*pulumi config set --secret {missing}"
+    ):
         load_settings(source, values.get)
+
+
+def test_the_credentials_of_unused_receiver_kinds_are_not_needed() -> None:
+    """prod pages through PagerDuty: no page webhook URL is needed, and none is handed on."""
+    config = read_stack_config("prod")
+    values = {k: v for k, v in config.values.items() if k not in ("alertPageWebhookUrl", "alertChatWebhookUrl")}
+    settings = load_settings(DictConfigSource("prod", values, config.secret_keys), values.get)
+    assert settings.alerting.page_webhook_url is None and settings.alerting.chat_webhook_url is None
+    assert settings.alerting.pagerduty_routing_key is not None and settings.alerting.slack_api_url is not None
+
+
+@pytest.mark.parametrize(
+    ("notifications", "message"),
+    [
+        ({"critical": "sms"}, r"alertNotifications.critical = 'sms': expected one of 'pagerduty', 'slack', 'webhook'"),
+        ({"high": "slack", "warning": "webhook", "slackChannels": {"high": "#a"}},
+         r"high and warning share the chat receiver .* must go to the same kind"),
+        ({"info": "slack"}, r"alertNotifications.slackChannels.info = null: expected a channel such as '#ml-alerts'"),
+        ({"critical": "pagerduty", "slackChannels": {"critical": "#x"}},
+         r"alertNotifications.slackChannels.critical = '#x': expected no channel: critical is not sent to Slack"),
+    ],
+)  # fmt: skip
+def test_bad_notifications_are_rejected_with_a_clear_message(notifications: dict[str, Any], message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        load(alertNotifications=notifications)
 
 
 def test_missing_heartbeat_url_names_the_command_to_set_it() -> None:

@@ -27,7 +27,7 @@ from infra.settings import (
     read_stack_config,
     validate_stack,
 )
-from observability import scrape_config, trainer_env
+from observability import alertmanager, notifications, scrape_config, trainer_env
 from observability.rules import Tier
 from observability.scrape_config import PATH_ANNOTATION, PORT_ANNOTATION, SCRAPE_ANNOTATION, SERVICE_LABEL
 from tests.infra.support import STACKS, is_secret, objects, one, run_raw
@@ -527,21 +527,45 @@ def test_operator_mode_routes_through_an_alertmanagerconfig_reading_urls_from_th
     assert config["apiVersion"] == "monitoring.coreos.com/v1alpha1"
     secret = next(s for s in objects(result, "Secret") if s["metadata"]["name"] == alert_routing.RECEIVERS_SECRET)
     receivers = config["spec"]["receivers"]
-    assert {r["name"] for r in receivers} == set(secret["stringData"])
+    cfg = result.settings.observability_config()
+    referenced = set()
     for receiver in receivers:
-        (webhook,) = receiver["webhookConfigs"]
-        assert webhook["urlSecret"] == {"name": alert_routing.RECEIVERS_SECRET, "key": receiver["name"]}
-        assert "url" not in webhook
+        kind = alertmanager.receiver_kind(cfg, receiver["name"])
+        (configs_key,) = [k for k in receiver if k.endswith("Configs")]
+        (receiver_config,) = receiver[configs_key]
+        if kind == "webhook":
+            assert configs_key == "webhookConfigs" and "url" not in receiver_config
+            ref = receiver_config["urlSecret"]
+            assert ref == {"name": alert_routing.RECEIVERS_SECRET, "key": receiver["name"]}
+        elif kind == "slack":
+            ref = receiver_config["apiURL"]
+            assert configs_key == "slackConfigs" and ref["key"] == alertmanager.SLACK_API_URL_KEY
+            assert receiver_config["channel"] and receiver_config["sendResolved"] is True
+        else:
+            ref = receiver_config["routingKey"]
+            assert configs_key == "pagerdutyConfigs" and ref["key"] == alertmanager.PAGERDUTY_ROUTING_KEY_KEY
+            assert "url" not in receiver_config  # PagerDuty's own Events API v2 endpoint
+        assert ref["name"] == alert_routing.RECEIVERS_SECRET
+        referenced.add(ref["key"])
+    assert referenced == set(secret["stringData"])
     assert config["spec"]["route"]["routes"], "no severity routes"
+    templates = next(
+        c for c in objects(result, "ConfigMap") if c["metadata"]["name"] == alert_routing.TEMPLATES_CONFIG_MAP
+    )
+    assert templates["data"] == {notifications.TEMPLATE_FILE: notifications.template_text()}
 
 
 def test_classic_mode_ships_a_whole_alertmanager_config(rendered: dict[str, RenderResult]) -> None:
+    """dev posts every severity to Slack: one Slack API URL, the heartbeat's webhook, the templates."""
     result = rendered["dev"]
     secret = next(s for s in objects(result, "Secret") if s["metadata"]["name"] == alert_routing.CONFIG_SECRET)
     config = yaml.safe_load(secret["stringData"][alert_routing.CONFIG_KEY])
-    urls = {c["url"] for r in config["receivers"] for c in r["webhook_configs"]}
-    assert urls == {placeholder_secret("dev", k) for k in RECEIVER_KEYS}
-    assert len(urls) == 4  # page, chat, low priority, heartbeat
+    assert config["templates"] == [notifications.TEMPLATE_FILE]
+    assert secret["stringData"][notifications.TEMPLATE_FILE] == notifications.template_text()
+    urls = {c["url"] for r in config["receivers"] for c in r.get("webhook_configs", [])}
+    assert urls == {placeholder_secret("dev", "alertHeartbeatUrl")}
+    slack = {c["api_url"] for r in config["receivers"] for c in r.get("slack_configs", [])}
+    assert slack == {placeholder_secret("dev", "alertSlackApiUrl")}
     assert objects(result, "AlertmanagerConfig") == []
 
 

@@ -126,7 +126,7 @@ def test_realistic_typos_are_rejected(
         ("AlertmanagerConfig", lambda m: m["spec"]["route"]["routes"][0].update(reciever="page"), "reciever"),
         (
             "AlertmanagerConfig",
-            lambda m: m["spec"]["receivers"][0]["webhookConfigs"][0].update(urlSecrets={}),
+            lambda m: m["spec"]["receivers"][-1]["webhookConfigs"][0].update(urlSecrets={}),
             "urlSecrets",
         ),
     ],

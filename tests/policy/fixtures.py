@@ -99,6 +99,16 @@ def training_cronjob() -> dict[str, Any]:
             "schedule": "0 0 31 2 *",
             "jobTemplate": {
                 "spec": {
+                    "backoffLimit": 2,
+                    "podFailurePolicy": {
+                        "rules": [
+                            {
+                                "action": "FailJob",
+                                "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [80, 81, 82]},
+                            },
+                            {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+                        ]
+                    },
                     "template": {
                         "metadata": {"labels": labels("training-job"), "annotations": scrape_annotations(9094)},
                         "spec": {
@@ -108,14 +118,18 @@ def training_cronjob() -> dict[str, Any]:
                                 {
                                     "name": "trainer",
                                     "image": TRAINER_IMAGE,
-                                    "env": [{"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": TEMPO}],
+                                    "env": [
+                                        {"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": TEMPO},
+                                        {"name": "FOXHUNT_REMEDIATION", "value": "on"},
+                                        {"name": "FOXHUNT_REMEDIATION_MAX_ROLLBACKS", "value": "3"},
+                                    ],
                                     "ports": [{"name": "metrics", "containerPort": 9094}],
                                     "resources": resources(),
                                     "securityContext": container_security(),
                                 }
                             ],
                         },
-                    }
+                    },
                 }
             },
         },
@@ -482,11 +496,31 @@ CASES: tuple[Case, ...] = (
     Case("otel-wrong-tempo", "otel-endpoint",
          _set([*CONTAINER, "env", 0, "value"], "http://tempo.monitoring.svc.cluster.local:4317", key="api-gateway-patch"),
          "containers[gateway].env[OTEL_EXPORTER_OTLP_ENDPOINT]", "not this stack's Tempo"),
-    Case("training-no-otel", "training-job-otel", _do(lambda s: _container(s, "training-job").update(env=[])),
+    Case("training-no-otel", "training-job-otel",
+         _do(lambda s: _container(s, "training-job").update(env=_container(s, "training-job")["env"][1:])),
          "spec.jobTemplate.spec.template.spec.containers[trainer].env", "has no OTEL_EXPORTER_OTLP_ENDPOINT"),
     Case("training-template-missing", "training-job-otel",
          _do(lambda s: s["training-job"]["metadata"].update(name="trainer")),
          "trainingJob[training-job-template]", "no training job template named 'training-job-template'"),
+    # --- training-job-failure-policy -------------------------------------------------------------------
+    Case("training-no-pod-failure-policy", "training-job-failure-policy",
+         _do(lambda s: s["training-job"]["spec"]["jobTemplate"]["spec"].pop("podFailurePolicy")),
+         "spec.jobTemplate.spec.podFailurePolicy", "no podFailurePolicy rule failing it"),
+    Case("training-disruptions-counted", "training-job-failure-policy",
+         _do(lambda s: s["training-job"]["spec"]["jobTemplate"]["spec"]["podFailurePolicy"]["rules"].pop(1)),
+         "spec.jobTemplate.spec.podFailurePolicy", "does not ignore disruptions"),
+    Case("training-backoff-unbounded", "training-job-failure-policy",
+         _do(lambda s: s["training-job"]["spec"]["jobTemplate"]["spec"].pop("backoffLimit")),
+         "spec.jobTemplate.spec.backoffLimit", "expected a bound from 0 to 10"),
+    Case("training-backoff-too-high", "training-job-failure-policy",
+         _do(lambda s: s["training-job"]["spec"]["jobTemplate"]["spec"].update(backoffLimit=50)),
+         "spec.jobTemplate.spec.backoffLimit", "backoffLimit is 50"),
+    Case("training-rollbacks-unbounded", "training-job-failure-policy",
+         _do(lambda s: _container(s, "training-job")["env"].pop(2)),
+         "spec.jobTemplate.spec.template.spec.containers[trainer].env", "without a bound"),
+    Case("training-remediation-unsaid", "training-job-failure-policy",
+         _do(lambda s: _container(s, "training-job")["env"].pop(1)),
+         "spec.jobTemplate.spec.template.spec.containers[trainer].env", "does not say whether remediation is on"),
     # --- Grafana ---------------------------------------------------------------------------------------
     Case("dashboard-unlabelled", "dashboard-configmaps",
          _do(lambda s: s["dashboard-training"]["metadata"]["labels"].pop("grafana_dashboard")),

@@ -25,6 +25,7 @@ from observability.alertmanager import (
     receiver_secret_data,
 )
 from observability.config import ObservabilityConfig
+from observability.notifications import TEMPLATE_FILE, template_text
 from observability.rules import alert_rules
 
 CFG = ObservabilityConfig()
@@ -83,14 +84,18 @@ def test_amtool_check_config_passes(config_file):
 def test_amtool_check_config_passes_for_every_stack(tmp_path):
     for stack in available_stacks():
         settings = validate_stack(read_stack_config(stack))
+        alerting = settings.alerting
         receivers = ReceiverUrls(
-            page=settings.alerting.page_webhook_url,
-            chat=settings.alerting.chat_webhook_url,
-            low_priority=settings.alerting.low_priority_webhook_url,
-            heartbeat=settings.alerting.heartbeat_url,
+            page=alerting.page_webhook_url,
+            chat=alerting.chat_webhook_url,
+            low_priority=alerting.low_priority_webhook_url,
+            heartbeat=alerting.heartbeat_url,
+            slack_api_url=alerting.slack_api_url,
+            pagerduty_routing_key=alerting.pagerduty_routing_key,
         )
         path = tmp_path / f"{stack}.yml"
         path.write_text(alertmanager_config_yaml(settings.observability_config(), receivers), encoding="utf-8")
+        (tmp_path / TEMPLATE_FILE).write_text(template_text(), encoding="utf-8")
         proc = subprocess.run([_tool("amtool"), "check-config", str(path)], capture_output=True, text=True, check=False)
         assert proc.returncode == 0, f"{stack}: {proc.stdout}{proc.stderr}"
 
