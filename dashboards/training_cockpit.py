@@ -367,6 +367,7 @@ def _checkpoints() -> Row:
             checkpoint.size(MODEL, w=6),
             checkpoint.since_last_good(MODEL, w=12),
             checkpoint.last_good_step(MODEL, w=12),
+            checkpoint.rollbacks(MODEL, w=24),
         ],
     )
 

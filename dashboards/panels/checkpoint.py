@@ -106,3 +106,27 @@ def last_good_step(model: str, *, w: int) -> PanelBuilder:
         ),
         [Query(promql.gauge(catalog.CHECKPOINT_LAST_GOOD_STEP, (model,)), JOB_LEGEND)],
     )
+
+
+def rollbacks(model: str, *, w: int) -> PanelBuilder:
+    """Rollbacks of non-finite training to the last good checkpoint, and the rollbacks each job has left."""
+    return timeseries(
+        Common(
+            "Rollbacks (Non-Finite Training)",
+            "Rollbacks to the last good checkpoint in each rate interval (the learning rate lowered each time), "
+            "and the rollbacks each job has left before non-finite training ends it.",
+            "short",
+            w=w,
+            min=0,
+            thresholds=ERRORS,
+        ),
+        [
+            Query(
+                promql.aggregate(
+                    "sum", ("model_type", "job_id"), promql.increase(catalog.TRAINING_ROLLBACKS_TOTAL, (model,))
+                ),
+                "rollbacks " + JOB_LEGEND,
+            ),
+            Query(promql.gauge(catalog.TRAINING_ROLLBACK_BUDGET, (model,)), "left " + JOB_LEGEND),
+        ],
+    )
