@@ -27,6 +27,7 @@ import pulumi_kubernetes as k8s
 from infra.components.common import (
     GPU_RESOURCE,
     NVIDIA_RUNTIME_CLASS,
+    ExporterWeb,
     OtelExport,
     child,
     field_env,
@@ -43,10 +44,13 @@ from observability.config import ObservabilityConfig
 from observability.instrument.gpus import DRIVER_CAPABILITIES, DRIVER_CAPABILITIES_ENV
 from observability.scrape_config import (
     FINAL_SCRAPE_WAIT_ENV,
+    SECURED_ANNOTATION,
+    SECURED_VALUE,
     final_scrape_wait_seconds,
     pod_scrape_annotations,
     prometheus_requirement_annotations,
 )
+from observability.web_config import WEB_CONFIG_ENV
 
 TYPE = "foxhunt:observability:TrainingJobTemplate"
 COMPONENT = "training"
@@ -66,6 +70,19 @@ class TrainingJobArgs:
     namespace: str  # where training jobs run
     otel: OtelExport
     common_labels: Mapping[str, str]
+    web: ExporterWeb | None = None  # TLS and authentication of the trainers' /metrics (scrapeSecurity)
+
+
+def pod_labels(args: TrainingJobArgs) -> dict[str, str]:
+    return {
+        **labels(args.common_labels, args.cfg.training_job_service, COMPONENT),
+        MODEL_TYPE_LABEL: args.job.model_type,
+    }
+
+
+def pod_selector(args: TrainingJobArgs) -> dict[str, str]:
+    """Labels every pod of the template carries (whatever the model type of a run)."""
+    return {k: v for k, v in pod_labels(args).items() if k != MODEL_TYPE_LABEL}
 
 
 def usage(args: TrainingJobArgs) -> str:
@@ -86,6 +103,8 @@ def training_env(args: TrainingJobArgs) -> list[dict[str, Any]]:
             # `utility` makes the NVIDIA runtime mount libnvidia-ml, so the trainer names its GPUs
             # by UUID through NVML (ml_training_job_gpu_info) without any privilege.
             {"name": DRIVER_CAPABILITIES_ENV, "value": DRIVER_CAPABILITIES},
+            # TLS and authentication of the metrics server (observability.web_config).
+            *([{"name": WEB_CONFIG_ENV, "value": args.web.web_config_file}] if args.web else []),
         ],
     )
 
@@ -94,11 +113,12 @@ def pod_template(args: TrainingJobArgs) -> dict[str, Any]:
     job = args.job
     return {
         "metadata": {
-            "labels": {
-                **labels(args.common_labels, args.cfg.training_job_service, COMPONENT),
-                MODEL_TYPE_LABEL: job.model_type,
-            },
-            "annotations": pod_scrape_annotations(job.metrics_port),
+            "labels": pod_labels(args),
+            "annotations": (
+                {**pod_scrape_annotations(job.metrics_port, scheme="https"), SECURED_ANNOTATION: SECURED_VALUE}
+                if args.web
+                else pod_scrape_annotations(job.metrics_port)
+            ),
         },
         "spec": {
             "restartPolicy": "Never",
@@ -119,10 +139,16 @@ def pod_template(args: TrainingJobArgs) -> dict[str, Any]:
                     "env": training_env(args),
                     "resources": resources(job.resources, {GPU_RESOURCE: str(job.gpu_count)}),
                     "securityContext": restricted_container_security_context(),
-                    "volumeMounts": [{"name": "scratch", "mountPath": "/tmp"}],
+                    "volumeMounts": [
+                        {"name": "scratch", "mountPath": "/tmp"},
+                        *(args.web.mounts() if args.web else []),
+                    ],
                 }
             ],
-            "volumes": [{"name": "scratch", "emptyDir": {"sizeLimit": SCRATCH_SIZE}}],
+            "volumes": [
+                {"name": "scratch", "emptyDir": {"sizeLimit": SCRATCH_SIZE}},
+                *(args.web.volumes() if args.web else []),
+            ],
         },
     }
 
