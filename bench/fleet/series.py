@@ -180,6 +180,7 @@ def _trainer_exposition(model_type: str, job: str, gpu_uuids: tuple[str, ...]) -
     handle.record_checkpoint_save(True, 2.0, 500_000_000)
     handle.set_model_quality(0.9, 0.88, 0.9, 0.86)
     handle.set_resource_usage(4e9, 180.0)
+    handle.record_step(samples=64)
     for fold in range(FOLDS):
         handle.record_fold(fold, 0.5, 0.6, 20, 600.0)
     return render_text(metrics.registry).decode()
@@ -212,12 +213,23 @@ def training_job_series(
                     histograms.append(HistogramSpec(metric, full, _job_pattern(metric.name), key))
                 continue
             pattern = _job_pattern(metric.name)
-            if metric is catalog.TRAINING_JOB_GPU_INFO:
+            if metric in (catalog.TRAINING_JOB_GPU_INFO, catalog.TRAINING_RANK_INFO):
                 pattern = "one"
+            if metric is catalog.TRAINING_LAST_STEP_TIMESTAMP_SECONDS:
+                pattern = "just_now"
+            if metric is catalog.TRAINING_PHASE_SECONDS_TOTAL:
+                pattern = f"phase:{dict(labels)['phase']}"
             if metric is catalog.TRAINING_JOBS_BY_STATUS:
                 pattern = f"status:{dict(labels)['status']}"
             named = dict(labels)
-            extra = named.get("tensor_type") or named.get("error_type") or named.get("fold") or named.get("uuid") or ""
+            extra = (
+                named.get("tensor_type")
+                or named.get("error_type")
+                or named.get("fold")
+                or named.get("uuid")
+                or named.get("phase")
+                or ""
+            )
             yield_key = stable_key(key, extra)
             plain.append(SeriesSpec(metric.name, full, pattern, yield_key))
     return plain, histograms
