@@ -22,6 +22,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from observability import catalog
 from observability.catalog import Metric
 from observability.instrument import families, gpus
+from observability.instrument.reinforcement import RlFamilies, RlMetrics
+from observability.instrument.search import SearchFamilies, StudyMetrics
 from observability.instrument.server import METRICS_PORT, MetricsServer
 from observability.instrument.trace_context import trace_exemplar
 
@@ -94,6 +96,9 @@ class TrainingMetrics:
         self.fold_duration = g(catalog.TRAINING_FOLD_DURATION_SECONDS)
         self.folds_planned = g(catalog.TRAINING_FOLDS_PLANNED)
         self.folds_completed = c(catalog.TRAINING_FOLDS_COMPLETED_TOTAL)
+        # Model-specific (reinforcement learning) and hyperparameter search: created at first use
+        self.rl = RlFamilies(g, c)
+        self.search = SearchFamilies(g, c)
 
         self.collector = families.CatalogCollector(self._pairs)
         self.registry.register(self.collector)
@@ -199,10 +204,27 @@ class JobMetrics:
         self._lock = threading.Lock()
         self._previous_loss: float | None = None
         self.gpu_uuids: tuple[str, ...] = ()
+        self._rl: RlMetrics | None = None
+        self._studies: dict[str, StudyMetrics] = {}
 
     @property
     def _job(self) -> dict[str, str]:
         return {"model_type": self.model_type, "job_id": self.job_id}
+
+    @property
+    def rl(self) -> RlMetrics:
+        """The job's reinforcement-learning series (exploration, Q-values, policy updates, episodes)."""
+        with self._lock:
+            if self._rl is None:
+                self._rl = RlMetrics(self._m.rl, self.model_type, self.job_id)
+            return self._rl
+
+    def study(self, name: str) -> StudyMetrics:
+        """The series of the hyperparameter-search study `name` this job runs trials of."""
+        with self._lock:
+            if name not in self._studies:
+                self._studies[name] = StudyMetrics(self._m.search, self.model_type, self.job_id, name)
+            return self._studies[name]
 
     def create_children(self, *, folds_planned: int, workers: int) -> None:
         m, job = self._m, self._job
