@@ -130,6 +130,8 @@ class Metric:
 JOB = ("model_type", "job_id")
 FOLD = ("model_type", "job_id", "fold")
 GPU = ("node", "gpu_id", "uuid", "gpu_name")
+# Per-rank series: one process of a (possibly distributed) job; `rank` is bounded by the world size.
+RANK_JOB = ("model_type", "job_id", "rank")
 
 _T = Producer.TRAINING_JOB
 _G = Producer.GPU_POLLER
@@ -496,6 +498,42 @@ TRAINING_FOLDS_PLANNED = Metric(
 )
 TRAINING_FOLDS_COMPLETED_TOTAL = Metric(
     "ml_training_folds_completed_total", MetricType.COUNTER, "", "Folds completed by the job.", JOB, _T
+)
+
+# --- Steps and time accounting, per rank ---------------------------------------------------------
+TRAINING_RANK_INFO = Metric(
+    "ml_training_rank_info",
+    MetricType.INFO,
+    "",
+    "1 for each process of a job: its rank, local rank, node rank and the job's world size.",
+    (*RANK_JOB, "local_rank", "node_rank", "world_size"),
+    _T,
+)
+TRAINING_STEPS_TOTAL = Metric(
+    "ml_training_steps_total", MetricType.COUNTER, "", "Optimizer steps completed by this rank.", RANK_JOB, _T
+)
+TRAINING_SAMPLES_TOTAL = Metric(
+    "ml_training_samples_total", MetricType.COUNTER, "", "Training samples processed by this rank.", RANK_JOB, _T
+)
+TRAINING_TOKENS_TOTAL = Metric(
+    "ml_training_tokens_total", MetricType.COUNTER, "", "Training tokens processed by this rank.", RANK_JOB, _T
+)
+TRAINING_LAST_STEP_TIMESTAMP_SECONDS = Metric(
+    "ml_training_last_step_timestamp_seconds",
+    MetricType.GAUGE,
+    "seconds",
+    "Unix time at which this rank completed its latest step.",
+    RANK_JOB,
+    _T,
+)
+TRAINING_PHASE_SECONDS_TOTAL = Metric(
+    "ml_training_phase_seconds_total",
+    MetricType.COUNTER,
+    "seconds",
+    "Wall time of this rank by phase (startup, data_wait, compute, collective, checkpoint, evaluation, "
+    "lost_work, idle); the phases of a rank sum to its wall time since the job started.",
+    (*RANK_JOB, "phase"),
+    _T,
 )
 
 # --- Model-specific: reinforcement learning (DQN, PPO), from the algorithm's own values ---------

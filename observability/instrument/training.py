@@ -15,13 +15,19 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics_core import CounterMetricFamily
+from prometheus_client.metrics_core import Metric as ClientFamily
+from prometheus_client.registry import Collector
 
 from observability import catalog
 from observability.catalog import Metric
 from observability.instrument import families, gpus
+from observability.instrument.phases import COMPUTE, IDLE, LOST_WORK, STARTUP, PhaseClock
+from observability.instrument.ranks import RankInfo
 from observability.instrument.reinforcement import RlFamilies, RlMetrics
 from observability.instrument.search import SearchFamilies, StudyMetrics
 from observability.instrument.server import METRICS_PORT, MetricsServer
@@ -89,6 +95,12 @@ class TrainingMetrics:
         self.jobs_by_status = g(catalog.TRAINING_JOBS_BY_STATUS)
         self.job_duration = h(catalog.TRAINING_JOB_DURATION_SECONDS)
         self.job_gpu_info = self._info(catalog.TRAINING_JOB_GPU_INFO)
+        # Steps and time accounting, per rank
+        self.rank_info = self._info(catalog.TRAINING_RANK_INFO)
+        self.steps = c(catalog.TRAINING_STEPS_TOTAL)
+        self.samples = c(catalog.TRAINING_SAMPLES_TOTAL)
+        self.tokens = c(catalog.TRAINING_TOKENS_TOTAL)
+        self.last_step_timestamp = g(catalog.TRAINING_LAST_STEP_TIMESTAMP_SECONDS)
         # Per-fold view
         self.fold_loss = g(catalog.TRAINING_FOLD_LOSS)
         self.fold_validation_loss = g(catalog.TRAINING_FOLD_VALIDATION_LOSS)
@@ -104,8 +116,14 @@ class TrainingMetrics:
         self.registry.register(self.collector)
         self._lock = threading.Lock()
         self._jobs: dict[tuple[str, str], JobMetrics] = {}
+        self.registry.register(PhaseCollector(self._started_jobs))
         for status in JOB_STATUSES:
             self.jobs_by_status.labels(status=status).set(0)
+
+    @property
+    def catalog_metrics(self) -> tuple[Metric, ...]:
+        """Every catalog family this registry exposes."""
+        return (*self.collector.catalog_metrics, catalog.TRAINING_PHASE_SECONDS_TOTAL)
 
     def _counter(self, metric: Metric) -> Counter:
         client = families.counter(metric)
@@ -137,18 +155,23 @@ class TrainingMetrics:
         workers: int = 1,
         status: str = "running",
         gpu_uuids: Sequence[str] | None = None,
+        rank: RankInfo | None = None,
     ) -> JobMetrics:
         """Register a job and create its label children; returns the handle to record with.
 
         `gpu_uuids`: the NVML UUIDs of the GPUs the job holds; None (the default) discovers them
         from inside the container (`gpus.discover`), an empty sequence says the job has none.
+        `rank`: this process's place in a distributed job; None (the default) reads the launcher's
+        environment (`RankInfo.from_env`: torchrun's RANK, LOCAL_RANK, WORLD_SIZE, GROUP_RANK).
+        The job's time accounting (`job.phases`) starts now, in "startup".
         """
+        where = RankInfo.from_env() if rank is None else rank
         held = gpus.discover().uuids if gpu_uuids is None else _check_uuids(gpu_uuids)
         with self._lock:
             key = (model_type, job_id)
             if key in self._jobs:
                 raise ValueError(f"job {job_id!r} of model type {model_type!r} already started")
-            job = JobMetrics(self, model_type, job_id)
+            job = JobMetrics(self, model_type, job_id, where)
             self._jobs[key] = job
         job.create_children(folds_planned=folds_planned, workers=workers)
         job.set_gpus(held)
@@ -160,6 +183,10 @@ class TrainingMetrics:
         with self._lock:
             existing = self._jobs.get((model_type, job_id))
         return existing if existing is not None else self.start_job(model_type, job_id)
+
+    def _started_jobs(self) -> list[JobMetrics]:
+        with self._lock:
+            return list(self._jobs.values())
 
     def _refresh_status_counts(self) -> None:
         with self._lock:
@@ -195,21 +222,30 @@ class TrainingMetrics:
 class JobMetrics:
     """Records one training job's metrics; every method is safe to call from any thread."""
 
-    def __init__(self, owner: TrainingMetrics, model_type: str, job_id: str) -> None:
+    def __init__(self, owner: TrainingMetrics, model_type: str, job_id: str, rank: RankInfo | None = None) -> None:
         self._m = owner
         self.model_type = model_type
         self.job_id = job_id
+        self.rank = rank if rank is not None else RankInfo()
         self.status = "pending"
         self._started = time.monotonic()
         self._lock = threading.Lock()
         self._previous_loss: float | None = None
         self.gpu_uuids: tuple[str, ...] = ()
+        self.phases = PhaseClock(STARTUP)
+        self.steps_done = 0
+        self._lost_work_until: int | None = None
         self._rl: RlMetrics | None = None
         self._studies: dict[str, StudyMetrics] = {}
 
     @property
     def _job(self) -> dict[str, str]:
         return {"model_type": self.model_type, "job_id": self.job_id}
+
+    @property
+    def rank_labels(self) -> dict[str, str]:
+        """The labels of this process's per-rank series (`catalog.RANK_JOB`)."""
+        return {"model_type": self.model_type, "job_id": self.job_id, "rank": self.rank.label}
 
     @property
     def rl(self) -> RlMetrics:
@@ -243,6 +279,15 @@ class JobMetrics:
         m.current_epoch.labels(**job).set(0)
         m.folds_planned.labels(**job).set(folds_planned)
         m.active_workers.labels(model_type=self.model_type).set(workers)
+        ranked = self.rank_labels
+        for per_rank in (m.steps, m.samples, m.tokens):
+            per_rank.labels(**ranked)
+        m.rank_info.labels(
+            **ranked,
+            local_rank=str(self.rank.local_rank),
+            node_rank=str(self.rank.node_rank),
+            world_size=str(self.rank.world_size),
+        ).set(1)
 
     def set_gpus(self, uuids: Sequence[str]) -> None:
         """The GPUs (NVML UUIDs) the job holds: one `ml_training_job_gpu_info` series each."""
@@ -273,6 +318,54 @@ class JobMetrics:
             previous, self._previous_loss = self._previous_loss, train_loss
         if previous is not None and math.isfinite(previous) and math.isfinite(train_loss):
             m.convergence_rate.labels(**job).set(train_loss - previous)
+
+    def record_step(self, samples: int = 0, tokens: int = 0) -> int:
+        """One optimizer step done by this rank (with the samples and tokens it consumed); returns
+        the rank's step count. The first step ends the job's start-up: from then on, time in no
+        named phase counts as idle."""
+        if samples < 0 or tokens < 0:
+            raise ValueError(f"samples and tokens of a step are counts of at least 0, got {samples} and {tokens}")
+        m, ranked = self._m, self.rank_labels
+        m.steps.labels(**ranked).inc()
+        if samples:
+            m.samples.labels(**ranked).inc(samples)
+        if tokens:
+            m.tokens.labels(**ranked).inc(tokens)
+        m.last_step_timestamp.labels(**ranked).set(time.time())
+        with self._lock:
+            self.steps_done += 1
+            done = self.steps_done
+            redone = self._lost_work_until is not None and done >= self._lost_work_until
+            if redone:
+                self._lost_work_until = None
+        if redone:
+            self.phases.substitute(COMPUTE, None)
+        if self.phases.base == STARTUP:
+            self.phases.set_base(IDLE)
+        return done
+
+    def phase(self, phase: str) -> AbstractContextManager[None]:
+        """`with job.phase("checkpoint"):` counts the block's wall time in that phase
+        (`observability.instrument.phases.PHASES`); the previous phase resumes after it."""
+        return self.phases.phase(phase)
+
+    def mark_lost_work(self, until_step: int) -> None:
+        """The job went back (a rollback to an earlier checkpoint, or a restart from one) and will
+        redo steps up to `until_step` (its step count before going back): until this rank's step
+        count reaches it again, its compute time counts as lost work."""
+        with self._lock:
+            if until_step <= self.steps_done:
+                return
+            self._lost_work_until = until_step
+        self.phases.substitute(COMPUTE, LOST_WORK)
+
+    def rewind_steps(self, to_step: int) -> None:
+        """Set this rank's step count back to `to_step` (the step of the checkpoint it resumed
+        from); the exported step counter keeps growing, as counters do."""
+        if to_step < 0:
+            raise ValueError(f"a step count is at least 0, got {to_step}")
+        with self._lock:
+            self.steps_done = to_step
 
     def set_progress(self, percent: float) -> None:
         if not 0 <= percent <= 100:
@@ -357,7 +450,37 @@ class JobMetrics:
         if _check_status(status) not in FINAL_STATUSES:
             raise ValueError(f"a job finishes as one of {sorted(FINAL_STATUSES)}, not {status!r}")
         duration = time.monotonic() - self._started
+        self.phases.stop()
         self._m.job_duration.labels(model_type=self.model_type, status=status).observe(duration)
         self.set_active_workers(0)
         self.set_status(status)
         return duration
+
+
+class PhaseCollector(Collector):
+    """`ml_training_phase_seconds_total` of every started job, read from its clock at scrape time
+    (a long checkpoint or a hung collective shows while it lasts, not only once it ends)."""
+
+    def __init__(self, jobs: Callable[[], Sequence[JobMetrics]]) -> None:
+        self._jobs = jobs
+
+    def describe(self) -> list[ClientFamily]:
+        metric = catalog.TRAINING_PHASE_SECONDS_TOTAL
+        return [ClientFamily(metric.name, metric.help, metric.type.value)]
+
+    def collect(self) -> Iterator[ClientFamily]:
+        metric = catalog.TRAINING_PHASE_SECONDS_TOTAL
+        family = CounterMetricFamily(metric.name, metric.help, labels=metric.labels)
+        for job in self._jobs():
+            ranked = job.rank_labels
+            values = [ranked[label] for label in catalog.RANK_JOB]
+            for phase, seconds in job.phases.totals().items():
+                family.add_metric([*values, phase], seconds)
+        yield _catalog_named(family, metric)
+
+
+def _catalog_named(family: CounterMetricFamily, metric: Metric) -> ClientFamily:
+    """The family with its samples under the catalog's name (prometheus-client adds `_total`)."""
+    named = ClientFamily(metric.name, metric.help, metric.type.value)
+    named.samples = [s._replace(name=metric.name) for s in family.samples if not s.name.endswith("_created")]
+    return named

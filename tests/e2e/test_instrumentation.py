@@ -54,6 +54,17 @@ def exercised() -> TrainingMetrics:
     job.record_fold(0, 0.7, 0.8, 2, 12.0)
     job.set_model_quality(accuracy=0.9, f1=0.85, precision=0.88, recall=0.82)
     job.set_resource_usage(2e9, 150.0)
+    job.record_step(samples=32, tokens=4096)
+    job.rl.set_exploration_rate(0.4)
+    job.rl.set_q_value(12.5)
+    job.rl.record_policy_update(entropy=0.6, value_loss=3.0, approx_kl=0.01, clip_fraction=0.1, explained_variance=0.5)
+    job.rl.record_episodes(3, mean_reward=21.0, mean_length=21.0)
+    study = job.study("lr-search")
+    study.trial_started(0)
+    study.record_trial_progress(0, 1, 0.8)
+    study.record_trial_end("complete", 1, 0.8)
+    study.set_trial_counts({"complete": 1})
+    study.set_best_value(0.8)
     job.finish("completed")
     return metrics
 
@@ -114,7 +125,7 @@ def test_parsed_back_every_family_and_label_set_is_the_catalogs():
 
 
 def test_every_training_job_metric_of_the_catalog_has_a_recorder():
-    assert {m.name for m in TrainingMetrics().collector.catalog_metrics} == {m.name for m in TRAINING_METRICS}
+    assert {m.name for m in TrainingMetrics().catalog_metrics} == {m.name for m in TRAINING_METRICS}
 
 
 def test_histograms_use_the_catalog_buckets():
