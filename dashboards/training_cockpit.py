@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dashboards import panels, variables
+from dashboards import panels, training_workloads, variables
 from dashboards.layout import DashboardSpec, Row, assemble
 from dashboards.panels import BLUE, GREEN, RED, YELLOW, Common, Query, Thresholds
 from dashboards.threshold_steps import gpu_memory_ratio_steps, gpu_utilization_steps, temperature_steps
@@ -652,6 +652,8 @@ def build(cfg: ObservabilityConfig) -> dict[str, Any]:
                 _this_jobs_gpus(cfg),
                 _gpu_resources(cfg.thresholds),
                 _model_quality(),
+                training_workloads.reinforcement_learning(),
+                training_workloads.hyperparameter_search(),
                 _checkpoints(),
                 _data_pipeline(),
                 _errors(),

@@ -101,4 +101,3 @@ class StudyMetrics:
         self._f.trial_epochs.labels(**self._labels, state=state).inc(_check_count("epochs", epochs))
         if state == COMPLETE and value is not None and not math.isnan(value):
             self._f.objective_value.labels(**self._labels).set(value)
-
