@@ -75,7 +75,7 @@ def component_args(settings: Settings) -> ComponentArgs:
         ),
         grafana=GrafanaProvisioningArgs(
             datasources_yaml=generated.stack_datasources_yaml(settings), dashboards=gen.dashboards,
-            folder=settings.grafana.folder, namespace=settings.grafana.namespace, common_labels=labels,
+            folder=cfg.grafana_folder, namespace=settings.grafana.namespace, common_labels=labels,
         ),
     )  # fmt: skip
 

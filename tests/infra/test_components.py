@@ -225,7 +225,7 @@ def test_operator_mode_uses_a_podmonitor_the_prometheus_selects(rendered: dict[s
         [settings.namespaces.platform, settings.namespaces.training, settings.namespaces.monitoring]
     )
     (endpoint,) = spec["podMetricsEndpoints"]
-    assert endpoint["interval"] == f"{settings.scrape.interval_seconds}s"
+    assert endpoint["interval"] == f"{settings.observability.scrape_interval_seconds}s"
     keep = endpoint["relabelings"][0]
     assert keep == {
         "sourceLabels": [scrape_config.annotation_label(SCRAPE_ANNOTATION)],
@@ -545,7 +545,9 @@ def test_grafana_datasources_and_one_configmap_per_dashboard(rendered: dict[str,
     dashboard_files = {p: t for p, t in result.files.items() if p.startswith("dashboards/")}
     assert len(dashboards) == len(dashboard_files) >= 4
     for configmap in dashboards:
-        assert configmap["metadata"]["annotations"] == {grafana.FOLDER_ANNOTATION: settings.grafana.folder}
+        assert configmap["metadata"]["annotations"] == {
+            grafana.FOLDER_ANNOTATION: settings.observability.grafana_folder
+        }
         assert configmap["metadata"]["namespace"] == settings.grafana.namespace
         ((key, text),) = configmap["data"].items()
         uid = key.removesuffix(".json")
@@ -581,7 +583,7 @@ def test_rendered_files_come_from_the_generators(rendered: dict[str, RenderResul
     cfg = result.settings.observability_config()
     assert result.files[artifacts.RULES_PATH] == rules.rules_file_yaml(cfg)
     scrape = yaml.safe_load(result.files[artifacts.SCRAPE_CONFIG_PATH])
-    assert scrape["scrape_configs"][0]["scrape_interval"] == f"{result.settings.scrape.interval_seconds}s"
+    assert scrape["scrape_configs"][0]["scrape_interval"] == f"{result.settings.observability.scrape_interval_seconds}s"
     datasources = yaml.safe_load(result.files[artifacts.DATASOURCES_PATH])
     assert [d["uid"] for d in datasources["datasources"]] == ["prometheus", "loki", "tempo"]
 

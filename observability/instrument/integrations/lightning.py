@@ -22,7 +22,6 @@ What it reads:
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any
 
@@ -102,14 +101,14 @@ class MetricsCallback(pl.Callback):
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # Lightning calls this after the epoch's validation: its loss is in the callback metrics.
+        # A non-finite loss of either kind counts as a NaN detection (record_training_iteration).
+        if self._loss_sum is None:
+            return  # training_step returned no loss (manual optimization): steps and time only
         duration = time.monotonic() - self._epoch_started
-        train_loss = float(self._loss_sum) / self._losses if self._loss_sum is not None else math.nan
-        val = trainer.callback_metrics.get(self.val_loss_key)
-        val_loss = float(val) if val is not None else math.nan
+        train_loss = float(self._loss_sum) / self._losses
+        validation = trainer.callback_metrics.get(self.val_loss_key)
+        val_loss = float(validation) if validation is not None else None
         self.job.record_training_iteration(trainer.current_epoch + 1, train_loss, val_loss, duration)
-        for value, tensor_type in ((train_loss, "loss"), (val_loss, "validation_loss")):
-            if not math.isfinite(value) and not (tensor_type == "validation_loss" and val is None):
-                self.job.record_nan_detection(tensor_type)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._phases.close()
@@ -126,5 +125,4 @@ class MetricsCallback(pl.Callback):
 
     # --- internals -----------------------------------------------------------------------------
     def _check_loss(self, loss: float) -> None:
-        if not math.isfinite(loss):
-            self.job.record_nan_detection("loss")
+        self.job.check_finite(loss)

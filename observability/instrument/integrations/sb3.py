@@ -27,7 +27,6 @@ What it reads, and where from (nothing is recomputed that the algorithm already 
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -65,6 +64,7 @@ class MetricsCallback(BaseCallback):
         self._counted_timesteps = 0
         self._episodes = 0
         self._q_value_at = 0
+        self._updates_read: int | None = None
 
     # --- SB3's hooks --------------------------------------------------------------------------
     def _on_training_start(self) -> None:
@@ -76,6 +76,7 @@ class MetricsCallback(BaseCallback):
             )
         self._counted_timesteps = self.model.num_timesteps
         self._q_value_at = self.model.num_timesteps
+        self._updates_read = getattr(self.model, "_n_updates", None)
         self._hook = optimizer.register_step_post_hook(self._optimizer_stepped)
 
     def _on_rollout_start(self) -> None:
@@ -111,9 +112,13 @@ class MetricsCallback(BaseCallback):
         self.job.record_step(samples=samples)
 
     def _read_update(self) -> None:
+        updates = getattr(self.model, "_n_updates", None)
+        if updates == self._updates_read:
+            return  # no policy update since the last read: SB3's logger holds the same values
+        self._updates_read = updates
         logged: dict[str, Any] = self.model.logger.name_to_value
-        if LOSS_KEY in logged and not math.isfinite(float(logged[LOSS_KEY])):
-            self.job.record_nan_detection("loss")
+        if LOSS_KEY in logged:
+            self.job.check_finite(float(logged[LOSS_KEY]))
         update = {keyword: float(logged[key]) for key, keyword in UPDATE_KEYS.items() if key in logged}
         if ENTROPY_LOSS_KEY in logged:
             update["entropy"] = -float(logged[ENTROPY_LOSS_KEY])
@@ -143,5 +148,4 @@ class MetricsCallback(BaseCallback):
             tensor, _ = self.model.policy.obs_to_tensor(observations)
             value = float(q_net(tensor).max(dim=1).values.mean())
         self.job.rl.set_q_value(value)
-        if not math.isfinite(value):
-            self.job.record_nan_detection("activation")
+        self.job.check_finite(value, "activation")
