@@ -22,6 +22,40 @@ class DatasourceUids:
 
 
 @dataclass(frozen=True)
+class ScrapeSecurity:
+    """How Prometheus scrapes the project's own exporters (the GPU poller, the training jobs) when
+    they serve TLS with authentication: the files on the Prometheus side that verify the server and
+    carry the credential. The exporters read the matching web config (observability.web_config)."""
+
+    server_name: str  # a name in the exporters' certificate (they are reached by pod IP)
+    tls_secret: str  # Secret with the exporters' `ca.crt` (and `tls.crt`, `tls.key` for the exporters)
+    credentials_secret: str  # Secret with Prometheus' credential: `token` (bearer) or `password` (basic)
+    authentication: str = "bearer"  # bearer | basic
+    username: str = "prometheus"  # with basic
+    client_cert_secret: str | None = None  # Secret with Prometheus' client `tls.crt`/`tls.key` (mTLS)
+    # Where Prometheus finds each Secret's keys as files: <secrets_dir>/<secret>/<key> (the
+    # operator mounts the Prometheus resource's `spec.secrets` there).
+    secrets_dir: str = "/etc/prometheus/secrets"
+
+    def __post_init__(self) -> None:
+        if self.authentication not in ("bearer", "basic"):
+            raise ValueError(f"authentication {self.authentication!r}: expected bearer or basic")
+
+    @property
+    def credential_key(self) -> str:
+        return "token" if self.authentication == "bearer" else "password"
+
+    def file(self, secret: str, key: str) -> str:
+        return f"{self.secrets_dir}/{secret}/{key}"
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """The Secrets Prometheus must mount (operator: the Prometheus resource's `spec.secrets`)."""
+        names = (self.tls_secret, self.credentials_secret, self.client_cert_secret)
+        return tuple(dict.fromkeys(n for n in names if n))
+
+
+@dataclass(frozen=True)
 class ObservabilityConfig:
     environment: str = "dev"
     # How often Prometheus scrapes targets and evaluates rules; alert `for` durations are
@@ -61,3 +95,5 @@ class ObservabilityConfig:
     gpu_hourly_cost_default: float = 2.0
     energy_price_per_kwh: float = 0.15
     currency: str = "USD"
+    # TLS and authentication of the scrapes of the poller and the training jobs; None: plain HTTP.
+    scrape_security: ScrapeSecurity | None = None

@@ -328,8 +328,16 @@ def training_job(r: Reader, s: Parsed) -> TrainingJobSettings:
         "trainingJob",
         r.required("trainingJob"),
         {"name", "image", "modelType", "gpuCount", "backoffLimit", "ttlSecondsAfterFinished", "metricsPort",
-         "nodeSelector", "tolerations", "resources"},
+         "nodeSelector", "tolerations", "resources", "nodes", "command"},
     )  # fmt: skip
+    nodes = r.integer("trainingJob.nodes", tj.get("nodes", 1), 1, MAX_TRAINING_NODES)
+    command = training_command(r, tj.get("command"))
+    if nodes > 1 and not command:
+        r.problem(
+            "trainingJob.command", tj.get("command"),
+            f"the program torchrun starts on each of the {nodes} nodes, as a list such as "
+            "['-m', 'train', '--config', '/etc/train.yaml'] (trainingJob.nodes > 1 launches torchrun)",
+        )  # fmt: skip
     return TrainingJobSettings(
         name=r.dns_name("trainingJob.name", tj.get("name", "training-job-template")),
         image=r.string("trainingJob.image", tj.get("image"), _DIGEST_REF, DIGEST_EXPECTED),
@@ -345,7 +353,30 @@ def training_job(r: Reader, s: Parsed) -> TrainingJobSettings:
         ),
         tolerations=tolerations(r, "trainingJob.tolerations", tj.get("tolerations")),
         resources=resources(r, "trainingJob.resources", tj.get("resources"), Resources("2", "8", "8Gi", "32Gi")),
+        nodes=nodes,
+        command=command,
     )
+
+
+# Pods of one multi-node job: a bound for the settings check, far above what the platform runs.
+MAX_TRAINING_NODES = 256
+
+
+def training_command(r: Reader, value: Any) -> tuple[str, ...]:
+    """`trainingJob.command`: a list of non-empty strings (torchrun's training script and its
+    arguments); absent or empty: no torchrun."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(a, str) and a for a in value):
+        r.problem("trainingJob.command", value, "a list of non-empty strings, such as ['-m', 'train']")
+        return ()
+    if value and value[0].startswith("--"):
+        r.problem(
+            "trainingJob.command", value,
+            "the training script or `-m module` first: torchrun's own options come from the template",
+        )  # fmt: skip
+        return ()
+    return tuple(value)
 
 
 @setting("grafana", "grafanaUrl", into=("grafana", "grafana_folder"))

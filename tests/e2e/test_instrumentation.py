@@ -27,7 +27,7 @@ from observability.instrument import (
     render_text,
 )
 from observability.instrument.server import final_scrape_wait_from_env
-from observability.scrape_config import FINAL_SCRAPE_WAIT_ENV
+from observability.trainer_env import FINAL_SCRAPE_WAIT_ENV
 
 from .conftest import http_get
 
@@ -365,7 +365,7 @@ def test_a_bad_final_scrape_wait_stops_the_trainer_at_start(monkeypatch, value):
 
 
 def test_the_final_scrape_wait_comes_from_the_env_the_job_template_sets(monkeypatch):
-    assert final_scrape_wait_from_env({}) == 0.0
+    assert final_scrape_wait_from_env({}) is None
     assert final_scrape_wait_from_env({FINAL_SCRAPE_WAIT_ENV: " 30 "}) == 30.0
     monkeypatch.setenv(FINAL_SCRAPE_WAIT_ENV, "0.3")
     server = TrainingMetrics().serve(0, "127.0.0.1")

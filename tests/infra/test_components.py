@@ -27,7 +27,7 @@ from infra.settings import (
     read_stack_config,
     validate_stack,
 )
-from observability import scrape_config
+from observability import scrape_config, trainer_env
 from observability.rules import Tier
 from observability.scrape_config import PATH_ANNOTATION, PORT_ANNOTATION, SCRAPE_ANNOTATION, SERVICE_LABEL
 from tests.infra.support import STACKS, is_secret, objects, one, run_raw
@@ -260,7 +260,9 @@ def test_training_cronjob_is_a_suspended_template_with_otel_env_for_the_stacks_t
     assert job["backoffLimit"] == job_settings.backoff_limit
     assert job["ttlSecondsAfterFinished"] == job_settings.ttl_seconds_after_finished
     pod = job["template"]
-    assert pod["metadata"]["annotations"] == scrape_config.pod_scrape_annotations(9094)
+    annotations = dict(pod["metadata"]["annotations"])
+    annotations.pop(scrape_config.RANK_PORTS_ANNOTATION, None)
+    assert annotations == scrape_config.pod_scrape_annotations(9094)
     assert pod["metadata"]["labels"][SERVICE_LABEL] == cfg.training_job_service
     pod_spec = pod["spec"]
     assert pod_spec["restartPolicy"] == "Never"
@@ -271,7 +273,14 @@ def test_training_cronjob_is_a_suspended_template_with_otel_env_for_the_stacks_t
     gpus = str(job_settings.gpu_count)
     assert container["resources"]["requests"]["nvidia.com/gpu"] == gpus
     assert container["resources"]["limits"]["nvidia.com/gpu"] == gpus
-    assert container["ports"] == [{"name": "metrics", "containerPort": 9094, "protocol": "TCP"}]
+    if job_settings.command:  # torchrun: one metrics port per local rank, scraped one by one
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        assert {n: v for n, v in ports.items() if n.startswith("metrics-")} == {
+            f"metrics-{i}": 9094 + i for i in range(job_settings.gpu_count)
+        }
+        assert pod["metadata"]["annotations"][scrape_config.RANK_PORTS_ANNOTATION] == "true"
+    else:
+        assert container["ports"] == [{"name": "metrics", "containerPort": 9094, "protocol": "TCP"}]
     tempo = f"http://tempo.{settings.namespaces.monitoring}.svc.cluster.local:4317"
     assert settings.endpoints.tempo_otlp_grpc == tempo
     attributes = check_otel_env(container, tempo, cfg.training_job_service, settings.environment)
@@ -281,7 +290,7 @@ def test_training_cronjob_is_a_suspended_template_with_otel_env_for_the_stacks_t
     names = [e["name"] for e in container["env"]]
     assert names.index(training_job.JOB_NAME_ENV) < names.index("OTEL_RESOURCE_ATTRIBUTES")
     # The trainer waits for one more scrape before exiting: two of this stack's scrape intervals.
-    wait = {e["name"]: e.get("value") for e in container["env"]}[scrape_config.FINAL_SCRAPE_WAIT_ENV]
+    wait = {e["name"]: e.get("value") for e in container["env"]}[trainer_env.FINAL_SCRAPE_WAIT_ENV]
     assert wait == str(2 * cfg.scrape_interval_seconds) == {"prod": "20"}.get(stack, "30")
     # NVML in the container (the `utility` capability) names the job's GPUs; no privilege is added.
     assert {e["name"]: e.get("value") for e in container["env"]}["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
@@ -436,7 +445,9 @@ def test_registry_password_is_sent_as_a_secret() -> None:
 @pytest.mark.parametrize("stack", STACKS)
 def test_poller_service_is_headless_and_selects_the_pods(rendered: dict[str, RenderResult], stack: str) -> None:
     result = rendered[stack]
-    service = one(result, "Service")
+    (service,) = [
+        s for s in objects(result, "Service") if s["metadata"]["namespace"] == result.settings.namespaces.monitoring
+    ]
     pod_labels = one(result, "DaemonSet")["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["clusterIP"] == "None"
     assert set(service["spec"]["selector"].items()) <= set(pod_labels.items())

@@ -26,6 +26,7 @@ from observability.scrape_config import (
     PATH_ANNOTATION,
     POD_MONITOR_NAME,
     PORT_ANNOTATION,
+    RANK_PORTS_ANNOTATION,
     SCRAPE_ANNOTATION,
     SERVICE_LABEL,
     SHARD_KEY,
@@ -36,6 +37,7 @@ from observability.scrape_config import (
     pod_label,
     pod_monitor_spec,
     pod_scrape_annotations,
+    rank_port_name,
     scrape_config_yaml,
 )
 
@@ -54,6 +56,7 @@ def pod_target(
     container: str = "app",
     phase: str = "Running",
     node: str = "gpu-node-1",
+    port_name: str = "http",
 ) -> dict[str, Any]:
     """One target group as Kubernetes pod-role discovery would produce it (one container port)."""
     address = f"[{ip}]:{declared_port}" if ":" in ip else f"{ip}:{declared_port}"
@@ -65,7 +68,7 @@ def pod_target(
         "__meta_kubernetes_pod_node_name": node,
         "__meta_kubernetes_pod_container_name": container,
         "__meta_kubernetes_pod_container_port_number": str(declared_port),
-        "__meta_kubernetes_pod_container_port_name": "http",
+        "__meta_kubernetes_pod_container_port_name": port_name,
         "__meta_kubernetes_pod_ready": "true",
     }
     for key, value in annotations.items():
@@ -133,8 +136,18 @@ def test_annotated_pods_are_scraped_on_their_port_and_path_and_others_dropped(
     unannotated = metrics_servers("/metrics", body)
     opted_out = metrics_servers("/metrics", body)
     finished = metrics_servers("/metrics", body)
+    # A torchrun pod: two ranks, each on its own port (metrics-0, metrics-1), and a rendezvous port.
+    ranks = [metrics_servers("/metrics", body), metrics_servers("/metrics", body)]
+    rank_annotations = {**pod_scrape_annotations(ranks[0].port), RANK_PORTS_ANNOTATION: "true"}
+    rank_groups = [
+        *(pod_target("ranks-0", ip="127.0.0.1", declared_port=server.port, annotations=rank_annotations,
+                     service="training-job", port_name=rank_port_name(i)) for i, server in enumerate(ranks)),
+        pod_target("ranks-0", ip="127.0.0.1", declared_port=29500, annotations=rank_annotations,
+                   service="training-job", port_name="rendezvous"),
+    ]  # fmt: skip
 
     groups = [
+        *rank_groups,
         pod_target("plain-0", ip="127.0.0.1", declared_port=1, annotations=pod_scrape_annotations(plain.port),
                    service="api-gateway"),
         pod_target("custom-0", ip="127.0.0.1", declared_port=2,
@@ -165,11 +178,19 @@ def test_annotated_pods_are_scraped_on_their_port_and_path_and_others_dropped(
     config = {"global": {"scrape_interval": "1s"}, "scrape_configs": [job, emulated_operator_job(cfg, sd_file)]}
     prom = prometheus(config)
 
-    # 4 scraped pods per job (the two-port pod folds into one target), both jobs.
-    targets = wait_for_targets(prom, expected_active=8)
+    # 4 scraped pods per job (the two-port pod folds into one target) and the two ranks of the
+    # torchrun pod as two targets (its rendezvous port dropped), both jobs.
+    targets = wait_for_targets(prom, expected_active=12)
     by_job: dict[str, dict[str, Any]] = {}
+    rank_urls: dict[str, set[str]] = {}
     for target in targets["activeTargets"]:
+        if target["labels"]["pod"] == "ranks-0":
+            rank_urls.setdefault(target["labels"]["job"], set()).add(target["scrapeUrl"])
+            assert set(target["labels"]) == {"instance", "job", "namespace", "pod", "service"}, target
+            continue
         by_job.setdefault(target["labels"]["job"], {})[target["labels"]["pod"]] = target
+    expected_rank_urls = {f"http://127.0.0.1:{server.port}/metrics" for server in ranks}
+    assert rank_urls == {JOB_NAME: expected_rank_urls, f"monitoring/{POD_MONITOR_NAME}": expected_rank_urls}
     operator_job = f"monitoring/{POD_MONITOR_NAME}"
     assert set(by_job) == {JOB_NAME, operator_job}
     for job_name, pods in by_job.items():
@@ -187,7 +208,7 @@ def test_annotated_pods_are_scraped_on_their_port_and_path_and_others_dropped(
 
     dropped = targets["droppedTargets"]
     dropped_pods = sorted(t["discoveredLabels"]["__meta_kubernetes_pod_name"] for t in dropped)
-    assert dropped_pods == sorted(["unannotated-0", "opted-out-0", "finished-0"] * 2)
+    assert dropped_pods == sorted(["unannotated-0", "opted-out-0", "finished-0", "ranks-0"] * 2)
 
     # The servers saw the scrapes: annotated path only; the rest never contacted.
     assert custom.requests and set(custom.requests) == {"/internal/metrics"}
@@ -197,15 +218,16 @@ def test_annotated_pods_are_scraped_on_their_port_and_path_and_others_dropped(
     # And the samples are stored with the target labels, queryable by service.
     deadline = time.monotonic() + 15
     result: list[Any] = []
-    while time.monotonic() < deadline and len(result) < 8:
+    while time.monotonic() < deadline and len(result) < 12:
         result = prom.api(f"/api/v1/query?query={GPU_METRIC}")["result"]
         time.sleep(0.2)
-    assert len(result) == 8, result
+    assert len(result) == 12, result
     services = sorted({r["metric"]["service"] for r in result})
-    assert services == ["api-gateway", "feature-store", "order-router", "risk-engine"]
+    assert services == ["api-gateway", "feature-store", "order-router", "risk-engine", "training-job"]
     assert all(r["value"][1] == "97" and r["metric"]["gpu_id"] == "0" for r in result)
     up = prom.api(f"/api/v1/query?query={UP}")["result"]
-    assert len(up) == 8 and all(r["value"][1] == "1" for r in up)
+    assert len(up) == 12 and all(r["value"][1] == "1" for r in up)
+    assert all(server.requests for server in ranks)
 
 
 def test_rendered_scrape_config_passes_promtool(tmp_path: Path) -> None:
