@@ -17,14 +17,14 @@ from dashboards import panels, training_workloads, variables
 from dashboards.layout import DashboardSpec, Row, assemble
 from dashboards.panels import BLUE, GREEN, RED, YELLOW, Common, Query, Thresholds, checkpoint, gpm, gpu, training
 from dashboards.threshold_steps import gpu_memory_ratio_steps, gpu_utilization_steps, temperature_steps
-from observability import catalog, promql
+from observability import alert_links, catalog, promql
 from observability.config import ObservabilityConfig
 from observability.rules import dashboard_recording as rec
 from observability.rules import jobs
 from observability.rules.model import RecordingRule
 from observability.thresholds import Thresholds as AlertThresholds
 
-UID = "foxhunt-training-cockpit"
+UID = alert_links.TRAINING_COCKPIT_UID
 TITLE = "Foxhunt Training Cockpit"
 
 MODEL = promql.variable_matcher("model_type", "model")
