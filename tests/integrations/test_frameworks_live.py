@@ -28,6 +28,7 @@ import pytest
 import pytorch_lightning as pl
 import torch
 from prometheus_client.parser import text_string_to_metric_families
+from pytorch_lightning.callbacks import ModelCheckpoint
 from stable_baselines3 import DQN, PPO
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.logger import Logger
@@ -155,14 +156,14 @@ def regression_data(rows: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tenso
     return x, x @ torch.tensor([1.0, -2.0, 0.5, 3.0]) + 0.1 * torch.randn(rows, generator=generator)
 
 
-def run_lightning(metrics: TrainingMetrics) -> dict[str, float]:
+def run_lightning(metrics: TrainingMetrics, checkpoints: Path) -> dict[str, float]:
     x, y = regression_data(512)
     job = metrics.start_job("tft", FIT_JOB, gpu_uuids=[])
+    every_epoch = ModelCheckpoint(dirpath=checkpoints, save_top_k=-1, every_n_epochs=1)
     trainer = pl.Trainer(
         max_epochs=4,
-        callbacks=[LightningCallback(job, check_every=4)],
+        callbacks=[LightningCallback(job, check_every=4), every_epoch],
         logger=False,
-        enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
         accelerator="cpu",
@@ -177,6 +178,7 @@ def run_lightning(metrics: TrainingMetrics) -> dict[str, float]:
         "epochs": float(trainer.current_epoch),
         "train_loss": float(trainer.callback_metrics["train_loss"]),
         "val_loss": float(trainer.callback_metrics["val_loss"]),
+        "checkpoints": float(len(list(checkpoints.glob("*.ckpt")))),
     }
 
 
@@ -273,7 +275,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
             warnings.simplefilter("ignore")
             dqn, ppo = run_sb3(metrics, "dqn"), run_sb3(metrics, "ppo")
             live = Live(prometheus, metrics, start, dqn, ppo)
-            live.fit = run_lightning(metrics)
+            live.fit = run_lightning(metrics, work / "checkpoints")
             live.study = run_study(metrics, live.seen_in_trial)
         # The last values set are scraped by now once the status of the last job is.
         done = f'{catalog.TRAINING_JOBS_BY_STATUS.name}{{status="completed"}}'
@@ -357,8 +359,11 @@ def test_a_lightning_fit_reports_steps_samples_epochs_and_losses(live):
     # validation loss the model logged.
     assert live.last(job_selector(catalog.TRAINING_LOSS, FIT_JOB)) == pytest.approx(fit["train_loss"], rel=1e-6)
     assert live.last(job_selector(catalog.TRAINING_VALIDATION_LOSS, FIT_JOB)) == fit["val_loss"]
+    # Every checkpoint ModelCheckpoint wrote went through job.checkpoint: counted, good, timed.
+    assert live.last(job_selector(catalog.CHECKPOINT_SAVES_TOTAL, FIT_JOB)) == fit["checkpoints"] == 4
+    assert live.last(job_selector(catalog.CHECKPOINT_LAST_GOOD_STEP, FIT_JOB)) == fit["global_step"]
     phase = catalog.TRAINING_PHASE_SECONDS_TOTAL
-    for name in ("compute", "data_wait", "evaluation"):
+    for name in ("compute", "data_wait", "evaluation", "checkpoint"):
         assert live.last(job_selector(phase, FIT_JOB, phase=name)) > 0, name
 
 

@@ -16,8 +16,11 @@ What it reads:
   at the latest at the end of its epoch;
 - the validation loss: `trainer.callback_metrics[val_loss_key]` (what the model logs with
   `self.log("val_loss", ...)`), at the end of each training epoch;
+- checkpoints: every checkpoint the trainer writes (`ModelCheckpoint`, `trainer.save_checkpoint`)
+  goes through `job.checkpoint`: timed, its errors classified and counted, a state with NaN or
+  infinite weights refused as a good save (the callback wraps the strategy's `checkpoint_io`);
 - time: each training batch counts as "compute", the time between batches (the data loader) as
-  "data_wait", validation as "evaluation".
+  "data_wait", validation as "evaluation", checkpoint writes as "checkpoint".
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.plugins.io import CheckpointIO
 from pytorch_lightning.utilities.data import extract_batch_size
 
 from observability.instrument.integrations.phase_blocks import PhaseBlocks
@@ -50,6 +54,28 @@ def _batch_size(batch: Any) -> int:
         return 0
 
 
+class MonitoredCheckpointIO(CheckpointIO):
+    """The strategy's checkpoint IO, each save inside `job.checkpoint` (loads and removals as they were)."""
+
+    def __init__(self, job: JobMetrics, inner: CheckpointIO) -> None:
+        self.job = job
+        self.inner = inner
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
+        step = int(checkpoint.get("global_step", 0))
+        with self.job.checkpoint(path, step=step, state=checkpoint.get("state_dict")):
+            self.inner.save_checkpoint(checkpoint, path, storage_options)
+
+    def load_checkpoint(self, path: Any, map_location: Any | None = None, weights_only: bool | None = None) -> Any:
+        return self.inner.load_checkpoint(path, map_location, weights_only)
+
+    def remove_checkpoint(self, path: Any) -> None:
+        self.inner.remove_checkpoint(path)
+
+    def teardown(self) -> None:
+        self.inner.teardown()
+
+
 class MetricsCallback(pl.Callback):
     """Exports a Lightning training run into `job`."""
 
@@ -67,6 +93,11 @@ class MetricsCallback(pl.Callback):
         self._loss_sum: torch.Tensor | None = None
         self._losses = 0
         self._epoch_started = time.monotonic()
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        io = trainer.strategy.checkpoint_io
+        if not isinstance(io, MonitoredCheckpointIO):
+            trainer.strategy.checkpoint_io = MonitoredCheckpointIO(self.job, io)
 
     # --- training ------------------------------------------------------------------------------
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
