@@ -180,8 +180,8 @@ TRAINING_NAN_COUNT = Metric(
     "ml_training_nan_count",
     MetricType.COUNTER,
     "",
-    "NaN values detected, by tensor type (loss, gradient, activation). "
-    + KEPT_NAME_NOTE.format(why="a counter without the `_total` suffix"),
+    "Non-finite values (NaN, infinity) detected, by tensor type (loss, validation_loss, gradient, activation, "
+    "weights). " + KEPT_NAME_NOTE.format(why="a counter without the `_total` suffix"),
     (*JOB, "tensor_type"),
     _T,
 )
@@ -192,8 +192,8 @@ TRAINING_FAILURES_TOTAL = Metric(
     "ml_training_failures_total",
     MetricType.COUNTER,
     "",
-    "Training failures by error type (nan, oom, timeout, config).",
-    ("model_type", "error_type"),
+    "Training jobs that ended with an error, by error type (nan, oom, timeout, config, io, exception).",
+    (*JOB, "error_type"),
     _T,
 )
 
@@ -389,7 +389,7 @@ CHECKPOINT_SAVE_FAILURES_TOTAL = Metric(
     "ml_checkpoint_save_failures_total",
     MetricType.COUNTER,
     "",
-    "Checkpoint save failures by error type.",
+    "Checkpoint save failures by error type (io_error, timeout, serialization, storage, other).",
     (*JOB, "error_type"),
     _T,
 )
@@ -398,12 +398,28 @@ CHECKPOINT_SAVE_DURATION_SECONDS = Metric(
     MetricType.HISTOGRAM,
     "seconds",
     "Checkpoint save duration.",
-    ("model_type",),
+    JOB,
     _T,
     DURATION_BUCKETS,
 )
 CHECKPOINT_SIZE_BYTES = Metric(
     "ml_checkpoint_size_bytes", MetricType.GAUGE, "bytes", "Size of the latest checkpoint.", JOB, _T
+)
+CHECKPOINT_LAST_GOOD_STEP = Metric(
+    "ml_checkpoint_last_good_step",
+    MetricType.GAUGE,
+    "",
+    "Training step of the latest good checkpoint (saved without error, with finite weights): where a rollback resumes.",
+    JOB,
+    _T,
+)
+CHECKPOINT_LAST_GOOD_TIMESTAMP_SECONDS = Metric(
+    "ml_checkpoint_last_good_timestamp_seconds",
+    MetricType.GAUGE,
+    "seconds",
+    "Unix time the latest good checkpoint was saved.",
+    JOB,
+    _T,
 )
 
 # --- E. Model performance ---------------------------------------------------------------------
@@ -427,7 +443,7 @@ TRAINING_CPU_USAGE_PERCENT = Metric(
     _T,
 )
 TRAINING_ACTIVE_WORKERS = Metric(
-    "ml_training_active_workers", MetricType.GAUGE, "", "Active training workers.", ("model_type",), _T
+    "ml_training_active_workers", MetricType.GAUGE, "", "Active training workers.", JOB, _T
 )
 
 # --- G. Data pipeline -------------------------------------------------------------------------
@@ -439,7 +455,7 @@ TRAINING_DATA_LOADING_SECONDS = Metric(
     MetricType.HISTOGRAM,
     "seconds",
     "Data loading duration.",
-    ("model_type",),
+    JOB,
     _T,
     DURATION_BUCKETS,
 )
@@ -533,6 +549,140 @@ TRAINING_PHASE_SECONDS_TOTAL = Metric(
     "Wall time of this rank by phase (startup, data_wait, compute, collective, checkpoint, evaluation, "
     "lost_work, idle); the phases of a rank sum to its wall time since the job started.",
     (*RANK_JOB, "phase"),
+    _T,
+)
+
+# --- Model-specific: reinforcement learning (DQN, PPO), from the algorithm's own values ---------
+RL_EXPLORATION_RATE = Metric(
+    "ml_rl_exploration_rate",
+    MetricType.GAUGE,
+    "ratio",
+    "Probability (0-1) that the epsilon-greedy policy takes a random action now (DQN).",
+    JOB,
+    _T,
+)
+RL_Q_VALUE = Metric(
+    "ml_rl_q_value",
+    MetricType.GAUGE,
+    "",
+    "Predicted value of the greedy action (the largest Q-value), averaged over the latest observations (DQN).",
+    JOB,
+    _T,
+)
+RL_POLICY_ENTROPY = Metric(
+    "ml_rl_policy_entropy",
+    MetricType.GAUGE,
+    "nats",
+    "Mean entropy of the policy's action distribution in the latest policy update (PPO).",
+    JOB,
+    _T,
+)
+RL_VALUE_LOSS = Metric(
+    "ml_rl_value_loss",
+    MetricType.GAUGE,
+    "",
+    "Value-function loss (mean squared error against the returns) of the latest policy update (PPO).",
+    JOB,
+    _T,
+)
+RL_APPROX_KL = Metric(
+    "ml_rl_approx_kl",
+    MetricType.GAUGE,
+    "nats",
+    "Approximate KL divergence between the policy before and after the latest update (PPO).",
+    JOB,
+    _T,
+)
+RL_CLIP_FRACTION = Metric(
+    "ml_rl_clip_fraction",
+    MetricType.GAUGE,
+    "ratio",
+    "Share (0-1) of samples whose probability ratio was clipped in the latest policy update (PPO).",
+    JOB,
+    _T,
+)
+RL_EXPLAINED_VARIANCE = Metric(
+    "ml_rl_explained_variance",
+    MetricType.GAUGE,
+    "",
+    "Share of the returns' variance the value function explains (1 is perfect, 0 or less predicts nothing).",
+    JOB,
+    _T,
+)
+RL_EPISODE_REWARD = Metric(
+    "ml_rl_episode_reward",
+    MetricType.GAUGE,
+    "",
+    "Mean total reward of the latest episodes (the last 100 by default).",
+    JOB,
+    _T,
+)
+RL_EPISODE_LENGTH = Metric(
+    "ml_rl_episode_length",
+    MetricType.GAUGE,
+    "steps",
+    "Mean length in environment steps of the latest episodes (the last 100 by default).",
+    JOB,
+    _T,
+)
+RL_EPISODES_TOTAL = Metric("ml_rl_episodes_total", MetricType.COUNTER, "", "Episodes completed.", JOB, _T)
+
+# --- Hyperparameter search: one series per study (and trial state), never one per trial ----------
+STUDY = ("model_type", "job_id", "study")
+HPO_TRIALS = Metric(
+    "ml_hpo_trials",
+    MetricType.GAUGE,
+    "",
+    "Trials of the study by state (running, waiting, complete, pruned, failed), as the study's storage holds them.",
+    (*STUDY, "state"),
+    _T,
+)
+HPO_BEST_VALUE = Metric(
+    "ml_hpo_best_value",
+    MetricType.GAUGE,
+    "",
+    "Best objective value of the study's completed trials so far.",
+    STUDY,
+    _T,
+)
+HPO_OBJECTIVE_VALUE = Metric(
+    "ml_hpo_objective_value",
+    MetricType.GAUGE,
+    "",
+    "Objective value of the latest trial this job completed.",
+    STUDY,
+    _T,
+)
+HPO_TRIAL_NUMBER = Metric(
+    "ml_hpo_trial_number",
+    MetricType.GAUGE,
+    "",
+    "Number of the trial this job runs now (or ran last).",
+    STUDY,
+    _T,
+)
+HPO_TRIAL_EPOCH = Metric(
+    "ml_hpo_trial_epoch",
+    MetricType.GAUGE,
+    "",
+    "Latest epoch (reported step) of the trial this job runs now (or ran last).",
+    STUDY,
+    _T,
+)
+HPO_TRIAL_LOSS = Metric(
+    "ml_hpo_trial_loss",
+    MetricType.GAUGE,
+    "",
+    "Latest loss (reported intermediate value) of the trial this job runs now (or ran last).",
+    STUDY,
+    _T,
+)
+HPO_TRIAL_EPOCHS_TOTAL = Metric(
+    "ml_hpo_trial_epochs_total",
+    MetricType.COUNTER,
+    "",
+    "Epochs (reported steps) run by the trials this job finished, by the state they ended in.",
+    (*STUDY, "state"),
     _T,
 )
 

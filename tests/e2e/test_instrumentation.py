@@ -27,7 +27,7 @@ from observability.instrument import (
     render_text,
 )
 from observability.instrument.server import final_scrape_wait_from_env
-from observability.scrape_config import FINAL_SCRAPE_WAIT_ENV
+from observability.trainer_env import FINAL_SCRAPE_WAIT_ENV
 
 from .conftest import http_get
 
@@ -55,6 +55,16 @@ def exercised() -> TrainingMetrics:
     job.set_model_quality(accuracy=0.9, f1=0.85, precision=0.88, recall=0.82)
     job.set_resource_usage(2e9, 150.0)
     job.record_step(samples=32, tokens=4096)
+    job.rl.set_exploration_rate(0.4)
+    job.rl.set_q_value(12.5)
+    job.rl.record_policy_update(entropy=0.6, value_loss=3.0, approx_kl=0.01, clip_fraction=0.1, explained_variance=0.5)
+    job.rl.record_episodes(3, mean_reward=21.0, mean_length=21.0)
+    study = job.study("lr-search")
+    study.trial_started(0)
+    study.record_trial_progress(0, 1, 0.8)
+    study.record_trial_end("complete", 1, 0.8)
+    study.set_trial_counts({"complete": 1})
+    study.set_best_value(0.8)
     job.finish("completed")
     return metrics
 
@@ -135,7 +145,7 @@ def test_starting_a_job_exposes_its_counters_at_zero_before_any_event():
     for error_type in CHECKPOINT_ERROR_TYPES:
         assert value(metrics, catalog.CHECKPOINT_SAVE_FAILURES_TOTAL.name, **job, error_type=error_type) == 0
     for error_type in FAILURE_ERROR_TYPES:
-        assert value(metrics, catalog.TRAINING_FAILURES_TOTAL.name, model_type="ppo", error_type=error_type) == 0
+        assert value(metrics, catalog.TRAINING_FAILURES_TOTAL.name, **job, error_type=error_type) == 0
     assert value(metrics, catalog.CHECKPOINT_SAVES_TOTAL.name, **job) == 0
     assert value(metrics, catalog.TRAINING_ITERATION_SECONDS.count, **job) == 0
     assert value(metrics, catalog.TRAINING_FOLDS_PLANNED.name, **job) == 4
@@ -168,6 +178,8 @@ def test_a_nan_loss_does_not_poison_the_convergence_rate():
     metrics.record_training_iteration("dqn", "j", 3, 0.5, 1.0, 1.0)
     assert not any(k[0] == catalog.TRAINING_CONVERGENCE_RATE.name for k in samples(metrics))
     assert "ml_training_loss{" in render_text(metrics.registry).decode()
+    # The NaN loss counted by itself, without a check in the caller.
+    assert value(metrics, catalog.TRAINING_NAN_COUNT.name, model_type="dqn", job_id="j", tensor_type="loss") == 1
 
 
 def test_record_nan_detection_counts_by_tensor_type():
@@ -190,7 +202,7 @@ def test_record_checkpoint_save_success_and_failure():
     assert value(metrics, catalog.CHECKPOINT_SAVES_TOTAL.name, **job) == 1
     assert value(metrics, catalog.CHECKPOINT_SIZE_BYTES.name, **job) == 512 * 1024 * 1024
     assert value(metrics, catalog.CHECKPOINT_SAVE_FAILURES_TOTAL.name, **job, error_type="io_error") == 2
-    assert value(metrics, catalog.CHECKPOINT_SAVE_DURATION_SECONDS.count, model_type="tft") == 1
+    assert value(metrics, catalog.CHECKPOINT_SAVE_DURATION_SECONDS.count, **job) == 1
 
 
 def test_folds_data_quality_and_resources():
@@ -202,7 +214,7 @@ def test_folds_data_quality_and_resources():
     assert value(metrics, catalog.TRAINING_FOLD_DURATION_SECONDS.name, **fold) == 12.0
     assert value(metrics, catalog.TRAINING_FOLDS_COMPLETED_TOTAL.name, **job) == 1
     assert value(metrics, catalog.TRAINING_DATA_BATCHES_TOTAL.name, **job) == 8
-    assert value(metrics, catalog.TRAINING_DATA_LOADING_SECONDS.count, model_type="dqn") == 1
+    assert value(metrics, catalog.TRAINING_DATA_LOADING_SECONDS.count, **job) == 1
     assert value(metrics, catalog.FEATURE_ENGINEERING_ERRORS_TOTAL.name, model_type="dqn", error_type="schema") == 1
     assert value(metrics, catalog.MODEL_ACCURACY.name, **job) == 0.9
     assert value(metrics, catalog.TRAINING_CPU_USAGE_PERCENT.name, **job) == 150.0
@@ -213,11 +225,11 @@ def test_job_lifecycle_status_counts_and_duration():
     first = metrics.start_job("dqn", "a", workers=3)
     metrics.start_job("ppo", "b")
     assert value(metrics, catalog.TRAINING_JOBS_BY_STATUS.name, status="running") == 2
-    assert value(metrics, catalog.TRAINING_ACTIVE_WORKERS.name, model_type="dqn") == 3
+    assert value(metrics, catalog.TRAINING_ACTIVE_WORKERS.name, model_type="dqn", job_id="a") == 3
     first.finish("failed")
     assert value(metrics, catalog.TRAINING_JOBS_BY_STATUS.name, status="running") == 1
     assert value(metrics, catalog.TRAINING_JOBS_BY_STATUS.name, status="failed") == 1
-    assert value(metrics, catalog.TRAINING_ACTIVE_WORKERS.name, model_type="dqn") == 0
+    assert value(metrics, catalog.TRAINING_ACTIVE_WORKERS.name, model_type="dqn", job_id="a") == 0
     assert value(metrics, catalog.TRAINING_JOB_DURATION_SECONDS.count, model_type="dqn", status="failed") == 1
     assert {k[1] for k in samples(metrics) if k[0] == catalog.TRAINING_JOBS_BY_STATUS.name} == {
         frozenset({("status", s)}) for s in JOB_STATUSES
@@ -353,7 +365,7 @@ def test_a_bad_final_scrape_wait_stops_the_trainer_at_start(monkeypatch, value):
 
 
 def test_the_final_scrape_wait_comes_from_the_env_the_job_template_sets(monkeypatch):
-    assert final_scrape_wait_from_env({}) == 0.0
+    assert final_scrape_wait_from_env({}) is None
     assert final_scrape_wait_from_env({FINAL_SCRAPE_WAIT_ENV: " 30 "}) == 30.0
     monkeypatch.setenv(FINAL_SCRAPE_WAIT_ENV, "0.3")
     server = TrainingMetrics().serve(0, "127.0.0.1")
