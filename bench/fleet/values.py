@@ -272,6 +272,8 @@ def _job_values(name: str, rng: random.Random, n: int, variant: int, interval: i
         return [5.0] * n
     if name == c.TRAINING_DATA_BATCHES_TOTAL.name:
         return _counter(rng, n, 10.0, interval)
+    if name == c.CHECKPOINT_LAST_GOOD_STEP.name:  # a good save every 5 minutes at 2 steps per second
+        return [float(600 * (i * interval // 300)) for i in range(n)]
     if name == c.TRAINING_STEPS_TOTAL.name:
         return _counter(rng, n, 2.0, interval)
     if name == c.TRAINING_SAMPLES_TOTAL.name:
