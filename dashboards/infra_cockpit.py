@@ -20,13 +20,13 @@ from typing import Any
 from dashboards import panels, variables
 from dashboards.layout import DashboardSpec, Row, assemble
 from dashboards.panels import GREEN, RED, YELLOW, Common, Query, Thresholds, traces
-from observability import catalog, promql
+from observability import alert_links, catalog, promql
 from observability.config import ObservabilityConfig
 from observability.rules import dashboard_recording as rec
 from observability.rules import health, jobs, project_group_names
 from observability.rules.model import RecordingRule
 
-UID = "foxhunt-infra-cockpit"
+UID = alert_links.INFRA_COCKPIT_UID
 TITLE = "Foxhunt Infra Cockpit"
 
 NODE = promql.variable_matcher("node", "node")

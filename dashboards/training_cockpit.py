@@ -13,18 +13,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from dashboards import panels, variables
+from dashboards import panels, training_workloads, variables
 from dashboards.layout import DashboardSpec, Row, assemble
 from dashboards.panels import BLUE, GREEN, RED, YELLOW, Common, Query, Thresholds, checkpoint, gpm, gpu, training
 from dashboards.threshold_steps import gpu_memory_ratio_steps, gpu_utilization_steps, temperature_steps
-from observability import catalog, promql
+from observability import alert_links, catalog, promql
 from observability.config import ObservabilityConfig
 from observability.rules import dashboard_recording as rec
 from observability.rules import jobs
 from observability.rules.model import RecordingRule
 from observability.thresholds import Thresholds as AlertThresholds
 
-UID = "foxhunt-training-cockpit"
+UID = alert_links.TRAINING_COCKPIT_UID
 TITLE = "Foxhunt Training Cockpit"
 
 MODEL = promql.variable_matcher("model_type", "model")
@@ -603,6 +603,8 @@ def build(cfg: ObservabilityConfig) -> dict[str, Any]:
                 _this_jobs_gpus(cfg),
                 _gpu_resources(cfg.thresholds),
                 _model_quality(),
+                training_workloads.reinforcement_learning(),
+                training_workloads.hyperparameter_search(),
                 _checkpoints(),
                 _data_pipeline(),
                 _errors(),

@@ -48,6 +48,7 @@ __all__ = [
     "Tier",
     "alert_groups",
     "alert_rules",
+    "critical_group_names",
     "gpu",
     "group_inputs",
     "jobs",
@@ -111,14 +112,26 @@ def alert_rules(cfg: ObservabilityConfig) -> list[AlertRule]:
     return [alert for _, alerts in alert_groups(cfg) for alert in alerts]
 
 
+def _holds_critical(alerts: tuple[AlertRule, ...]) -> bool:
+    return any(alert.name in CRITICAL_DETECTION_ALERTS for alert in alerts)
+
+
+def critical_group_names(cfg: ObservabilityConfig) -> tuple[str, ...]:
+    """The alert groups holding a critical-detection alert: they run at the critical evaluation interval."""
+    return tuple(name for name, alerts in alert_groups(cfg) if _holds_critical(alerts))
+
+
+def _interval_seconds(alerts: tuple[AlertRule, ...], cfg: ObservabilityConfig) -> int:
+    return cfg.critical_evaluation_interval_seconds if _holds_critical(alerts) else cfg.evaluation_interval_seconds
+
+
 def rule_groups(cfg: ObservabilityConfig) -> list[dict[str, Any]]:
     """Every rule group, recording groups first, as Prometheus rule-file dicts (fixed order)."""
     detection_budget(cfg)
-    interval = duration(cfg.evaluation_interval_seconds)
     alerting = [
         {
             "name": name,
-            "interval": interval,
+            "interval": duration(_interval_seconds(alerts, cfg)),
             "rules": [
                 *(rule.to_rule() for rule in group_inputs(name, cfg)),
                 *(alert.to_rule(cfg) for alert in alerts),
