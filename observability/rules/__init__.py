@@ -24,7 +24,7 @@ from typing import Any
 from observability.config import ObservabilityConfig
 from observability.prometheus_config import external_labels
 from observability.promql import duration
-from observability.rules import gpu, health, jobs, pipeline, quality, storage, training
+from observability.rules import distributed, gpu, health, jobs, pipeline, quality, storage, training
 from observability.rules.dashboard_recording import dashboard_recording_groups
 from observability.rules.detection import CRITICAL_DETECTION_ALERTS, detection_budget
 from observability.rules.model import AlertRule, RecordingRule, RunbookQuery, Severity
@@ -46,6 +46,7 @@ __all__ = [
     "Tier",
     "alert_groups",
     "alert_rules",
+    "distributed",
     "gpu",
     "group_inputs",
     "jobs",
@@ -62,6 +63,7 @@ _ALERT_GROUP_BUILDERS: tuple[tuple[str, Callable[[ObservabilityConfig], tuple[Al
     (quality.GROUP, quality.quality_alerts),
     (pipeline.GROUP, pipeline.pipeline_alerts),
     (storage.GROUP, storage.storage_alerts),
+    (distributed.GROUP, distributed.alerts),
     (health.GROUP, lambda cfg: health.health_alerts(cfg, project_group_names(cfg))),
 )
 
@@ -69,6 +71,7 @@ _ALERT_GROUP_BUILDERS: tuple[tuple[str, Callable[[ObservabilityConfig], tuple[Al
 # Recording rules at the head of an alert group, read by its alerts in the same evaluation.
 _GROUP_INPUTS: dict[str, Callable[[ObservabilityConfig], tuple[RecordingRule, ...]]] = {
     gpu.GROUP: gpu.input_rules,
+    distributed.GROUP: distributed.input_rules,
 }
 
 
@@ -136,6 +139,7 @@ def rules_file_yaml(cfg: ObservabilityConfig) -> str:
 RECORDING_RULES: tuple[RecordingRule, ...] = (
     *_ALERT_RECORDING_RULES,
     *gpu.input_rules(ObservabilityConfig()),
+    *distributed.input_rules(ObservabilityConfig()),
     *jobs.job_rules(ObservabilityConfig()),
 )
 

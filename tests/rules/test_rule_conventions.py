@@ -19,7 +19,9 @@ from observability.rules import (
     RECORDING_RULES,
     Severity,
     alert_rules,
+    distributed,
     gpu,
+    group_inputs,
     jobs,
     project_group_names,
     recording,
@@ -52,9 +54,12 @@ EXPECTED_GROUPS = {
     ),
     "ml_data_pipeline": ("TrainingDataStale", "FeatureEngineeringErrors", "FeatureExtractionLatencyHigh"),
     "ml_storage": ("S3ConnectionErrors", "CheckpointSaveFailures", "ModelStorageUsageHigh"),
+    # the ranks of distributed jobs compared with each other
+    "ml_training_distributed": ("TrainingRankStraggler", "TrainingJobHung", "TrainingCommunicationBound"),
 }
 EXPECTED_CRITICAL = {
     "TrainingNaNDetected",
+    "TrainingJobHung",
     "GPUMemoryExhausted",
     "GPUTemperatureHigh",
     "CheckpointSaveFailures",
@@ -105,14 +110,16 @@ def rule_problems(rule: dict[str, Any], cfg: ObservabilityConfig = CFG) -> list[
 def test_six_groups_with_their_alerts_then_the_health_group():
     assert ALERTS_BY_GROUP == {**EXPECTED_GROUPS, HEALTH_GROUP: HEALTH_ALERTS}
     assert (*EXPECTED_GROUPS, HEALTH_GROUP) == ALERT_GROUP_NAMES
-    # the 22 alerts users expect plus GPUMemoryExhaustionPredicted, then the health alerts
-    assert len(ALERT_NAMES) == 23 + len(HEALTH_ALERTS) == len(set(ALERT_NAMES))
+    # the 22 alerts users expect plus GPUMemoryExhaustionPredicted, the 3 distributed-training
+    # alerts, then the health alerts
+    assert len(ALERT_NAMES) == 23 + 3 + len(HEALTH_ALERTS) == len(set(ALERT_NAMES))
     alert_groups = [g for g in rule_groups(CFG) if any("alert" in r for r in g["rules"])]
     assert [g["name"] for g in alert_groups] == [*EXPECTED_GROUPS, HEALTH_GROUP]
-    # an alert group holds alerts, except the inputs ml_gpu_resources records at its head
+    # an alert group holds alerts, except the inputs some groups record at their head
     for g in alert_groups:
         records = [r["record"] for r in g["rules"] if "record" in r]
-        assert records == [r.record for r in gpu.input_rules(CFG)] if g["name"] == gpu.GROUP else not records, g["name"]
+        assert records == [r.record for r in group_inputs(g["name"], CFG)], g["name"]
+        assert g["name"] not in (gpu.GROUP, distributed.GROUP) or records, g["name"]
         assert all("record" in r for r in g["rules"][: len(records)]), g["name"]
 
 
@@ -121,7 +128,7 @@ def test_severities_are_the_expected_ones():
     assert {n for n, s in severity.items() if s is Severity.CRITICAL} == EXPECTED_CRITICAL
     assert {n for n, s in severity.items() if s is Severity.HIGH} == EXPECTED_HIGH
     assert {n for n, s in severity.items() if s is Severity.INFO} == INFO
-    assert sum(s is Severity.WARNING for s in severity.values()) == 13
+    assert sum(s is Severity.WARNING for s in severity.values()) == 15
 
 
 @pytest.mark.parametrize("alert", ALERT_NAMES)
@@ -202,17 +209,23 @@ def test_aggregations_keep_the_locating_labels(alert):
     """Never `sum` away what locates the problem: every aggregation is `by` a superset of them.
 
     The job join (`jobs.HOLDER`, one job per GPU uuid) adds `model_type` and `job_id` to a
-    per-GPU expression; the aggregations before it keep the GPU's labels."""
+    per-GPU expression; the aggregations before it keep the GPU's labels. The rank placement join
+    adds `node` and `uuid` to a per-rank expression, whose job-level conditions (matched `on` the
+    job) aggregate by the job."""
     expr = alert.expr.replace(jobs.HOLDER, "HOLDER")
     required = set(alert.locating_labels)
     if "group_left (model_type, job_id)\nHOLDER" in expr:
         required -= set(jobs.JOB_LABELS)
+    job_level: set[str] = set()
+    if f"group_left (node, uuid)\nmax by ({', '.join(distributed.PLACED)})" in expr:
+        required -= {"node", "uuid"}
+        job_level = set(distributed.JOB)
     assert " without" not in expr
     bare = re.findall(r"\b(sum|max|min|avg|count)\s*\(", expr)
     assert not bare, f"aggregation without `by` in {alert.name}"
     for clause in re.findall(r"\bby \(([^)]*)\)", expr):
         kept = {label.strip() for label in clause.split(",")}
-        assert required <= kept, (alert.name, clause)
+        assert required <= kept or kept == job_level, (alert.name, clause)
 
 
 def test_health_alerts_watch_exactly_the_projects_rule_groups():

@@ -26,7 +26,10 @@ DEPENDENCIES = {"prometheus_client", "opentelemetry"}
 OPTIONAL = {
     "pynvml": ("observability/instrument/gpus.py",),
     "yaml": ("observability/web_config.py",),
-    "torch": ("observability/instrument/integrations/torch.py",),
+    "torch": (
+        "observability/instrument/integrations/torch.py",
+        "observability/instrument/integrations/torch_distributed.py",
+    ),
 }
 FORBIDDEN_DISTRIBUTIONS = {
     "pulumi",
