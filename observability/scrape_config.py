@@ -44,6 +44,10 @@ SCRAPE_ANNOTATION = "prometheus.io/scrape"
 PORT_ANNOTATION = "prometheus.io/port"
 PATH_ANNOTATION = "prometheus.io/path"
 SCHEME_ANNOTATION = "prometheus.io/scheme"
+# A pod's own scrape interval and timeout (the sources of the critical alerts are scraped faster
+# than the rest); without them the job's interval and timeout apply.
+INTERVAL_ANNOTATION = "prometheus.io/interval"
+TIMEOUT_ANNOTATION = "prometheus.io/timeout"
 SERVICE_LABEL = "app.kubernetes.io/name"  # pod label that becomes the `service` target label
 
 # Pods running several ranks (torchrun): each rank serves its own metrics on base port + its local
@@ -109,6 +113,7 @@ SECRET_KEY = "prometheus-additional.yaml"
 _NOT_RUNNING = "Pending|Succeeded|Failed|Unknown"
 _IPV4 = r"(\d+);(\d+\.\d+\.\d+\.\d+)"
 _IPV6 = r"(\d+);([0-9A-Fa-f]*:[0-9A-Fa-f:.]*)"
+_DURATION = r"([1-9][0-9]*s)"
 
 
 def meta_label(prefix: str, name: str) -> str:
@@ -128,15 +133,34 @@ def pod_label(label: str) -> str:
     return meta_label("__meta_kubernetes_pod_label_", label)
 
 
-def pod_scrape_annotations(port: int, path: str = "/metrics", scheme: str = "http") -> dict[str, str]:
-    """The annotations that make a pod a scrape target on `port` and `path`."""
+def critical_scrape_timeout_seconds(cfg: ObservabilityConfig) -> int:
+    """Scrape timeout of the critical alerts' sources: half their interval (a poller pass and a
+    trainer's page take milliseconds; the detection bound counts the whole timeout)."""
+    return max(1, cfg.critical_scrape_interval_seconds // 2)
+
+
+def critical_scrape_annotations(cfg: ObservabilityConfig) -> dict[str, str]:
+    """The per-pod interval and timeout of the critical alerts' sources (poller, training pods and
+    the training service)."""
+    return {
+        INTERVAL_ANNOTATION: f"{cfg.critical_scrape_interval_seconds}s",
+        TIMEOUT_ANNOTATION: f"{critical_scrape_timeout_seconds(cfg)}s",
+    }
+
+
+def pod_scrape_annotations(
+    port: int, path: str = "/metrics", scheme: str = "http", *, critical: ObservabilityConfig | None = None
+) -> dict[str, str]:
+    """The annotations that make a pod a scrape target on `port` and `path`; with `critical`, at the
+    critical sources' interval and timeout of that config."""
     if not 1 <= port <= 65535:
         raise ValueError(f"scrape port {port} is not a TCP port (1-65535)")
     if not path.startswith("/"):
         raise ValueError(f"scrape path {path!r} must start with '/'")
     if scheme not in ("http", "https"):
         raise ValueError(f"scrape scheme {scheme!r} must be http or https")
-    return {SCRAPE_ANNOTATION: "true", PORT_ANNOTATION: str(port), PATH_ANNOTATION: path, SCHEME_ANNOTATION: scheme}
+    base = {SCRAPE_ANNOTATION: "true", PORT_ANNOTATION: str(port), PATH_ANNOTATION: path, SCHEME_ANNOTATION: scheme}
+    return base if critical is None else {**base, **critical_scrape_annotations(critical)}
 
 
 def annotation_relabel_configs() -> list[dict[str, Any]]:
@@ -176,6 +200,20 @@ def annotation_relabel_configs() -> list[dict[str, Any]]:
             "source_labels": [annotation_label(PATH_ANNOTATION)],
             "regex": "(/.*)",
             "target_label": "__metrics_path__",
+            "replacement": "$1",
+            "action": "replace",
+        },
+        {
+            "source_labels": [annotation_label(INTERVAL_ANNOTATION)],
+            "regex": _DURATION,
+            "target_label": "__scrape_interval__",
+            "replacement": "$1",
+            "action": "replace",
+        },
+        {
+            "source_labels": [annotation_label(TIMEOUT_ANNOTATION)],
+            "regex": _DURATION,
+            "target_label": "__scrape_timeout__",
             "replacement": "$1",
             "action": "replace",
         },

@@ -171,8 +171,8 @@ def container_ports(job: TrainingJobSettings) -> list[dict[str, Any]]:
     return ports
 
 
-def pod_annotations(job: TrainingJobSettings) -> dict[str, str]:
-    annotations = pod_scrape_annotations(job.metrics_port)
+def pod_annotations(job: TrainingJobSettings, cfg: ObservabilityConfig) -> dict[str, str]:
+    annotations = pod_scrape_annotations(job.metrics_port, critical=cfg)
     if job.command:
         annotations[RANK_PORTS_ANNOTATION] = "true"
     return annotations
@@ -186,7 +186,8 @@ def pod_template(args: TrainingJobArgs) -> dict[str, Any]:
                 **labels(args.common_labels, args.cfg.training_job_service, COMPONENT),
                 MODEL_TYPE_LABEL: job.model_type,
             },
-            "annotations": pod_annotations(job),
+            # a source of critical alerts (NaN): scraped at the critical interval
+            "annotations": pod_annotations(job, args.cfg),
         },
         "spec": {
             **({"subdomain": rendezvous_service_name(job)} if job.nodes > 1 else {}),

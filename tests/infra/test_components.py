@@ -148,11 +148,15 @@ def test_every_service_gets_scrape_annotations_and_otel_env(rendered: dict[str, 
         assert patch["metadata"]["annotations"] == {PATCH_FIELD_MANAGER_ANNOTATION: common.FIELD_MANAGER}
         template = patch["spec"]["template"]
         assert set(patch["spec"]) == {"template"}, "a patch must touch only the pod template"
+        cfg = settings.observability_config()
+        # the training service reports NaN values: scraped at the critical interval
+        critical = scrape_config.critical_scrape_annotations(cfg) if service.name == cfg.training_service else {}
         assert template["metadata"]["annotations"] == {
             SCRAPE_ANNOTATION: "true",
             PORT_ANNOTATION: str(service.port),
             PATH_ANNOTATION: service.path,
             scrape_config.SCHEME_ANNOTATION: "http",
+            **critical,
         }
         assert template["metadata"]["labels"] == {SERVICE_LABEL: service.name}
         (container,) = template["spec"]["containers"]
@@ -262,7 +266,7 @@ def test_training_cronjob_is_a_suspended_template_with_otel_env_for_the_stacks_t
     pod = job["template"]
     annotations = dict(pod["metadata"]["annotations"])
     annotations.pop(scrape_config.RANK_PORTS_ANNOTATION, None)
-    assert annotations == scrape_config.pod_scrape_annotations(9094)
+    assert annotations == scrape_config.pod_scrape_annotations(9094, critical=cfg)
     assert pod["metadata"]["labels"][SERVICE_LABEL] == cfg.training_job_service
     pod_spec = pod["spec"]
     assert pod_spec["restartPolicy"] == "Never"
@@ -371,7 +375,9 @@ def test_poller_daemonset_runs_restricted_on_gpu_nodes_only(rendered: dict[str, 
     assert strategy["rollingUpdate"]["maxUnavailable"] == expected_unavailable
     template = spec["template"]
     assert set(spec["selector"]["matchLabels"].items()) <= set(template["metadata"]["labels"].items())
-    assert template["metadata"]["annotations"] == scrape_config.pod_scrape_annotations(poller.port, "/metrics")
+    assert template["metadata"]["annotations"] == scrape_config.pod_scrape_annotations(
+        poller.port, "/metrics", critical=result.settings.observability_config()
+    )
     pod_spec = template["spec"]
     assert pod_spec["nodeSelector"] == dict(poller.node_selector) == {"nvidia.com/gpu.present": "true"}
     assert pod_spec["tolerations"] == common.tolerations(poller.tolerations)

@@ -22,6 +22,7 @@ import yaml
 from observability import catalog
 from observability.config import ObservabilityConfig
 from observability.scrape_config import (
+    INTERVAL_ANNOTATION,
     JOB_NAME,
     PATH_ANNOTATION,
     POD_MONITOR_NAME,
@@ -30,9 +31,11 @@ from observability.scrape_config import (
     SCRAPE_ANNOTATION,
     SERVICE_LABEL,
     SHARD_KEY,
+    TIMEOUT_ANNOTATION,
     annotation_label,
     annotation_present_label,
     annotation_scrape_configs,
+    critical_scrape_annotations,
     from_operator_relabeling,
     pod_label,
     pod_monitor_spec,
@@ -107,8 +110,8 @@ def emulated_operator_job(cfg: ObservabilityConfig, sd_file: Path) -> dict[str, 
     ]
     return {
         "job_name": f"podMonitor/monitoring/{POD_MONITOR_NAME}/0",
-        "scrape_interval": "1s",
-        "scrape_timeout": "1s",
+        "scrape_interval": endpoint["interval"],
+        "scrape_timeout": endpoint["scrapeTimeout"],
         "file_sd_configs": [{"files": [str(sd_file)], "refresh_interval": "1s"}],
         "relabel_configs": prefix + [from_operator_relabeling(r) for r in endpoint["relabelings"]],
     }
@@ -229,6 +232,45 @@ def test_annotated_pods_are_scraped_on_their_port_and_path_and_others_dropped(
     up = prom.api(f"/api/v1/query?query={UP}")["result"]
     assert len(up) == 12 and all(r["value"][1] == "1" for r in up)
     assert all(server.requests for server in ranks)
+
+
+def test_a_critical_source_is_scraped_at_its_own_interval_and_timeout(
+    tmp_path: Path, metrics_servers: Callable[..., Any], prometheus: Callable[..., Any]
+) -> None:
+    """The poller and the training pods carry the critical interval and timeout annotations: a real
+    Prometheus scrapes them that often while the job's other pods keep the job's interval."""
+    body = f'# TYPE {GPU_METRIC} gauge\n{GPU_METRIC}{{gpu_id="0"}} 97\n'
+    fast, slow = metrics_servers("/metrics", body), metrics_servers("/metrics", body)
+    cfg = ObservabilityConfig(scrape_interval_seconds=6, critical_scrape_interval_seconds=1)
+    assert critical_scrape_annotations(cfg) == {INTERVAL_ANNOTATION: "1s", TIMEOUT_ANNOTATION: "1s"}
+    groups = [
+        pod_target("gpu-poller-0", ip="127.0.0.1", declared_port=1,
+                   annotations=pod_scrape_annotations(fast.port, critical=cfg), service="gpu-poller"),
+        pod_target("api-0", ip="127.0.0.1", declared_port=2, annotations=pod_scrape_annotations(slow.port),
+                   service="api-gateway"),
+    ]  # fmt: skip
+    sd_file = tmp_path / "pods.json"
+    sd_file.write_text(json.dumps(groups))
+    (job,) = annotation_scrape_configs(cfg, [NAMESPACE])
+    del job["kubernetes_sd_configs"]
+    job.update(file_sd_configs=[{"files": [str(sd_file)], "refresh_interval": "1s"}])
+    prom = prometheus(
+        {"global": {"scrape_interval": "6s"}, "scrape_configs": [job, emulated_operator_job(cfg, sd_file)]}
+    )
+    targets = wait_for_targets(prom, expected_active=4)
+    intervals = {
+        (t["labels"]["job"], t["labels"]["pod"]): (t["scrapeInterval"], t["scrapeTimeout"])
+        for t in targets["activeTargets"]
+    }
+    assert intervals == {
+        (JOB_NAME, "gpu-poller-0"): ("1s", "1s"),
+        (JOB_NAME, "api-0"): ("6s", "6s"),
+        (f"monitoring/{POD_MONITOR_NAME}", "gpu-poller-0"): ("1s", "1s"),
+        (f"monitoring/{POD_MONITOR_NAME}", "api-0"): ("6s", "6s"),
+    }, intervals
+    time.sleep(4)
+    # both jobs scrape the fast pod every second; the slow one at most twice per job in that time
+    assert len(fast.requests) >= 2 * 3 > len(slow.requests), (len(fast.requests), len(slow.requests))
 
 
 def test_rendered_scrape_config_passes_promtool(tmp_path: Path) -> None:
