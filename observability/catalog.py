@@ -552,6 +552,46 @@ TRAINING_PHASE_SECONDS_TOTAL = Metric(
     _T,
 )
 
+# --- Distributed training: where each rank runs, and its collectives -----------------------------
+# `collective`: all_reduce, broadcast, all_gather, reduce_scatter (a DDP gradient bucket is an all_reduce).
+RANK_COLLECTIVE = (*RANK_JOB, "collective")
+TRAINING_RANK_PLACEMENT_INFO = Metric(
+    "ml_training_rank_placement_info",
+    MetricType.INFO,
+    "",
+    "1 for each process of a job: the Kubernetes node it runs on and the GPU (NVML UUID, empty without one) it "
+    "computes on; names the node and GPU of a straggling or stopped rank.",
+    (*RANK_JOB, "node", "uuid"),
+    _T,
+)
+TRAINING_COLLECTIVE_OPERATIONS_TOTAL = Metric(
+    "ml_training_collective_operations_total",
+    MetricType.COUNTER,
+    "",
+    "Collectives this rank completed, by kind.",
+    RANK_COLLECTIVE,
+    _T,
+)
+TRAINING_COLLECTIVE_BYTES_TOTAL = Metric(
+    "ml_training_collective_bytes_total",
+    MetricType.COUNTER,
+    "bytes",
+    "Message bytes of this rank's completed collectives, counted as NCCL's tests count a collective's size "
+    "(all_reduce and broadcast: the buffer; all_gather: the gathered output; reduce_scatter: the input).",
+    RANK_COLLECTIVE,
+    _T,
+)
+TRAINING_COLLECTIVE_BUSY_SECONDS_TOTAL = Metric(
+    "ml_training_collective_busy_seconds_total",
+    MetricType.COUNTER,
+    "seconds",
+    "Wall time during which at least one collective of this kind was in flight on this rank, overlapped with "
+    "compute or not (the exposed part is the rank's `collective` phase); bytes over this time is the rank's "
+    "algorithmic bandwidth.",
+    RANK_COLLECTIVE,
+    _T,
+)
+
 # --- Model-specific: reinforcement learning (DQN, PPO), from the algorithm's own values ---------
 RL_EXPLORATION_RATE = Metric(
     "ml_rl_exploration_rate",

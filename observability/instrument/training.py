@@ -35,7 +35,7 @@ from observability.instrument.phases import COMPUTE, IDLE, LOST_WORK, STARTUP, P
 from observability.instrument.ranks import RankInfo
 from observability.instrument.reinforcement import RlFamilies, RlMetrics
 from observability.instrument.search import SearchFamilies, StudyMetrics
-from observability.instrument.server import METRICS_PORT, MetricsServer
+from observability.instrument.server import METRICS_PORT, MetricsServer, rank_metrics_port
 from observability.instrument.trace_context import trace_exemplar
 
 LOG = logging.getLogger(__name__)
@@ -244,6 +244,12 @@ class TrainingMetrics:
         """Serve this registry on `addr:port` (`/metrics`, `/healthz`) from a daemon thread."""
         return MetricsServer(self.registry, port, addr)
 
+    def serve_rank(self, rank: RankInfo | None = None, addr: str = "0.0.0.0") -> MetricsServer:
+        """Serve this process's metrics on its rank's port (`rank_metrics_port`: base port plus
+        local rank; `rank` defaults to the launcher's environment)."""
+        where = RankInfo.from_env() if rank is None else rank
+        return MetricsServer(self.registry, rank_metrics_port(where.local_rank), addr)
+
 
 class JobMetrics:
     """Records one training job's metrics; every method is safe to call from any thread."""
@@ -303,6 +309,11 @@ class JobMetrics:
     @property
     def _job(self) -> dict[str, str]:
         return {"model_type": self.model_type, "job_id": self.job_id}
+
+    @property
+    def registry(self) -> CollectorRegistry:
+        """The registry the job's metrics are on (collectors of the job's extensions register here)."""
+        return self._m.registry
 
     @property
     def rank_labels(self) -> dict[str, str]:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from observability.config import ObservabilityConfig
 from observability.prometheus_config import external_labels
 from observability.promql import duration
-from observability.rules import gpu, health, jobs, pipeline, quality, storage, training
+from observability.rules import distributed, gpu, health, jobs, pipeline, quality, storage, training
 from observability.rules.dashboard_recording import dashboard_recording_groups
 from observability.rules.detection import CRITICAL_DETECTION_ALERTS, detection_budget
 from observability.rules.model import AlertRule, RecordingRule, RunbookQuery, Severity
@@ -49,6 +49,7 @@ __all__ = [
     "alert_groups",
     "alert_rules",
     "critical_group_names",
+    "distributed",
     "gpu",
     "group_inputs",
     "jobs",
@@ -66,6 +67,7 @@ _ALERT_GROUP_BUILDERS: tuple[tuple[str, Callable[[ObservabilityConfig], tuple[Al
     (quality.GROUP, quality.quality_alerts),
     (pipeline.GROUP, pipeline.pipeline_alerts),
     (storage.GROUP, storage.storage_alerts),
+    (distributed.GROUP, distributed.alerts),
     (health.GROUP, lambda cfg: health.health_alerts(cfg, project_group_names(cfg))),
 )
 
@@ -73,6 +75,7 @@ _ALERT_GROUP_BUILDERS: tuple[tuple[str, Callable[[ObservabilityConfig], tuple[Al
 # Recording rules at the head of an alert group, read by its alerts in the same evaluation.
 _GROUP_INPUTS: dict[str, Callable[[ObservabilityConfig], tuple[RecordingRule, ...]]] = {
     gpu.GROUP: gpu.input_rules,
+    distributed.GROUP: distributed.input_rules,
 }
 
 
@@ -195,7 +198,12 @@ def _default_names() -> dict[str, Any]:
     cfg = ObservabilityConfig()
     by_group = {name: tuple(alert.name for alert in alerts) for name, alerts in alert_groups(cfg)}
     return {
-        "RECORDING_RULES": (*_ALERT_RECORDING_RULES, *gpu.input_rules(cfg), *jobs.job_rules(cfg)),
+        "RECORDING_RULES": (
+            *_ALERT_RECORDING_RULES,
+            *gpu.input_rules(cfg),
+            *distributed.input_rules(cfg),
+            *jobs.job_rules(cfg),
+        ),
         "ALERTS_BY_GROUP": by_group,
         "ALERT_NAMES": tuple(name for names in by_group.values() for name in names),
     }
