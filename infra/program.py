@@ -36,6 +36,7 @@ from infra.components.training_job import usage
 from infra.kube_provider import guard_live_run, kubernetes_provider
 from infra.outputs import export_stack_outputs
 from infra.settings import Settings, load_settings, pulumi_config_source, pulumi_secret_reader
+from observability.scrape_config import critical_scrape_annotations
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,7 @@ def component_args(settings: Settings) -> ComponentArgs:
     poller = GpuPollerArgs(
         poller=settings.poller, namespace=ns.monitoring, service=cfg.gpu_poller_service,
         project=settings.project, stack=settings.stack, common_labels=labels,
+        critical_scrape=critical_scrape_annotations(cfg),
         web=exporter_web(security, poller_web_secret) if security else None,
     )  # fmt: skip
     owned = (
@@ -79,11 +81,15 @@ def component_args(settings: Settings) -> ComponentArgs:
         OwnedPods(
             name=settings.training_job.name, app=cfg.training_job_service, namespace=ns.training,
             pod_selector=training_job.pod_selector(training), metrics_port=settings.training_job.metrics_port,
+            metrics_ports=settings.training_job.processes_per_node,
             egress=True, peers_within=True,
         ),
     )  # fmt: skip
     return ComponentArgs(
-        service_scrape=ServiceScrapeArgs(services=settings.services, namespace=ns.platform, otel=otel),
+        service_scrape=ServiceScrapeArgs(
+            services=settings.services, namespace=ns.platform, otel=otel,
+            critical_services=(cfg.training_service,), critical_scrape=critical_scrape_annotations(cfg),
+        ),
         scrape_discovery=ScrapeDiscoveryArgs(
             scrape=scrape, cfg=cfg, watched_namespaces=watched_namespaces(ns), namespace=ns.monitoring,
             common_labels=labels,

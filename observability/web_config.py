@@ -41,8 +41,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from observability.http_server import Authorizer, Request, Response
 
 # The trainer's metrics server reads the web config file this names (the job template sets it).
@@ -193,6 +191,13 @@ def load_web_config(path: str | Path) -> WebConfig:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise WebConfigError(f"web config {path}: cannot read it: {err}") from None
+    try:
+        # Imported here: the trainer library needs PyYAML only to read a web config file.
+        import yaml
+    except ImportError:
+        raise WebConfigError(
+            f"web config {path}: reading it needs PyYAML (pip install 'foxhunt-trainer[tls]')"
+        ) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:

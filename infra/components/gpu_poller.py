@@ -65,6 +65,9 @@ class GpuPollerArgs:
     project: str
     stack: str  # the pushed image's tag
     common_labels: Mapping[str, str]
+    # The poller is a source of critical alerts: scraped at the critical interval and timeout
+    # (observability.scrape_config.critical_scrape_annotations).
+    critical_scrape: Mapping[str, str]
     web: ExporterWeb | None = None  # TLS and authentication of /metrics (scrapeSecurity)
 
 
@@ -128,7 +131,7 @@ def daemonset_spec(args: GpuPollerArgs, image: pulumi.Input[str]) -> dict[str, A
         "template": {
             "metadata": {
                 "labels": labels(args.common_labels, args.service, COMPONENT),
-                "annotations": scrape_annotations(poller.port, args.web),
+                "annotations": {**scrape_annotations(poller.port, args.web), **args.critical_scrape},
             },
             "spec": {
                 "runtimeClassName": NVIDIA_RUNTIME_CLASS,

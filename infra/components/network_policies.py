@@ -3,10 +3,12 @@
 - GPU poller (DaemonSet): ingress to its metrics port only from the stack's Prometheus pods
   (`scrape.prometheusPods`: their namespace by name and their pod labels); no egress at all (NVML
   is a local library; the poller calls nothing over the network).
-- Training jobs (the template's pods): ingress to the metrics port only from the same Prometheus
-  pods, and from the other pods of the training template in their namespace on every port (the
-  ranks of a multi-node job rendezvous and run collectives over ports the launcher picks);
-  egress stays open (data, checkpoints, the OTLP endpoint).
+- Training jobs (the template's pods): ingress to the metrics ports (one per local rank when
+  torchrun runs) only from the same Prometheus pods, and from the other pods of the training
+  template in their namespace on every port (the ranks of a multi-node job meet at the static
+  rendezvous of index 0 and run collectives over ports NCCL and gloo pick); egress stays open
+  (data, checkpoints, the OTLP endpoint). A NetworkPolicy cannot say "pods of the same Job" for
+  Jobs created later from a template, so the ranks' rule admits every pod of the template.
 
 Kubelet probes come from the node and are not subject to NetworkPolicies on the common CNIs.
 """
@@ -37,6 +39,7 @@ class OwnedPods:
     pod_selector: Mapping[str, str]
     metrics_port: int
     egress: bool  # False: every egress is denied
+    metrics_ports: int = 1  # consecutive metrics ports from metrics_port (one per local rank)
     peers_within: bool = False  # ingress on every port from the other pods the selector selects
 
 
@@ -57,9 +60,10 @@ def prometheus_peer(args: NetworkIsolationArgs) -> dict[str, Any]:
 
 def network_policy_spec(pods: OwnedPods, args: NetworkIsolationArgs) -> dict[str, Any]:
     selector = {"matchLabels": dict(pods.pod_selector)}
-    ingress: list[dict[str, Any]] = [
-        {"from": [prometheus_peer(args)], "ports": [{"protocol": "TCP", "port": pods.metrics_port}]}
-    ]
+    port: dict[str, Any] = {"protocol": "TCP", "port": pods.metrics_port}
+    if pods.metrics_ports > 1:
+        port["endPort"] = pods.metrics_port + pods.metrics_ports - 1
+    ingress: list[dict[str, Any]] = [{"from": [prometheus_peer(args)], "ports": [port]}]
     if pods.peers_within:
         ingress.append({"from": [{"podSelector": selector}]})
     spec: dict[str, Any] = {

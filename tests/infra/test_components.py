@@ -28,7 +28,8 @@ from infra.settings import (
     read_stack_config,
     validate_stack,
 )
-from observability import scrape_config
+from observability import scrape_config, trainer_env
+from observability.config import ObservabilityConfig
 from observability.rules import Tier
 from observability.scrape_config import PATH_ANNOTATION, PORT_ANNOTATION, SCRAPE_ANNOTATION, SERVICE_LABEL
 from tests.infra.support import STACKS, is_secret, objects, one, run_raw
@@ -51,11 +52,11 @@ def component_types(settings: Settings) -> set[str]:
     return COMPONENT_TYPES | (SECURED_COMPONENT_TYPES if settings.observability.scrape_security else set())
 
 
-def expected_scrape_annotations(port: int, path: str, secured: bool) -> dict[str, str]:
+def expected_scrape_annotations(port: int, path: str, secured: bool, cfg: ObservabilityConfig) -> dict[str, str]:
     if not secured:
-        return scrape_config.pod_scrape_annotations(port, path)
+        return scrape_config.pod_scrape_annotations(port, path, critical=cfg)
     return {
-        **scrape_config.pod_scrape_annotations(port, path, "https"),
+        **scrape_config.pod_scrape_annotations(port, path, "https", critical=cfg),
         scrape_config.SECURED_ANNOTATION: scrape_config.SECURED_VALUE,
     }
 
@@ -168,11 +169,15 @@ def test_every_service_gets_scrape_annotations_and_otel_env(rendered: dict[str, 
         assert patch["metadata"]["annotations"] == {PATCH_FIELD_MANAGER_ANNOTATION: common.FIELD_MANAGER}
         template = patch["spec"]["template"]
         assert set(patch["spec"]) == {"template"}, "a patch must touch only the pod template"
+        cfg = settings.observability_config()
+        # the training service reports NaN values: scraped at the critical interval
+        critical = scrape_config.critical_scrape_annotations(cfg) if service.name == cfg.training_service else {}
         assert template["metadata"]["annotations"] == {
             SCRAPE_ANNOTATION: "true",
             PORT_ANNOTATION: str(service.port),
             PATH_ANNOTATION: service.path,
             scrape_config.SCHEME_ANNOTATION: "http",
+            **critical,
         }
         assert template["metadata"]["labels"] == {SERVICE_LABEL: service.name}
         (container,) = template["spec"]["containers"]
@@ -294,8 +299,10 @@ def test_training_cronjob_is_a_suspended_template_with_otel_env_for_the_stacks_t
     assert job["backoffLimit"] == job_settings.backoff_limit
     assert job["ttlSecondsAfterFinished"] == job_settings.ttl_seconds_after_finished
     pod = job["template"]
+    annotations = dict(pod["metadata"]["annotations"])
+    annotations.pop(scrape_config.RANK_PORTS_ANNOTATION, None)
     secured = settings.observability.scrape_security is not None
-    assert pod["metadata"]["annotations"] == expected_scrape_annotations(9094, "/metrics", secured)
+    assert annotations == expected_scrape_annotations(9094, "/metrics", secured, cfg)
     assert pod["metadata"]["labels"][SERVICE_LABEL] == cfg.training_job_service
     pod_spec = pod["spec"]
     assert pod_spec["restartPolicy"] == "Never"
@@ -306,7 +313,14 @@ def test_training_cronjob_is_a_suspended_template_with_otel_env_for_the_stacks_t
     gpus = str(job_settings.gpu_count)
     assert container["resources"]["requests"]["nvidia.com/gpu"] == gpus
     assert container["resources"]["limits"]["nvidia.com/gpu"] == gpus
-    assert container["ports"] == [{"name": "metrics", "containerPort": 9094, "protocol": "TCP"}]
+    if job_settings.command:  # torchrun: one metrics port per local rank, scraped one by one
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        assert {n: v for n, v in ports.items() if n.startswith("metrics-")} == {
+            f"metrics-{i}": 9094 + i for i in range(job_settings.gpu_count)
+        }
+        assert pod["metadata"]["annotations"][scrape_config.RANK_PORTS_ANNOTATION] == "true"
+    else:
+        assert container["ports"] == [{"name": "metrics", "containerPort": 9094, "protocol": "TCP"}]
     tempo = f"http://tempo.{settings.namespaces.monitoring}.svc.cluster.local:4317"
     assert settings.endpoints.tempo_otlp_grpc == tempo
     attributes = check_otel_env(container, tempo, cfg.training_job_service, settings.environment)
@@ -316,7 +330,7 @@ def test_training_cronjob_is_a_suspended_template_with_otel_env_for_the_stacks_t
     names = [e["name"] for e in container["env"]]
     assert names.index(training_job.JOB_NAME_ENV) < names.index("OTEL_RESOURCE_ATTRIBUTES")
     # The trainer waits for one more scrape before exiting: two of this stack's scrape intervals.
-    wait = {e["name"]: e.get("value") for e in container["env"]}[scrape_config.FINAL_SCRAPE_WAIT_ENV]
+    wait = {e["name"]: e.get("value") for e in container["env"]}[trainer_env.FINAL_SCRAPE_WAIT_ENV]
     assert wait == str(2 * cfg.scrape_interval_seconds) == {"prod": "20"}.get(stack, "30")
     # NVML in the container (the `utility` capability) names the job's GPUs; no privilege is added.
     assert {e["name"]: e.get("value") for e in container["env"]}["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
@@ -398,7 +412,9 @@ def test_poller_daemonset_runs_restricted_on_gpu_nodes_only(rendered: dict[str, 
     template = spec["template"]
     assert set(spec["selector"]["matchLabels"].items()) <= set(template["metadata"]["labels"].items())
     security = settings.observability.scrape_security
-    assert template["metadata"]["annotations"] == expected_scrape_annotations(poller.port, "/metrics", bool(security))
+    assert template["metadata"]["annotations"] == expected_scrape_annotations(
+        poller.port, "/metrics", bool(security), result.settings.observability_config()
+    )
     pod_spec = template["spec"]
     assert pod_spec["nodeSelector"] == dict(poller.node_selector) == {"nvidia.com/gpu.present": "true"}
     assert pod_spec["tolerations"] == common.tolerations(poller.tolerations)
@@ -473,7 +489,9 @@ def test_registry_password_is_sent_as_a_secret() -> None:
 @pytest.mark.parametrize("stack", STACKS)
 def test_poller_service_is_headless_and_selects_the_pods(rendered: dict[str, RenderResult], stack: str) -> None:
     result = rendered[stack]
-    service = one(result, "Service")
+    (service,) = [
+        s for s in objects(result, "Service") if s["metadata"]["namespace"] == result.settings.namespaces.monitoring
+    ]
     pod_labels = one(result, "DaemonSet")["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["clusterIP"] == "None"
     assert set(service["spec"]["selector"].items()) <= set(pod_labels.items())

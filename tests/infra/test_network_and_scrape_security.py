@@ -67,10 +67,11 @@ def test_training_pods_admit_prometheus_on_the_metrics_port_and_their_own_ranks(
         assert selects(policy["spec"]["podSelector"], template["metadata"]["labels"])
     assert policy["spec"]["policyTypes"] == ["Ingress"]  # egress stays open: data, checkpoints, OTLP
     metrics, ranks = policy["spec"]["ingress"]
-    assert metrics == {
-        "from": [prometheus_peer(result)],
-        "ports": [{"protocol": "TCP", "port": settings.training_job.metrics_port}],
-    }
+    job = settings.training_job
+    port: dict[str, Any] = {"protocol": "TCP", "port": job.metrics_port}
+    if job.processes_per_node > 1:  # one metrics port per local rank
+        port["endPort"] = job.metrics_port + job.processes_per_node - 1
+    assert metrics == {"from": [prometheus_peer(result)], "ports": [port]}
     assert ranks == {"from": [{"podSelector": policy["spec"]["podSelector"]}]}  # any port: rendezvous, collectives
 
 
