@@ -34,7 +34,12 @@ CFG = ObservabilityConfig()
 # The alert groups and severities users expect (their routing and paging depend on them).
 EXPECTED_GROUPS = {
     "ml_training_performance": ("TrainingNaNDetected", "TrainingSlowdown", "MLInferenceLatencyHigh"),
-    "ml_training_availability": ("MLTrainingServiceDown", "ModelLoadingFailures", "ModelCacheMissesHigh"),
+    "ml_training_availability": (
+        "TrainingJobFailed",
+        "MLTrainingServiceDown",
+        "ModelLoadingFailures",
+        "ModelCacheMissesHigh",
+    ),
     "ml_gpu_resources": (
         "GPUUtilizationLow",
         "GPUUtilizationCritical",
@@ -61,7 +66,7 @@ EXPECTED_CRITICAL = {
     "MLModelAccuracyDegraded",
     "GPUErrorsDetected",
 }
-EXPECTED_HIGH = {"MLTrainingServiceDown", "ModelLoadingFailures"}
+EXPECTED_HIGH = {"MLTrainingServiceDown", "ModelLoadingFailures", "TrainingJobFailed"}
 INFO = {"GPUUtilizationLow", "GPUUtilizationCritical"}  # two info alerts: optimisation opportunities
 REQUIRED_ANNOTATIONS = ("summary", "description", "impact", "action", "runbook_url")
 # The monitoring's own health: who watches the watchers.
@@ -105,8 +110,8 @@ def rule_problems(rule: dict[str, Any], cfg: ObservabilityConfig = CFG) -> list[
 def test_six_groups_with_their_alerts_then_the_health_group():
     assert ALERTS_BY_GROUP == {**EXPECTED_GROUPS, HEALTH_GROUP: HEALTH_ALERTS}
     assert (*EXPECTED_GROUPS, HEALTH_GROUP) == ALERT_GROUP_NAMES
-    # the 22 alerts users expect plus GPUMemoryExhaustionPredicted, then the health alerts
-    assert len(ALERT_NAMES) == 23 + len(HEALTH_ALERTS) == len(set(ALERT_NAMES))
+    # the 22 alerts users expect plus GPUMemoryExhaustionPredicted and TrainingJobFailed, then the health alerts
+    assert len(ALERT_NAMES) == 24 + len(HEALTH_ALERTS) == len(set(ALERT_NAMES))
     alert_groups = [g for g in rule_groups(CFG) if any("alert" in r for r in g["rules"])]
     assert [g["name"] for g in alert_groups] == [*EXPECTED_GROUPS, HEALTH_GROUP]
     # an alert group holds alerts, except the inputs ml_gpu_resources records at its head
@@ -247,7 +252,13 @@ def test_gpu_alerts_locate_the_gpu_and_the_job_holding_it():
 
 
 def test_training_alerts_locate_the_job():
-    for name in ("TrainingNaNDetected", "TrainingSlowdown", "MLModelAccuracyDegraded", "CheckpointSaveFailures"):
+    for name in (
+        "TrainingNaNDetected",
+        "TrainingSlowdown",
+        "TrainingJobFailed",
+        "MLModelAccuracyDegraded",
+        "CheckpointSaveFailures",
+    ):
         alert = next(a for a in alert_rules(CFG) if a.name == name)
         assert {"model_type", "job_id"} <= set(alert.locating_labels)
 
