@@ -63,6 +63,12 @@ class ObservabilityConfig:
     scrape_interval_seconds: int = 15
     evaluation_interval_seconds: int = 15
     critical_detection_seconds: int = 30
+    # The sources of the critical alerts (the GPU poller, the training jobs and the training service)
+    # are scraped this often, and the rule groups holding those alerts are evaluated this often, so
+    # that a critical failure pages within `critical_detection_seconds` of the failure itself
+    # (observability/rules/detection.py); everything else keeps the intervals above.
+    critical_scrape_interval_seconds: int = 5
+    critical_evaluation_interval_seconds: int = 5
     # Where each alert's `runbook_url` points (a section anchor is appended).
     runbook_base_url: str = "https://github.com/foxhunt/foxhunt-observability/blob/main/docs/runbooks.md"
     # Value of the `service` target label (set by scrape discovery from the pod label
@@ -76,6 +82,8 @@ class ObservabilityConfig:
     # The platform services whose scrape targets the infra cockpit shows.
     platform_services: tuple[str, ...] = ()
     datasource_uids: DatasourceUids = DatasourceUids()
+    # Where people open Grafana: notifications link each alert's dashboard under it.
+    grafana_url: str = "https://grafana.example.invalid"
     # Grafana folder the dashboards are provisioned into.
     grafana_folder: str = "ML Platform"
     # Every alert threshold (observability/thresholds.yaml): expressions, texts, dashboard steps.

@@ -136,6 +136,16 @@ class TrainingJobSettings:
     node_selector: Mapping[str, str]
     tolerations: tuple[Toleration, ...]
     resources: Resources
+    # Pods (nodes) per job: above 1, an Indexed Job whose pods rendezvous through a headless Service.
+    nodes: int = 1
+    # What torchrun starts on every node (a script or `-m module`, then its arguments): set, the
+    # template launches torchrun with one process per GPU; empty, the image's entrypoint runs alone.
+    command: tuple[str, ...] = ()
+
+    @property
+    def processes_per_node(self) -> int:
+        """torchrun's processes per pod: one per GPU when torchrun launches, else the one entrypoint."""
+        return self.gpu_count if self.command else 1
 
 
 @dataclass(frozen=True)

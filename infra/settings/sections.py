@@ -187,47 +187,61 @@ def critical_detection_seconds(r: Reader, s: Parsed) -> int:
     )
 
 
-@setting("scrape", into=("scrape", "scrape_interval_seconds", "evaluation_interval_seconds"))
-def scrape(r: Reader, s: Parsed) -> tuple[ScrapeSettings, int, int]:
-    """Discovery and delivery, and the scrape and rule evaluation intervals (the config's)."""
+@setting(
+    "scrape",
+    into=(
+        "scrape",
+        "scrape_interval_seconds",
+        "evaluation_interval_seconds",
+        "critical_scrape_interval_seconds",
+        "critical_evaluation_interval_seconds",
+    ),
+)
+def scrape(r: Reader, s: Parsed) -> tuple[ScrapeSettings, int, int, int, int]:
+    """Discovery and delivery, the scrape and rule evaluation intervals, and the critical intervals
+    (the critical alerts' sources and the groups holding those alerts; the config's)."""
     budget: int = s.critical_detection_seconds
     sc = r.mapping(
         "scrape",
         r.required("scrape"),
-        {"mode", "intervalSeconds", "evaluationIntervalSeconds", "delivery", "objectName", "operatorSelector"},
-    )
+        {"mode", "intervalSeconds", "evaluationIntervalSeconds", "criticalIntervalSeconds",
+         "criticalEvaluationIntervalSeconds", "delivery", "objectName", "operatorSelector"},
+    )  # fmt: skip
     mode = r.choice("scrape.mode", sc.get("mode"), SCRAPE_MODES)
+    example = ObservabilityConfig()
     interval = r.integer("scrape.intervalSeconds", sc.get("intervalSeconds", 15), 1, 300)
     evaluation = r.integer("scrape.evaluationIntervalSeconds", sc.get("evaluationIntervalSeconds", 15), 1, 300)
+    critical = r.integer(
+        "scrape.criticalIntervalSeconds", sc.get("criticalIntervalSeconds", example.critical_scrape_interval_seconds),
+        1, 300,
+    )  # fmt: skip
+    critical_evaluation = r.integer(
+        "scrape.criticalEvaluationIntervalSeconds",
+        sc.get("criticalEvaluationIntervalSeconds", example.critical_evaluation_interval_seconds), 1, 300,
+    )  # fmt: skip
     settings = ScrapeSettings(
         mode=mode,
         delivery=r.choice("scrape.delivery", sc.get("delivery", "configmap"), SCRAPE_DELIVERIES),
         object_name=r.dns_name("scrape.objectName", sc.get("objectName", "prometheus-annotation-scrape")),
         operator_selector=r.label_map("scrape.operatorSelector", sc.get("operatorSelector")),
     )
-    # The promise for critical failures, within `criticalDetectionSeconds` (default 30): the rules
-    # module owns the check on the evaluation interval (it derives every critical `for` from it);
-    # here only the sampling half is added, since a failure waits up to one scrape interval before
-    # any rule can see it.
+    # The promise for critical failures, within `criticalDetectionSeconds` (default 30) of the
+    # failure: the rules module owns the check (it derives every critical `for` from the intervals).
     try:
         detection_budget(
             ObservabilityConfig(
                 scrape_interval_seconds=interval,
                 evaluation_interval_seconds=evaluation,
+                critical_scrape_interval_seconds=critical,
+                critical_evaluation_interval_seconds=critical_evaluation,
                 critical_detection_seconds=budget,
             )
         )
     except ValueError as exc:
-        r.problem("scrape.evaluationIntervalSeconds", evaluation, f"an interval that {exc}")
-    if interval > budget // 2:
         r.problem(
-            "scrape.intervalSeconds",
-            interval,
-            f"at most {budget // 2} (half of criticalDetectionSeconds = {budget}) so a critical failure (NaN, OOM, "
-            f"GPU error) is sampled in time to be detected within {budget} s; or declare a longer budget with "
-            "criticalDetectionSeconds",
+            "scrape.criticalIntervalSeconds", critical, f"intervals with which critical failures page in time: {exc}"
         )
-    return settings, interval, evaluation
+    return settings, interval, evaluation, critical, critical_evaluation
 
 
 def tolerations(r: Reader, key: str, value: Any) -> tuple[Toleration, ...]:
@@ -314,6 +328,16 @@ def poller(r: Reader, s: Parsed) -> PollerSettings:
     )
     if not settings.node_selector:
         r.problems.append("poller.nodeSelector is empty: expected the label that marks GPU nodes")
+    critical: int = s.critical_scrape_interval_seconds
+    if settings.min_interval_seconds > critical - 1:
+        # A scrape within min_interval of the last pass gets that pass: the GPU data could be one
+        # scrape interval older than the detection budget allows for.
+        r.problem(
+            "poller.minIntervalSeconds",
+            f"{settings.min_interval_seconds:g}",
+            f"at most {critical - 1} (scrape.criticalIntervalSeconds - 1), so that every scrape of the poller "
+            "gets a fresh NVML pass and a GPU failure is seen at the next scrape",
+        )
     if isinstance(settings.image, ImageBuild) and r.source.get("registryPassword") is None:
         r.problems.append(
             "registryPassword is missing: the poller image is built and pushed, so set it with "
@@ -328,8 +352,16 @@ def training_job(r: Reader, s: Parsed) -> TrainingJobSettings:
         "trainingJob",
         r.required("trainingJob"),
         {"name", "image", "modelType", "gpuCount", "backoffLimit", "ttlSecondsAfterFinished", "metricsPort",
-         "nodeSelector", "tolerations", "resources"},
+         "nodeSelector", "tolerations", "resources", "nodes", "command"},
     )  # fmt: skip
+    nodes = r.integer("trainingJob.nodes", tj.get("nodes", 1), 1, MAX_TRAINING_NODES)
+    command = training_command(r, tj.get("command"))
+    if nodes > 1 and not command:
+        r.problem(
+            "trainingJob.command", tj.get("command"),
+            f"the program torchrun starts on each of the {nodes} nodes, as a list such as "
+            "['-m', 'train', '--config', '/etc/train.yaml'] (trainingJob.nodes > 1 launches torchrun)",
+        )  # fmt: skip
     return TrainingJobSettings(
         name=r.dns_name("trainingJob.name", tj.get("name", "training-job-template")),
         image=r.string("trainingJob.image", tj.get("image"), _DIGEST_REF, DIGEST_EXPECTED),
@@ -345,19 +377,43 @@ def training_job(r: Reader, s: Parsed) -> TrainingJobSettings:
         ),
         tolerations=tolerations(r, "trainingJob.tolerations", tj.get("tolerations")),
         resources=resources(r, "trainingJob.resources", tj.get("resources"), Resources("2", "8", "8Gi", "32Gi")),
+        nodes=nodes,
+        command=command,
     )
 
 
-@setting("grafana", "grafanaUrl", into=("grafana", "grafana_folder"))
-def grafana(r: Reader, s: Parsed) -> tuple[GrafanaSettings, str]:
-    """Where Grafana runs and is opened, and the dashboards' folder (the config's)."""
+# Pods of one multi-node job: a bound for the settings check, far above what the platform runs.
+MAX_TRAINING_NODES = 256
+
+
+def training_command(r: Reader, value: Any) -> tuple[str, ...]:
+    """`trainingJob.command`: a list of non-empty strings (torchrun's training script and its
+    arguments); absent or empty: no torchrun."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(a, str) and a for a in value):
+        r.problem("trainingJob.command", value, "a list of non-empty strings, such as ['-m', 'train']")
+        return ()
+    if value and value[0].startswith("--"):
+        r.problem(
+            "trainingJob.command", value,
+            "the training script or `-m module` first: torchrun's own options come from the template",
+        )  # fmt: skip
+        return ()
+    return tuple(value)
+
+
+@setting("grafana", "grafanaUrl", into=("grafana", "grafana_folder", "grafana_url"))
+def grafana(r: Reader, s: Parsed) -> tuple[GrafanaSettings, str, str]:
+    """Where Grafana runs and is opened (notifications link dashboards under it), and the dashboards'
+    folder (the config's)."""
     ns: Namespaces = s.namespaces
     gr = r.mapping("grafana", r.required("grafana"), {"namespace", "folder"})
     settings = GrafanaSettings(
         namespace=r.dns_name("grafana.namespace", gr.get("namespace", ns.monitoring)),
         url=r.url("grafanaUrl", r.raw("grafanaUrl") or f"http://grafana.{ns.monitoring}.svc.cluster.local"),
     )
-    return settings, r.string("grafana.folder", gr.get("folder"))
+    return settings, r.string("grafana.folder", gr.get("folder")), settings.url
 
 
 @setting("runbookBaseUrl", into="runbook_base_url")
