@@ -31,6 +31,7 @@ from observability.rules.model import AlertRule, RecordingRule, RunbookQuery, Se
 from observability.rules.recording import RECORDING_RULES as _ALERT_RECORDING_RULES
 from observability.rules.recording import recording_groups
 from observability.rules.render import dump_groups
+from observability.rules.pushdown import push_down
 from observability.rules.tiers import Tier, split_groups
 
 __all__ = [
@@ -140,7 +141,8 @@ def tier_rule_groups(cfg: ObservabilityConfig) -> dict[Tier, list[dict[str, Any]
     labels: a Prometheus never adds its external labels to the series it records itself, while
     every series the shards remote-write to it carries them, so without the rule labels a
     dashboard filtered by `$cluster` would find the global tier's own records in no cluster."""
-    tiers = split_groups(rule_groups(cfg))
+    groups = rule_groups(cfg)
+    tiers = push_down(split_groups(groups), groups)
     labels = external_labels(cfg)
     if labels:
         tiers[Tier.GLOBAL] = [
