@@ -401,6 +401,32 @@ def _checkpoints() -> Row:
                 Common("Checkpoint Size", "Size of each job's latest checkpoint.", "bytes", w=6, min=0),
                 [Query(promql.gauge(catalog.CHECKPOINT_SIZE_BYTES, (MODEL,)), JOB_LEGEND)],
             ),
+            panels.timeseries(
+                Common(
+                    "Since Last Good Checkpoint",
+                    "Time since each job's latest good checkpoint (saved without error, finite weights): the "
+                    "work a rollback would lose.",
+                    "s",
+                    w=12,
+                    min=0,
+                ),
+                [
+                    Query(
+                        f"time() - {promql.gauge(catalog.CHECKPOINT_LAST_GOOD_TIMESTAMP_SECONDS, (MODEL,))}",
+                        JOB_LEGEND,
+                    )
+                ],
+            ),
+            panels.timeseries(
+                Common(
+                    "Last Good Checkpoint Step",
+                    "Training step of each job's latest good checkpoint: where a rollback resumes.",
+                    "short",
+                    w=12,
+                    min=0,
+                ),
+                [Query(promql.gauge(catalog.CHECKPOINT_LAST_GOOD_STEP, (MODEL,)), JOB_LEGEND)],
+            ),
         ],
     )
 
@@ -445,7 +471,7 @@ def _errors() -> Row:
         [
             errors(
                 "NaN Detected",
-                "NaN values detected per second, by tensor type (loss, gradient, activation).",
+                "Non-finite values (NaN, infinity) detected per second, by tensor type.",
                 catalog.TRAINING_NAN_COUNT,
                 ("model_type", "tensor_type"),
             ),
@@ -463,7 +489,7 @@ def _errors() -> Row:
             ),
             errors(
                 "Training Failures",
-                "Training failures per second, by error type (nan, oom, timeout, config).",
+                "Training jobs that ended with an error, per second, by error type.",
                 catalog.TRAINING_FAILURES_TOTAL,
                 ("model_type", "error_type"),
             ),

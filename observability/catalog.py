@@ -180,8 +180,8 @@ TRAINING_NAN_COUNT = Metric(
     "ml_training_nan_count",
     MetricType.COUNTER,
     "",
-    "NaN values detected, by tensor type (loss, gradient, activation). "
-    + KEPT_NAME_NOTE.format(why="a counter without the `_total` suffix"),
+    "Non-finite values (NaN, infinity) detected, by tensor type (loss, validation_loss, gradient, activation, "
+    "weights). " + KEPT_NAME_NOTE.format(why="a counter without the `_total` suffix"),
     (*JOB, "tensor_type"),
     _T,
 )
@@ -192,8 +192,8 @@ TRAINING_FAILURES_TOTAL = Metric(
     "ml_training_failures_total",
     MetricType.COUNTER,
     "",
-    "Training failures by error type (nan, oom, timeout, config).",
-    ("model_type", "error_type"),
+    "Training jobs that ended with an error, by error type (nan, oom, timeout, config, io, exception).",
+    (*JOB, "error_type"),
     _T,
 )
 
@@ -389,7 +389,7 @@ CHECKPOINT_SAVE_FAILURES_TOTAL = Metric(
     "ml_checkpoint_save_failures_total",
     MetricType.COUNTER,
     "",
-    "Checkpoint save failures by error type.",
+    "Checkpoint save failures by error type (io_error, timeout, serialization, storage, other).",
     (*JOB, "error_type"),
     _T,
 )
@@ -398,12 +398,28 @@ CHECKPOINT_SAVE_DURATION_SECONDS = Metric(
     MetricType.HISTOGRAM,
     "seconds",
     "Checkpoint save duration.",
-    ("model_type",),
+    JOB,
     _T,
     DURATION_BUCKETS,
 )
 CHECKPOINT_SIZE_BYTES = Metric(
     "ml_checkpoint_size_bytes", MetricType.GAUGE, "bytes", "Size of the latest checkpoint.", JOB, _T
+)
+CHECKPOINT_LAST_GOOD_STEP = Metric(
+    "ml_checkpoint_last_good_step",
+    MetricType.GAUGE,
+    "",
+    "Training step of the latest good checkpoint (saved without error, with finite weights): where a rollback resumes.",
+    JOB,
+    _T,
+)
+CHECKPOINT_LAST_GOOD_TIMESTAMP_SECONDS = Metric(
+    "ml_checkpoint_last_good_timestamp_seconds",
+    MetricType.GAUGE,
+    "seconds",
+    "Unix time the latest good checkpoint was saved.",
+    JOB,
+    _T,
 )
 
 # --- E. Model performance ---------------------------------------------------------------------
@@ -427,7 +443,7 @@ TRAINING_CPU_USAGE_PERCENT = Metric(
     _T,
 )
 TRAINING_ACTIVE_WORKERS = Metric(
-    "ml_training_active_workers", MetricType.GAUGE, "", "Active training workers.", ("model_type",), _T
+    "ml_training_active_workers", MetricType.GAUGE, "", "Active training workers.", JOB, _T
 )
 
 # --- G. Data pipeline -------------------------------------------------------------------------
@@ -439,7 +455,7 @@ TRAINING_DATA_LOADING_SECONDS = Metric(
     MetricType.HISTOGRAM,
     "seconds",
     "Data loading duration.",
-    ("model_type",),
+    JOB,
     _T,
     DURATION_BUCKETS,
 )

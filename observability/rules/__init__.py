@@ -90,12 +90,19 @@ def project_group_names(cfg: ObservabilityConfig) -> list[str]:
 
 
 def alert_groups(cfg: ObservabilityConfig) -> list[tuple[str, tuple[AlertRule, ...]]]:
-    """The six alert groups, in a fixed order, then the health group, each with its alerts.
+    """The alert groups, in a fixed order, then the health group, each with its alerts.
 
-    Raises ValueError when the config's intervals make the 30-second detection promise impossible.
+    Raises ValueError when the config's intervals make the 30-second detection promise impossible,
+    or when a threshold names an alert that no group has.
     """
     detection_budget(cfg)
-    return [(name, build(cfg)) for name, build in _ALERT_GROUP_BUILDERS]
+    groups = [(name, build(cfg)) for name, build in _ALERT_GROUP_BUILDERS]
+    names = {alert.name for _, alerts in groups for alert in alerts}
+    orphans = [f"{t.name} belongs to alert {t.alert}, which no rule group has" for t in cfg.thresholds
+               if t.alert not in names]  # fmt: skip
+    if orphans:
+        raise ValueError(f"thresholds.yaml: {'; '.join(orphans)}: name the alert whose expression compares with it")
+    return groups
 
 
 def alert_rules(cfg: ObservabilityConfig) -> list[AlertRule]:
