@@ -269,6 +269,22 @@ def _job_values(name: str, rng: random.Random, n: int, variant: int, interval: i
         c.FEATURE_ENGINEERING_ERRORS_TOTAL.name,
     ):
         return [0.0] * n
+    if name in (c.TRAINING_RANK_INFO.name,):
+        return [1.0] * n
+    if name == c.TRAINING_STEPS_TOTAL.name:
+        return _counter(rng, n, 1.0, interval)
+    if name == c.TRAINING_SAMPLES_TOTAL.name:
+        return _counter(rng, n, 32.0, interval)
+    if name == c.TRAINING_TOKENS_TOTAL.name:
+        return _counter(rng, n, 32.0 * 2048, interval)
+    if name == c.TRAINING_PHASE_SECONDS_TOTAL.name:
+        return _counter(rng, n, 0.25, interval)
+    if name in (c.TRAINING_LAST_STEP_TIMESTAMP_SECONDS.name, c.CHECKPOINT_LAST_GOOD_TIMESTAMP_SECONDS.name):
+        start = 1.7e9 + rng.randint(0, 10_000)
+        return [start + i * interval for i in range(n)]
+    if name == c.CHECKPOINT_LAST_GOOD_STEP.name:
+        first = rng.randint(0, 5000)
+        return [float(first + 100 * (i // 20)) for i in range(n)]
     raise KeyError(f"no value pattern for training-job metric {name}")
 
 

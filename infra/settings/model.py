@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from observability.config import DatasourceUids, ObservabilityConfig
+from observability.config import DatasourceUids, ObservabilityConfig, RemoteWrite
 
 PROJECT = "foxhunt-observability"
 ScrapeMode = Literal["annotations", "operator"]
@@ -153,6 +153,7 @@ class PrometheusSettings:
     cluster: str = ""  # the `cluster` external label of every Prometheus of the stack
     clusters: tuple[str, ...] = ()  # every cluster the dashboards' global tier holds (this one included)
     remote_write_url: str = ""  # where the shards remote-write to (the global tier's receiver)
+    remote_write: RemoteWrite = RemoteWrite.ALL  # what they remote-write: everything, or the aggregates
 
 
 @dataclass(frozen=True)
@@ -226,6 +227,7 @@ class Settings:
             shards=self.prometheus.shards,
             cluster=self.prometheus.cluster,
             clusters=self.prometheus.clusters,
+            remote_write=self.prometheus.remote_write,
             gpu_hourly_cost=self.cost.gpu_hourly_cost,
             gpu_hourly_cost_default=self.cost.gpu_hourly_cost_default,
             energy_price_per_kwh=self.cost.energy_price_per_kwh,

@@ -33,7 +33,7 @@ from infra.settings.model import (
     TrainingJobSettings,
 )
 from infra.settings.reading import _DNS_LABEL, DNS_LABEL_EXPECTED, Reader, SecretReader
-from observability.config import ObservabilityConfig
+from observability.config import ObservabilityConfig, RemoteWrite
 from observability.prometheus_config import REMOTE_WRITE_PATH
 from observability.rules.detection import detection_budget
 from observability.scrape_config import MAX_SHARDS
@@ -309,9 +309,11 @@ def kubernetes_target(r: Reader, secret: SecretReader) -> KubernetesTarget:
 def prometheus(r: Reader, environment_name: str, ep: Endpoints) -> PrometheusSettings:
     """`cluster` (the external label; default `foxhunt-<environment>`) and `prometheus.shards`,
     `prometheus.clusters`, `prometheus.remoteWriteUrl` (default: the remote-write receiver of the
-    Prometheus at `endpoints.prometheus`, the global tier) (docs/scaling.md)."""
+    Prometheus at `endpoints.prometheus`, the global tier), `prometheus.remoteWrite` (`all` or
+    `aggregates`: what the shards write there) (docs/scaling.md)."""
     cluster = r.dns_name("cluster", r.raw("cluster") or f"foxhunt-{environment_name or 'dev'}")
-    pr = r.mapping("prometheus", r.raw("prometheus"), {"shards", "clusters", "remoteWriteUrl"})
+    pr = r.mapping("prometheus", r.raw("prometheus"), {"shards", "clusters", "remoteWriteUrl", "remoteWrite"})
+    mode = RemoteWrite(r.choice("prometheus.remoteWrite", pr.get("remoteWrite", "all"), [m.value for m in RemoteWrite]))
     shards = r.integer("prometheus.shards", pr.get("shards", 1), 1, MAX_SHARDS)
     default_write = f"{ep.prometheus.rstrip('/')}{REMOTE_WRITE_PATH}" if ep.prometheus else ""
     given = pr.get("remoteWriteUrl")
@@ -319,13 +321,13 @@ def prometheus(r: Reader, environment_name: str, ep: Endpoints) -> PrometheusSet
     listed = pr.get("clusters", [cluster])
     if not isinstance(listed, list) or not listed:
         r.problem("prometheus.clusters", listed, "a non-empty list of cluster names (DNS-1123 labels)")
-        return PrometheusSettings(shards, cluster, (cluster,), remote_write)
+        return PrometheusSettings(shards, cluster, (cluster,), remote_write, mode)
     clusters = tuple(r.dns_name(f"prometheus.clusters[{i}]", name) for i, name in enumerate(listed))
     if len(set(clusters)) != len(clusters):
         r.problem("prometheus.clusters", listed, "each cluster once")
     if cluster and cluster not in clusters:
         r.problem("prometheus.clusters", listed, f"a list that includes this stack's cluster {cluster!r}")
-    return PrometheusSettings(shards, cluster, clusters, remote_write)
+    return PrometheusSettings(shards, cluster, clusters, remote_write, mode)
 
 
 _CURRENCY = re.compile(r"^[A-Z]{3}$")

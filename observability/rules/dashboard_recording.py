@@ -26,7 +26,6 @@ from typing import Any
 
 from observability import catalog
 from observability.config import ObservabilityConfig
-from observability.rules import distribution
 from observability.rules.model import RecordingRule
 
 SPAN_STATUS_ERROR = "STATUS_CODE_ERROR"
@@ -76,30 +75,10 @@ def _counter_base(metric: catalog.Metric) -> str:
 
 
 def _fleet(metric: catalog.Metric, operation: str, help_text: str) -> RecordingRule:
-    """`fleet:<metric>:<operation>`: one series for the whole fleet; an aggregation operator (`sum`, `min`, ...)."""
-    return RecordingRule(f"fleet:{metric.name}:{operation}", f"{operation}({metric.name})", help_text)
-
-
-_GRIDS = {"percent": distribution.PERCENT_GRID, "celsius": distribution.CELSIUS_GRID, "hertz": distribution.HERTZ_GRID}
-
-
-def _value_histogram(metric: catalog.Metric, expr: str = "", suffix: str = "") -> RecordingRule:
-    grid = _GRIDS[metric.unit]
-    return distribution.value_histogram(
-        f"bucket:{metric.name}:count{suffix}",
-        expr or metric.name,
-        grid,
-        f"GPUs of the fleet per {metric.unit} bucket of {metric.name} (width {grid.bound(1)}; `bucket` is the index).",
-    )
-
-
-def _fleet_median(histogram: RecordingRule, metric: catalog.Metric, record: str, help_text: str) -> RecordingRule:
-    """The fleet median estimated from `histogram` (composable across shards: distribution.py)."""
-    return RecordingRule(
-        record,
-        distribution.fleet_quantile(0.5, histogram, _GRIDS[metric.unit]),
-        f"{help_text} Estimated from the GPUs per {_GRIDS[metric.unit].bound(1)} {metric.unit} bucket.",
-    )
+    """`fleet:<metric>:<operation>`: one series for the whole fleet; `p50` is the median, any
+    other operation an aggregation operator (`sum`, `min`, ...)."""
+    expr = f"quantile(0.5, {metric.name})" if operation == "p50" else f"{operation}({metric.name})"
+    return RecordingRule(f"fleet:{metric.name}:{operation}", expr, help_text)
 
 
 def _extreme(metric: catalog.Metric, operator: str, k: int, what: str) -> RecordingRule:
@@ -124,12 +103,12 @@ def _fleet_rate(metric: catalog.Metric, label: str, help_text: str) -> Recording
 GPU_EXTREMES = 5
 GPU_COUNTER_WINDOW = "2m"
 
-GPU_UTILIZATION_P50_HISTOGRAM = _value_histogram(catalog.GPU_UTILIZATION_PERCENT)
-GPU_UTILIZATION_P50 = _fleet_median(GPU_UTILIZATION_P50_HISTOGRAM, catalog.GPU_UTILIZATION_PERCENT, f"fleet:{catalog.GPU_UTILIZATION_PERCENT.name}:p50", "Median GPU utilization (0-100) over the fleet.")
+GPU_UTILIZATION_P50 = _fleet(catalog.GPU_UTILIZATION_PERCENT, "p50", "Median GPU utilization (0-100) over the fleet.")
 GPU_UTILIZATION_TOP = _extreme(catalog.GPU_UTILIZATION_PERCENT, "topk", GPU_EXTREMES, "highest utilization")
 GPU_UTILIZATION_BOTTOM = _extreme(catalog.GPU_UTILIZATION_PERCENT, "bottomk", GPU_EXTREMES, "lowest utilization")
-GPU_TEMPERATURE_P50_HISTOGRAM = _value_histogram(catalog.GPU_TEMPERATURE_CELSIUS)
-GPU_TEMPERATURE_P50 = _fleet_median(GPU_TEMPERATURE_P50_HISTOGRAM, catalog.GPU_TEMPERATURE_CELSIUS, f"fleet:{catalog.GPU_TEMPERATURE_CELSIUS.name}:p50", "Median GPU temperature over the fleet, in Celsius.")
+GPU_TEMPERATURE_P50 = _fleet(
+    catalog.GPU_TEMPERATURE_CELSIUS, "p50", "Median GPU temperature over the fleet, in Celsius."
+)
 GPU_TEMPERATURE_TOP = _extreme(catalog.GPU_TEMPERATURE_CELSIUS, "topk", GPU_EXTREMES, "highest temperature")
 GPU_POWER_SUM = _fleet(catalog.GPU_POWER_WATTS, "sum", "Power drawn by every GPU of the fleet, in watts.")
 GPU_POWER_LIMIT_SUM = _fleet(
@@ -156,33 +135,33 @@ GPU_CLOCK_THROTTLE_SUM = RecordingRule(
     f"sum by (reason) ({catalog.GPU_CLOCK_THROTTLE_ACTIVE.name})",
     "GPUs of the fleet with each clock-throttle reason active.",
 )
-GPU_SM_CLOCK_P50_HISTOGRAM = _value_histogram(catalog.GPU_SM_CLOCK_HERTZ)
-GPU_SM_CLOCK_P50 = _fleet_median(GPU_SM_CLOCK_P50_HISTOGRAM, catalog.GPU_SM_CLOCK_HERTZ, f"fleet:{catalog.GPU_SM_CLOCK_HERTZ.name}:p50", "Median SM clock over the fleet, Hz.")
+GPU_SM_CLOCK_P50 = _fleet(catalog.GPU_SM_CLOCK_HERTZ, "p50", "Median SM clock over the fleet, Hz.")
 GPU_SM_CLOCK_MIN = _fleet(catalog.GPU_SM_CLOCK_HERTZ, "min", "Slowest SM clock of any GPU of the fleet, Hz.")
-GPU_MEMORY_CLOCK_P50_HISTOGRAM = _value_histogram(catalog.GPU_MEMORY_CLOCK_HERTZ)
-GPU_MEMORY_CLOCK_P50 = _fleet_median(GPU_MEMORY_CLOCK_P50_HISTOGRAM, catalog.GPU_MEMORY_CLOCK_HERTZ, f"fleet:{catalog.GPU_MEMORY_CLOCK_HERTZ.name}:p50", "Median memory clock over the fleet, Hz.")
+GPU_MEMORY_CLOCK_P50 = _fleet(catalog.GPU_MEMORY_CLOCK_HERTZ, "p50", "Median memory clock over the fleet, Hz.")
 GPU_MEMORY_CLOCK_MIN = _fleet(
     catalog.GPU_MEMORY_CLOCK_HERTZ, "min", "Slowest memory clock of any GPU of the fleet, Hz."
 )
 
 # GPM profiling figures (Hopper and newer): what "utilization" hides.
-GPU_SM_ACTIVE_P50_HISTOGRAM = _value_histogram(catalog.GPU_SM_ACTIVE_PERCENT)
-GPU_SM_ACTIVE_P50 = _fleet_median(GPU_SM_ACTIVE_P50_HISTOGRAM, catalog.GPU_SM_ACTIVE_PERCENT, f"fleet:{catalog.GPU_SM_ACTIVE_PERCENT.name}:p50", "Median SM activity (0-100) over the fleet's GPUs that report GPM.")
-GPU_SM_OCCUPANCY_P50_HISTOGRAM = _value_histogram(catalog.GPU_SM_OCCUPANCY_PERCENT)
-GPU_SM_OCCUPANCY_P50 = _fleet_median(GPU_SM_OCCUPANCY_P50_HISTOGRAM, catalog.GPU_SM_OCCUPANCY_PERCENT, f"fleet:{catalog.GPU_SM_OCCUPANCY_PERCENT.name}:p50", "Median SM occupancy (0-100) over the fleet's GPUs that report GPM.")
-GPU_TENSOR_ACTIVE_P50_HISTOGRAM = _value_histogram(catalog.GPU_TENSOR_ACTIVE_PERCENT)
-GPU_TENSOR_ACTIVE_P50 = _fleet_median(GPU_TENSOR_ACTIVE_P50_HISTOGRAM, catalog.GPU_TENSOR_ACTIVE_PERCENT, f"fleet:{catalog.GPU_TENSOR_ACTIVE_PERCENT.name}:p50", "Median tensor-core activity (0-100) over the fleet's GPUs that report GPM.")
-GPU_DRAM_BANDWIDTH_P50_HISTOGRAM = _value_histogram(catalog.GPU_DRAM_BANDWIDTH_UTILIZATION_PERCENT)
-GPU_DRAM_BANDWIDTH_P50 = _fleet_median(GPU_DRAM_BANDWIDTH_P50_HISTOGRAM, catalog.GPU_DRAM_BANDWIDTH_UTILIZATION_PERCENT, f"fleet:{catalog.GPU_DRAM_BANDWIDTH_UTILIZATION_PERCENT.name}:p50", "Median DRAM bandwidth utilization (0-100) over the fleet's GPUs that report GPM.")
-GPU_UTILIZATION_P50_WHERE_GPM_HISTOGRAM = _value_histogram(
-    catalog.GPU_UTILIZATION_PERCENT,
-    f"{catalog.GPU_UTILIZATION_PERCENT.name} and {catalog.GPU_SM_ACTIVE_PERCENT.name}",
-    "_gpm",
+GPU_SM_ACTIVE_P50 = _fleet(
+    catalog.GPU_SM_ACTIVE_PERCENT, "p50", "Median SM activity (0-100) over the fleet's GPUs that report GPM."
 )
-GPU_UTILIZATION_P50_WHERE_GPM = _fleet_median(
-    GPU_UTILIZATION_P50_WHERE_GPM_HISTOGRAM,
-    catalog.GPU_UTILIZATION_PERCENT,
+GPU_SM_OCCUPANCY_P50 = _fleet(
+    catalog.GPU_SM_OCCUPANCY_PERCENT, "p50", "Median SM occupancy (0-100) over the fleet's GPUs that report GPM."
+)
+GPU_TENSOR_ACTIVE_P50 = _fleet(
+    catalog.GPU_TENSOR_ACTIVE_PERCENT,
+    "p50",
+    "Median tensor-core activity (0-100) over the fleet's GPUs that report GPM.",
+)
+GPU_DRAM_BANDWIDTH_P50 = _fleet(
+    catalog.GPU_DRAM_BANDWIDTH_UTILIZATION_PERCENT,
+    "p50",
+    "Median DRAM bandwidth utilization (0-100) over the fleet's GPUs that report GPM.",
+)
+GPU_UTILIZATION_P50_WHERE_GPM = RecordingRule(
     f"fleet:{catalog.GPU_UTILIZATION_PERCENT.name}:p50_gpm",
+    f"quantile(0.5, {catalog.GPU_UTILIZATION_PERCENT.name} and {catalog.GPU_SM_ACTIVE_PERCENT.name})",
     "Median NVML utilization (0-100) over the same GPUs as the GPM medians (those that report GPM).",
 )
 GPU_PCIE_BYTES_RATE = _fleet_rate(
@@ -250,11 +229,9 @@ TRACE_RULES: tuple[RecordingRule, ...] = (
     SERVICE_GRAPH_REQUEST_SERVER_SECONDS_BUCKET_RATE5M,
 )
 GPU_FLEET_RULES: tuple[RecordingRule, ...] = (
-    GPU_UTILIZATION_P50_HISTOGRAM,
     GPU_UTILIZATION_P50,
     GPU_UTILIZATION_TOP,
     GPU_UTILIZATION_BOTTOM,
-    GPU_TEMPERATURE_P50_HISTOGRAM,
     GPU_TEMPERATURE_P50,
     GPU_TEMPERATURE_TOP,
     GPU_POWER_SUM,
@@ -270,23 +247,16 @@ GPU_ERROR_RULES: tuple[RecordingRule, ...] = (
 # evaluation interval (tests/rules); this one could run 4 times less often if that rule allowed it.
 GPU_HEALTH_RULES: tuple[RecordingRule, ...] = (
     GPU_CLOCK_THROTTLE_SUM,
-    GPU_SM_CLOCK_P50_HISTOGRAM,
     GPU_SM_CLOCK_P50,
     GPU_SM_CLOCK_MIN,
-    GPU_MEMORY_CLOCK_P50_HISTOGRAM,
     GPU_MEMORY_CLOCK_P50,
     GPU_MEMORY_CLOCK_MIN,
 )
 GPU_PROFILING_RULES: tuple[RecordingRule, ...] = (
-    GPU_SM_ACTIVE_P50_HISTOGRAM,
     GPU_SM_ACTIVE_P50,
-    GPU_SM_OCCUPANCY_P50_HISTOGRAM,
     GPU_SM_OCCUPANCY_P50,
-    GPU_TENSOR_ACTIVE_P50_HISTOGRAM,
     GPU_TENSOR_ACTIVE_P50,
-    GPU_DRAM_BANDWIDTH_P50_HISTOGRAM,
     GPU_DRAM_BANDWIDTH_P50,
-    GPU_UTILIZATION_P50_WHERE_GPM_HISTOGRAM,
     GPU_UTILIZATION_P50_WHERE_GPM,
     GPU_PCIE_BYTES_RATE,
     GPU_NVLINK_BYTES_RATE,

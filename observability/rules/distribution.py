@@ -8,20 +8,21 @@ computed from per-shard parts. Its composable form counts the GPUs per value buc
 which each shard computes for its own GPUs and the global tier sums by `bucket` (`pushdown`), and
 takes the quantile of the cumulative counts (`histogram_quantile` over `le` = bucket x width),
 interpolating linearly within the bucket, as for any Prometheus histogram. The estimate is within
-one bucket width of the exact median (`ValueGrid.width`: 2 percentage points, 2 Celsius, 50 MHz),
-and one server computes exactly the same estimate as the sharded tiers: the fleet medians are
-defined this way everywhere (`rules.yaml` too), so a stack's dashboards do not change when it is
-sharded. Values above the grid's top count in the `+Inf` bucket only.
+the bucket holding the value at the quantile's rank (`ValueGrid.width`: 5 percentage points, 5 Celsius,
+100 MHz), so within a bucket of the exact median of a fleet of thousands of GPUs,
+and values above the grid's top count in the `+Inf` bucket only. One server keeps the exact
+`quantile()` (`rules.yaml`); the shard and global tiers of a sharded stack estimate it this way
+(`pushdown` rewrites every fleet-wide `quantile()` over a metric whose unit has a grid,
+`GRIDS_BY_UNIT`), so a sharded stack's fleet medians may differ from one server's by up to a
+bucket (the promtool proof in tests/rules/test_pushdown.py checks both).
 
-`value_histogram(record, expr, grid)` is the bucket counts' recording rule, `fleet_quantile(q,
-histogram, grid)` the quantile's expression over that record.
+`value_histogram(expr, grid)` is the shards' partial, `fleet_quantile(q, histogram, grid)` the
+global tier's quantile over the partials.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from observability.rules.model import RecordingRule
 
 BUCKET_LABEL = "bucket"
 
@@ -39,16 +40,16 @@ class ValueGrid:
 
     @property
     def buckets(self) -> int:
-        return int(round(self.top / self.width))
+        return round(self.top / self.width)
 
     def bound(self, index: int) -> str:
         value = index * self.width
         return str(int(value)) if float(value).is_integer() else repr(value)
 
 
-PERCENT_GRID = ValueGrid(width=2, top=100)
-CELSIUS_GRID = ValueGrid(width=2, top=120)
-HERTZ_GRID = ValueGrid(width=50e6, top=3.5e9)
+PERCENT_GRID = ValueGrid(width=5, top=100)
+CELSIUS_GRID = ValueGrid(width=5, top=120)
+HERTZ_GRID = ValueGrid(width=100e6, top=3.5e9)
 
 
 def integer_range_regex(top: int) -> str:
@@ -70,20 +71,24 @@ def integer_range_regex(top: int) -> str:
     return "|".join(parts)
 
 
-def value_histogram(record: str, expr: str, grid: ValueGrid, help_text: str) -> RecordingRule:
+def value_histogram(expr: str, grid: ValueGrid) -> str:
     """The number of series of `expr` in each bucket of `grid` (label `bucket`: the bucket's index)."""
-    return RecordingRule(record, f'count_values("{BUCKET_LABEL}", ceil(({expr}) / {grid.bound(1)}))', help_text)
+    return f'count_values("{BUCKET_LABEL}", ceil(({expr}) / {grid.bound(1)}))'
 
 
-def fleet_quantile(q: float, histogram: RecordingRule, grid: ValueGrid) -> str:
-    """The `q`-quantile of the values `histogram` (a `value_histogram`) counted, interpolated."""
-    name = histogram.record
+def fleet_quantile(q: str, histogram: str, grid: ValueGrid) -> str:
+    """The `q`-quantile of the values the series `histogram` (`value_histogram`, from every shard)
+    counted, interpolated within its bucket."""
     # A bucket no GPU falls in counts 0 (not absent), so that the quantile interpolates within the
-    # bucket that holds it rather than from 0.
+    # bucket that holds it rather than from the last boundary below; without any GPU there is no
+    # +Inf bucket, and no answer (`and`), as `quantile()` of nothing has none.
     terms = [
-        f'label_replace(sum({name}{{{BUCKET_LABEL}=~"{integer_range_regex(i)}"}}) or 0 * sum({name}), '
+        f'label_replace(sum({histogram}{{{BUCKET_LABEL}=~"{integer_range_regex(i)}"}}) or vector(0), '
         f'"le", "{grid.bound(i)}", "", "")'
         for i in range(grid.buckets + 1)
     ]
-    terms.append(f'label_replace(sum({name}), "le", "+Inf", "", "")')
-    return f"histogram_quantile(\n  {q},\n  " + "\n  or\n  ".join(terms) + "\n)"
+    terms.append(f'label_replace(sum({histogram}), "le", "+Inf", "", "")')
+    return f"(histogram_quantile({q}, " + " or ".join(terms) + f") and on () count({histogram}))"
+
+
+GRIDS_BY_UNIT = {"percent": PERCENT_GRID, "celsius": CELSIUS_GRID, "hertz": HERTZ_GRID}

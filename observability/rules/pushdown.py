@@ -16,8 +16,9 @@ of series per shard whatever the fleet's size:
 | `count_values`                      | the same                       | `sum` by the value label           |
 
 A ratio of sums (`sum(a) / sum(b)`) is two sums and composes term by term; a histogram quantile
-composes through its summed buckets. Medians and other quantiles over series do not compose: the
-fleet medians are recorded from a value histogram (`distribution.py`), whose buckets do.
+composes through its summed buckets. A quantile over series does not compose: a fleet-wide one
+over a metric in percent, Celsius or hertz is estimated from the shards' value histograms
+(`distribution.py`: within one bucket of the exact value), any other is reported.
 
 What is rewritten is derived from each rule's expression (`tiers.derive` says which sub-expressions
 read series of one shard only), never declared: `push_down(tiers, groups)` takes the two tiers of
@@ -25,7 +26,7 @@ read series of one shard only), never declared: `push_down(tiers, groups)` takes
 the rule that reads them, after that group's shard-tier rules, whose records they may read) and
 the global rules reading them. A partial is named `shard_<labels>:<metric>:<operation>` (`shard:`
 when it keeps no label): the shards' remote write gives every partial a `shard` label
-(`PARTIAL_SERIES_REGEX`, `prometheus_config`), so the partials of two shards are two series, and
+(`observability.partials`, `prometheus_config`), so the partials of two shards are two series, and
 the global rules aggregate that label away.
 
 `composability_problems(groups)` names every global rule that still reads per-GPU or per-rank
@@ -43,20 +44,9 @@ from typing import Any
 import promql_parser as pp
 
 from observability import catalog
-from observability.rules.tiers import (
-    PARTIAL_AGGREGATIONS,
-    PARTIAL_LEVEL,
-    PARTIAL_SERIES_REGEX,
-    Locality,
-    Tier,
-    is_partial,
-    locality_of,
-    recorded_localities,
-    rule_name,
-)
-
-SHARD_LABEL = "shard"
-__all__ = ["PARTIAL_SERIES_REGEX", "SHARD_LABEL", "composability_problems", "push_down"]
+from observability.partials import PARTIAL_LEVEL, SHARD_LABEL, is_partial
+from observability.rules.distribution import GRIDS_BY_UNIT, ValueGrid, fleet_quantile, value_histogram
+from observability.rules.tiers import PARTIAL_AGGREGATIONS, Locality, Tier, locality_of, recorded_localities, rule_name
 
 # Aggregation -> the aggregation that combines the partials.
 _COMBINE: Mapping[str, str] = {
@@ -69,12 +59,14 @@ _COMBINE: Mapping[str, str] = {
     "bottomk": "bottomk",
     "count_values": "sum",
 }
-assert frozenset(_COMBINE) == PARTIAL_AGGREGATIONS  # noqa: S101 - the shard file's check knows them all
+assert frozenset(_COMBINE) == PARTIAL_AGGREGATIONS
 # How to write an aggregation that does not compose.
 NOT_COMPOSABLE: Mapping[str, str] = {
     "quantile": (
-        "record a value histogram on the shards and take the quantile of its summed buckets: "
-        "observability.rules.distribution.value_histogram(...) and fleet_quantile(...)"
+        "a fleet-wide quantile over a catalog metric in percent, Celsius or hertz is estimated from "
+        "the shards' value histograms (observability.rules.distribution); give the metric's unit a "
+        "grid in distribution.GRIDS_BY_UNIT, or record a histogram and take histogram_quantile over "
+        "its summed buckets (per group: `sum by (..., le)`)"
     ),
     "stddev": "record sum(x), sum(x * x) and count(x) (they compose) and compute the deviation from them",
     "stdvar": "record sum(x), sum(x * x) and count(x) (they compose) and compute the variance from them",
@@ -100,6 +92,8 @@ class Partial:
 class Rewritten:
     expr: str
     partials: tuple[Partial, ...]
+    # Each aggregation pushed down, as written, and what the global rule reads instead.
+    combined: tuple[tuple[str, str], ...] = ()
 
 
 def _children(node: pp.Expr) -> list[pp.Expr]:
@@ -223,7 +217,7 @@ class _Rewriter:
         text = str(root)
         for old in sorted(replacements, key=len, reverse=True):
             text = text.replace(old, replacements[old])
-        return Rewritten(pp.parse(text).prettify(), tuple(dict.fromkeys(partials)))
+        return Rewritten(pp.parse(text).prettify(), tuple(dict.fromkeys(partials)), tuple(replacements.items()))
 
     def _visit(self, node: pp.Expr, owner: str, replacements: dict[str, str], partials: list[Partial]) -> None:
         if isinstance(node, pp.SubqueryExpr):
@@ -233,6 +227,10 @@ class _Rewriter:
             inner = locality_of(node.expr, self.records)
             if inner.local and (op in _COMBINE or op == "avg"):
                 replacements[str(node)] = self._combine(node, op, owner, partials)
+                return
+            grid = _grid(node) if inner.local and op == "quantile" else None
+            if grid is not None:
+                replacements[str(node)] = self._quantile(node, grid, owner, partials)
                 return
         for child in _children(node):
             self._visit(child, owner, replacements, partials)
@@ -248,6 +246,15 @@ class _Rewriter:
             return None
         level = PARTIAL_LEVEL if parts[0] == "fleet" else f"{PARTIAL_LEVEL}_{parts[0]}"
         return self.namer.claim(str(node) + suffix, f"{level}:{parts[1]}:{parts[2]}{suffix}")
+
+    def _quantile(self, node: pp.AggregateExpr, grid: ValueGrid, owner: str, partials: list[Partial]) -> str:
+        """A fleet-wide quantile from the shards' value histograms (`distribution`)."""
+        names = _selector_names(node.expr)
+        metric = _metric_part(names[0])
+        expr = value_histogram(str(node.expr), grid)
+        name = self._after_record(node, "_histogram") or self._partial(expr, "", (), metric, "histogram", owner)
+        partials.append(Partial(name, expr))
+        return fleet_quantile(str(node.param), name, grid)
 
     def _combine(self, node: pp.AggregateExpr, op: str, owner: str, partials: list[Partial]) -> str:
         kind, labels = _modifier(node)
@@ -289,6 +296,37 @@ class _Rewriter:
             picked = f"max without ({SHARD_LABEL}) ({name})"
             return _aggregation(op, kind, labels, picked, param)
         return _aggregation(_COMBINE[op], combine_kind, combine_labels, name)
+
+
+def rewrites(
+    tiers: Mapping[Tier, Sequence[Mapping[str, Any]]], groups: Sequence[Mapping[str, Any]]
+) -> dict[str, Rewritten]:
+    """Each global rule of `tiers` (as `split_groups` returns them) that combines partials, by name."""
+    records = recorded_localities(groups)
+    taken = {rule_name(r) for g in groups for r in g["rules"] if "record" in r}
+    rewriter = _Rewriter(records, _Namer(taken))
+    out = {}
+    for group in tiers[Tier.GLOBAL]:
+        for rule in group["rules"]:
+            rewritten = rewriter.rewrite(rule)
+            if rewritten.partials:
+                out[rule_name(rule)] = rewritten
+    return out
+
+
+def _grid(node: pp.AggregateExpr) -> ValueGrid | None:
+    """The value grid of a fleet-wide quantile over catalog series of one unit (None: no grid)."""
+    if node.modifier is not None and (node.modifier.type != pp.AggModifierType.By or node.modifier.labels):
+        return None
+    units = set()
+    for name in _selector_names(node.expr):
+        try:
+            units.add(catalog.by_name(name).unit)
+        except KeyError:
+            return None
+    if len(units) != 1:
+        return None
+    return GRIDS_BY_UNIT.get(units.pop())
 
 
 def push_down(
@@ -340,7 +378,8 @@ def _fleet_scale_records(groups: Sequence[Mapping[str, Any]]) -> frozenset[str]:
     return frozenset(
         name
         for name, locality in records.items()
-        if locality.local and any(label in FLEET_SCALE_LABELS or label == "node" for label, _ in locality.keys)
+        if locality.local
+        and any(label in FLEET_SCALE_LABELS or label == "node" for label, _ in locality.keys)
         and not is_partial(name)
     )
 
@@ -376,7 +415,9 @@ def _how_to_compose(root: pp.Expr, records: Mapping[str, Locality]) -> str:
         if isinstance(node, pp.AggregateExpr) and str(node.op) in NOT_COMPOSABLE:
             return f"{node.op}() does not compose across shards; {NOT_COMPOSABLE[str(node.op)]}"
         if isinstance(node, pp.SubqueryExpr):
-            return "an aggregation inside a subquery is not pushed down; record the aggregation first and read the record"
+            return (
+                "an aggregation inside a subquery is not pushed down; record the aggregation first and read the record"
+            )
     return (
         "aggregate the series before anything combines them across shards (sum, count, min, max, avg, topk, "
         "bottomk or count_values over an expression that reads one shard's series, e.g. grouped by a job or a "

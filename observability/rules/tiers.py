@@ -27,7 +27,6 @@ its name in both files); `tier_files(cfg)` renders `rules-shard.yaml` and `rules
 from __future__ import annotations
 
 import enum
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +35,7 @@ import promql_parser as pp
 
 from observability import catalog
 from observability.catalog import Producer
+from observability.partials import is_partial
 
 
 class Tier(enum.Enum):
@@ -336,16 +336,9 @@ def recorded_localities(
     return _place(groups, DECLARED if declared is None else declared)[1]
 
 
-# Partials (`observability.rules.pushdown`): recording rules of the shard tier, each one shard's part
-# of a global aggregation, which the global tier combines. Their names, and only theirs, start with
-# `shard` before the first colon; each is one of these aggregations over series of one shard.
-PARTIAL_LEVEL = "shard"
-PARTIAL_SERIES_REGEX = f"{PARTIAL_LEVEL}(_[a-zA-Z0-9_]+)?:.+"
+# Partials (`observability.partials`, written by `observability.rules.pushdown`): each is one of
+# these aggregations over series of one shard.
 PARTIAL_AGGREGATIONS = frozenset({"sum", "count", "min", "max", "group", "topk", "bottomk", "count_values"})
-
-
-def is_partial(name: str) -> bool:
-    return re.fullmatch(PARTIAL_SERIES_REGEX, name) is not None
 
 
 def _partial_problem(rule: Mapping[str, Any], records: Mapping[str, Locality]) -> str:

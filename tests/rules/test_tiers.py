@@ -15,6 +15,7 @@ import yaml
 
 from observability import catalog
 from observability.config import ObservabilityConfig
+from observability.partials import is_partial
 from observability.rules import (
     CRITICAL_DETECTION_ALERTS,
     Tier,
@@ -30,7 +31,6 @@ from observability.rules.tiers import (
     Locality,
     TierError,
     derive,
-    is_partial,
     place,
     rule_name,
     shard_tier_problems,
