@@ -12,7 +12,7 @@ STACKS := $(shell python3 -m infra.stacks)
 # PYTEST_ARGS= (one process) or PYTEST_ARGS="-n 4 -k rules".
 PYTEST_ARGS ?= -n 2
 
-.PHONY: render render-all diff generate check test lint bench clean sysdeps venv device-check device-check-deps
+.PHONY: render render-all diff generate check test lint bench clean sysdeps venv device-check device-check-deps wheel
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -22,17 +22,21 @@ $(VENV)/.installed: requirements.txt
 
 venv: $(VENV)/.installed
 
+## the trainer library's wheel (what a training image installs) into dist/: prometheus-client and OpenTelemetry only
+wheel: $(VENV)/.installed
+	$(PY) -m pip wheel --quiet --no-deps --no-build-isolation --no-index --wheel-dir dist .
+
 ## render the stack offline (Pulumi mock engine) into rendered/$(STACK)/ and check it
 render: sysdeps $(VENV)/.installed
-	$(PY) -m infra.render --stack $(STACK)
+	$(PY) -m infra.offline.render --stack $(STACK)
 
 ## render every stack: the Pulumi.<stack>.yaml files present
 render-all: sysdeps $(VENV)/.installed
-	for s in $(STACKS); do $(PY) -m infra.render --stack $$s || exit 1; done
+	for s in $(STACKS); do $(PY) -m infra.offline.render --stack $$s || exit 1; done
 
 ## review diff: render BASE (a git ref, default HEAD) and the working tree, print a per-file diff of rendered/$(STACK)/
 diff: $(VENV)/.installed
-	@$(PY) -m infra.review_diff --stack $(STACK) --base $(BASE) --format $(DIFF_FORMAT)
+	@$(PY) -m infra.offline.review_diff --stack $(STACK) --base $(BASE) --format $(DIFF_FORMAT)
 
 ## Debian packages the tests need (Prometheus, Alertmanager, buildah, debootstrap, gcc); as root
 sysdeps:
@@ -40,11 +44,11 @@ sysdeps:
 
 ## rewrite every committed generated file from the code (runbooks, dashboards README)
 generate: $(VENV)/.installed
-	$(PY) -m infra.generate
+	$(PY) -m infra.offline.regenerate
 
 ## what CI runs (.ci/run): generated files current and committed, lint, format, strict types, tests
 check: sysdeps generate
-	@stale=$$(git status --porcelain -- $$($(PY) -m infra.generate --list)); \
+	@stale=$$(git status --porcelain -- $$($(PY) -m infra.offline.regenerate --list)); \
 	if [ -n "$$stale" ]; then \
 	  echo "$$stale"; echo "generated files differ from the committed ones: commit what make generate wrote" >&2; \
 	  exit 1; \

@@ -1,5 +1,9 @@
 """Training cockpit: the per-fold view of training jobs.
 
+For the ML engineer who runs the job: is my job progressing, are its GPUs busy, is the model
+learning, are checkpoints good, where does its time go. Panels shared with other dashboards come
+from the topic modules (`dashboards/panels/<topic>.py`).
+
 Variables: `$model` (label `model_type`), `$fold`, `$job_id` (the job whose GPUs "This Job's
 GPUs" shows), `$node` (GPUs) and `$interval`, the minimum query interval from which Grafana
 derives `$__rate_interval` for every rate in the dashboard.
@@ -9,18 +13,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from dashboards import panels, variables
+from dashboards import panels, training_workloads, variables
 from dashboards.layout import DashboardSpec, Row, assemble
-from dashboards.panels import BLUE, GREEN, RED, YELLOW, Common, Query, Thresholds
+from dashboards.panels import BLUE, GREEN, RED, YELLOW, Common, Query, Thresholds, checkpoint, gpm, gpu, training
 from dashboards.threshold_steps import gpu_memory_ratio_steps, gpu_utilization_steps, temperature_steps
-from observability import catalog, promql
+from observability import alert_links, catalog, promql
 from observability.config import ObservabilityConfig
 from observability.rules import dashboard_recording as rec
 from observability.rules import jobs
 from observability.rules.model import RecordingRule
 from observability.thresholds import Thresholds as AlertThresholds
 
-UID = "foxhunt-training-cockpit"
+UID = alert_links.TRAINING_COCKPIT_UID
 TITLE = "Foxhunt Training Cockpit"
 
 MODEL = promql.variable_matcher("model_type", "model")
@@ -107,7 +111,21 @@ def _training_progress() -> Row:
             panels.timeseries(
                 Common(
                     "Epoch Loss and Validation Loss",
-                    "Best training loss (solid) and validation loss (dashed) of each fold.",
+                    "Training loss (solid) and validation loss (dashed) of each job's latest epoch: there from the "
+                    "first epoch, also for a job that dies in its first fold.",
+                    "none",
+                    w=12,
+                ),
+                [
+                    Query(promql.gauge(catalog.TRAINING_LOSS, (MODEL,)), f"{JOB_LEGEND} loss"),
+                    Query(promql.gauge(catalog.TRAINING_VALIDATION_LOSS, (MODEL,)), f"{JOB_LEGEND} validation"),
+                ],
+                dashed_refs=("B",),
+            ),
+            panels.timeseries(
+                Common(
+                    "Best Loss per Fold",
+                    "Best training loss (solid) and validation loss (dashed) of each finished fold.",
                     "none",
                     w=12,
                 ),
@@ -188,17 +206,12 @@ def _gpu_resources(th: AlertThresholds) -> Row:
                 ],
                 dashed_refs=("B",),
             ),
-            panels.timeseries(
-                Common(
-                    "GPU Temperature",
-                    f"Core temperature of the {TOP} hottest selected GPUs; throttling risk above "
-                    f"{th.gpu_temperature_high_celsius.short}.",
-                    "celsius",
-                    w=8,
-                    thresholds=temperature_steps(th),
-                ),
+            gpu.temperature(
+                th,
+                f"Core temperature of the {TOP} hottest selected GPUs; throttling risk above "
+                f"{th.gpu_temperature_high_celsius.short}.",
                 [_busiest(catalog.GPU_TEMPERATURE_CELSIUS)],
-                threshold_style=panels.ThresholdStyle.LINE,
+                w=8,
             ),
             panels.timeseries(
                 Common(
@@ -240,28 +253,18 @@ def _true_utilization() -> panels.PanelBuilder:
     nvml_where_gpm = promql.aggregate(
         "avg", (), f"{_gpus(catalog.GPU_UTILIZATION_PERCENT)} and {_gpus(catalog.GPU_SM_ACTIVE_PERCENT)}"
     )
-    return panels.timeseries(
-        Common(
-            "True Utilization",
-            "NVML utilization (a kernel was running, dashed) against what the selected GPUs really did: SM "
-            "activity, tensor-core activity and DRAM bandwidth (GPM, Hopper and newer; GPUs without GPM are "
-            "left out). A GPU at 100% utilization with low SM activity runs small kernels or waits.",
-            "percent",
-            w=24,
-            min=0,
-            max=100,
+    return gpm.true_utilization(
+        "NVML utilization (a kernel was running, dashed) against what the selected GPUs really did: SM "
+        "activity, tensor-core activity and DRAM bandwidth (GPM, Hopper and newer; GPUs without GPM are "
+        "left out). A GPU at 100% utilization with low SM activity runs small kernels or waits.",
+        fleet=(
+            nvml_where_gpm,
+            mean(catalog.GPU_SM_ACTIVE_PERCENT),
+            mean(catalog.GPU_TENSOR_ACTIVE_PERCENT),
+            mean(catalog.GPU_DRAM_BANDWIDTH_UTILIZATION_PERCENT),
         ),
-        [
-            Query(nvml_where_gpm, "NVML utilization"),
-            Query(mean(catalog.GPU_SM_ACTIVE_PERCENT), "SM active"),
-            Query(mean(catalog.GPU_TENSOR_ACTIVE_PERCENT), "tensor active"),
-            Query(mean(catalog.GPU_DRAM_BANDWIDTH_UTILIZATION_PERCENT), "DRAM bandwidth"),
-            # The same comparison for the GPUs job $job_id holds (recorded per job).
-            Query(promql.selector(jobs.JOB_UTILIZATION_AVG.record, (JOB_ID,)), "{{job_id}} NVML utilization"),
-            Query(promql.selector(jobs.JOB_SM_ACTIVE_AVG.record, (JOB_ID,)), "{{job_id}} SM active"),
-            Query(promql.selector(jobs.JOB_TENSOR_ACTIVE_AVG.record, (JOB_ID,)), "{{job_id}} tensor active"),
-        ],
-        dashed_refs=("A", "E"),
+        job=(JOB_ID,),  # the GPUs job $job_id holds
+        job_legend="{{job_id}}",
     )
 
 
@@ -372,61 +375,12 @@ def _checkpoints() -> Row:
     return Row(
         "Checkpoints",
         [
-            panels.timeseries(
-                Common("Checkpoint Saves", "Successful checkpoint saves per second.", "cps", w=6, min=0),
-                [Query(_sum_rate(catalog.CHECKPOINT_SAVES_TOTAL, ("model_type",)), "{{model_type}}")],
-            ),
-            panels.timeseries(
-                Common(
-                    "Checkpoint Failures",
-                    "Failed checkpoint saves per second, by error type.",
-                    "cps",
-                    w=6,
-                    min=0,
-                    thresholds=ERRORS,
-                ),
-                [
-                    Query(
-                        _sum_rate(catalog.CHECKPOINT_SAVE_FAILURES_TOTAL, ("model_type", "error_type")),
-                        "{{model_type}} {{error_type}}",
-                    )
-                ],
-                colours_by_ref={"A": RED},
-            ),
-            panels.timeseries(
-                Common("Checkpoint Save Duration", "Median and 95th percentile checkpoint save time.", "s", w=6),
-                _quantiles(rec.CHECKPOINT_SAVE_DURATION_SECONDS_BUCKET_RATE5M, ("model_type",)),
-            ),
-            panels.timeseries(
-                Common("Checkpoint Size", "Size of each job's latest checkpoint.", "bytes", w=6, min=0),
-                [Query(promql.gauge(catalog.CHECKPOINT_SIZE_BYTES, (MODEL,)), JOB_LEGEND)],
-            ),
-            panels.timeseries(
-                Common(
-                    "Since Last Good Checkpoint",
-                    "Time since each job's latest good checkpoint (saved without error, finite weights): the "
-                    "work a rollback would lose.",
-                    "s",
-                    w=12,
-                    min=0,
-                ),
-                [
-                    Query(
-                        f"time() - {promql.gauge(catalog.CHECKPOINT_LAST_GOOD_TIMESTAMP_SECONDS, (MODEL,))}",
-                        JOB_LEGEND,
-                    )
-                ],
-            ),
-            panels.timeseries(
-                Common(
-                    "Last Good Checkpoint Step",
-                    "Training step of each job's latest good checkpoint: where a rollback resumes.",
-                    "short",
-                    w=12,
-                    min=0,
-                ),
-                [Query(promql.gauge(catalog.CHECKPOINT_LAST_GOOD_STEP, (MODEL,)), JOB_LEGEND)],
-            ),
+            checkpoint.saves(MODEL, w=6),
+            checkpoint.failures(MODEL, w=6),
+            checkpoint.save_duration(MODEL, (0.5, 0.95), "Median and 95th percentile checkpoint save time.", w=6),
+            checkpoint.size(MODEL, w=6),
+            checkpoint.since_last_good(MODEL, w=12),
+            checkpoint.last_good_step(MODEL, w=12),
         ],
     )
 
@@ -505,6 +459,11 @@ def _timing() -> Row:
         )
 
     job_duration = rec.TRAINING_JOB_DURATION_SECONDS_BUCKET_RATE1H
+    # Finished jobs: end - start; running ones: now - start.
+    per_job = ("model_type", "job_id")
+    started = promql.aggregate("max", per_job, promql.gauge(catalog.TRAINING_JOB_START_TIMESTAMP_SECONDS, (MODEL,)))
+    ended = promql.aggregate("max", per_job, promql.gauge(catalog.TRAINING_JOB_END_TIMESTAMP_SECONDS, (MODEL,)))
+    job_elapsed = f"({ended} - {started})\nor\n(time() - {started})"
     return Row(
         "Timing",
         [
@@ -523,34 +482,26 @@ def _timing() -> Row:
             panels.timeseries(
                 Common(
                     "Training Job Duration",
-                    "Median and 95th percentile duration of jobs that ended in the last hour.",
+                    "How long each job has run (solid; a finished job's line holds its duration until its pod "
+                    "is gone) and the median and 95th percentile duration of the jobs that ended in the last "
+                    "hour, per model type (dashed).",
                     "s",
-                    w=12,
-                ),
-                [
-                    Query(
-                        promql.recorded_quantile(q, job_duration.record, (MODEL,), ("model_type",)),
-                        f"p{round(q * 100)} {{{{model_type}}}}",
-                    )
-                    for q in (0.5, 0.95)
-                ],
-            ),
-            panels.timeseries(
-                Common(
-                    "Training Jobs by Status",
-                    "Training jobs in each state (pending, running, completed, failed, ...).",
-                    "short",
                     w=12,
                     min=0,
                 ),
                 [
-                    Query(
-                        promql.aggregate("sum", ("status",), promql.gauge(catalog.TRAINING_JOBS_BY_STATUS)),
-                        "{{status}}",
-                    )
+                    Query(job_elapsed, JOB_LEGEND),
+                    *(
+                        Query(
+                            promql.recorded_quantile(q, job_duration.record, (MODEL,), ("model_type",)),
+                            f"p{round(q * 100)} {{{{model_type}}}} ended",
+                        )
+                        for q in (0.5, 0.95)
+                    ),
                 ],
-                stacked=True,
+                dashed_refs=("B", "C"),
             ),
+            training.jobs_by_status_over_time(w=12),
         ],
     )
 
@@ -638,6 +589,78 @@ def _steps_and_time() -> Row:
     )
 
 
+def _optimization() -> Row:
+    # One job ($job_id), as the PyTorch integration reports it (`integrations.torch.watch`).
+    job = (MODEL, JOB_ID)
+    per_job = ("model_type", "job_id")
+    step_phases = (*job, 'phase=~"data_wait|compute"')
+    phase_seconds = promql.rate(catalog.TRAINING_PHASE_SECONDS_TOTAL, step_phases)
+    per_step = (
+        f"{promql.aggregate('sum', (*per_job, 'phase'), phase_seconds)}\n/ ignoring(phase) group_left\n"
+        f"{promql.aggregate('sum', per_job, promql.rate(catalog.TRAINING_STEPS_TOTAL, job))}"
+    )
+    return Row(
+        "Optimization",
+        [
+            panels.timeseries(
+                Common(
+                    "Loss per Step",
+                    "Mean training loss of $job_id over the steps between two checks of the PyTorch integration "
+                    "(per epoch: Epoch Loss and Validation Loss).",
+                    "none",
+                    w=24,
+                ),
+                [Query(promql.gauge(catalog.TRAINING_STEP_LOSS, job), "{{job_id}} step loss")],
+            ),
+            panels.timeseries(
+                Common(
+                    "Time per Step: Data Wait and Compute",
+                    "Seconds each optimizer step of $job_id waited for data (the loader's next()) and computed, "
+                    "per rank on average: a data wait near the compute time means the input pipeline is the "
+                    "bottleneck.",
+                    "s",
+                    w=8,
+                    min=0,
+                ),
+                [Query(per_step, "{{job_id}} {{phase}}")],
+                stacked=True,
+            ),
+            panels.timeseries(
+                Common(
+                    "Learning Rate",
+                    "Learning rate of each optimizer parameter group of $job_id.",
+                    "none",
+                    w=8,
+                    min=0,
+                ),
+                [Query(promql.gauge(catalog.TRAINING_LEARNING_RATE, job), "{{job_id}} {{param_group}}")],
+            ),
+            panels.timeseries(
+                Common(
+                    "Gradient Norm",
+                    "Global L2 norm of $job_id's gradients at each check: spikes precede divergence, a collapse "
+                    "to zero means vanishing gradients.",
+                    "none",
+                    w=8,
+                    min=0,
+                ),
+                [Query(promql.gauge(catalog.TRAINING_GRADIENT_NORM, job), "{{job_id}}")],
+            ),
+            panels.prometheus_table(
+                Common(
+                    "Hyperparameters",
+                    "Batch size, optimizer, precision and learning-rate schedule of the jobs: compare throughput "
+                    "and loss across them.",
+                    "none",
+                    w=24,
+                ),
+                [Query(promql.gauge(catalog.TRAINING_HYPERPARAMETERS_INFO, (MODEL,)), instant=True, format="table")],
+                hidden_columns=("Value", "__name__", "instance", "job", "pod", "service"),
+            ),
+        ],
+    )
+
+
 def build(cfg: ObservabilityConfig) -> dict[str, Any]:
     return assemble(
         DashboardSpec(
@@ -651,11 +674,12 @@ def build(cfg: ObservabilityConfig) -> dict[str, Any]:
                 variables.label_values(
                     "fold", "Fold", promql.selector(catalog.TRAINING_FOLD_LOSS.name, (MODEL,)), "fold"
                 ),
-                # One job: the "This Job's GPUs" row follows it (Grafana starts on the first job).
+                # One job: the per-job rows follow it (Grafana starts on the first job). Every process
+                # of every job exports its rank info, CPU-only jobs included.
                 variables.label_values(
                     "job_id",
                     "Job",
-                    promql.selector(jobs.JOB_GPUS.record, (MODEL,)),
+                    promql.selector(catalog.TRAINING_RANK_INFO.name, (MODEL,)),
                     "job_id",
                     multi=False,
                     include_all=False,
@@ -675,9 +699,12 @@ def build(cfg: ObservabilityConfig) -> dict[str, Any]:
                 _active_jobs(),
                 _training_progress(),
                 _steps_and_time(),
+                _optimization(),
                 _this_jobs_gpus(cfg),
                 _gpu_resources(cfg.thresholds),
                 _model_quality(),
+                training_workloads.reinforcement_learning(),
+                training_workloads.hyperparameter_search(),
                 _checkpoints(),
                 _data_pipeline(),
                 _errors(),

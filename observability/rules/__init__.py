@@ -1,15 +1,16 @@
-"""Alert and recording rules of the ML training platform (22 alerts in 6 groups, plus
-GPUMemoryExhaustionPredicted; per-job GPU views in `jobs`), and the monitoring's own health alerts
-(`ml_monitoring_health`).
+"""Alert and recording rules of the ML training platform (the monitoring report's alerts, one module
+per group, plus GPUMemoryExhaustionPredicted; per-job GPU views in `jobs`), and the monitoring's own
+health alerts (`ml_monitoring_health`). Counts are never written down: enumerate `ALERTS_BY_GROUP`.
 
 Public interface:
-- `rule_groups(cfg)`: every rule group (recording groups, the dashboards' recording groups, the six
+- `rule_groups(cfg)`: every rule group (recording groups, the dashboards' recording groups, the
   alert groups, the health group; `ml_gpu_resources` records its per-GPU inputs at its head) as
   plain dicts in Prometheus rule-file shape, in a fixed order.
-- `rules_file_yaml(cfg)`: the whole rules file as YAML (what `rendered/<stack>/prometheus/rules.yaml`
-  holds and `promtool check rules` loads).
+- `rules_file_yaml(cfg)` (`rules_yaml_of(groups)` for groups built already): the whole rules file
+  as YAML (what `rendered/<stack>/prometheus/rules.yaml` holds and `promtool check rules` loads).
 - `alert_groups(cfg)` / `alert_rules(cfg)`: the typed alerts, for runbooks, policies and tests.
-- `ALERT_NAMES`, `ALERT_GROUP_NAMES`, `ALERTS_BY_GROUP`: names to enumerate without a config.
+- `ALERT_NAMES`, `ALERT_GROUP_NAMES`, `ALERTS_BY_GROUP`: names to enumerate without a config (the
+  rules behind them are built on first use, not when the package is imported).
 - `tier_rule_groups(cfg)` / `tier_rules_yaml(cfg)`: the same rules split into the shard tier and
   the global tier (`observability.rules.tiers`: every rule's tier derived from its expression),
   what `rules-shard.yaml` and `rules-global.yaml` hold. Together they are exactly `rule_groups`,
@@ -18,13 +19,14 @@ Public interface:
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+import functools
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from observability.config import ObservabilityConfig
 from observability.prometheus_config import external_labels
 from observability.promql import duration
-from observability.rules import gpu, health, jobs, pipeline, quality, storage, training
+from observability.rules import distributed, gpu, health, jobs, pipeline, quality, storage, training
 from observability.rules.dashboard_recording import dashboard_recording_groups
 from observability.rules.detection import CRITICAL_DETECTION_ALERTS, detection_budget
 from observability.rules.model import AlertRule, RecordingRule, RunbookQuery, Severity
@@ -47,11 +49,14 @@ __all__ = [
     "Tier",
     "alert_groups",
     "alert_rules",
+    "critical_group_names",
+    "distributed",
     "gpu",
     "group_inputs",
     "jobs",
     "rule_groups",
     "rules_file_yaml",
+    "rules_yaml_of",
     "tier_rule_groups",
     "tier_rules_yaml",
 ]
@@ -63,6 +68,7 @@ _ALERT_GROUP_BUILDERS: tuple[tuple[str, Callable[[ObservabilityConfig], tuple[Al
     (quality.GROUP, quality.quality_alerts),
     (pipeline.GROUP, pipeline.pipeline_alerts),
     (storage.GROUP, storage.storage_alerts),
+    (distributed.GROUP, distributed.alerts),
     (health.GROUP, lambda cfg: health.health_alerts(cfg, project_group_names(cfg))),
 )
 
@@ -70,6 +76,7 @@ _ALERT_GROUP_BUILDERS: tuple[tuple[str, Callable[[ObservabilityConfig], tuple[Al
 # Recording rules at the head of an alert group, read by its alerts in the same evaluation.
 _GROUP_INPUTS: dict[str, Callable[[ObservabilityConfig], tuple[RecordingRule, ...]]] = {
     gpu.GROUP: gpu.input_rules,
+    distributed.GROUP: distributed.input_rules,
 }
 
 
@@ -109,14 +116,26 @@ def alert_rules(cfg: ObservabilityConfig) -> list[AlertRule]:
     return [alert for _, alerts in alert_groups(cfg) for alert in alerts]
 
 
+def _holds_critical(alerts: tuple[AlertRule, ...]) -> bool:
+    return any(alert.name in CRITICAL_DETECTION_ALERTS for alert in alerts)
+
+
+def critical_group_names(cfg: ObservabilityConfig) -> tuple[str, ...]:
+    """The alert groups holding a critical-detection alert: they run at the critical evaluation interval."""
+    return tuple(name for name, alerts in alert_groups(cfg) if _holds_critical(alerts))
+
+
+def _interval_seconds(alerts: tuple[AlertRule, ...], cfg: ObservabilityConfig) -> int:
+    return cfg.critical_evaluation_interval_seconds if _holds_critical(alerts) else cfg.evaluation_interval_seconds
+
+
 def rule_groups(cfg: ObservabilityConfig) -> list[dict[str, Any]]:
     """Every rule group, recording groups first, as Prometheus rule-file dicts (fixed order)."""
     detection_budget(cfg)
-    interval = duration(cfg.evaluation_interval_seconds)
     alerting = [
         {
             "name": name,
-            "interval": interval,
+            "interval": duration(_interval_seconds(alerts, cfg)),
             "rules": [
                 *(rule.to_rule() for rule in group_inputs(name, cfg)),
                 *(alert.to_rule(cfg) for alert in alerts),
@@ -132,23 +151,17 @@ def rules_file_yaml(cfg: ObservabilityConfig) -> str:
     return dump_groups(rule_groups(cfg))
 
 
-# Every recording rule that alerts and the per-job views read (the dashboards' own are in
-# dashboard_recording); the price-dependent ones as the default config renders them.
-RECORDING_RULES: tuple[RecordingRule, ...] = (
-    *_ALERT_RECORDING_RULES,
-    *gpu.input_rules(ObservabilityConfig()),
-    *jobs.job_rules(ObservabilityConfig()),
-)
-
-
-def tier_rule_groups(cfg: ObservabilityConfig) -> dict[Tier, list[dict[str, Any]]]:
-    """The rule groups of each tier (a group with rules of both tiers is in both, same name).
+def tier_rule_groups(
+    cfg: ObservabilityConfig, groups: Sequence[dict[str, Any]] | None = None
+) -> dict[Tier, list[dict[str, Any]]]:
+    """The rule groups of each tier (a group with rules of both tiers is in both, same name), split
+    from `groups` (the config's `rule_groups`, built here when not given).
 
     The global tier's recording rules carry the stack's external labels (`cluster`) as rule
     labels: a Prometheus never adds its external labels to the series it records itself, while
     every series the shards remote-write to it carries them, so without the rule labels a
     dashboard filtered by `$cluster` would find the global tier's own records in no cluster."""
-    groups = rule_groups(cfg)
+    groups = list(groups) if groups is not None else rule_groups(cfg)
     tiers = push_down(split_groups(groups), groups)
     labels = external_labels(cfg)
     if labels:
@@ -165,8 +178,40 @@ def tier_rules_yaml(cfg: ObservabilityConfig) -> dict[Tier, str]:
     return {tier: dump_groups(groups) for tier, groups in tier_rule_groups(cfg).items()}
 
 
+def rules_yaml_of(groups: Sequence[dict[str, Any]]) -> str:
+    """A rules file (`groups:` ...) of `groups` as YAML: what `rules_file_yaml` writes for a config's."""
+    return dump_groups(list(groups))
+
+
 ALERT_GROUP_NAMES: tuple[str, ...] = tuple(name for name, _ in _ALERT_GROUP_BUILDERS)
-ALERTS_BY_GROUP: dict[str, tuple[str, ...]] = {
-    name: tuple(alert.name for alert in alerts) for name, alerts in alert_groups(ObservabilityConfig())
-}
-ALERT_NAMES: tuple[str, ...] = tuple(name for names in ALERTS_BY_GROUP.values() for name in names)
+
+if TYPE_CHECKING:  # built on first use (module __getattr__), not when the package is imported
+    # Every recording rule that alerts and the per-job views read (the dashboards' own are in
+    # dashboard_recording); the price-dependent ones as the default config renders them.
+    RECORDING_RULES: tuple[RecordingRule, ...]
+    # The alerts of each group and every alert's name, as the default config builds them.
+    ALERTS_BY_GROUP: dict[str, tuple[str, ...]]
+    ALERT_NAMES: tuple[str, ...]
+
+
+@functools.cache
+def _default_names() -> dict[str, Any]:
+    """The names to enumerate without a config, from the default config's rules (built once)."""
+    cfg = ObservabilityConfig()
+    by_group = {name: tuple(alert.name for alert in alerts) for name, alerts in alert_groups(cfg)}
+    return {
+        "RECORDING_RULES": (
+            *_ALERT_RECORDING_RULES,
+            *gpu.input_rules(cfg),
+            *distributed.input_rules(cfg),
+            *jobs.job_rules(cfg),
+        ),
+        "ALERTS_BY_GROUP": by_group,
+        "ALERT_NAMES": tuple(name for names in by_group.values() for name in names),
+    }
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("RECORDING_RULES", "ALERTS_BY_GROUP", "ALERT_NAMES"):
+        return _default_names()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -29,8 +29,8 @@ when it keeps no label): the shards' remote write gives every partial a `shard` 
 (`observability.partials`, `prometheus_config`), so the partials of two shards are two series, and
 the global rules aggregate that label away.
 
-`composability_problems(groups)` names every global rule that still reads per-GPU or per-rank
-series itself after the rewrite, and says how to write it so that it composes; the tests fail on
+`composability_problems(groups)` names every global rule that still reads per-GPU series itself
+after the rewrite, and says how to write it so that it composes; the tests fail on
 any (a new fleet recording that does not compose is caught before it reaches a 10,000-node fleet).
 """
 
@@ -73,8 +73,11 @@ NOT_COMPOSABLE: Mapping[str, str] = {
     "limitk": "use topk or bottomk (they compose)",
     "limit_ratio": "use topk or bottomk (they compose)",
 }
-# Series of which a fleet has one per GPU or one per rank: the global tier must not read them itself.
-FLEET_SCALE_LABELS: tuple[str, ...] = ("uuid", "gpu_id", "rank")
+# Series of which a fleet has one per GPU: the global tier must not read them itself. (A job's
+# per-rank series are read there by the rules that compare a job's ranks with each other, such as
+# its median step time, which does not compose across the shards its pods run on: they stay
+# global, at a cost that grows with the ranks of the running jobs; docs/scaling.md.)
+FLEET_SCALE_LABELS: tuple[str, ...] = ("uuid", "gpu_id")
 
 
 @dataclass(frozen=True)
@@ -373,7 +376,7 @@ FLEET_SCALE_SERIES: frozenset[str] = _fleet_scale_series()
 
 
 def _fleet_scale_records(groups: Sequence[Mapping[str, Any]]) -> frozenset[str]:
-    """Records of the shard tier that keep a GPU or a rank (one series per GPU or rank)."""
+    """Records of the shard tier that keep a GPU (one series per GPU)."""
     records = recorded_localities(groups)
     return frozenset(
         name
@@ -392,8 +395,8 @@ def global_reads(rule: Mapping[str, Any]) -> frozenset[str]:
 def composability_problems(
     tiers: Mapping[Tier, Sequence[Mapping[str, Any]]], groups: Sequence[Mapping[str, Any]]
 ) -> list[str]:
-    """Every global rule of `tiers` (as `push_down` returns them) that reads per-GPU or per-rank
-    series itself, with how to write it so that it composes (empty: none)."""
+    """Every global rule of `tiers` (as `push_down` returns them) that reads per-GPU series itself,
+    with how to write it so that it composes (empty: none)."""
     fleet_scale = FLEET_SCALE_SERIES | _fleet_scale_records(groups)
     records = recorded_localities(groups)
     problems = []
@@ -404,7 +407,7 @@ def composability_problems(
                 continue
             how = _how_to_compose(pp.parse(str(rule["expr"])), records)
             problems.append(
-                f"{group['name']}/{rule_name(rule)} reads {', '.join(read)} (one series per GPU or rank) in the "
+                f"{group['name']}/{rule_name(rule)} reads {', '.join(read)} (one series per GPU) in the "
                 f"global tier, which would read the whole fleet every evaluation: {how}"
             )
     return problems

@@ -170,7 +170,7 @@ def test_client_style_counters_and_escaping_in_both_formats() -> None:
 class FailingPage:
     formats = TEXT_ONLY
 
-    def render(self, fmt: Format) -> bytes:
+    def render(self, fmt: Format, requested_at: float | None = None) -> bytes:
         raise RuntimeError("broken")
 
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from infra import artifacts
-from infra.result import RenderResult
+from infra.offline import artifacts
+from infra.offline.result import RenderResult
 from observability import catalog
 from observability.config import DatasourceUids, ObservabilityConfig
 from observability.datasources import (
@@ -115,4 +115,6 @@ def test_stack_datasources_point_at_the_stacks_endpoints(rendered: dict[str, Ren
     assert sources["prometheus"]["url"] == endpoints.prometheus
     assert sources["loki"]["url"] == endpoints.loki
     assert sources["tempo"]["url"] == endpoints.tempo_query
-    assert sources["prometheus"]["jsonData"]["timeInterval"] == f"{result.settings.scrape.interval_seconds}s"
+    assert (
+        sources["prometheus"]["jsonData"]["timeInterval"] == f"{result.settings.observability.scrape_interval_seconds}s"
+    )
