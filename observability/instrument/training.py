@@ -17,7 +17,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from types import TracebackType
 
@@ -28,7 +28,7 @@ from prometheus_client.registry import Collector
 
 from observability import catalog
 from observability.catalog import Metric
-from observability.instrument import errors, families, gpus
+from observability.instrument import errors, families, gpus, hyperparameters
 from observability.instrument.checkpoints import WEIGHTS, CheckpointSave, GoodCheckpoint
 from observability.instrument.errors import CHECKPOINT_ERROR_TYPES, FAILURE_ERROR_TYPES
 from observability.instrument.phases import COMPUTE, IDLE, LOST_WORK, STARTUP, PhaseClock
@@ -102,6 +102,8 @@ class TrainingMetrics:
         # H. lifecycle
         self.jobs_by_status = g(catalog.TRAINING_JOBS_BY_STATUS)
         self.job_duration = h(catalog.TRAINING_JOB_DURATION_SECONDS)
+        self.job_start_time = g(catalog.TRAINING_JOB_START_TIMESTAMP_SECONDS)
+        self.job_end_time = g(catalog.TRAINING_JOB_END_TIMESTAMP_SECONDS)
         self.job_gpu_info = self._info(catalog.TRAINING_JOB_GPU_INFO)
         # Steps and time accounting, per rank
         self.rank_info = self._info(catalog.TRAINING_RANK_INFO)
@@ -109,6 +111,11 @@ class TrainingMetrics:
         self.samples = c(catalog.TRAINING_SAMPLES_TOTAL)
         self.tokens = c(catalog.TRAINING_TOKENS_TOTAL)
         self.last_step_timestamp = g(catalog.TRAINING_LAST_STEP_TIMESTAMP_SECONDS)
+        # Optimization (the PyTorch integration)
+        self.step_loss = g(catalog.TRAINING_STEP_LOSS)
+        self.learning_rate = g(catalog.TRAINING_LEARNING_RATE)
+        self.gradient_norm = g(catalog.TRAINING_GRADIENT_NORM)
+        self.hyperparameters = self._info(catalog.TRAINING_HYPERPARAMETERS_INFO)
         # Per-fold view
         self.fold_loss = g(catalog.TRAINING_FOLD_LOSS)
         self.fold_validation_loss = g(catalog.TRAINING_FOLD_VALIDATION_LOSS)
@@ -272,6 +279,7 @@ class JobMetrics:
         self.last_good_checkpoint: GoodCheckpoint | None = None
         self._nonfinite_since_good_checkpoint = False
         self.failure: BaseException | None = None
+        self._hyperparameter_labels: dict[str, str] | None = None
 
     # --- the job as a context manager ---------------------------------------------------------
     def __enter__(self) -> JobMetrics:
@@ -350,6 +358,7 @@ class JobMetrics:
         for status in sorted(FINAL_STATUSES):
             # At count 0 from the start: the finished job's observation is an increase rate() sees.
             m.job_duration.labels(model_type=self.model_type, status=status)
+        m.job_start_time.labels(**job).set(time.time() - (time.monotonic() - self._started))
         m.progress_percent.labels(**job).set(0)
         m.current_epoch.labels(**job).set(0)
         m.folds_planned.labels(**job).set(folds_planned)
@@ -537,6 +546,34 @@ class JobMetrics:
     def record_feature_engineering_error(self, error_type: str) -> None:
         self._m.feature_errors.labels(model_type=self.model_type, error_type=error_type).inc()
 
+    # --- optimization ----------------------------------------------------------------------------------
+    def record_step_loss(self, loss: float) -> bool:
+        """The mean training loss of the latest steps (`ml_training_step_loss`); a non-finite one
+        counts as a NaN detection of the loss. Returns whether it is finite."""
+        self._m.step_loss.labels(**self._job).set(loss)
+        return self.check_finite(loss, LOSS)
+
+    def record_gradient_norm(self, norm: float) -> bool:
+        """The global gradient norm at a check (`ml_training_gradient_norm`); a non-finite one
+        counts as a NaN detection of the gradient. Returns whether it is finite."""
+        self._m.gradient_norm.labels(**self._job).set(norm)
+        return self.check_finite(norm, GRADIENT)
+
+    def set_learning_rates(self, rates: Mapping[str, float]) -> None:
+        """Learning rate per optimizer parameter group (`param_group`: its name or index)."""
+        for group, rate in rates.items():
+            self._m.learning_rate.labels(**self._job, param_group=group).set(rate)
+
+    def set_hyperparameters(self, values: hyperparameters.Hyperparameters) -> None:
+        """The job's one `ml_training_hyperparameters_info` series (replacing an earlier one)."""
+        labels = values.labels()
+        info = self._m.hyperparameters
+        with self._lock:
+            previous, self._hyperparameter_labels = self._hyperparameter_labels, labels
+        if previous is not None and previous != labels:
+            info.remove(self.model_type, self.job_id, *previous.values())
+        info.labels(**self._job, **labels).set(1)
+
     # --- per fold -------------------------------------------------------------------------------------
     def record_fold(self, fold: int, train_loss: float, val_loss: float, epochs: int, duration_secs: float) -> None:
         """A fold finished: its best losses, epochs and wall time; counts it as completed."""
@@ -583,6 +620,7 @@ class JobMetrics:
         duration = time.monotonic() - self._started
         self.phases.stop()
         self._m.job_duration.labels(model_type=self.model_type, status=status).observe(duration)
+        self._m.job_end_time.labels(**self._job).set(time.time())
         self.set_active_workers(0)
         self.set_status(status)
         return duration
