@@ -486,6 +486,22 @@ TRAINING_JOB_GPU_INFO = Metric(
     (*JOB, "uuid"),
     _T,
 )
+TRAINING_JOB_START_TIMESTAMP_SECONDS = Metric(
+    "ml_training_job_start_timestamp_seconds",
+    MetricType.GAUGE,
+    "seconds",
+    "Unix time the training job started: with the end time, its duration while and after it runs.",
+    JOB,
+    _T,
+)
+TRAINING_JOB_END_TIMESTAMP_SECONDS = Metric(
+    "ml_training_job_end_timestamp_seconds",
+    MetricType.GAUGE,
+    "seconds",
+    "Unix time the training job finished (absent while it runs).",
+    JOB,
+    _T,
+)
 TRAINING_JOB_DURATION_SECONDS = Metric(
     "ml_training_job_duration_seconds",
     MetricType.HISTOGRAM,
@@ -549,6 +565,42 @@ TRAINING_PHASE_SECONDS_TOTAL = Metric(
     "Wall time of this rank by phase (startup, data_wait, compute, collective, checkpoint, evaluation, "
     "lost_work, idle); the phases of a rank sum to its wall time since the job started.",
     (*RANK_JOB, "phase"),
+    _T,
+)
+
+# --- Optimization, per job (the PyTorch integration; bounded labels: no step, no trial) ----------
+# The hyperparameters a job's throughput and loss are compared across, one series per job.
+HYPERPARAMETER_LABELS = ("batch_size", "optimizer", "precision", "lr_schedule")
+TRAINING_STEP_LOSS = Metric(
+    "ml_training_step_loss",
+    MetricType.GAUGE,
+    "",
+    "Mean training loss over the optimizer steps since the previous check (every check interval).",
+    JOB,
+    _T,
+)
+TRAINING_LEARNING_RATE = Metric(
+    "ml_training_learning_rate",
+    MetricType.GAUGE,
+    "",
+    "Learning rate of each optimizer parameter group (by its name, else its index).",
+    (*JOB, "param_group"),
+    _T,
+)
+TRAINING_GRADIENT_NORM = Metric(
+    "ml_training_gradient_norm",
+    MetricType.GAUGE,
+    "",
+    "Global L2 norm of the gradients the optimizer stepped with, at the latest check.",
+    JOB,
+    _T,
+)
+TRAINING_HYPERPARAMETERS_INFO = Metric(
+    "ml_training_hyperparameters_info",
+    MetricType.INFO,
+    "",
+    "1 per job, labelled with its hyperparameters: batch size, optimizer, precision, learning-rate schedule.",
+    (*JOB, *HYPERPARAMETER_LABELS),
     _T,
 )
 

@@ -29,6 +29,8 @@ INFRA_LAYERS: list[list[str]] = [
         "infra.components.alert_rules",
         "infra.components.gpu_poller",
         "infra.components.grafana",
+        "infra.components.network_policies",
+        "infra.components.scrape_credentials",
         "infra.components.scrape_discovery",
         "infra.components.service_scrape",
         "infra.components.training_job",

@@ -56,7 +56,7 @@ def test_every_object_of_every_stack_validates_strictly(rendered: dict[str, Rend
     result = rendered[stack]
     assert kube_validate.check_render(result) == []
     kinds = {m["kind"] for _, m, _ in validated_objects(result)}
-    expected = {"ConfigMap", "CronJob", "DaemonSet", "Deployment", "Job", "Secret", "Service"}
+    expected = {"ConfigMap", "CronJob", "DaemonSet", "Deployment", "Job", "NetworkPolicy", "Secret", "Service"}
     if result.settings.scrape.mode == "operator":
         expected |= {"PodMonitor", "PrometheusRule", "AlertmanagerConfig"}
     assert kinds == expected

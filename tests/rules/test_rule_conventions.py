@@ -38,7 +38,12 @@ CFG = ObservabilityConfig()
 # checks below enumerate the registry (ALERTS_BY_GROUP), never a count.
 EXPECTED_GROUPS = {
     "ml_training_performance": ("TrainingNaNDetected", "TrainingSlowdown", "MLInferenceLatencyHigh"),
-    "ml_training_availability": ("MLTrainingServiceDown", "ModelLoadingFailures", "ModelCacheMissesHigh"),
+    "ml_training_availability": (
+        "TrainingJobFailed",
+        "MLTrainingServiceDown",
+        "ModelLoadingFailures",
+        "ModelCacheMissesHigh",
+    ),
     "ml_gpu_resources": (
         "GPUUtilizationLow",
         "GPUUtilizationCritical",
@@ -66,7 +71,7 @@ EXPECTED_SEVERITY = {
          "MLModelAccuracyDegraded", "GPUErrorsDetected"),
         Severity.CRITICAL,
     ),
-    **dict.fromkeys(("MLTrainingServiceDown", "ModelLoadingFailures"), Severity.HIGH),
+    **dict.fromkeys(("MLTrainingServiceDown", "ModelLoadingFailures", "TrainingJobFailed"), Severity.HIGH),
     # optimisation opportunities, not problems
     **dict.fromkeys(("GPUUtilizationLow", "GPUUtilizationCritical"), Severity.INFO),
     **dict.fromkeys(("TrainingSlowdown", "GPUMemoryUsageHigh", "ModelDriftDetected", "TrainingDataStale"),
@@ -266,7 +271,13 @@ def test_gpu_alerts_locate_the_gpu_and_the_job_holding_it():
 
 
 def test_training_alerts_locate_the_job():
-    for name in ("TrainingNaNDetected", "TrainingSlowdown", "MLModelAccuracyDegraded", "CheckpointSaveFailures"):
+    for name in (
+        "TrainingNaNDetected",
+        "TrainingSlowdown",
+        "TrainingJobFailed",
+        "MLModelAccuracyDegraded",
+        "CheckpointSaveFailures",
+    ):
         alert = next(a for a in alert_rules(CFG) if a.name == name)
         assert {"model_type", "job_id"} <= set(alert.locating_labels)
 
