@@ -35,7 +35,8 @@ import pytest
 
 from bench import _ddp_trainer as ddp_trainer
 from bench._prometheus import PrometheusServer, config_yaml, free_port
-from infra import REPO_ROOT, render
+from infra import REPO_ROOT
+from infra.offline import render
 from observability import catalog
 from observability.config import ObservabilityConfig
 from observability.rules import distributed, rules_file_yaml

@@ -11,13 +11,14 @@ from typing import Any
 import pytest
 import yaml
 
-from infra import REPO_ROOT, artifacts, components, generated, program, render
-from infra.checks import ALL_CHECKS
+from infra import REPO_ROOT, components, generated_content, program
 from infra.components import alert_routing, common, gpu_poller, grafana, training_job
 from infra.components.service_scrape import PATCH_FIELD_MANAGER_ANNOTATION
 from infra.kube_provider import PROVIDER_TYPE
-from infra.mock_engine import run_program
-from infra.result import RenderResult
+from infra.offline import artifacts, render
+from infra.offline.checks import ALL_CHECKS
+from infra.offline.mock_engine import run_program
+from infra.offline.result import RenderResult
 from infra.settings import (
     PROJECT,
     RECEIVER_KEYS,
@@ -613,14 +614,14 @@ def test_grafana_datasources_and_one_configmap_per_dashboard(rendered: dict[str,
 
 
 def test_a_dashboard_over_the_object_limit_fails_before_registering(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = generated.generated
+    real = generated_content.generated
 
-    def huge(cfg: Any) -> generated.Generated:
+    def huge(cfg: Any) -> generated_content.Generated:
         gen = real(cfg)
         big = json.dumps({"uid": "huge", "panels": ["x" * 1024] * 1100})
         return dataclasses.replace(gen, dashboards={**gen.dashboards, "huge": big})
 
-    monkeypatch.setattr(generated, "generated", huge)
+    monkeypatch.setattr(generated_content, "generated", huge)
     with pytest.raises(Exception, match=r"dashboard 'huge'.*over the 1 MiB"):
         render.render_stack("dev")
 
