@@ -20,6 +20,7 @@ from bench.fleet.values import has_rare_error
 from observability import catalog
 from observability.config import ObservabilityConfig
 from observability.instrument import TrainingMetrics, render_text
+from observability.instrument.collectives import ALL_REDUCE, track_rank
 from observability.scrape_config import JOB_NAME
 from poller.exported_metrics import (
     ECC_TYPES,
@@ -187,6 +188,9 @@ def _trainer_exposition(model_type: str, job: str, gpu_uuids: tuple[str, ...]) -
     handle.set_model_quality(0.9, 0.88, 0.9, 0.86)
     handle.set_resource_usage(4e9, 180.0)
     handle.record_step(samples=64)
+    collectives = track_rank(handle, node="fleet-node", gpu_uuids=gpu_uuids)
+    collectives.launched(ALL_REDUCE)
+    collectives.completed(ALL_REDUCE, 4_000_000)
     for fold in range(FOLDS):
         handle.record_fold(fold, 0.5, 0.6, 20, 600.0)
     if model_type in RL_MODEL_TYPES:  # the model-specific series of reinforcement learning
@@ -232,7 +236,11 @@ def training_job_series(
                     histograms.append(HistogramSpec(metric, full, _job_pattern(metric.name), key))
                 continue
             pattern = _job_pattern(metric.name)
-            if metric in (catalog.TRAINING_JOB_GPU_INFO, catalog.TRAINING_RANK_INFO):
+            if metric in (
+                catalog.TRAINING_JOB_GPU_INFO,
+                catalog.TRAINING_RANK_INFO,
+                catalog.TRAINING_RANK_PLACEMENT_INFO,
+            ):
                 pattern = "one"
             if metric in (catalog.TRAINING_LAST_STEP_TIMESTAMP_SECONDS, catalog.CHECKPOINT_LAST_GOOD_TIMESTAMP_SECONDS):
                 pattern = "just_now"
@@ -248,6 +256,7 @@ def training_job_series(
                 or named.get("uuid")
                 or named.get("phase")
                 or named.get("state")
+                or named.get("collective")
                 or ""
             )
             yield_key = stable_key(key, extra)

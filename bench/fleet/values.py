@@ -276,6 +276,12 @@ def _job_values(name: str, rng: random.Random, n: int, variant: int, interval: i
         return [float(600 * (i * interval // 300)) for i in range(n)]
     if name == c.TRAINING_STEPS_TOTAL.name:
         return _counter(rng, n, 2.0, interval)
+    if name == c.TRAINING_COLLECTIVE_OPERATIONS_TOTAL.name:  # a few gradient buckets per step
+        return _counter(rng, n, 8.0, interval)
+    if name == c.TRAINING_COLLECTIVE_BYTES_TOTAL.name:  # ~100 MB of gradients per step
+        return _counter(rng, n, 2e8, interval)
+    if name == c.TRAINING_COLLECTIVE_BUSY_SECONDS_TOTAL.name:
+        return _counter(rng, n, 0.2, interval)
     if name == c.TRAINING_SAMPLES_TOTAL.name:
         return _counter(rng, n, 128.0, interval)
     if name == c.TRAINING_TOKENS_TOTAL.name:  # tabular and RL models read no tokens
