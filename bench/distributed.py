@@ -65,24 +65,25 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait()
 
 
-def overhead(work: Path) -> dict[str, Any]:
+def overhead(work: Path, pairs: int = 30, block: int = 40) -> dict[str, Any]:
     out = work / "overhead.json"
-    proc = _torchrun(2, "bench/_ddp_overhead.py", ["--out", str(out)], free_port(), work / "overhead.log")
+    args = ["--out", str(out), "--pairs", str(pairs), "--block", str(block)]
+    proc = _torchrun(2, "bench/_ddp_overhead.py", args, free_port(), work / "overhead.log")
     try:
         if proc.wait(timeout=1800) != 0:
             raise RuntimeError(f"overhead run failed:\n{(work / 'overhead.log').read_text()[-3000:]}")
     finally:
         _stop(proc)
     result = json.loads(out.read_text())
-    pairs: dict[int, dict[str, float]] = {}
-    for block in result["blocks"]:
-        pairs.setdefault(block["pair"], {})[block["run"]] = block["seconds_per_step"]
-    ratios = [p["instrumented"] / p["plain"] - 1 for p in pairs.values()]
-    plain = statistics.median(p["plain"] for p in pairs.values())
-    instrumented = statistics.median(p["instrumented"] for p in pairs.values())
+    by_pair: dict[int, dict[str, float]] = {}
+    for entry in result["blocks"]:
+        by_pair.setdefault(entry["pair"], {})[entry["run"]] = entry["seconds_per_step"]
+    ratios = [p["instrumented"] / p["plain"] - 1 for p in by_pair.values()]
+    plain = statistics.median(p["plain"] for p in by_pair.values())
+    instrumented = statistics.median(p["instrumented"] for p in by_pair.values())
     return {
         **{k: result[k] for k in ("world_size", "block", "device_seconds", "gradient_bytes")},
-        "pairs": len(pairs),
+        "pairs": len(by_pair),
         "plain_step_ms": plain * 1000,
         "instrumented_step_ms": instrumented * 1000,
         "overhead_median": statistics.median(ratios),
@@ -141,7 +142,7 @@ def detection(work: Path, stack: str) -> dict[str, Any]:
         _wait("every rank's first step", lambda: all((control / f"ready-{r}").exists() for r in range(RANKS)), 300,
               proc, log)  # fmt: skip
         started = time.time()
-        balanced = 4 * distributed.window_seconds(cfg)
+        balanced = 2 * distributed.window_seconds(cfg)
         time.sleep(balanced)
         quiet = prom.api.query_range(f'ALERTS{{alertname=~"{names}"}}', started, time.time(), f"{interval}s")
         figures["balanced_seconds"] = balanced
@@ -229,10 +230,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--overhead-only", action="store_true")
     parser.add_argument("--detection-only", action="store_true")
     parser.add_argument("--stack", default="dev")
+    parser.add_argument("--pairs", type=int, default=30, help="pairs of plain and instrumented blocks")
+    parser.add_argument("--block", type=int, default=40, help="steps per block")
     args = parser.parse_args([] if argv is None else argv)
     with tempfile.TemporaryDirectory(prefix="bench-distributed-") as tmp:
         work = Path(tmp)
-        over = None if args.detection_only else overhead(work)
+        over = None if args.detection_only else overhead(work, args.pairs, args.block)
         if over is not None:
             print(json.dumps(over, indent=1), flush=True)
         detect = None if args.overhead_only else detection(work, args.stack)
