@@ -107,6 +107,8 @@ class Patterns:
             return [1.0 if arg == "running" else 0.0] * n
         if pattern == "just_now":  # a timestamp that keeps up with the samples (a job still stepping)
             return [float(self.start + i * interval) for i in range(n)]
+        if pattern == "started":  # a job started ten minutes to six hours before the hour began
+            return [float(self.start - rng.randint(600, 6 * 3600))] * n
         if kind == "phase":
             return _counter(rng, n, PHASE_SHARES[arg], interval)
         simple = _SIMPLE.get(pattern)
@@ -272,6 +274,14 @@ def _job_values(name: str, rng: random.Random, n: int, variant: int, interval: i
         return [5.0] * n
     if name == c.TRAINING_DATA_BATCHES_TOTAL.name:
         return _counter(rng, n, 10.0, interval)
+    if name == c.TRAINING_STEP_LOSS.name:
+        start, floor = rng.uniform(1.0, 2.5), rng.uniform(0.05, 0.2)
+        return [round((floor + (start - floor) * math.exp(-i / 60)) * rng.uniform(0.9, 1.1), 4) for i in range(n)]
+    if name == c.TRAINING_GRADIENT_NORM.name:
+        return [round(x, 3) for x in _walk(rng, n, 0.5, 5.0, 0.2)]
+    if name == c.TRAINING_LEARNING_RATE.name:  # a cosine schedule over the hour
+        peak = rng.choice((1e-4, 3e-4, 1e-3))
+        return [round(peak * 0.5 * (1 + math.cos(math.pi * i / n)), 8) for i in range(n)]
     if name == c.CHECKPOINT_LAST_GOOD_STEP.name:  # a good save every 5 minutes at 2 steps per second
         return [float(600 * (i * interval // 300)) for i in range(n)]
     if name == c.TRAINING_STEPS_TOTAL.name:
