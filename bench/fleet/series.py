@@ -20,6 +20,7 @@ from bench.fleet.values import has_rare_error
 from observability import catalog
 from observability.config import ObservabilityConfig
 from observability.instrument import TrainingMetrics, render_text
+from observability.instrument.hyperparameters import Hyperparameters
 from observability.scrape_config import JOB_NAME
 from poller.exported_metrics import (
     ECC_TYPES,
@@ -185,6 +186,10 @@ def _trainer_exposition(model_type: str, job: str, gpu_uuids: tuple[str, ...]) -
     handle.set_model_quality(0.9, 0.88, 0.9, 0.86)
     handle.set_resource_usage(4e9, 180.0)
     handle.record_step(samples=64)
+    handle.record_step_loss(0.9)
+    handle.record_gradient_norm(1.5)
+    handle.set_learning_rates({"0": 1e-3})
+    handle.set_hyperparameters(Hyperparameters(64, "AdamW", "bf16", "LambdaLR"))
     for fold in range(FOLDS):
         handle.record_fold(fold, 0.5, 0.6, 20, 600.0)
     if model_type in RL_MODEL_TYPES:  # the model-specific series of reinforcement learning
@@ -230,10 +235,12 @@ def training_job_series(
                     histograms.append(HistogramSpec(metric, full, _job_pattern(metric.name), key))
                 continue
             pattern = _job_pattern(metric.name)
-            if metric in (catalog.TRAINING_JOB_GPU_INFO, catalog.TRAINING_RANK_INFO):
+            if metric.type is catalog.MetricType.INFO:
                 pattern = "one"
             if metric in (catalog.TRAINING_LAST_STEP_TIMESTAMP_SECONDS, catalog.CHECKPOINT_LAST_GOOD_TIMESTAMP_SECONDS):
                 pattern = "just_now"
+            if metric is catalog.TRAINING_JOB_START_TIMESTAMP_SECONDS:
+                pattern = "started"
             if metric is catalog.TRAINING_PHASE_SECONDS_TOTAL:
                 pattern = f"phase:{dict(labels)['phase']}"
             if metric is catalog.TRAINING_JOBS_BY_STATUS:
