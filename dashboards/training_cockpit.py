@@ -15,7 +15,20 @@ from typing import Any
 
 from dashboards import panels, training_workloads, variables
 from dashboards.layout import DashboardSpec, Row, assemble
-from dashboards.panels import BLUE, GREEN, RED, YELLOW, Common, Query, Thresholds, checkpoint, gpm, gpu, training
+from dashboards.panels import (
+    BLUE,
+    GREEN,
+    RED,
+    YELLOW,
+    Common,
+    Query,
+    Thresholds,
+    checkpoint,
+    distributed,
+    gpm,
+    gpu,
+    training,
+)
 from dashboards.threshold_steps import gpu_memory_ratio_steps, gpu_utilization_steps, temperature_steps
 from observability import alert_links, catalog, promql
 from observability.config import ObservabilityConfig
@@ -589,6 +602,26 @@ def _steps_and_time() -> Row:
     )
 
 
+def _distributed_ranks(cfg: ObservabilityConfig) -> Row:
+    """The ranks of $job_id side by side: who computes slowest, who waits, whether the job hangs,
+    what the collectives move; then every straggling rank of the fleet."""
+    job = (MODEL, JOB_ID)
+    return Row(
+        "Distributed Ranks",
+        [
+            distributed.compute_per_step(job, w=8),
+            distributed.collective_wait(job, w=8),
+            distributed.straggler_excess(cfg, job, w=8),
+            distributed.hang_status(cfg, job, w=6),
+            distributed.ranks_table(job, w=18),
+            distributed.bandwidth(job, w=8),
+            distributed.collectives_per_second(job, w=8),
+            distributed.communication_share(cfg, job, w=8),
+            distributed.fleet_stragglers(cfg, (MODEL,), w=24),
+        ],
+    )
+
+
 def _optimization() -> Row:
     # One job ($job_id), as the PyTorch integration reports it (`integrations.torch.watch`).
     job = (MODEL, JOB_ID)
@@ -699,6 +732,7 @@ def build(cfg: ObservabilityConfig) -> dict[str, Any]:
                 _active_jobs(),
                 _training_progress(),
                 _steps_and_time(),
+                _distributed_ranks(cfg),
                 _optimization(),
                 _this_jobs_gpus(cfg),
                 _gpu_resources(cfg.thresholds),

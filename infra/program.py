@@ -14,7 +14,7 @@ import pulumi
 from pulumi.runtime import mocks
 from pulumi.runtime import settings as runtime_settings
 
-from infra import components, generated
+from infra import components, generated_content
 from infra.components import (
     AlertRoutingArgs,
     AlertRulesArgs,
@@ -55,7 +55,7 @@ class ComponentArgs:
 def component_args(settings: Settings) -> ComponentArgs:
     """Every component's Args, from the settings and the content generated from them."""
     cfg = settings.observability_config()
-    gen = generated.generated(cfg)
+    gen = generated_content.generated(cfg)
     ns = settings.namespaces
     labels = settings.common_labels
     otel = OtelExport(environment=settings.environment, otlp_grpc_endpoint=settings.endpoints.tempo_otlp_grpc)
@@ -106,7 +106,7 @@ def component_args(settings: Settings) -> ComponentArgs:
             namespace=ns.monitoring, common_labels=labels,
         ),
         grafana=GrafanaProvisioningArgs(
-            datasources_yaml=generated.stack_datasources_yaml(settings), dashboards=gen.dashboards,
+            datasources_yaml=generated_content.stack_datasources_yaml(settings), dashboards=gen.dashboards,
             folder=cfg.grafana_folder, namespace=settings.grafana.namespace, common_labels=labels,
         ),
         network=NetworkIsolationArgs(

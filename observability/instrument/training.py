@@ -47,6 +47,16 @@ JOB_STATUSES: tuple[str, ...] = ("pending", "running", "completed", "failed", "s
 FINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "stopped"})
 
 
+def _check_seconds(value: float, name: str) -> float:
+    """A duration to observe: finite and not negative. A NaN or infinity would make the histogram's
+    sum NaN for the rest of the job (and OpenMetrics parsers refuse the page), so it is refused."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number of seconds, got {value!r}")
+    if not 0 <= value < math.inf:  # NaN fails too
+        raise ValueError(f"{name} must be a finite number of seconds, at least 0, got {value!r}")
+    return float(value)
+
+
 def _check_status(status: str) -> str:
     if status not in JOB_STATUSES:
         raise ValueError(f"unknown job status {status!r}; expected one of {JOB_STATUSES}")
@@ -394,8 +404,7 @@ class JobMetrics:
         (`tensor_type` "loss" or "validation_loss"): the script needs no NaN check of its own.
         `val_loss` None: no validation this epoch. Called inside a span, the duration's bucket
         carries that span's trace ID as an exemplar."""
-        if duration_secs < 0:
-            raise ValueError(f"duration_secs must not be negative, got {duration_secs}")
+        duration_secs = _check_seconds(duration_secs, "duration_secs")
         m, job = self._m, self._job
         m.loss.labels(**job).set(train_loss)
         self.check_finite(train_loss, LOSS)
@@ -509,6 +518,7 @@ class JobMetrics:
 
         Called inside a span, a successful save's duration carries that span's trace ID as an exemplar."""
         m, job = self._m, self._job
+        duration = _check_seconds(duration, "duration")
         if success:
             m.checkpoint_saves.labels(**job).inc()
             m.checkpoint_duration.labels(**job).observe(duration, trace_exemplar())
@@ -540,7 +550,7 @@ class JobMetrics:
 
     # --- data pipeline ------------------------------------------------------------------------------
     def record_data_load(self, seconds: float, batches: int = 0) -> None:
-        self._m.data_loading.labels(**self._job).observe(seconds)
+        self._m.data_loading.labels(**self._job).observe(_check_seconds(seconds, "seconds"))
         if batches:
             self.record_batches(batches)
 

@@ -10,8 +10,9 @@ window of four scrape intervals (one minute at a 15 s scrape):
   all_reduce `algbw * 2(n-1)/n`, all_gather and reduce_scatter `algbw * (n-1)/n`, broadcast `algbw`).
 
 Alerts: a straggling rank (compute per step above the median rank's), a hung job (no rank
-completed a step for the hang threshold, naming the rank that stopped answering or does not wait
-in a collective), and a job whose step is mostly communication.
+completed a step for the hang threshold): naming the rank that stopped answering or does not wait
+in a collective, or, when every answering rank waits in one, the job alone; and a job whose step
+is mostly communication.
 """
 
 from __future__ import annotations
@@ -156,10 +157,13 @@ def recorded_inputs() -> tuple[str, ...]:
 
 
 def _placed(expr: str, lookback: str | None = None) -> str:
-    """`expr` (per rank) with the node and GPU of each rank, where the rank published them."""
+    """`expr` (per rank) with the node and GPU of each rank, "unknown" where the rank published
+    no placement (a trainer without `track_rank`)."""
     placement = f"last_over_time({_PLACEMENT}[{lookback}])" if lookback else _PLACEMENT
+    unknown = f'label_replace(label_replace(\n({expr}),\n"node", "unknown", "", ""), "uuid", "unknown", "", "")'
     return (
-        f"(\n({expr})\n* {on(RANK)} group_left (node, uuid)\nmax {by(PLACED)} ({placement})\n)\nor {on(RANK)}\n({expr})"
+        f"(\n({expr})\n* {on(RANK)} group_left (node, uuid)\nmax {by(PLACED)} ({placement})\n)\n"
+        f"or {on(RANK)}\n{unknown}"
     )
 
 
@@ -175,20 +179,33 @@ def straggler_expr(cfg: ObservabilityConfig) -> str:
     return _placed(judged)
 
 
-def hang_expr(cfg: ObservabilityConfig) -> str:
+def _stalled(cfg: ObservabilityConfig) -> str:
+    """The jobs that made no step for the hang threshold while their ranks' clocks run (not
+    finished) and none of them checkpoints or evaluates; value: the freshest step's age."""
     hang = cfg.thresholds.training_rank_hang_seconds
-    lookback = duration(VANISHED_LOOKBACK_SECONDS)
     running = f"sum {by(JOB)} ({RANK_PHASE_RATE}) > 0.5"
     busy_between_steps = f"sum {by(JOB)} ({RANK_PHASE_RATE}{{{_in(BETWEEN_STEP_PHASES)}}}) > 0.5"
-    stalled = (
-        f"({JOB_LAST_STEP_AGE} > {hang.promql})\nand {on(JOB)} ({running})\nunless {on(JOB)} ({busy_between_steps})"
-    )
+    return f"({JOB_LAST_STEP_AGE} > {hang.promql})\nand {on(JOB)} ({running})\nunless {on(JOB)} ({busy_between_steps})"
+
+
+def _blamed(cfg: ObservabilityConfig) -> str:
+    """The ranks of stalled jobs that stopped answering, or answer but do not wait in a collective
+    like the others; value: the job's freshest step's age."""
+    lookback = duration(VANISHED_LOOKBACK_SECONDS)
     vanished = f"group {by(RANK)} (last_over_time({_RANK_INFO}[{lookback}]))\nunless {on(RANK)} {_RANK_INFO}"
     not_waiting = f'sum {by(RANK)} ({RANK_PHASE_RATE}{{phase!="collective"}}) > 0.5'
-    blamed = f"(\ngroup {by(RANK)} (\n({vanished})\nor\n({not_waiting})\n)\n* {on(JOB)} group_left ()\n({stalled})\n)"
-    # No rank stands out (every answering rank waits in a collective): the job itself, without a rank.
-    whole_job = f"({stalled})\nunless {on(JOB)}\n{blamed}"
-    return f"{_placed(blamed, lookback)}\nor\n{whole_job}"
+    return (
+        f"(\ngroup {by(RANK)} (\n({vanished})\nor\n({not_waiting})\n)\n* {on(JOB)} group_left ()\n({_stalled(cfg)})\n)"
+    )
+
+
+def hang_expr(cfg: ObservabilityConfig) -> str:
+    return _placed(_blamed(cfg), duration(VANISHED_LOOKBACK_SECONDS))
+
+
+def hang_in_collective_expr(cfg: ObservabilityConfig) -> str:
+    """Stalled jobs where no rank stands out: every answering rank waits in a collective."""
+    return f"({_stalled(cfg)})\nunless {on(JOB)}\n{_blamed(cfg)}"
 
 
 def communication_expr(cfg: ObservabilityConfig) -> str:
@@ -253,11 +270,9 @@ def alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             for_seconds=0,
             summary=f"No rank of a running distributed job has completed a step for {hang.text}.",
             description=(
-                f"{_JOB_TEXT} has made no step for {{{{ $value | humanizeDuration }}}}."
-                "{{ if $labels.rank }} Rank {{ $labels.rank }} on node {{ $labels.node }} (GPU {{ $labels.uuid }})"
-                " stopped answering or does not wait in a collective like the others: the job waits for it."
-                "{{ else }} Every answering rank waits in a collective: look for a rank that entered another one."
-                "{{ end }}"
+                f"{_JOB_TEXT} has made no step for {{{{ $value | humanizeDuration }}}}. Rank {{{{ $labels.rank }}}} "
+                "on node {{ $labels.node }} (GPU {{ $labels.uuid }}) stopped answering or does not wait in a "
+                "collective like the others: the job waits for it."
             ),
             impact=(
                 "Every GPU of the job idles until the collective watchdog kills it (30 minutes by default); the "
@@ -281,6 +296,40 @@ def alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
                 "that answers but is stuck elsewhere (data loading, a different collective) is the one not in the "
                 "collective phase while the others are. A job whose ranks are checkpointing or evaluating, or "
                 "whose clocks stopped (finished), is not hung."
+            ),
+        ),
+        AlertRule(
+            name="TrainingJobHungInCollective",
+            group=GROUP,
+            severity=Severity.CRITICAL,
+            expr=hang_in_collective_expr(cfg),
+            for_seconds=0,
+            summary=(
+                f"No rank of a running distributed job has completed a step for {hang.text}, and every rank that "
+                "answers waits in a collective."
+            ),
+            description=(
+                f"{_JOB_TEXT} has made no step for {{{{ $value | humanizeDuration }}}} and no rank stands out: every "
+                "rank that answers waits in a collective."
+            ),
+            impact=(
+                "Every GPU of the job idles until the collective watchdog kills it (30 minutes by default); the "
+                "work since the last checkpoint is at risk"
+            ),
+            action=(
+                "Dump the ranks' stacks (py-spy dump, or TORCH_NCCL_DUMP_ON_TIMEOUT / the flight recorder): a rank "
+                "that entered a different collective (or the same one with other shapes) is the cause",
+                "Check the network between the job's nodes (NIC link, switch, NCCL_DEBUG=INFO logs)",
+                "Kill the job and restart it from its last checkpoint",
+            ),
+            locating_labels=JOB,
+            queries=(
+                RunbookQuery("Seconds since each rank's last step", f"time() - {_LAST_STEP}{_ONE_JOB}"),
+                RunbookQuery("Collectives in flight per rank (busy time growing)", f"rate({_BUSY}{_ONE_JOB}[5m])"),
+            ),
+            rationale=(
+                "The other side of TrainingJobHung: when no rank stopped answering and every rank is in the "
+                "collective phase, the rank at fault cannot be told from the metrics; the job still is hung."
             ),
         ),
         AlertRule(

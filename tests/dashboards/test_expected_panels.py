@@ -47,6 +47,7 @@ TRAINING_COCKPIT_ROWS = [
     "Active Jobs",
     "Training Progress",
     "Steps and Time",  # added: per-rank steps and where the wall time goes
+    "Distributed Ranks",  # added: stragglers, hangs, bandwidth and communication of distributed jobs
     "Optimization",  # added: per-step loss, learning rate, gradient norm, data wait vs compute, hyperparameters
     "This Job's GPUs",  # added: the GPUs of the selected job
     "GPU Resources",

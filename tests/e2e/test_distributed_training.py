@@ -3,7 +3,7 @@ torchrun command as the two pods of a 2-node Indexed Job (two ranks each, gloo o
 tests/e2e/torchrun_pods.py), every rank scraped on its own port through the project's relabelling
 by Debian's Prometheus 2.42, which evaluates the rendered rules.
 
-One run, in phases, steered through the trainer's control files (tests/e2e/programs/ddp_trainer.py):
+One run, in phases, steered through the trainer's control files (bench/_ddp_trainer.py):
 1. balanced: every rank's simulated device time is the same;
 2. straggler: rank 3's device time is 30 % longer, then back to normal;
 3. hang: rank 1 is stopped with SIGSTOP, then continued with SIGCONT.
@@ -33,17 +33,23 @@ from typing import Any
 
 import pytest
 
+from bench import _ddp_trainer as ddp_trainer
 from bench._prometheus import PrometheusServer, config_yaml, free_port
-from infra import REPO_ROOT, render
+from infra import REPO_ROOT
+from infra.offline import render
 from observability import catalog
 from observability.config import ObservabilityConfig
 from observability.rules import distributed, rules_file_yaml
-from observability.scrape_config import annotation_scrape_configs
+from observability.scrape_config import (
+    INTERVAL_ANNOTATION,
+    PORT_ANNOTATION,
+    TIMEOUT_ANNOTATION,
+    annotation_scrape_configs,
+)
 from observability.thresholds import DEFAULT_THRESHOLDS, Threshold, Thresholds
 from tests.infra.test_scrape_relabel_prometheus import pod_target
 from tests.infra.test_training_job_distributed import training_overrides
 
-from .programs import ddp_trainer
 from .torchrun_pods import container_env, pod_process, start_pod
 
 pytestmark = pytest.mark.slow
@@ -54,7 +60,7 @@ JOB_ID = "ddp-e2e"
 K8S_JOB = "ddp-run-7"
 SLOW_RANK, STOPPED_RANK = 3, 1
 HANG_SECONDS = 8
-TRAINER = "tests/e2e/programs/ddp_trainer.py"
+TRAINER = "bench/_ddp_trainer.py"
 WAIT = 90.0  # generous: the machine is shared
 
 
@@ -144,7 +150,9 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     targets = []
     for i, pod in enumerate(pods):
         name = pod.env["OTEL_RESOURCE_ATTRIBUTES_POD_NAME"]
-        pod_annotations = {**annotations, "prometheus.io/port": str(base_ports[i])}
+        # this test's intervals instead of the stack's critical scrape interval the template asks for
+        pod_annotations = {**annotations, PORT_ANNOTATION: str(base_ports[i]), INTERVAL_ANNOTATION: "1s",
+                           TIMEOUT_ANNOTATION: "1s"}  # fmt: skip
         for port in job_spec["template"]["spec"]["containers"][0]["ports"]:
             number = base_ports[i] + int(port["name"].split("-")[1]) if port["name"].startswith("metrics-") else 0
             targets.append(pod_target(name, ip="127.0.0.1", declared_port=number or port["containerPort"],

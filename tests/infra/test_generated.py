@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from infra import generated
+from infra import generated_content
 from observability import rules
 from observability.config import ObservabilityConfig
 
@@ -24,7 +24,7 @@ def test_the_rule_groups_are_built_once_per_config_and_every_file_agrees(monkeyp
         return built(config)
 
     monkeypatch.setattr(rules, "rule_groups", counting)
-    out = generated.generated(cfg)
+    out = generated_content.generated(cfg)
     assert calls == [cfg]
     monkeypatch.undo()
     assert out.rules_yaml == rules.rules_file_yaml(cfg)

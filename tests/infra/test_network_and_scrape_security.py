@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 import yaml
 
-from infra import render
 from infra.components import gpu_poller
 from infra.components.common import METRICS_TLS_DIR, WEB_CONFIG_KEY
-from infra.policy_context import context_from_settings, rendered_objects
-from infra.result import RenderResult
+from infra.offline import render
+from infra.offline.policy_context import context_from_settings, rendered_objects
+from infra.offline.result import RenderResult
 from infra.settings import SCRAPE_CREDENTIAL_KEY, placeholder_secret
 from observability import scrape_config
 from observability.web_config import WEB_CONFIG_ENV, parse_web_config, secret_hash

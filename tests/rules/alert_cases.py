@@ -15,6 +15,7 @@ from observability.promql import duration
 from observability.rules import gpu as gpu_rules
 from observability.rules import jobs, recording
 from observability.thresholds import DEFAULT_THRESHOLDS, Thresholds
+from tests.rules.distributed_cases import DISTRIBUTED_RECORD_CASES, distributed_cases
 from tests.rules.health_cases import HEALTH_CASES, threshold_health_cases
 from tests.rules.promtool_harness import (
     Case,
@@ -915,6 +916,7 @@ def alert_cases(th: Thresholds = DEFAULT_THRESHOLDS) -> tuple[Case, ...]:
         # --- ml_monitoring_health (and the lost-at-first-pass GPU): tests/rules/health_cases.py -------
         *HEALTH_CASES,
         *threshold_health_cases(th),
+        *distributed_cases(th),
     )
 
 
@@ -1176,4 +1178,4 @@ GPU_INPUT_RECORD_CASES: tuple[RecordCase, ...] = (
         ((GPU0, 1),),
     ),
 )
-RECORD_CASES = (*RECORD_CASES, *JOB_RECORD_CASES, *GPU_INPUT_RECORD_CASES)
+RECORD_CASES = (*RECORD_CASES, *JOB_RECORD_CASES, *GPU_INPUT_RECORD_CASES, *DISTRIBUTED_RECORD_CASES)

@@ -56,7 +56,7 @@ def main() -> None:
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(WIDTH, WIDTH), torch.nn.ReLU(), torch.nn.Linear(WIDTH, 1))
-    ddp = DistributedDataParallel(model, broadcast_buffers=False)
+    ddp = DistributedDataParallel(model)  # the model has no buffers to broadcast
     timer.register_ddp(ddp)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
     gradient_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
