@@ -191,8 +191,8 @@ def _trainer_exposition(model_type: str, job: str, gpu_uuids: tuple[str, ...]) -
     handle.record_step(samples=64)
     handle.record_step_loss(0.9)
     handle.record_gradient_norm(1.5)
-    handle.set_learning_rates({"0": 3e-4})
-    handle.set_hyperparameters(Hyperparameters(batch_size=64, optimizer="Adam", precision="bf16", lr_schedule="cosine"))
+    handle.set_learning_rates({"0": 1e-3})
+    handle.set_hyperparameters(Hyperparameters(64, "AdamW", "bf16", "LambdaLR"))
     collectives = track_rank(handle, node="fleet-node", gpu_uuids=gpu_uuids)
     collectives.launched(ALL_REDUCE)
     collectives.completed(ALL_REDUCE, 4_000_000)
@@ -241,12 +241,7 @@ def training_job_series(
                     histograms.append(HistogramSpec(metric, full, _job_pattern(metric.name), key))
                 continue
             pattern = _job_pattern(metric.name)
-            if metric in (
-                catalog.TRAINING_JOB_GPU_INFO,
-                catalog.TRAINING_RANK_INFO,
-                catalog.TRAINING_RANK_PLACEMENT_INFO,
-                catalog.TRAINING_HYPERPARAMETERS_INFO,
-            ):
+            if metric.type is catalog.MetricType.INFO:
                 pattern = "one"
             if metric in (catalog.TRAINING_LAST_STEP_TIMESTAMP_SECONDS, catalog.CHECKPOINT_LAST_GOOD_TIMESTAMP_SECONDS):
                 pattern = "just_now"

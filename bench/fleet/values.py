@@ -107,8 +107,8 @@ class Patterns:
             return [1.0 if arg == "running" else 0.0] * n
         if pattern == "just_now":  # a timestamp that keeps up with the samples (a job still stepping)
             return [float(self.start + i * interval) for i in range(n)]
-        if pattern == "started":  # a job started ten minutes to six hours before the hour began
-            return [float(self.start - rng.randint(600, 6 * 3600))] * n
+        if pattern == "started":  # a job's start time: some hours before the hour began
+            return [float(self.start - rng.randint(600, 12 * 3600))] * n
         if kind == "phase":
             return _counter(rng, n, PHASE_SHARES[arg], interval)
         simple = _SIMPLE.get(pattern)
@@ -274,14 +274,6 @@ def _job_values(name: str, rng: random.Random, n: int, variant: int, interval: i
         return [5.0] * n
     if name == c.TRAINING_DATA_BATCHES_TOTAL.name:
         return _counter(rng, n, 10.0, interval)
-    if name == c.TRAINING_STEP_LOSS.name:
-        start, floor = rng.uniform(1.0, 2.5), rng.uniform(0.05, 0.2)
-        return [round((floor + (start - floor) * math.exp(-i / 60)) * rng.uniform(0.9, 1.1), 4) for i in range(n)]
-    if name == c.TRAINING_GRADIENT_NORM.name:
-        return [round(x, 3) for x in _walk(rng, n, 0.5, 5.0, 0.2)]
-    if name == c.TRAINING_LEARNING_RATE.name:  # a cosine schedule over the hour
-        peak = rng.choice((1e-4, 3e-4, 1e-3))
-        return [round(peak * 0.5 * (1 + math.cos(math.pi * i / n)), 8) for i in range(n)]
     if name == c.CHECKPOINT_LAST_GOOD_STEP.name:  # a good save every 5 minutes at 2 steps per second
         return [float(600 * (i * interval // 300)) for i in range(n)]
     if name == c.TRAINING_STEPS_TOTAL.name:
@@ -300,6 +292,13 @@ def _job_values(name: str, rng: random.Random, n: int, variant: int, interval: i
         return _counter(rng, n, 1 / 300, interval)
     if name == c.TRAINING_FOLDS_COMPLETED_TOTAL.name:
         return _counter(rng, n, 1 / 720, interval)
+    if name == c.TRAINING_STEP_LOSS.name:
+        return [round(x, 4) for x in _walk(rng, n, 0.1, 2.0, 0.02)]
+    if name == c.TRAINING_GRADIENT_NORM.name:
+        return [round(x, 3) for x in _walk(rng, n, 0.1, 10.0, 0.2)]
+    if name == c.TRAINING_LEARNING_RATE.name:  # a cosine schedule's slow decay
+        peak = rng.choice((1e-4, 3e-4, 1e-3))
+        return [peak * (0.5 + 0.5 * math.cos(math.pi * i / (4 * n))) for i in range(n)]
     rl_walks = {
         c.RL_Q_VALUE.name: (0.0, 50.0, 1.0),
         c.RL_POLICY_ENTROPY.name: (0.2, 0.69, 0.01),
