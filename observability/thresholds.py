@@ -125,6 +125,11 @@ class Thresholds:
     model_storage_used_ratio: Threshold
     gpu_poller_collection_slow_seconds: Threshold
     rule_group_slow_interval_ratio: Threshold
+    training_data_wait_ratio: Threshold
+    training_checkpoint_ratio: Threshold
+    training_communication_ratio: Threshold
+    training_compute_saturated_ratio: Threshold
+    training_compute_saturated_gpu_busy_percent: Threshold
 
     def scaled(self, factor: float) -> Thresholds:
         """Every threshold times `factor` (what-if tests); a value that leaves its unit's range is an error."""
@@ -155,6 +160,11 @@ UNITS: dict[str, Unit] = {
     "model_storage_used_ratio": "ratio",
     "gpu_poller_collection_slow_seconds": "seconds",
     "rule_group_slow_interval_ratio": "ratio",
+    "training_data_wait_ratio": "ratio",
+    "training_checkpoint_ratio": "ratio",
+    "training_communication_ratio": "ratio",
+    "training_compute_saturated_ratio": "ratio",
+    "training_compute_saturated_gpu_busy_percent": "percent",
 }
 
 
@@ -181,6 +191,15 @@ ALERTS: dict[str, str] = {
     "model_storage_used_ratio": "ModelStorageUsageHigh",
     "gpu_poller_collection_slow_seconds": "GPUPollerCollectionSlow",
     "rule_group_slow_interval_ratio": "RuleGroupSlow",
+    "training_data_wait_ratio": "TrainingInputBound",
+    "training_checkpoint_ratio": "TrainingCheckpointBound",
+}
+
+# The recording rule each threshold without an alert belongs to (its expression compares with it).
+RECORDS: dict[str, str] = {
+    "training_communication_ratio": "model_type_job_id_verdict:ml_training_bottleneck:share",
+    "training_compute_saturated_ratio": "model_type_job_id_verdict:ml_training_bottleneck:info",
+    "training_compute_saturated_gpu_busy_percent": "model_type_job_id_verdict:ml_training_bottleneck:info",
 }
 
 

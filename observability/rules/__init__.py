@@ -24,7 +24,7 @@ from typing import Any
 from observability.config import ObservabilityConfig
 from observability.prometheus_config import external_labels
 from observability.promql import duration
-from observability.rules import gpu, health, jobs, pipeline, quality, storage, training
+from observability.rules import efficiency, goodput, gpu, health, jobs, pipeline, quality, storage, training
 from observability.rules.dashboard_recording import dashboard_recording_groups
 from observability.rules.detection import CRITICAL_DETECTION_ALERTS, detection_budget
 from observability.rules.model import AlertRule, RecordingRule, RunbookQuery, Severity
@@ -46,6 +46,8 @@ __all__ = [
     "Tier",
     "alert_groups",
     "alert_rules",
+    "efficiency",
+    "goodput",
     "gpu",
     "group_inputs",
     "jobs",
@@ -62,6 +64,7 @@ _ALERT_GROUP_BUILDERS: tuple[tuple[str, Callable[[ObservabilityConfig], tuple[Al
     (quality.GROUP, quality.quality_alerts),
     (pipeline.GROUP, pipeline.pipeline_alerts),
     (storage.GROUP, storage.storage_alerts),
+    (efficiency.GROUP, efficiency.efficiency_alerts),
     (health.GROUP, lambda cfg: health.health_alerts(cfg, project_group_names(cfg))),
 )
 
@@ -83,6 +86,7 @@ def project_group_names(cfg: ObservabilityConfig) -> list[str]:
     return [
         *(group["name"] for group in recording_groups(cfg)),
         *(group["name"] for group in jobs.job_groups(cfg)),
+        *(group["name"] for group in goodput.goodput_groups(cfg)),
         *(group["name"] for group in dashboard_recording_groups(cfg)),
         *(name for name, _ in _ALERT_GROUP_BUILDERS),
     ]
@@ -116,7 +120,13 @@ def rule_groups(cfg: ObservabilityConfig) -> list[dict[str, Any]]:
         }
         for name, alerts in alert_groups(cfg)
     ]
-    return [*recording_groups(cfg), *jobs.job_groups(cfg), *dashboard_recording_groups(cfg), *alerting]
+    return [
+        *recording_groups(cfg),
+        *jobs.job_groups(cfg),
+        *goodput.goodput_groups(cfg),
+        *dashboard_recording_groups(cfg),
+        *alerting,
+    ]
 
 
 def rules_file_yaml(cfg: ObservabilityConfig) -> str:
@@ -130,6 +140,7 @@ RECORDING_RULES: tuple[RecordingRule, ...] = (
     *_ALERT_RECORDING_RULES,
     *gpu.input_rules(ObservabilityConfig()),
     *jobs.job_rules(ObservabilityConfig()),
+    *goodput.goodput_rules(ObservabilityConfig()),
 )
 
 

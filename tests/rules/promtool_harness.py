@@ -146,16 +146,39 @@ class Case:
         return any(not check.firing for check in self.checks)
 
 
+Samples = tuple[tuple[Mapping[str, str], float], ...]
+
+
 @dataclass(frozen=True)
 class RecordCase:
-    """A recording rule evaluated at one time: expected samples as (labels, value)."""
+    """A recording rule evaluated at one time: expected samples as (labels, value).
+
+    `also`: more records checked on the same input at the same time (one promtool group).
+    `round_to`: compare values rounded to this step (a power of two, so the rounding itself is
+    exact) where a rate's extrapolation leaves the last bit of an otherwise exact value to chance."""
 
     record: str
     name: str
     input: Mapping[str, str]
     at: str
-    samples: tuple[tuple[Mapping[str, str], float], ...]
+    samples: Samples
     interval: str | None = None
+    also: tuple[tuple[str, Samples], ...] = ()
+    round_to: float | None = None
+
+    @property
+    def checks(self) -> tuple[tuple[str, Samples], ...]:
+        return ((self.record, self.samples), *self.also)
+
+    @property
+    def records(self) -> tuple[str, ...]:
+        return tuple(record for record, _ in self.checks)
+
+
+def rounded(value: float, step: float) -> float:
+    """PromQL's `round(value, step)`, computed as Prometheus computes it."""
+    inverse = 1.0 / step
+    return math.floor(value * inverse + 0.5) / inverse
 
 
 # ------------------------------------------------------------------------------------------------
@@ -273,20 +296,20 @@ def alert_test_group(case: Case, cfg: ObservabilityConfig, rules: Mapping[str, M
     }
 
 
+def _expr_test(record: str, samples: Samples, at: str, step: float | None) -> dict[str, Any]:
+    if step is None:
+        expected = [{"labels": series(record, labels), "value": value} for labels, value in samples]
+        return {"expr": record, "eval_time": at, "exp_samples": expected}
+    expected = [{"labels": series("", labels), "value": rounded(value, step)} for labels, value in samples]
+    return {"expr": f"round({record}, {step!r})", "eval_time": at, "exp_samples": expected}
+
+
 def record_group(case: RecordCase, cfg: ObservabilityConfig) -> dict[str, Any]:
     return {
         "name": f"{case.record}: {case.name}",
         "interval": case.interval or f"{cfg.scrape_interval_seconds}s",
         "input_series": [{"series": s, "values": v} for s, v in case.input.items()],
-        "promql_expr_test": [
-            {
-                "expr": case.record,
-                "eval_time": case.at,
-                "exp_samples": [
-                    {"labels": series(case.record, labels), "value": value} for labels, value in case.samples
-                ],
-            }
-        ],
+        "promql_expr_test": [_expr_test(record, samples, case.at, case.round_to) for record, samples in case.checks],
     }
 
 

@@ -52,6 +52,8 @@ EXPECTED_GROUPS = {
     ),
     "ml_data_pipeline": ("TrainingDataStale", "FeatureEngineeringErrors", "FeatureExtractionLatencyHigh"),
     "ml_storage": ("S3ConnectionErrors", "CheckpointSaveFailures", "ModelStorageUsageHigh"),
+    # Beyond the report: a job losing its time to a cause it can fix.
+    "ml_training_efficiency": ("TrainingInputBound", "TrainingCheckpointBound"),
 }
 EXPECTED_CRITICAL = {
     "TrainingNaNDetected",
@@ -62,7 +64,8 @@ EXPECTED_CRITICAL = {
     "GPUErrorsDetected",
 }
 EXPECTED_HIGH = {"MLTrainingServiceDown", "ModelLoadingFailures"}
-INFO = {"GPUUtilizationLow", "GPUUtilizationCritical"}  # two info alerts: optimisation opportunities
+# Optimisation opportunities, never paged.
+INFO = {"GPUUtilizationLow", "GPUUtilizationCritical", "TrainingInputBound", "TrainingCheckpointBound"}
 REQUIRED_ANNOTATIONS = ("summary", "description", "impact", "action", "runbook_url")
 # The monitoring's own health: who watches the watchers.
 HEALTH_GROUP = "ml_monitoring_health"
@@ -105,8 +108,9 @@ def rule_problems(rule: dict[str, Any], cfg: ObservabilityConfig = CFG) -> list[
 def test_six_groups_with_their_alerts_then_the_health_group():
     assert ALERTS_BY_GROUP == {**EXPECTED_GROUPS, HEALTH_GROUP: HEALTH_ALERTS}
     assert (*EXPECTED_GROUPS, HEALTH_GROUP) == ALERT_GROUP_NAMES
-    # the 22 alerts users expect plus GPUMemoryExhaustionPredicted, then the health alerts
-    assert len(ALERT_NAMES) == 23 + len(HEALTH_ALERTS) == len(set(ALERT_NAMES))
+    # the 22 alerts users expect plus GPUMemoryExhaustionPredicted and the two efficiency alerts,
+    # then the health alerts
+    assert len(ALERT_NAMES) == 25 + len(HEALTH_ALERTS) == len(set(ALERT_NAMES))
     alert_groups = [g for g in rule_groups(CFG) if any("alert" in r for r in g["rules"])]
     assert [g["name"] for g in alert_groups] == [*EXPECTED_GROUPS, HEALTH_GROUP]
     # an alert group holds alerts, except the inputs ml_gpu_resources records at its head

@@ -30,7 +30,7 @@ from observability.thresholds import (
     load_thresholds,
     parse_thresholds,
 )
-from tests.rules.alert_cases import RECORD_CASES, alert_cases
+from tests.rules.alert_cases import alert_cases, record_cases
 from tests.rules.promtool_harness import Suite, run_promtool_tests
 
 FACTORS = (0.9, 1.05)
@@ -135,7 +135,7 @@ def test_boundary_cases_follow_the_thresholds_and_pass_promtool(factor, tmp_path
     default_names = {(c.alert, c.name) for c in alert_cases()}
     cases = alert_cases(cfg.thresholds)
     assert {(c.alert, c.name) for c in cases} != default_names, "the cases did not move with the thresholds"
-    suite = Suite(f"thresholds-x{factor:g}", cfg, list(cases), list(RECORD_CASES))
+    suite = Suite(f"thresholds-x{factor:g}", cfg, list(cases), list(record_cases(cfg.thresholds)))
     result = run_promtool_tests([suite.write(tmp_path)], cwd=tmp_path)
     assert result.returncode == 0, result.output[-20000:]
 
