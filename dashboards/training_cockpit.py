@@ -1,4 +1,4 @@
-"""Training cockpit: the per-fold view of training jobs in 9 rows.
+"""Training cockpit: the per-fold view of training jobs.
 
 Variables: `$model` (label `model_type`), `$fold`, `$job_id` (the job whose GPUs "This Job's
 GPUs" shows), `$node` (GPUs) and `$interval`, the minimum query interval from which Grafana
@@ -401,6 +401,32 @@ def _checkpoints() -> Row:
                 Common("Checkpoint Size", "Size of each job's latest checkpoint.", "bytes", w=6, min=0),
                 [Query(promql.gauge(catalog.CHECKPOINT_SIZE_BYTES, (MODEL,)), JOB_LEGEND)],
             ),
+            panels.timeseries(
+                Common(
+                    "Since Last Good Checkpoint",
+                    "Time since each job's latest good checkpoint (saved without error, finite weights): the "
+                    "work a rollback would lose.",
+                    "s",
+                    w=12,
+                    min=0,
+                ),
+                [
+                    Query(
+                        f"time() - {promql.gauge(catalog.CHECKPOINT_LAST_GOOD_TIMESTAMP_SECONDS, (MODEL,))}",
+                        JOB_LEGEND,
+                    )
+                ],
+            ),
+            panels.timeseries(
+                Common(
+                    "Last Good Checkpoint Step",
+                    "Training step of each job's latest good checkpoint: where a rollback resumes.",
+                    "short",
+                    w=12,
+                    min=0,
+                ),
+                [Query(promql.gauge(catalog.CHECKPOINT_LAST_GOOD_STEP, (MODEL,)), JOB_LEGEND)],
+            ),
         ],
     )
 
@@ -445,7 +471,7 @@ def _errors() -> Row:
         [
             errors(
                 "NaN Detected",
-                "NaN values detected per second, by tensor type (loss, gradient, activation).",
+                "Non-finite values (NaN, infinity) detected per second, by tensor type.",
                 catalog.TRAINING_NAN_COUNT,
                 ("model_type", "tensor_type"),
             ),
@@ -463,7 +489,7 @@ def _errors() -> Row:
             ),
             errors(
                 "Training Failures",
-                "Training failures per second, by error type (nan, oom, timeout, config).",
+                "Training jobs that ended with an error, per second, by error type.",
                 catalog.TRAINING_FAILURES_TOTAL,
                 ("model_type", "error_type"),
             ),
@@ -529,6 +555,89 @@ def _timing() -> Row:
     )
 
 
+def _steps_and_time() -> Row:
+    per_rank = ("model_type", "job_id", "rank")
+    job = (MODEL, JOB_ID)
+    phase_rate = promql.rate(catalog.TRAINING_PHASE_SECONDS_TOTAL, job)
+    rank_legend = "{{job_id}} rank {{rank}}"
+    return Row(
+        "Steps and Time",
+        [
+            panels.timeseries(
+                Common(
+                    "Steps per Second by Rank",
+                    "Optimizer steps each rank of $job_id completes per second.",
+                    "short",
+                    w=8,
+                    min=0,
+                ),
+                [Query(promql.aggregate("sum", per_rank, promql.rate(catalog.TRAINING_STEPS_TOTAL, job)), rank_legend)],
+            ),
+            panels.timeseries(
+                Common(
+                    "Seconds Since Last Step by Rank",
+                    "How long ago each rank of $job_id completed its latest step: a rank that stops advancing climbs.",
+                    "s",
+                    w=8,
+                    min=0,
+                ),
+                [Query(f"time() - {promql.gauge(catalog.TRAINING_LAST_STEP_TIMESTAMP_SECONDS, job)}", rank_legend)],
+            ),
+            panels.stat(
+                Common(
+                    "Ranks Reporting", "Processes of $job_id that report, out of the job's world size.", "short", w=8
+                ),
+                [
+                    Query(
+                        promql.aggregate(
+                            "count", ("job_id", "world_size"), promql.gauge(catalog.TRAINING_RANK_INFO, job)
+                        ),
+                        "{{job_id}} of {{world_size}}",
+                    )
+                ],
+            ),
+            panels.timeseries(
+                Common(
+                    "Throughput",
+                    "Samples and tokens per second of $job_id, all ranks together.",
+                    "short",
+                    w=12,
+                    min=0,
+                ),
+                [
+                    Query(
+                        promql.aggregate("sum", ("job_id",), promql.rate(catalog.TRAINING_SAMPLES_TOTAL, job)),
+                        "{{job_id}} samples/s",
+                    ),
+                    Query(
+                        promql.aggregate("sum", ("job_id",), promql.rate(catalog.TRAINING_TOKENS_TOTAL, job)),
+                        "{{job_id}} tokens/s",
+                    ),
+                ],
+            ),
+            panels.timeseries(
+                Common(
+                    "Time by Phase",
+                    "Share of $job_id's wall time (all ranks) in each phase: compute, waiting for data, collectives, "
+                    "checkpoints, evaluation, redone (lost) work, start-up and idle.",
+                    "percentunit",
+                    w=12,
+                    min=0,
+                    max=1,
+                ),
+                [
+                    Query(
+                        f"{promql.aggregate('sum', ('phase',), phase_rate)} / ignoring(phase) group_left "
+                        f"{promql.aggregate('sum', (), phase_rate)}",
+                        "{{phase}}",
+                    )
+                ],
+                stacked=True,
+            ),
+        ],
+    )
+
+
 def build(cfg: ObservabilityConfig) -> dict[str, Any]:
     return assemble(
         DashboardSpec(
@@ -565,6 +674,7 @@ def build(cfg: ObservabilityConfig) -> dict[str, Any]:
             rows=[
                 _active_jobs(),
                 _training_progress(),
+                _steps_and_time(),
                 _this_jobs_gpus(cfg),
                 _gpu_resources(cfg.thresholds),
                 _model_quality(),

@@ -130,6 +130,8 @@ class Metric:
 JOB = ("model_type", "job_id")
 FOLD = ("model_type", "job_id", "fold")
 GPU = ("node", "gpu_id", "uuid", "gpu_name")
+# Per-rank series: one process of a (possibly distributed) job; `rank` is bounded by the world size.
+RANK_JOB = ("model_type", "job_id", "rank")
 
 _T = Producer.TRAINING_JOB
 _G = Producer.GPU_POLLER
@@ -178,8 +180,8 @@ TRAINING_NAN_COUNT = Metric(
     "ml_training_nan_count",
     MetricType.COUNTER,
     "",
-    "NaN values detected, by tensor type (loss, gradient, activation). "
-    + KEPT_NAME_NOTE.format(why="a counter without the `_total` suffix"),
+    "Non-finite values (NaN, infinity) detected, by tensor type (loss, validation_loss, gradient, activation, "
+    "weights). " + KEPT_NAME_NOTE.format(why="a counter without the `_total` suffix"),
     (*JOB, "tensor_type"),
     _T,
 )
@@ -190,8 +192,8 @@ TRAINING_FAILURES_TOTAL = Metric(
     "ml_training_failures_total",
     MetricType.COUNTER,
     "",
-    "Training failures by error type (nan, oom, timeout, config).",
-    ("model_type", "error_type"),
+    "Training jobs that ended with an error, by error type (nan, oom, timeout, config, io, exception).",
+    (*JOB, "error_type"),
     _T,
 )
 
@@ -387,7 +389,7 @@ CHECKPOINT_SAVE_FAILURES_TOTAL = Metric(
     "ml_checkpoint_save_failures_total",
     MetricType.COUNTER,
     "",
-    "Checkpoint save failures by error type.",
+    "Checkpoint save failures by error type (io_error, timeout, serialization, storage, other).",
     (*JOB, "error_type"),
     _T,
 )
@@ -396,19 +398,35 @@ CHECKPOINT_SAVE_DURATION_SECONDS = Metric(
     MetricType.HISTOGRAM,
     "seconds",
     "Checkpoint save duration.",
-    ("model_type",),
+    JOB,
     _T,
     DURATION_BUCKETS,
 )
 CHECKPOINT_SIZE_BYTES = Metric(
     "ml_checkpoint_size_bytes", MetricType.GAUGE, "bytes", "Size of the latest checkpoint.", JOB, _T
 )
+CHECKPOINT_LAST_GOOD_STEP = Metric(
+    "ml_checkpoint_last_good_step",
+    MetricType.GAUGE,
+    "",
+    "Training step of the latest good checkpoint (saved without error, with finite weights): where a rollback resumes.",
+    JOB,
+    _T,
+)
+CHECKPOINT_LAST_GOOD_TIMESTAMP_SECONDS = Metric(
+    "ml_checkpoint_last_good_timestamp_seconds",
+    MetricType.GAUGE,
+    "seconds",
+    "Unix time the latest good checkpoint was saved.",
+    JOB,
+    _T,
+)
 CHECKPOINT_WRITTEN_BYTES_TOTAL = Metric(
     "ml_checkpoint_written_bytes_total",
     MetricType.COUNTER,
     "bytes",
     "Bytes of checkpoints this rank saved successfully (what checkpoint storage is billed for).",
-    ("model_type", "job_id", "rank"),
+    RANK_JOB,
     _T,
 )
 
@@ -423,7 +441,7 @@ TRAINING_MODEL_FLOPS_TOTAL = Metric(
     "Model FLOPs (forward and backward, as torch.utils.flop_counter counts them, or as declared) of the "
     "training steps this rank completed, by the precision its matrix multiplies run in (fp32, tf32, "
     "bf16, fp16, fp8).",
-    ("model_type", "job_id", "rank", "precision"),
+    (*RANK_JOB, "precision"),
     _T,
 )
 
@@ -448,7 +466,7 @@ TRAINING_CPU_USAGE_PERCENT = Metric(
     _T,
 )
 TRAINING_ACTIVE_WORKERS = Metric(
-    "ml_training_active_workers", MetricType.GAUGE, "", "Active training workers.", ("model_type",), _T
+    "ml_training_active_workers", MetricType.GAUGE, "", "Active training workers.", JOB, _T
 )
 
 # --- G. Data pipeline -------------------------------------------------------------------------
@@ -460,7 +478,7 @@ TRAINING_DATA_LOADING_SECONDS = Metric(
     MetricType.HISTOGRAM,
     "seconds",
     "Data loading duration.",
-    ("model_type",),
+    JOB,
     _T,
     DURATION_BUCKETS,
 )
@@ -519,6 +537,42 @@ TRAINING_FOLDS_PLANNED = Metric(
 )
 TRAINING_FOLDS_COMPLETED_TOTAL = Metric(
     "ml_training_folds_completed_total", MetricType.COUNTER, "", "Folds completed by the job.", JOB, _T
+)
+
+# --- Steps and time accounting, per rank ---------------------------------------------------------
+TRAINING_RANK_INFO = Metric(
+    "ml_training_rank_info",
+    MetricType.INFO,
+    "",
+    "1 for each process of a job: its rank, local rank, node rank and the job's world size.",
+    (*RANK_JOB, "local_rank", "node_rank", "world_size"),
+    _T,
+)
+TRAINING_STEPS_TOTAL = Metric(
+    "ml_training_steps_total", MetricType.COUNTER, "", "Optimizer steps completed by this rank.", RANK_JOB, _T
+)
+TRAINING_SAMPLES_TOTAL = Metric(
+    "ml_training_samples_total", MetricType.COUNTER, "", "Training samples processed by this rank.", RANK_JOB, _T
+)
+TRAINING_TOKENS_TOTAL = Metric(
+    "ml_training_tokens_total", MetricType.COUNTER, "", "Training tokens processed by this rank.", RANK_JOB, _T
+)
+TRAINING_LAST_STEP_TIMESTAMP_SECONDS = Metric(
+    "ml_training_last_step_timestamp_seconds",
+    MetricType.GAUGE,
+    "seconds",
+    "Unix time at which this rank completed its latest step.",
+    RANK_JOB,
+    _T,
+)
+TRAINING_PHASE_SECONDS_TOTAL = Metric(
+    "ml_training_phase_seconds_total",
+    MetricType.COUNTER,
+    "seconds",
+    "Wall time of this rank by phase (startup, data_wait, compute, collective, checkpoint, evaluation, "
+    "lost_work, idle); the phases of a rank sum to its wall time since the job started.",
+    (*RANK_JOB, "phase"),
+    _T,
 )
 
 # --- ML services (the metrics the service alerts query) --------------------------------------

@@ -18,24 +18,27 @@ Prometheus' metadata reads `unknown` instead of `counter`). `_created` samples a
 
 Serving. `MetricsHTTPServer` answers `/metrics` with a `MetricsPage` in the negotiated format,
 `/healthz` with 200 while the process serves HTTP, and numbers the scrapes (`ScrapeLog`) so a
-process can wait for one more scrape before it exits.
+process can wait for one more scrape before it exits. It runs on the bounded server of
+`observability.http_server` (timeouts, a cap on requests in flight, no thread per connection) with
+the TLS and authentication of `observability.web_config`.
 
-This module imports nothing of the project: the poller image copies it next to the catalog.
+This module imports nothing of the project but those two: the poller image copies the three.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import socket
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Protocol
 
 from prometheus_client.metrics_core import Metric as ClientFamily
 from prometheus_client.samples import Exemplar, Sample
+
+from observability.http_server import PLAIN, BoundedHTTPServer, Request, Response, ServerLimits
+from observability.web_config import ReloadingContext, WebConfig, authorizer
 
 LOG = logging.getLogger(__name__)
 
@@ -226,7 +229,10 @@ class MetricsPage(Protocol):
         """The formats the page can be written in; the first one for a scraper that names none."""
         ...
 
-    def render(self, fmt: Format) -> bytes: ...
+    def render(self, fmt: Format, requested_at: float | None = None) -> bytes:
+        """The page in `fmt`; `requested_at` (time.monotonic) is when the scrape's request arrived
+        (a page that caches may serve what was collected after it)."""
+        ...
 
 
 class CollectorPage:
@@ -237,7 +243,7 @@ class CollectorPage:
     def __init__(self, source: FamilySource) -> None:
         self.source = source
 
-    def render(self, fmt: Format) -> bytes:
+    def render(self, fmt: Format, requested_at: float | None = None) -> bytes:
         return render_openmetrics(self.source) if fmt is OPENMETRICS else render_text(self.source)
 
 
@@ -267,19 +273,14 @@ class ScrapeLog:
             return self._changed.wait_for(lambda: self._newest_finished >= first_new, timeout)
 
 
-PLAIN = "text/plain; charset=utf-8"
-
-
-class MetricsHTTPServer(ThreadingHTTPServer):
+class MetricsHTTPServer:
     """`/metrics` (the page, in the format the scraper asks for), `/healthz`, and an optional index
-    page at `/`. One thread per request; `start()` serves from a daemon thread, `stop()` ends it.
+    page at `/`, on a `BoundedHTTPServer` (one event loop, a fixed pool of workers, the `limits`;
+    `web` for TLS and authentication). `start()` serves, `stop()` ends it.
 
     `/healthz` answers 200 while the process serves HTTP: it says nothing about what the page
     reports (a poller on a node without a working driver is healthy; its metrics say the rest).
     """
-
-    daemon_threads = True
-    request_queue_size = 128  # the listen backlog: many scrapers connecting at once
 
     def __init__(
         self,
@@ -288,70 +289,59 @@ class MetricsHTTPServer(ThreadingHTTPServer):
         *,
         index_page: bytes | None = None,
         server_version: str = "metrics",
+        limits: ServerLimits | None = None,
+        web: WebConfig | None = None,
     ) -> None:
-        if ":" in address[0]:
-            self.address_family = socket.AF_INET6
         self.page = page
         self.index_page = index_page
         self.scrapes = ScrapeLog()
-        handler = type("Handler", (MetricsHandler,), {"server_version": server_version})
-        super().__init__(address, handler)
-        self._thread: threading.Thread | None = None
+        web = web or WebConfig()
+        self.web = web
+        self._http = BoundedHTTPServer(
+            address,
+            self._handle,
+            limits=limits,
+            tls=ReloadingContext(web.tls) if web.tls is not None else None,
+            authorize=authorizer(web),
+            server_version=server_version,
+        )
+        self.server_address = self._http.server_address
 
     @property
     def port(self) -> int:
         """The bound port (useful with port 0)."""
-        return int(self.server_address[1])
+        return self._http.port
 
-    def start(self, poll_interval: float = 0.25) -> MetricsHTTPServer:
-        self._thread = threading.Thread(
-            target=self.serve_forever, args=(poll_interval,), name="metrics-http", daemon=True
-        )
-        self._thread.start()
+    @property
+    def http(self) -> BoundedHTTPServer:
+        """The server underneath (its limits, open connections, requests in flight)."""
+        return self._http
+
+    def start(self) -> MetricsHTTPServer:
+        self._http.start()
         return self
 
     def stop(self) -> None:
         """Stop serving and close the socket."""
-        if self._thread is not None:
-            self.shutdown()
-            self._thread.join(timeout=5)
-            self._thread = None
-        self.server_close()
+        self._http.stop()
 
-
-class MetricsHandler(BaseHTTPRequestHandler):
-    server: MetricsHTTPServer
-
-    def do_GET(self) -> None:
-        path = self.path.split("?", 1)[0]
+    def _handle(self, request: Request) -> Response:
+        path = request.path
         if path == "/metrics":
-            self._metrics()
-        elif path == "/healthz":
-            self._reply(200, b"ok\n", PLAIN)
-        elif path == "/" and self.server.index_page is not None:
-            self._reply(200, self.server.index_page, "text/html; charset=utf-8")
-        else:
-            self._reply(404, b"not found: try /metrics or /healthz\n", PLAIN)
+            return self._metrics(request)
+        if path == "/healthz":
+            return Response(200, b"ok\n", PLAIN)
+        if path == "/" and self.index_page is not None:
+            return Response(200, self.index_page, "text/html; charset=utf-8")
+        return Response(404, b"not found: try /metrics or /healthz\n", PLAIN)
 
-    def _metrics(self) -> None:
-        page = self.server.page
-        fmt = negotiate(self.headers.get("Accept"), page.formats)
-        number = self.server.scrapes.start()
+    def _metrics(self, request: Request) -> Response:
+        page = self.page
+        fmt = negotiate(request.headers.get("accept"), page.formats)
+        number = self.scrapes.start()
         try:
-            body = page.render(fmt)
+            body = page.render(fmt, request.received)
         except Exception:
             LOG.exception("rendering /metrics failed")
-            self._reply(500, b"internal error\n", PLAIN)
-            return
-        self._reply(200, body, fmt.content_type)
-        self.server.scrapes.finish(number)
-
-    def _reply(self, status: int, body: bytes, content_type: str) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        LOG.debug("%s - %s", self.address_string(), format % args)
+            return Response(500, b"internal error\n", PLAIN)
+        return Response(200, body, fmt.content_type, on_sent=lambda: self.scrapes.finish(number))

@@ -1,17 +1,22 @@
-"""Alert thresholds as data: `observability/thresholds.yaml` holds each number once.
+"""Alert thresholds as data: `observability/thresholds.yaml` holds one record per threshold (its
+value, unit and the alert it belongs to, or the recording rule for a threshold that judges
+without alerting, such as the bottleneck verdict's), and each number only there.
 
 Every generator reads a threshold through `ObservabilityConfig.thresholds`: the alert's expression
 (`Threshold.promql`), its summary and description (`Threshold.text`, `Threshold.short`), the
 dashboard threshold steps that show it (`Threshold.value`, `Threshold.percent`), and the rule tests'
-boundary cases. Changing a value in the YAML file changes all of them; nothing else is edited.
+boundary cases. Changing a value in the YAML file changes all of them; nothing else is edited. A new threshold is
+one record there, read by its alert as `cfg.thresholds.<snake_case name>`.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import yaml
 
@@ -39,10 +44,15 @@ def _number(value: float) -> str:
 
 @dataclass(frozen=True)
 class Threshold:
-    """One alert threshold: its value and unit, spelled for PromQL and for people."""
+    """One record of thresholds.yaml: its name, value and unit, the alert it belongs to, and the
+    spellings of the value for PromQL and for people."""
 
+    name: str
     value: float
     unit: Unit
+    alert: str
+    # The recording rule whose expression compares with it, for a threshold no alert reads ("" otherwise).
+    record: str = ""
 
     @property
     def promql(self) -> str:
@@ -100,139 +110,137 @@ def _long_duration(seconds: float) -> str:
     return f"{_number(seconds * 1000)} ms"
 
 
-@dataclass(frozen=True)
-class Thresholds:
-    """Every alert threshold (names as in thresholds.yaml, snake_case here; units in `UNITS`)."""
+def yaml_key(field_name: str) -> str:
+    """The record's name in thresholds.yaml for an attribute: gpu_memory_high_ratio -> gpuMemoryHighRatio."""
+    head, *rest = field_name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
 
-    gpu_utilization_low_percent: Threshold
-    gpu_utilization_high_percent: Threshold
-    gpu_memory_high_ratio: Threshold
-    gpu_memory_exhausted_ratio: Threshold
-    gpu_temperature_high_celsius: Threshold
-    gpu_memory_prediction_floor_ratio: Threshold
-    training_slowdown_epochs_per_second: Threshold
-    inference_p99_seconds: Threshold
-    model_loading_failures_per_second: Threshold
-    model_cache_miss_ratio: Threshold
-    model_drift_score: Threshold
-    feature_distribution_distance: Threshold
-    prediction_confidence_median: Threshold
-    model_accuracy_drop_factor: Threshold
-    training_data_stale_seconds: Threshold
-    feature_engineering_errors_per_second: Threshold
-    feature_extraction_p95_seconds: Threshold
-    s3_errors_per_second: Threshold
-    model_storage_used_ratio: Threshold
-    gpu_poller_collection_slow_seconds: Threshold
-    rule_group_slow_interval_ratio: Threshold
-    training_data_wait_ratio: Threshold
-    training_checkpoint_ratio: Threshold
-    training_communication_ratio: Threshold
-    training_compute_saturated_ratio: Threshold
-    training_compute_saturated_gpu_busy_percent: Threshold
+
+def attribute_name(key: str) -> str:
+    """The attribute code reads for a record of thresholds.yaml: gpuMemoryHighRatio -> gpu_memory_high_ratio."""
+    return re.sub(r"(?=[A-Z])", "_", key).lower()
+
+
+class Thresholds:
+    """Every record of thresholds.yaml, read by attribute: `th.gpu_memory_high_ratio` is the record
+    `gpuMemoryHighRatio`. A name with no record fails at once, naming the records there are."""
+
+    __slots__ = ("_records",)
+    _records: dict[str, Threshold]
+
+    def __init__(self, records: Iterable[Threshold]) -> None:
+        object.__setattr__(self, "_records", {attribute_name(r.name): r for r in records})
+
+    def __getattr__(self, name: str) -> Threshold:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        try:
+            return self._records[name]
+        except KeyError:
+            known = ", ".join(sorted(self._records))
+            raise AttributeError(
+                f"no threshold {name} ({yaml_key(name)} in {THRESHOLDS_FILE.name}): expected one of {known}"
+            ) from None
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("Thresholds are immutable: build new ones with parse_thresholds or scaled")
+
+    def __iter__(self) -> Iterator[Threshold]:
+        return iter(self._records.values())
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Thresholds) and self._records == other._records
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._records.values()))
+
+    def __repr__(self) -> str:
+        return f"Thresholds({', '.join(f'{r.name}={r.value:g}' for r in self)})"
+
+    def __reduce__(self) -> tuple[type[Thresholds], tuple[tuple[Threshold, ...]]]:
+        return (Thresholds, (tuple(self),))
 
     def scaled(self, factor: float) -> Thresholds:
         """Every threshold times `factor` (what-if tests); a value that leaves its unit's range is an error."""
         return parse_thresholds(
-            {key: round(value * factor, 6) for key, value in dump_thresholds(self).items()}, f"thresholds x {factor:g}"
+            {r.name: {**_record_document(r), "value": round(r.value * factor, 6)} for r in self},
+            f"thresholds x {factor:g}",
         )
-
-
-UNITS: dict[str, Unit] = {
-    "gpu_utilization_low_percent": "percent",
-    "gpu_utilization_high_percent": "percent",
-    "gpu_memory_high_ratio": "ratio",
-    "gpu_memory_exhausted_ratio": "ratio",
-    "gpu_temperature_high_celsius": "celsius",
-    "gpu_memory_prediction_floor_ratio": "ratio",
-    "training_slowdown_epochs_per_second": "epochs_per_second",
-    "inference_p99_seconds": "seconds",
-    "model_loading_failures_per_second": "per_second",
-    "model_cache_miss_ratio": "ratio",
-    "model_drift_score": "score",
-    "feature_distribution_distance": "score",
-    "prediction_confidence_median": "ratio",
-    "model_accuracy_drop_factor": "factor",
-    "training_data_stale_seconds": "seconds",
-    "feature_engineering_errors_per_second": "per_second",
-    "feature_extraction_p95_seconds": "seconds",
-    "s3_errors_per_second": "per_second",
-    "model_storage_used_ratio": "ratio",
-    "gpu_poller_collection_slow_seconds": "seconds",
-    "rule_group_slow_interval_ratio": "ratio",
-    "training_data_wait_ratio": "ratio",
-    "training_checkpoint_ratio": "ratio",
-    "training_communication_ratio": "ratio",
-    "training_compute_saturated_ratio": "ratio",
-    "training_compute_saturated_gpu_busy_percent": "percent",
-}
-
-
-# The alert each threshold belongs to (its expression compares with it).
-ALERTS: dict[str, str] = {
-    "gpu_utilization_low_percent": "GPUUtilizationLow",
-    "gpu_utilization_high_percent": "GPUUtilizationCritical",
-    "gpu_memory_high_ratio": "GPUMemoryUsageHigh",
-    "gpu_memory_exhausted_ratio": "GPUMemoryExhausted",
-    "gpu_temperature_high_celsius": "GPUTemperatureHigh",
-    "gpu_memory_prediction_floor_ratio": "GPUMemoryExhaustionPredicted",
-    "training_slowdown_epochs_per_second": "TrainingSlowdown",
-    "inference_p99_seconds": "MLInferenceLatencyHigh",
-    "model_loading_failures_per_second": "ModelLoadingFailures",
-    "model_cache_miss_ratio": "ModelCacheMissesHigh",
-    "model_drift_score": "ModelDriftDetected",
-    "feature_distribution_distance": "FeatureDistributionShift",
-    "prediction_confidence_median": "PredictionConfidenceLow",
-    "model_accuracy_drop_factor": "MLModelAccuracyDegraded",
-    "training_data_stale_seconds": "TrainingDataStale",
-    "feature_engineering_errors_per_second": "FeatureEngineeringErrors",
-    "feature_extraction_p95_seconds": "FeatureExtractionLatencyHigh",
-    "s3_errors_per_second": "S3ConnectionErrors",
-    "model_storage_used_ratio": "ModelStorageUsageHigh",
-    "gpu_poller_collection_slow_seconds": "GPUPollerCollectionSlow",
-    "rule_group_slow_interval_ratio": "RuleGroupSlow",
-    "training_data_wait_ratio": "TrainingInputBound",
-    "training_checkpoint_ratio": "TrainingCheckpointBound",
-}
-
-# The recording rule each threshold without an alert belongs to (its expression compares with it).
-RECORDS: dict[str, str] = {
-    "training_communication_ratio": "model_type_job_id_verdict:ml_training_bottleneck:share",
-    "training_compute_saturated_ratio": "model_type_job_id_verdict:ml_training_bottleneck:info",
-    "training_compute_saturated_gpu_busy_percent": "model_type_job_id_verdict:ml_training_bottleneck:info",
-}
-
-
-def yaml_key(field_name: str) -> str:
-    head, *rest = field_name.split("_")
-    return head + "".join(part.capitalize() for part in rest)
 
 
 class ThresholdsError(ValueError):
     """thresholds.yaml is malformed: every problem, one per line, naming the key and the value."""
 
 
-def parse_thresholds(document: Any, source: str = THRESHOLDS_FILE.name) -> Thresholds:
-    if not isinstance(document, dict):
-        raise ThresholdsError(f"{source}: expected a mapping of threshold name to number")
-    problems: list[str] = []
-    known = {yaml_key(f.name): f for f in fields(Thresholds)}
-    for extra in sorted(set(map(str, document)) - set(known)):
-        problems.append(f"{source}: {extra} is not a known threshold: expected one of {', '.join(sorted(known))}")
-    values: dict[str, Threshold] = {}
-    for key, f in known.items():
-        unit = UNITS[f.name]
+_RECORD_KEYS = ("value", "unit", "alert", "record")
+_RECORDING_RULE = re.compile(r"[a-z_]+:[a-z0-9_]+:[a-z0-9_]+")
+
+
+def _record_document(record: Threshold) -> dict[str, Any]:
+    owner = {"record": record.record} if record.record else {"alert": record.alert}
+    return {"value": record.value, "unit": record.unit, **owner}
+
+
+def _parse_record(key: str, raw: Any, source: str, problems: list[str]) -> Threshold | None:
+    shape = "expected {value: <number>, unit: <unit>, alert: <alert name>}"
+    if not isinstance(raw, dict):
+        problems.append(f"{source}: {key} = {raw!r}: {shape}")
+        return None
+    for extra in sorted(set(map(str, raw)) - set(_RECORD_KEYS)):
+        problems.append(f"{source}: {key}.{extra} is not a field of a threshold: {shape}")
+    unit, alert, value = str(raw.get("unit")), raw.get("alert"), raw.get("value")
+    record = raw.get("record")
+    ok = True
+    if unit not in _RANGES:
+        problems.append(f"{source}: {key}.unit = {raw.get('unit')!r}: expected one of {', '.join(_RANGES)}")
+        ok = False
+    if record is not None:
+        if "alert" in raw:
+            problems.append(f"{source}: {key} names both an alert and a record: expected the one rule that reads it")
+            ok = False
+        elif not isinstance(record, str) or not _RECORDING_RULE.fullmatch(record):
+            problems.append(
+                f"{source}: {key}.record = {record!r}: expected the level:metric:operation name of the recording "
+                "rule that compares with it"
+            )
+            ok = False
+        alert = ""
+    elif not isinstance(alert, str) or not re.fullmatch(r"[A-Z][A-Za-z0-9]*", alert):
+        problems.append(f"{source}: {key}.alert = {alert!r}: expected the name of the alert that compares with it")
+        ok = False
+    number = float(value) if isinstance(value, int | float) and not isinstance(value, bool) else math.nan
+    if ok:
         low, high = _RANGES[unit]
-        raw = document.get(key)
-        number = float(raw) if isinstance(raw, int | float) and not isinstance(raw, bool) else math.nan
-        if raw is None:
-            problems.append(f"{source}: {key} is missing: expected a number from {low:g} to {high:g} ({unit})")
+        if value is None:
+            problems.append(f"{source}: {key}.value is missing: expected a number from {low:g} to {high:g} ({unit})")
+            ok = False
         elif not low < number <= high:
-            problems.append(f"{source}: {key} = {raw!r}: expected a number above {low:g} and at most {high:g}")
-        values[f.name] = Threshold(number, unit)
+            expected = f"expected a number above {low:g} and at most {high:g} ({unit})"
+            problems.append(f"{source}: {key} = {value!r}: {expected}")
+            ok = False
+    return Threshold(key, number, cast(Unit, unit), str(alert), str(record or "")) if ok else None
+
+
+def parse_thresholds(document: Any, source: str = THRESHOLDS_FILE.name) -> Thresholds:
+    """The records of a thresholds document (name -> {value, unit, alert}); every problem at once."""
+    if not isinstance(document, dict) or not document:
+        raise ThresholdsError(f"{source}: expected a mapping of threshold name to {{value, unit, alert}}")
+    problems: list[str] = []
+    records: list[Threshold] = []
+    for key, raw in document.items():
+        if not isinstance(key, str) or not re.fullmatch(r"[a-z][a-z0-9]*([A-Z][a-z0-9]+)*", key):
+            expected = "expected lowerCamelCase ending in its unit, like gpuMemoryHighRatio"
+            problems.append(f"{source}: {key!r} is not a threshold name: {expected}")
+            continue
+        record = _parse_record(key, raw, source, problems)
+        if record is not None:
+            records.append(record)
     if problems:
         raise ThresholdsError("\n".join(problems))
-    return Thresholds(**values)
+    return Thresholds(records)
 
 
 def load_thresholds(path: Path = THRESHOLDS_FILE) -> Thresholds:
@@ -243,8 +251,9 @@ def load_thresholds(path: Path = THRESHOLDS_FILE) -> Thresholds:
     return parse_thresholds(document, path.name)
 
 
-def dump_thresholds(thresholds: Thresholds) -> dict[str, float]:
-    return {yaml_key(f.name): getattr(thresholds, f.name).value for f in fields(thresholds)}
+def dump_thresholds(thresholds: Thresholds) -> dict[str, dict[str, Any]]:
+    """The records as a thresholds document (what `parse_thresholds` reads back)."""
+    return {r.name: _record_document(r) for r in thresholds}
 
 
 DEFAULT_THRESHOLDS = load_thresholds()

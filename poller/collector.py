@@ -48,8 +48,10 @@ class SharedPass:
         self._last_finished = 0.0
         self.passes = 0  # passes run since start (for tests and benchmarks)
 
-    def latest(self) -> PassResult:
-        requested = self._clock()
+    def latest(self, requested_at: float | None = None) -> PassResult:
+        """The newest pass, run now unless one finished after `requested_at` (when the scrape
+        arrived; default now) or started less than the minimum interval before it."""
+        requested = self._clock() if requested_at is None else requested_at
         with self._lock:
             last = self._last
             if last is not None and (

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from types import FrameType
 
 from observability.exposition import TEXT, TEXT_ONLY, Format, MetricsHTTPServer
+from observability.http_server import ServerLimits
+from observability.web_config import WebConfig, WebConfigError, load_web_config
 from poller.collector import SharedPass
 from poller.error_counters import ErrorCounters
 from poller.exposition import TextPageWriter
@@ -41,20 +43,32 @@ class MetricsPage:
         self._counters = counters
         self._writer = TextPageWriter(node)
 
-    def render(self, fmt: Format = TEXT) -> bytes:
-        result = self._shared.latest()
+    def render(self, fmt: Format = TEXT, requested_at: float | None = None) -> bytes:
+        result = self._shared.latest(requested_at)
         return self._writer.render(result, self._counters.snapshot())
 
 
 def serve(settings: PollerSettings) -> int:
-    """Run until SIGTERM or SIGINT; 0 on a clean stop, 1 if the address cannot be bound."""
+    """Run until SIGTERM or SIGINT; 0 on a clean stop, 1 if the web config is wrong or the address
+    cannot be bound."""
+    try:
+        web = load_web_config(settings.web_config_file) if settings.web_config_file else WebConfig()
+    except WebConfigError as err:
+        LOG.error("%s", err)
+        return 1
+    limits = ServerLimits(max_requests=settings.max_requests, read_header_timeout=settings.read_header_timeout_seconds)
     counters = ErrorCounters()
     source = NvmlSource(counters)
     shared = SharedPass(source, counters, settings.min_interval_seconds)
     page = MetricsPage(shared, counters, settings.node_name)
     try:
         server = MetricsHTTPServer(
-            (settings.host, settings.port), page, index_page=INDEX_PAGE, server_version="gpu-poller"
+            (settings.host, settings.port),
+            page,
+            index_page=INDEX_PAGE,
+            server_version="gpu-poller",
+            limits=limits,
+            web=web,
         )
     except OSError as err:
         LOG.error("cannot listen on %s:%d: %s", settings.host, settings.port, err)
@@ -74,11 +88,14 @@ def serve(settings: PollerSettings) -> int:
     watcher.start()
     server.start()
     LOG.info(
-        "serving /metrics and /healthz on %s:%d (node %s, min interval %gs)",
+        "serving /metrics and /healthz on %s:%d over %s%s (node %s, min interval %gs, at most %d requests at once)",
         settings.host,
         server.server_address[1],
+        "HTTPS" if web.tls else "HTTP",
+        " with authentication" if web.authenticates else "",
         settings.node_name,
         settings.min_interval_seconds,
+        settings.max_requests,
     )
     while not stop.wait(1.0):
         pass

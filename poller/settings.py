@@ -21,6 +21,11 @@ ENV_LISTEN = "POLLER_LISTEN"
 ENV_MIN_INTERVAL = "POLLER_MIN_INTERVAL"
 ENV_LOG_LEVEL = "POLLER_LOG_LEVEL"
 ENV_NODE_NAME = "NODE_NAME"  # set by the Kubernetes downward API (spec.nodeName)
+ENV_WEB_CONFIG_FILE = "POLLER_WEB_CONFIG_FILE"
+ENV_MAX_REQUESTS = "POLLER_MAX_REQUESTS"
+ENV_READ_HEADER_TIMEOUT = "POLLER_READ_HEADER_TIMEOUT"
+DEFAULT_MAX_REQUESTS = 64
+DEFAULT_READ_HEADER_TIMEOUT_SECONDS = 10.0
 
 
 class SettingsError(ValueError):
@@ -34,6 +39,9 @@ class PollerSettings:
     min_interval_seconds: float
     node_name: str
     log_level: str = "INFO"
+    web_config_file: str | None = None  # TLS and authentication (observability.web_config)
+    max_requests: int = DEFAULT_MAX_REQUESTS
+    read_header_timeout_seconds: float = DEFAULT_READ_HEADER_TIMEOUT_SECONDS
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -66,6 +74,24 @@ def parse_interval(value: str) -> float:
     return seconds
 
 
+def parse_max_requests(value: str) -> int:
+    """Requests served at once: a whole number from 1 to 10000."""
+    if not value.strip().isdigit() or not 1 <= int(value) <= 10_000:
+        raise SettingsError(f"{value!r}: expected a whole number from 1 to 10000")
+    return int(value)
+
+
+def parse_timeout(value: str) -> float:
+    """Seconds: a finite number above 0, at most 3600."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise SettingsError(f"{value!r} is not a number of seconds") from None
+    if not math.isfinite(seconds) or not 0 < seconds <= 3600:
+        raise SettingsError(f"{value!r}: must be above 0 and at most 3600 seconds")
+    return seconds
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m poller",
@@ -86,6 +112,24 @@ def _parser() -> argparse.ArgumentParser:
         "--node-name",
         metavar="NAME",
         help=f"value of the `node` label (env {ENV_NODE_NAME}, from the downward API; default: host name)",
+    )
+    parser.add_argument(
+        "--web-config-file",
+        metavar="PATH",
+        help="TLS and authentication of /metrics, exporter-toolkit style (tls_server_config, "
+        f"basic_auth_users, bearer_token_hashes) (env {ENV_WEB_CONFIG_FILE}; default: plain HTTP, open)",
+    )
+    parser.add_argument(
+        "--max-requests",
+        metavar="N",
+        help="requests served at once; more are answered 503 at once "
+        f"(env {ENV_MAX_REQUESTS}; default {DEFAULT_MAX_REQUESTS})",
+    )
+    parser.add_argument(
+        "--read-header-timeout",
+        metavar="SECONDS",
+        help="a connection must send a complete request header (and TLS handshake) within this long "
+        f"(env {ENV_READ_HEADER_TIMEOUT}; default {DEFAULT_READ_HEADER_TIMEOUT_SECONDS:g})",
     )
     parser.add_argument(
         "--log-level", metavar="LEVEL", help=f"one of {', '.join(LOG_LEVELS)} (env {ENV_LOG_LEVEL}; default INFO)"
@@ -124,6 +168,29 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> PollerSet
     level, source = pick(args.log_level, "--log-level", ENV_LOG_LEVEL, "INFO")
     if level.upper() not in LOG_LEVELS:
         raise SettingsError(f"{source}: {level!r} is not one of {', '.join(LOG_LEVELS)}")
+    web_config, _ = pick(args.web_config_file, "--web-config-file", ENV_WEB_CONFIG_FILE, "")
+    text, source = pick(args.max_requests, "--max-requests", ENV_MAX_REQUESTS, str(DEFAULT_MAX_REQUESTS))
+    try:
+        max_requests = parse_max_requests(text)
+    except SettingsError as err:
+        raise SettingsError(f"{source}: {err}") from None
+    text, source = pick(
+        args.read_header_timeout,
+        "--read-header-timeout",
+        ENV_READ_HEADER_TIMEOUT,
+        str(DEFAULT_READ_HEADER_TIMEOUT_SECONDS),
+    )
+    try:
+        read_header_timeout = parse_timeout(text)
+    except SettingsError as err:
+        raise SettingsError(f"{source}: {err}") from None
     return PollerSettings(
-        host=host, port=port, min_interval_seconds=min_interval, node_name=node, log_level=level.upper()
+        host=host,
+        port=port,
+        min_interval_seconds=min_interval,
+        node_name=node,
+        log_level=level.upper(),
+        web_config_file=web_config.strip() or None,
+        max_requests=max_requests,
+        read_header_timeout_seconds=read_header_timeout,
     )

@@ -6,22 +6,25 @@ init_observability("train_baseline_rl")          # OTLP if $OTEL_EXPORTER_OTLP_E
                                                  # logs to stdout (LOG_FORMAT), trace IDs inside spans
 metrics = TrainingMetrics()                      # a dedicated registry
 server = metrics.serve(9094)                     # /metrics and /healthz
-job = metrics.start_job("dqn", job_id, folds_planned=5)
-job.record_training_iteration(epoch, train_loss, val_loss, seconds)
-job.record_nan_detection("loss")
-job.record_checkpoint_save(True, seconds, size_bytes)
-job.finish("completed")
-server.close()                                   # first waits for one more scrape when the job
-                                                 # template sets FOXHUNT_METRICS_FINAL_SCRAPE_WAIT_SECONDS
+with metrics.job("dqn", job_id, folds_planned=5) as job:   # an exception: failure by type, job failed
+    with job.phase("data_wait"): batch = next(batches)   # every second of the job in one phase (PHASES)
+    with job.phase("compute"): loss = step(batch)
+    job.record_step(samples=len(batch))                  # per-rank steps; rank from torchrun's env (RankInfo)
+    job.record_training_iteration(epoch, train_loss, val_loss, seconds)  # a NaN loss counts by itself
+    with job.checkpoint(path, step=step, state=model.state_dict()):    # timed, errors classified,
+        torch.save(model.state_dict(), path)                          # NaN weights never a good save
+server.close()                                   # waits, bounded, for one more scrape of what changed
 """
 
 from observability.exposition import OPENMETRICS, TEXT, render_openmetrics, render_text
+from observability.instrument.checkpoints import CheckpointSave, GoodCheckpoint
+from observability.instrument.errors import CHECKPOINT_ERROR_TYPES, FAILURE_ERROR_TYPES
 from observability.instrument.logs import LOG_FORMATS, configure_logging, log_context
+from observability.instrument.phases import PHASES, PhaseClock
+from observability.instrument.ranks import RankInfo
 from observability.instrument.server import METRICS_PORT, MetricsServer, start_metrics_server
 from observability.instrument.tracing import build_tracer_provider, init_observability
 from observability.instrument.training import (
-    CHECKPOINT_ERROR_TYPES,
-    FAILURE_ERROR_TYPES,
     JOB_STATUSES,
     NAN_TENSOR_TYPES,
     JobMetrics,
@@ -36,9 +39,14 @@ __all__ = [
     "METRICS_PORT",
     "NAN_TENSOR_TYPES",
     "OPENMETRICS",
+    "PHASES",
     "TEXT",
+    "CheckpointSave",
+    "GoodCheckpoint",
     "JobMetrics",
     "MetricsServer",
+    "PhaseClock",
+    "RankInfo",
     "TrainingMetrics",
     "build_tracer_provider",
     "configure_logging",

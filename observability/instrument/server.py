@@ -9,25 +9,47 @@ from collections.abc import Mapping
 from prometheus_client.registry import CollectorRegistry
 
 from observability.exposition import CollectorPage, MetricsHTTPServer
+from observability.http_server import ServerLimits
 from observability.scrape_config import FINAL_SCRAPE_WAIT_ENV
+from observability.web_config import WEB_CONFIG_ENV, WebConfig, load_web_config
 
 # Default port of the trainers' metrics server.
 METRICS_PORT = 9094
 
 
 class MetricsServer:
-    """`/metrics` and `/healthz` of one registry, served from a daemon thread."""
+    """`/metrics` and `/healthz` of one registry, on the bounded server (timeouts, at most
+    `limits.max_requests` at once, no thread per connection); over TLS with authentication when
+    `web` (or the web config file FOXHUNT_METRICS_WEB_CONFIG_FILE names, as the job template sets)
+    asks for it."""
 
-    def __init__(self, registry: CollectorRegistry, port: int = METRICS_PORT, addr: str = "0.0.0.0") -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        port: int = METRICS_PORT,
+        addr: str = "0.0.0.0",
+        *,
+        web: WebConfig | None = None,
+        limits: ServerLimits | None = None,
+    ) -> None:
         # Read (and checked) now, so a bad value stops the trainer at start, not after training.
         self._final_scrape_wait = final_scrape_wait_from_env()
-        self._http = MetricsHTTPServer((addr, port), CollectorPage(registry), server_version="trainer-metrics")
+        if web is None:
+            web_file = os.environ.get(WEB_CONFIG_ENV, "").strip()
+            web = load_web_config(web_file) if web_file else WebConfig()
+        self._http = MetricsHTTPServer(
+            (addr, port), CollectorPage(registry), server_version="trainer-metrics", limits=limits, web=web
+        )
         self._http.start()
 
     @property
     def port(self) -> int:
         """The bound port (useful with port 0)."""
         return self._http.port
+
+    @property
+    def http(self) -> MetricsHTTPServer:
+        return self._http
 
     def close(self, final_scrape_wait: float | None = None) -> bool:
         """Stop serving, after waiting (at most `final_scrape_wait` seconds; default: the

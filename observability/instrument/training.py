@@ -12,23 +12,35 @@ poller's series to the job.
 
 from __future__ import annotations
 
+import logging
 import math
+import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from types import TracebackType
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics_core import CounterMetricFamily
+from prometheus_client.metrics_core import Metric as ClientFamily
+from prometheus_client.registry import Collector
 
 from observability import catalog
 from observability.catalog import Metric
-from observability.instrument import families, gpus
+from observability.instrument import errors, families, gpus
+from observability.instrument.checkpoints import WEIGHTS, CheckpointSave, GoodCheckpoint
+from observability.instrument.errors import CHECKPOINT_ERROR_TYPES, FAILURE_ERROR_TYPES
+from observability.instrument.phases import COMPUTE, IDLE, LOST_WORK, STARTUP, PhaseClock
+from observability.instrument.ranks import RankInfo
 from observability.instrument.server import METRICS_PORT, MetricsServer
 from observability.instrument.trace_context import trace_exemplar
 
+LOG = logging.getLogger(__name__)
+
 # Label values created (at 0) when a job starts; others still work but appear at their first event.
-NAN_TENSOR_TYPES: tuple[str, ...] = ("loss", "gradient", "activation")
-FAILURE_ERROR_TYPES: tuple[str, ...] = ("nan", "oom", "timeout", "config")
-CHECKPOINT_ERROR_TYPES: tuple[str, ...] = ("io_error", "timeout", "serialization")
+LOSS, VALIDATION_LOSS, GRADIENT = "loss", "validation_loss", "gradient"
+NAN_TENSOR_TYPES: tuple[str, ...] = (LOSS, VALIDATION_LOSS, GRADIENT, "activation", WEIGHTS)
 JOB_STATUSES: tuple[str, ...] = ("pending", "running", "completed", "failed", "stopped", "paused")
 FINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "stopped"})
 
@@ -70,6 +82,8 @@ class TrainingMetrics:
         self.checkpoint_failures = c(catalog.CHECKPOINT_SAVE_FAILURES_TOTAL)
         self.checkpoint_duration = h(catalog.CHECKPOINT_SAVE_DURATION_SECONDS)
         self.checkpoint_size = g(catalog.CHECKPOINT_SIZE_BYTES)
+        self.checkpoint_last_good_step = g(catalog.CHECKPOINT_LAST_GOOD_STEP)
+        self.checkpoint_last_good_time = g(catalog.CHECKPOINT_LAST_GOOD_TIMESTAMP_SECONDS)
         # E. model quality
         self.accuracy = g(catalog.MODEL_ACCURACY)
         self.f1_score = g(catalog.MODEL_F1_SCORE)
@@ -87,6 +101,12 @@ class TrainingMetrics:
         self.jobs_by_status = g(catalog.TRAINING_JOBS_BY_STATUS)
         self.job_duration = h(catalog.TRAINING_JOB_DURATION_SECONDS)
         self.job_gpu_info = self._info(catalog.TRAINING_JOB_GPU_INFO)
+        # Steps and time accounting, per rank
+        self.rank_info = self._info(catalog.TRAINING_RANK_INFO)
+        self.steps = c(catalog.TRAINING_STEPS_TOTAL)
+        self.samples = c(catalog.TRAINING_SAMPLES_TOTAL)
+        self.tokens = c(catalog.TRAINING_TOKENS_TOTAL)
+        self.last_step_timestamp = g(catalog.TRAINING_LAST_STEP_TIMESTAMP_SECONDS)
         # Per-fold view
         self.fold_loss = g(catalog.TRAINING_FOLD_LOSS)
         self.fold_validation_loss = g(catalog.TRAINING_FOLD_VALIDATION_LOSS)
@@ -99,8 +119,14 @@ class TrainingMetrics:
         self.registry.register(self.collector)
         self._lock = threading.Lock()
         self._jobs: dict[tuple[str, str], JobMetrics] = {}
+        self.registry.register(PhaseCollector(self._started_jobs))
         for status in JOB_STATUSES:
             self.jobs_by_status.labels(status=status).set(0)
+
+    @property
+    def catalog_metrics(self) -> tuple[Metric, ...]:
+        """Every catalog family this registry exposes."""
+        return (*self.collector.catalog_metrics, catalog.TRAINING_PHASE_SECONDS_TOTAL)
 
     def _counter(self, metric: Metric) -> Counter:
         client = families.counter(metric)
@@ -132,29 +158,56 @@ class TrainingMetrics:
         workers: int = 1,
         status: str = "running",
         gpu_uuids: Sequence[str] | None = None,
+        rank: RankInfo | None = None,
     ) -> JobMetrics:
         """Register a job and create its label children; returns the handle to record with.
 
         `gpu_uuids`: the NVML UUIDs of the GPUs the job holds; None (the default) discovers them
         from inside the container (`gpus.discover`), an empty sequence says the job has none.
+        `rank`: this process's place in a distributed job; None (the default) reads the launcher's
+        environment (`RankInfo.from_env`: torchrun's RANK, LOCAL_RANK, WORLD_SIZE, GROUP_RANK).
+        The job's time accounting (`job.phases`) starts now, in "startup".
         """
+        where = RankInfo.from_env() if rank is None else rank
         held = gpus.discover().uuids if gpu_uuids is None else _check_uuids(gpu_uuids)
         with self._lock:
             key = (model_type, job_id)
             if key in self._jobs:
                 raise ValueError(f"job {job_id!r} of model type {model_type!r} already started")
-            job = JobMetrics(self, model_type, job_id)
+            job = JobMetrics(self, model_type, job_id, where)
             self._jobs[key] = job
         job.create_children(folds_planned=folds_planned, workers=workers)
         job.set_gpus(held)
         job.set_status(status)
         return job
 
-    def job(self, model_type: str, job_id: str) -> JobMetrics:
-        """The handle of a started job; a job first seen here is started with the defaults."""
+    def job(
+        self,
+        model_type: str,
+        job_id: str,
+        *,
+        folds_planned: int = 1,
+        workers: int = 1,
+        status: str = "running",
+        gpu_uuids: Sequence[str] | None = None,
+    ) -> JobMetrics:
+        """The job's handle, started here (with these arguments) if it was not started yet.
+
+        The handle is a context manager: `with metrics.job("dqn", job_id) as job:` records an
+        exception that leaves the block as the job's failure (by error type), finishes the job
+        "failed" and re-raises; a clean exit finishes it "completed" unless it finished already.
+        """
         with self._lock:
             existing = self._jobs.get((model_type, job_id))
-        return existing if existing is not None else self.start_job(model_type, job_id)
+        if existing is not None:
+            return existing
+        return self.start_job(
+            model_type, job_id, folds_planned=folds_planned, workers=workers, status=status, gpu_uuids=gpu_uuids
+        )
+
+    def _started_jobs(self) -> list[JobMetrics]:
+        with self._lock:
+            return list(self._jobs.values())
 
     def _refresh_status_counts(self) -> None:
         with self._lock:
@@ -190,19 +243,64 @@ class TrainingMetrics:
 class JobMetrics:
     """Records one training job's metrics; every method is safe to call from any thread."""
 
-    def __init__(self, owner: TrainingMetrics, model_type: str, job_id: str) -> None:
+    def __init__(self, owner: TrainingMetrics, model_type: str, job_id: str, rank: RankInfo | None = None) -> None:
         self._m = owner
         self.model_type = model_type
         self.job_id = job_id
+        self.rank = rank if rank is not None else RankInfo()
         self.status = "pending"
         self._started = time.monotonic()
         self._lock = threading.Lock()
         self._previous_loss: float | None = None
         self.gpu_uuids: tuple[str, ...] = ()
+        self.phases = PhaseClock(STARTUP)
+        self.steps_done = 0
+        self._lost_work_until: int | None = None
+        self.last_good_checkpoint: GoodCheckpoint | None = None
+        self._nonfinite_since_good_checkpoint = False
+        self.failure: BaseException | None = None
+
+    # --- the job as a context manager ---------------------------------------------------------
+    def __enter__(self) -> JobMetrics:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self.finished:
+            return
+        if exc is None or (isinstance(exc, SystemExit) and exc.code in (None, 0)):
+            self.finish("completed")
+        elif isinstance(exc, KeyboardInterrupt):
+            self.finish("stopped")
+        else:
+            self.fail(exc)
+
+    def fail(self, error: BaseException) -> str:
+        """The job ended with `error`: counts it by error type, finishes the job "failed";
+        returns the error type (`errors.failure_type`)."""
+        error_type = errors.failure_type(error)
+        self.failure = error
+        self.record_failure(error_type)
+        LOG.error(
+            "training job failed",
+            extra={**self._job, "error_type": error_type, "error": repr(error)},
+        )
+        self.finish("failed")
+        return error_type
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINAL_STATUSES
 
     @property
     def _job(self) -> dict[str, str]:
         return {"model_type": self.model_type, "job_id": self.job_id}
+
+    @property
+    def rank_labels(self) -> dict[str, str]:
+        """The labels of this process's per-rank series (`catalog.RANK_JOB`)."""
+        return {"model_type": self.model_type, "job_id": self.job_id, "rank": self.rank.label}
 
     def create_children(self, *, folds_planned: int, workers: int) -> None:
         m, job = self._m, self._job
@@ -211,16 +309,27 @@ class JobMetrics:
         for error_type in CHECKPOINT_ERROR_TYPES:
             m.checkpoint_failures.labels(**job, error_type=error_type)
         for error_type in FAILURE_ERROR_TYPES:
-            m.failures.labels(model_type=self.model_type, error_type=error_type)
+            m.failures.labels(**job, error_type=error_type)
         for per_job in (m.gradient_explosions, m.checkpoint_saves, m.data_batches, m.folds_completed):
             per_job.labels(**job)
-        m.iteration_seconds.labels(**job)
-        m.checkpoint_duration.labels(model_type=self.model_type)
-        m.data_loading.labels(model_type=self.model_type)
+        for histogram in (m.iteration_seconds, m.checkpoint_duration, m.data_loading):
+            histogram.labels(**job)
+        for status in sorted(FINAL_STATUSES):
+            # At count 0 from the start: the finished job's observation is an increase rate() sees.
+            m.job_duration.labels(model_type=self.model_type, status=status)
         m.progress_percent.labels(**job).set(0)
         m.current_epoch.labels(**job).set(0)
         m.folds_planned.labels(**job).set(folds_planned)
-        m.active_workers.labels(model_type=self.model_type).set(workers)
+        m.active_workers.labels(**job).set(workers)
+        ranked = self.rank_labels
+        for per_rank in (m.steps, m.samples, m.tokens):
+            per_rank.labels(**ranked)
+        m.rank_info.labels(
+            **ranked,
+            local_rank=str(self.rank.local_rank),
+            node_rank=str(self.rank.node_rank),
+            world_size=str(self.rank.world_size),
+        ).set(1)
 
     def set_gpus(self, uuids: Sequence[str]) -> None:
         """The GPUs (NVML UUIDs) the job holds: one `ml_training_job_gpu_info` series each."""
@@ -234,16 +343,24 @@ class JobMetrics:
             info.labels(**self._job, uuid=uuid).set(1)
 
     # --- progress -----------------------------------------------------------------------------
-    def record_training_iteration(self, epoch: int, train_loss: float, val_loss: float, duration_secs: float) -> None:
+    def record_training_iteration(
+        self, epoch: int, train_loss: float, val_loss: float | None, duration_secs: float
+    ) -> None:
         """One epoch (or iteration) done: losses, epoch number, duration, speed and convergence.
 
-        Called inside a span, the duration's bucket carries that span's trace ID as an exemplar."""
-        m, job = self._m, self._job
-        m.loss.labels(**job).set(train_loss)
-        m.validation_loss.labels(**job).set(val_loss)
-        m.current_epoch.labels(**job).set(epoch)
+        A non-finite loss (NaN or infinity) counts in `ml_training_nan_count` by itself
+        (`tensor_type` "loss" or "validation_loss"): the script needs no NaN check of its own.
+        `val_loss` None: no validation this epoch. Called inside a span, the duration's bucket
+        carries that span's trace ID as an exemplar."""
         if duration_secs < 0:
             raise ValueError(f"duration_secs must not be negative, got {duration_secs}")
+        m, job = self._m, self._job
+        m.loss.labels(**job).set(train_loss)
+        self.check_finite(train_loss, LOSS)
+        if val_loss is not None:
+            m.validation_loss.labels(**job).set(val_loss)
+            self.check_finite(val_loss, VALIDATION_LOSS)
+        m.current_epoch.labels(**job).set(epoch)
         m.iteration_seconds.labels(**job).observe(duration_secs, trace_exemplar())
         if duration_secs > 0:
             m.epochs_per_second.labels(**job).set(1.0 / duration_secs)
@@ -252,38 +369,132 @@ class JobMetrics:
         if previous is not None and math.isfinite(previous) and math.isfinite(train_loss):
             m.convergence_rate.labels(**job).set(train_loss - previous)
 
+    def check_finite(self, value: float, tensor_type: str = LOSS) -> bool:
+        """Counts a NaN or infinite `value` as a NaN detection of `tensor_type`; returns whether
+        `value` is finite."""
+        if math.isfinite(value):
+            return True
+        self.record_nan_detection(tensor_type)
+        return False
+
+    def record_step(self, samples: int = 0, tokens: int = 0) -> int:
+        """One optimizer step done by this rank (with the samples and tokens it consumed); returns
+        the rank's step count. The first step ends the job's start-up: from then on, time in no
+        named phase counts as idle."""
+        if samples < 0 or tokens < 0:
+            raise ValueError(f"samples and tokens of a step are counts of at least 0, got {samples} and {tokens}")
+        m, ranked = self._m, self.rank_labels
+        m.steps.labels(**ranked).inc()
+        if samples:
+            m.samples.labels(**ranked).inc(samples)
+        if tokens:
+            m.tokens.labels(**ranked).inc(tokens)
+        m.last_step_timestamp.labels(**ranked).set(time.time())
+        with self._lock:
+            self.steps_done += 1
+            done = self.steps_done
+            redone = self._lost_work_until is not None and done >= self._lost_work_until
+            if redone:
+                self._lost_work_until = None
+        if redone:
+            self.phases.substitute(COMPUTE, None)
+        if self.phases.base == STARTUP:
+            self.phases.set_base(IDLE)
+        return done
+
+    def phase(self, phase: str) -> AbstractContextManager[None]:
+        """`with job.phase("checkpoint"):` counts the block's wall time in that phase
+        (`observability.instrument.phases.PHASES`); the previous phase resumes after it."""
+        return self.phases.phase(phase)
+
+    def mark_lost_work(self, until_step: int) -> None:
+        """The job went back (a rollback to an earlier checkpoint, or a restart from one) and will
+        redo steps up to `until_step` (its step count before going back): until this rank's step
+        count reaches it again, its compute time counts as lost work."""
+        with self._lock:
+            if until_step <= self.steps_done:
+                return
+            self._lost_work_until = until_step
+        self.phases.substitute(COMPUTE, LOST_WORK)
+
+    def rewind_steps(self, to_step: int) -> None:
+        """Set this rank's step count back to `to_step` (the step of the checkpoint it resumed
+        from); the exported step counter keeps growing, as counters do."""
+        if to_step < 0:
+            raise ValueError(f"a step count is at least 0, got {to_step}")
+        with self._lock:
+            self.steps_done = to_step
+
     def set_progress(self, percent: float) -> None:
         if not 0 <= percent <= 100:
             raise ValueError(f"progress is a percentage 0-100, got {percent}")
         self._m.progress_percent.labels(**self._job).set(percent)
 
     # --- NaN and errors -------------------------------------------------------------------------
-    def record_nan_detection(self, tensor_type: str = "loss") -> None:
+    def record_nan_detection(self, tensor_type: str = LOSS) -> None:
+        """Non-finite values found in a tensor of `tensor_type` (loss, validation_loss, gradient,
+        activation, weights): counted in `ml_training_nan_count`."""
         self._m.nan_count.labels(**self._job, tensor_type=tensor_type).inc()
+        with self._lock:
+            self._nonfinite_since_good_checkpoint = True
 
     def record_gradient_explosion(self) -> None:
         self._m.gradient_explosions.labels(**self._job).inc()
 
     def record_failure(self, error_type: str) -> None:
-        """A training failure by type (nan, oom, timeout, config)."""
-        self._m.failures.labels(model_type=self.model_type, error_type=error_type).inc()
+        """A training failure by type (`FAILURE_ERROR_TYPES`: nan, oom, timeout, config, io, exception)."""
+        if error_type not in FAILURE_ERROR_TYPES:
+            raise ValueError(f"unknown failure error type {error_type!r}; expected one of {FAILURE_ERROR_TYPES}")
+        self._m.failures.labels(**self._job, error_type=error_type).inc()
 
     # --- checkpoints ------------------------------------------------------------------------------
-    def record_checkpoint_save(self, success: bool, duration: float, size: int, error_type: str | None = None) -> None:
+    def checkpoint(
+        self, path: str | os.PathLike[str], *, step: int, state: object = None, suppress_errors: bool = False
+    ) -> CheckpointSave:
+        """`with job.checkpoint(path, step=step, state=model.state_dict()) as ckpt:` save inside the
+        block: timed, errors classified and counted, non-finite state refused as a good save
+        (`observability.instrument.checkpoints`). A good save sets `last_good_checkpoint`."""
+        return CheckpointSave(self, path, step=step, state=state, suppress_errors=suppress_errors)
+
+    def record_checkpoint_save(
+        self, success: bool, duration: float, size: int | None, error_type: str | None = None
+    ) -> None:
         """A checkpoint save attempt; a failed one counts under `error_type` (default io_error).
+        `size` None: unknown (the size gauge keeps its value).
 
         Called inside a span, a successful save's duration carries that span's trace ID as an exemplar."""
         m, job = self._m, self._job
         if success:
             m.checkpoint_saves.labels(**job).inc()
-            m.checkpoint_duration.labels(model_type=self.model_type).observe(duration, trace_exemplar())
-            m.checkpoint_size.labels(**job).set(size)
+            m.checkpoint_duration.labels(**job).observe(duration, trace_exemplar())
+            if size is not None:
+                m.checkpoint_size.labels(**job).set(size)
         else:
-            m.checkpoint_failures.labels(**job, error_type=error_type or "io_error").inc()
+            error_type = error_type or errors.CHECKPOINT_IO
+            if error_type not in CHECKPOINT_ERROR_TYPES:
+                raise ValueError(
+                    f"unknown checkpoint error type {error_type!r}; expected one of {CHECKPOINT_ERROR_TYPES}"
+                )
+            m.checkpoint_failures.labels(**job, error_type=error_type).inc()
+
+    def record_good_checkpoint(self, checkpoint: GoodCheckpoint) -> None:
+        """The checkpoint a rollback would restore: `last_good_checkpoint`, and its step and time
+        as gauges."""
+        with self._lock:
+            self.last_good_checkpoint = checkpoint
+            self._nonfinite_since_good_checkpoint = False
+        self._m.checkpoint_last_good_step.labels(**self._job).set(checkpoint.step)
+        self._m.checkpoint_last_good_time.labels(**self._job).set(checkpoint.time)
+
+    @property
+    def nonfinite_since_good_checkpoint(self) -> bool:
+        """Whether a NaN or infinity was counted since the last good checkpoint (or the start)."""
+        with self._lock:
+            return self._nonfinite_since_good_checkpoint
 
     # --- data pipeline ------------------------------------------------------------------------------
     def record_data_load(self, seconds: float, batches: int = 0) -> None:
-        self._m.data_loading.labels(model_type=self.model_type).observe(seconds)
+        self._m.data_loading.labels(**self._job).observe(seconds)
         if batches:
             self.record_batches(batches)
 
@@ -323,7 +534,7 @@ class JobMetrics:
         self._m.cpu_usage.labels(**self._job).set(cpu_percent)
 
     def set_active_workers(self, workers: int) -> None:
-        self._m.active_workers.labels(model_type=self.model_type).set(workers)
+        self._m.active_workers.labels(**self._job).set(workers)
 
     # --- lifecycle ------------------------------------------------------------------------------------
     def set_status(self, status: str) -> None:
@@ -334,8 +545,40 @@ class JobMetrics:
         """End the job: final status, job duration observed, workers to 0. Returns the duration."""
         if _check_status(status) not in FINAL_STATUSES:
             raise ValueError(f"a job finishes as one of {sorted(FINAL_STATUSES)}, not {status!r}")
+        if self.finished:
+            raise ValueError(f"job {self.job_id!r} already finished as {self.status!r}")
         duration = time.monotonic() - self._started
+        self.phases.stop()
         self._m.job_duration.labels(model_type=self.model_type, status=status).observe(duration)
         self.set_active_workers(0)
         self.set_status(status)
         return duration
+
+
+class PhaseCollector(Collector):
+    """`ml_training_phase_seconds_total` of every started job, read from its clock at scrape time
+    (a long checkpoint or a hung collective shows while it lasts, not only once it ends)."""
+
+    def __init__(self, jobs: Callable[[], Sequence[JobMetrics]]) -> None:
+        self._jobs = jobs
+
+    def describe(self) -> list[ClientFamily]:
+        metric = catalog.TRAINING_PHASE_SECONDS_TOTAL
+        return [ClientFamily(metric.name, metric.help, metric.type.value)]
+
+    def collect(self) -> Iterator[ClientFamily]:
+        metric = catalog.TRAINING_PHASE_SECONDS_TOTAL
+        family = CounterMetricFamily(metric.name, metric.help, labels=metric.labels)
+        for job in self._jobs():
+            ranked = job.rank_labels
+            values = [ranked[label] for label in catalog.RANK_JOB]
+            for phase, seconds in job.phases.totals().items():
+                family.add_metric([*values, phase], seconds)
+        yield _catalog_named(family, metric)
+
+
+def _catalog_named(family: CounterMetricFamily, metric: Metric) -> ClientFamily:
+    """The family with its samples under the catalog's name (prometheus-client adds `_total`)."""
+    named = ClientFamily(metric.name, metric.help, metric.type.value)
+    named.samples = [s._replace(name=metric.name) for s in family.samples if not s.name.endswith("_created")]
+    return named

@@ -93,12 +93,19 @@ def project_group_names(cfg: ObservabilityConfig) -> list[str]:
 
 
 def alert_groups(cfg: ObservabilityConfig) -> list[tuple[str, tuple[AlertRule, ...]]]:
-    """The six alert groups, in a fixed order, then the health group, each with its alerts.
+    """The alert groups, in a fixed order, then the health group, each with its alerts.
 
-    Raises ValueError when the config's intervals make the 30-second detection promise impossible.
+    Raises ValueError when the config's intervals make the 30-second detection promise impossible,
+    or when a threshold names an alert that no group has.
     """
     detection_budget(cfg)
-    return [(name, build(cfg)) for name, build in _ALERT_GROUP_BUILDERS]
+    groups = [(name, build(cfg)) for name, build in _ALERT_GROUP_BUILDERS]
+    names = {alert.name for _, alerts in groups for alert in alerts}
+    orphans = [f"{t.name} belongs to alert {t.alert}, which no rule group has" for t in cfg.thresholds
+               if t.alert and t.alert not in names]  # fmt: skip
+    if orphans:
+        raise ValueError(f"thresholds.yaml: {'; '.join(orphans)}: name the alert whose expression compares with it")
+    return groups
 
 
 def alert_rules(cfg: ObservabilityConfig) -> list[AlertRule]:
@@ -120,13 +127,19 @@ def rule_groups(cfg: ObservabilityConfig) -> list[dict[str, Any]]:
         }
         for name, alerts in alert_groups(cfg)
     ]
-    return [
+    groups = [
         *recording_groups(cfg),
         *jobs.job_groups(cfg),
         *goodput.goodput_groups(cfg),
         *dashboard_recording_groups(cfg),
         *alerting,
     ]
+    records = {rule["record"] for group in groups for rule in group["rules"] if "record" in rule}
+    orphans = [f"{t.name} belongs to record {t.record}, which no rule group has" for t in cfg.thresholds
+               if t.record and t.record not in records]  # fmt: skip
+    if orphans:
+        raise ValueError(f"thresholds.yaml: {'; '.join(orphans)}: name the rule whose expression compares with it")
+    return groups
 
 
 def rules_file_yaml(cfg: ObservabilityConfig) -> str:

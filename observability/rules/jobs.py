@@ -62,15 +62,6 @@ def attributed_or_unheld(per_gpu: str) -> str:
     return f"(\n{attributed(per_gpu)}\n)\nor on (uuid)\n(\n{per_gpu}\n)"
 
 
-def unattributed(expr: str) -> str | None:
-    """The per-GPU expression `expr` was made from by `attributed_or_unheld`, else None."""
-    marker = "\nor on (uuid)\n(\n"
-    if marker not in expr or not expr.endswith("\n)"):
-        return None
-    per_gpu = expr.rsplit(marker, 1)[1][: -len("\n)")]
-    return per_gpu if attributed_or_unheld(per_gpu) == expr else None
-
-
 def _per_gpu(metric: catalog.Metric) -> str:
     return f"max {by(GPU_LABELS)} ({metric.name})"
 

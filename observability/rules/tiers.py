@@ -35,7 +35,6 @@ import promql_parser as pp
 
 from observability import catalog
 from observability.catalog import Producer
-from observability.rules.jobs import unattributed
 
 
 class Tier(enum.Enum):
@@ -45,17 +44,21 @@ class Tier(enum.Enum):
 
 # Labels that pin one scrape target, per producer of the series. `instance` and `pod` are target
 # labels (scrape discovery sets them from the pod's address and name), unique per target. The GPU
-# poller runs once per node (a DaemonSet), so `node` pins its target; a training job is one pod,
-# so `job_id` pins its target. A service's series have no such label of their own (replicas), and
-# Tempo's metrics generator remote-writes its series instead of being scraped: nothing pins them.
-# Any other producer (Prometheus' own series, an exporter reporting on many objects) is pinned by
-# the target labels only.
+# poller runs once per node (a DaemonSet), so `node` pins its target. A training job's job-level
+# series (its loss, progress, NaN counts) are reported by one process of the job, so `job_id` pins
+# their target; a multi-node job runs one pod per node, and the series every pod reports for
+# itself (labelled with a GPU's `uuid` or a `rank`, `PER_POD_LABELS`) are not pinned by `job_id`:
+# a job's aggregate over them combines the pods, which may be on several shards. A service's
+# series have no such label of their own (replicas), and Tempo's metrics generator remote-writes
+# its series instead of being scraped: nothing pins them. Any other producer (Prometheus' own
+# series, an exporter reporting on many objects) is pinned by the target labels only.
 _TARGET = "target"
 TARGET_LABELS: tuple[str, ...] = ("instance", "pod")
 PRODUCER_KEYS: Mapping[Producer, tuple[str, ...]] = {
     Producer.GPU_POLLER: ("node",),
     Producer.TRAINING_JOB: ("job_id",),
 }
+PER_POD_LABELS: tuple[str, ...] = ("uuid", "rank")
 UNSCRAPED_PRODUCERS: frozenset[Producer] = frozenset({Producer.TEMPO_METRICS_GENERATOR})
 
 
@@ -70,18 +73,14 @@ class Declared:
 DECLARED: dict[str, Declared] = {}
 
 
-# Per-GPU alerts that carry the job holding the GPU (`jobs.attributed_or_unheld`: the per-GPU
-# expression joined with the jobs' `ml_training_job_gpu_info`, or unjoined where no job holds the
-# GPU) and must still run where the GPU's series are scraped: the 30-second promise. They are
-# placed by their per-GPU expression alone. On a shard every result is still computed from one
-# poller's series, once. The shards hash the node a pod runs on (`scrape_config.SHARD_KEY`), and a
-# container is only given GPUs of its own node, so the shard that scrapes a node's poller also
-# scrapes the training pods holding that node's GPUs: the alert carries the holding job's labels
-# as on one server, and fires without them for a GPU no job holds (the unheld branch), never twice.
-ENRICHED_ON_SHARDS: dict[str, str] = {
-    "GPUMemoryExhausted": "30-second promise: evaluated where the poller is scraped",
-    "GPUErrorsDetected": "30-second promise: evaluated where the poller is scraped",
-}
+# Labels that pin the shard of a series without pinning one target: the shards split targets by the
+# node their pod runs on, and a container is only given GPUs of its own node, so a GPU's poller
+# series and the `ml_training_job_gpu_info` of the training pod holding it (both labelled `uuid`)
+# are scraped by the same shard. Joining them on `uuid` (a job's view of its GPUs, a per-GPU alert
+# labelled with the job holding the GPU) is therefore computed on the shards, once.
+_GPU = "gpu"
+COLOCATED_KEYS: tuple[str, ...] = ("uuid",)
+COLOCATED_PRODUCERS: frozenset[Producer] = frozenset({Producer.GPU_POLLER, Producer.TRAINING_JOB})
 
 
 class TierError(ValueError):
@@ -124,8 +123,19 @@ def _series_keys() -> dict[str, frozenset[Key]]:
         if metric.producer in UNSCRAPED_PRODUCERS:
             found: frozenset[Key] = frozenset()
         else:
-            own = PRODUCER_KEYS.get(metric.producer, ())
-            found = frozenset({*((label, metric.producer.value) for label in own), *_target_keys()})
+            per_pod = metric.producer is Producer.TRAINING_JOB and any(p in metric.labels for p in PER_POD_LABELS)
+            pinning = () if per_pod else PRODUCER_KEYS.get(metric.producer, ())
+            own = [label for label in pinning if label in metric.labels]
+            colocated = [
+                label for label in COLOCATED_KEYS if label in metric.labels and metric.producer in COLOCATED_PRODUCERS
+            ]
+            found = frozenset(
+                {
+                    *((label, metric.producer.value) for label in own),
+                    *((label, _GPU) for label in colocated),
+                    *_target_keys(),
+                }
+            )
         for name in metric.series_names:
             keys[name] = found
     return keys
@@ -279,25 +289,13 @@ def rule_name(rule: Mapping[str, Any]) -> str:
     return str(rule.get("alert") or rule.get("record"))
 
 
-def _tier_expr(rule: Mapping[str, Any]) -> str:
-    """The expression that decides a rule's tier: its own, or for ENRICHED_ON_SHARDS its per-GPU part."""
-    name, expr = rule_name(rule), str(rule["expr"])
-    if name not in ENRICHED_ON_SHARDS:
-        return expr
-    per_gpu = unattributed(expr)
-    if per_gpu is None:
-        raise TierError(f"{name} is in ENRICHED_ON_SHARDS but its expression is not jobs.attributed_or_unheld(...)")
-    return per_gpu
-
-
 def _derive_rule(rule: Mapping[str, Any], records: Mapping[str, Locality]) -> tuple[Locality, frozenset[str]]:
     """`derive` for a rule; a rule reading its own last value (a latch) reads a global record."""
     name = rule_name(rule)
     if "record" in rule and name not in records:
         own = {name: _global(f"{name} reads its own last value")}
-        locality, unknown = derive(_tier_expr(rule), {**records, **own})
-        return locality, unknown
-    return derive(_tier_expr(rule), records)
+        return derive(str(rule["expr"]), {**records, **own})
+    return derive(str(rule["expr"]), records)
 
 
 @dataclass(frozen=True)
@@ -313,7 +311,7 @@ class Placement:
 def _tier_of(locality: Locality) -> tuple[Tier, str]:
     if locality.local:
         labels = ", ".join(sorted({k[0] for k in locality.keys}))
-        return Tier.SHARD, f"every result keeps {labels}, which pins one scrape target"
+        return Tier.SHARD, f"every result keeps {labels}, which pins the shard that scrapes its series"
     if locality.constant:
         return Tier.GLOBAL, "a constant result would exist once per shard"
     return Tier.GLOBAL, locality.combines

@@ -46,6 +46,7 @@ TRAINING_COCKPIT = [
 TRAINING_COCKPIT_ROWS = [
     "Active Jobs",
     "Training Progress",
+    "Steps and Time",  # added: per-rank steps and where the wall time goes
     "This Job's GPUs",  # added: the GPUs of the selected job
     "GPU Resources",
     "Model Quality",

@@ -82,6 +82,7 @@ def exercised_in_spans(provider: TracerProvider) -> tuple[TrainingMetrics, str, 
     with tracer.start_as_current_span("checkpoint_save") as save:
         job.record_checkpoint_save(True, 1.5, 1024)
     job.record_nan_detection("loss")
+    job.phases.stop()  # the phase seconds stop moving, so two renders hold the same values
     return (
         metrics,
         format_trace_id(epoch.get_span_context().trace_id),
@@ -169,7 +170,7 @@ def test_client_style_counters_and_escaping_in_both_formats() -> None:
 class FailingPage:
     formats = TEXT_ONLY
 
-    def render(self, fmt: Format) -> bytes:
+    def render(self, fmt: Format, requested_at: float | None = None) -> bytes:
         raise RuntimeError("broken")
 
 

@@ -27,10 +27,10 @@ def make_diff(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def set_threshold(repo: Path, key: str, value: float) -> float:
     path = repo / "observability" / "thresholds.yaml"
     text = path.read_text()
-    old = yaml.safe_load(text)[key]
-    lines = [f"{key}: {value:g}" + line[line.index("#") - 1 :] if line.startswith(f"{key}:") else line for line in
-             text.splitlines()]  # fmt: skip
-    path.write_text("\n".join(lines) + "\n")
+    old = yaml.safe_load(text)[key]["value"]
+    new = re.sub(rf"^{key}: {{value: [^,]+,", f"{key}: {{value: {value:g},", text, count=1, flags=re.M)
+    assert new != text, f"no record {key} in {path}"
+    path.write_text(new)
     return float(old)
 
 

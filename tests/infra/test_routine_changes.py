@@ -94,12 +94,14 @@ def test_adding_a_stack_is_one_file(repo: Path) -> None:
 
 def test_changing_every_threshold_is_one_file(repo: Path) -> None:
     path = repo / "observability" / "thresholds.yaml"
-    old = yaml.safe_load(path.read_text())
+    old = {key: record["value"] for key, record in yaml.safe_load(path.read_text()).items()}
     new_text = path.read_text()
     for key, value in old.items():
-        new_text = re.sub(rf"^{key}: {value:g}(\s)", f"{key}: {round(value * 0.9, 6):g}\\1", new_text, flags=re.M)
+        new_text = re.sub(
+            rf"^{key}: {{value: {value:g},", f"{key}: {{value: {round(value * 0.9, 6):g},", new_text, flags=re.M
+        )
     path.write_text(new_text)
-    new = yaml.safe_load(new_text)
+    new = {key: record["value"] for key, record in yaml.safe_load(new_text).items()}
     assert all(new[k] != old[k] for k in old), "every threshold changed"
     assert changed_files(repo) == {"observability/thresholds.yaml"}
     run(repo, str(repo / ".venv" / "bin" / "python"), "-m", "infra.generate")  # make generate

@@ -21,6 +21,6 @@ def pins(path: Path) -> dict[str, str]:
 def test_poller_pins_match_the_root_requirements() -> None:
     poller = pins(REPO_ROOT / "poller" / "requirements.txt")
     root = pins(REPO_ROOT / "requirements.txt")
-    assert set(poller) == {"nvidia-ml-py", "prometheus-client"}
+    assert set(poller) == {"nvidia-ml-py", "prometheus-client", "pyyaml"}
     for name, version in poller.items():
         assert root.get(name) == version, f"{name}: poller pins {version}, root pins {root.get(name)}"

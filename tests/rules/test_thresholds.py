@@ -1,4 +1,4 @@
-"""Thresholds are data: one value in observability/thresholds.yaml moves its alert's expression,
+"""Thresholds are data: one record in observability/thresholds.yaml moves its alert's expression,
 summary and description, the dashboard steps that show it, the runbook and the boundary cases.
 
 Every threshold is changed at once (-10 % and +5 %: ratios and percents stay in range) and the
@@ -9,7 +9,7 @@ alert's cases, whose edges come from the same thresholds, against the re-rendere
 from __future__ import annotations
 
 import re
-from dataclasses import fields, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,15 +17,16 @@ import pytest
 
 import dashboards
 from observability.config import ObservabilityConfig
-from observability.rules import alert_rules
+from observability.rules import ALERT_NAMES, alert_groups, alert_rules, rule_groups
+from observability.rules.goodput import goodput_rules
 from observability.rules.runbooks import render_runbooks
 from observability.thresholds import (
-    ALERTS,
     DEFAULT_THRESHOLDS,
     THRESHOLDS_FILE,
     Threshold,
     Thresholds,
     ThresholdsError,
+    attribute_name,
     dump_thresholds,
     load_thresholds,
     parse_thresholds,
@@ -92,9 +93,39 @@ def _steps(p: dict[str, Any]) -> list[float]:
     return [s["value"] for s in p["fieldConfig"]["defaults"]["thresholds"]["steps"] if s["value"] is not None]
 
 
-def test_every_threshold_names_an_alert_and_every_field_is_in_the_file():
-    assert set(ALERTS) == {f.name for f in fields(Thresholds)}
-    assert set(dump_thresholds(load_thresholds())) == set(dump_thresholds(DEFAULT_THRESHOLDS))
+def test_every_threshold_names_an_alert_that_exists_and_reads_back_as_written():
+    assert len(DEFAULT_THRESHOLDS) > 0
+    records = {r["record"] for g in rule_groups(ObservabilityConfig()) for r in g["rules"] if "record" in r}
+    for t in DEFAULT_THRESHOLDS:
+        assert t.alert in ALERT_NAMES or (t.record in records and not t.alert), f"{t.name}: no alert {t.alert}"
+        assert getattr(DEFAULT_THRESHOLDS, attribute_name(t.name)) is t
+    assert parse_thresholds(dump_thresholds(DEFAULT_THRESHOLDS)) == DEFAULT_THRESHOLDS == load_thresholds()
+
+
+def test_a_threshold_of_no_alert_fails_the_rules_naming_it():
+    orphan = Threshold("gpuFanSpeedHighPercent", 90, "percent", "GPUFanSpeedHigh")
+    cfg = replace(ObservabilityConfig(), thresholds=Thresholds([*DEFAULT_THRESHOLDS, orphan]))
+    with pytest.raises(
+        ValueError, match=r"gpuFanSpeedHighPercent belongs to alert GPUFanSpeedHigh, which no rule group has"
+    ):
+        alert_groups(cfg)
+
+
+def test_a_threshold_of_no_recording_rule_fails_the_rules_naming_it():
+    orphan = Threshold("trainingIdleRatio", 0.5, "ratio", "", "model_type_job_id:ml_training_idle:ratio")
+    cfg = replace(ObservabilityConfig(), thresholds=Thresholds([*DEFAULT_THRESHOLDS, orphan]))
+    with pytest.raises(ValueError, match=r"trainingIdleRatio belongs to record model_type_job_id:ml_training_idle"):
+        rule_groups(cfg)
+    with pytest.raises(ThresholdsError, match=r"trainingIdleRatio names both an alert and a record"):
+        parse_thresholds({"trainingIdleRatio": {"value": 0.5, "unit": "ratio", "alert": "X", "record": "a:b:c"}})
+    with pytest.raises(ThresholdsError, match=r"trainingIdleRatio.record = 'idle': expected the level:metric"):
+        parse_thresholds({"trainingIdleRatio": {"value": 0.5, "unit": "ratio", "record": "idle"}})
+
+
+def test_reading_a_threshold_with_no_record_names_the_records_there_are():
+    with pytest.raises(AttributeError, match=r"no threshold gpu_fan_speed_high_percent \(gpuFanSpeedHighPercent in "
+                       r"thresholds.yaml\): expected one of .*gpu_memory_high_ratio"):  # fmt: skip
+        _ = DEFAULT_THRESHOLDS.gpu_fan_speed_high_percent
 
 
 @pytest.mark.parametrize("factor", FACTORS)
@@ -103,15 +134,22 @@ def test_expressions_texts_and_runbooks_follow_every_threshold(factor):
     old = {a.name: a for a in alert_rules(ObservabilityConfig())}
     new = {a.name: a for a in alert_rules(cfg)}
     runbooks = render_runbooks(cfg)
-    for f in fields(Thresholds):
-        before, after = getattr(DEFAULT_THRESHOLDS, f.name), getattr(cfg.thresholds, f.name)
-        assert before.value != after.value, f.name
-        alert = new[ALERTS[f.name]]
+    records = {r.record: r for r in goodput_rules(cfg)}
+    for before in DEFAULT_THRESHOLDS:
+        name = attribute_name(before.name)
+        after = getattr(cfg.thresholds, name)
+        assert before.value != after.value, name
+        if before.record:
+            rule = records[before.record]
+            assert _compares_with(rule.expr, after) and not _compares_with(rule.expr, before), rule.record
+            assert any(s in rule.help for s in _spellings(name, after)), f"{rule.record} does not say {after}"
+            continue
+        alert = new[before.alert]
         assert _compares_with(alert.expr, after) and not _compares_with(alert.expr, before), (
             f"{alert.name}: expression does not compare with {after.promql}: {alert.expr}"
         )
         text = alert.summary + " " + alert.description
-        assert any(s in text for s in _spellings(f.name, after)), f"{alert.name} does not say {after}: {text}"
+        assert any(s in text for s in _spellings(name, after)), f"{alert.name} does not say {after}: {text}"
         assert text != old[alert.name].summary + " " + old[alert.name].description
         assert alert.expr in runbooks or after.promql in runbooks.split(f"## {alert.name}")[1][:4000]
 
@@ -151,18 +189,31 @@ def test_old_boundary_cases_fail_against_moved_thresholds(tmp_path):
 
 def test_bad_threshold_files_name_the_file_the_key_and_the_value(tmp_path):
     good = dump_thresholds(DEFAULT_THRESHOLDS)
+    bad = {
+        **good,
+        "gpuTemperatureHighCelsius": {**good["gpuTemperatureHighCelsius"], "value": "hot"},
+        "gpuMemoryHighRatio": {**good["gpuMemoryHighRatio"], "value": 1.5},
+        "modelDriftScore": {**good["modelDriftScore"], "unit": "furlongs"},
+        "modelCacheMissRatio": {**good["modelCacheMissRatio"], "alert": ""},
+        "s3ErrorsPerSecond": 1,
+        "gpu_fan_percent": good["gpuMemoryHighRatio"],
+    }
     with pytest.raises(ThresholdsError) as err:
-        parse_thresholds({**good, "gpuTemperatureHighCelsius": "hot", "gpuMemoryHighRatio": 1.5, "typo": 1})
+        parse_thresholds(bad)
     text = str(err.value)
-    assert "thresholds.yaml: gpuTemperatureHighCelsius = 'hot'" in text
-    assert "gpuMemoryHighRatio = 1.5: expected a number above 0 and at most 1" in text
-    assert "typo is not a known threshold" in text
-    missing = dict(good)
-    del missing["s3ErrorsPerSecond"]
-    with pytest.raises(ThresholdsError, match="s3ErrorsPerSecond is missing"):
+    assert "thresholds.yaml: gpuTemperatureHighCelsius = 'hot': expected a number above 1 and at most 150" in text
+    assert "gpuMemoryHighRatio = 1.5: expected a number above 0 and at most 1 (ratio)" in text
+    assert "modelDriftScore.unit = 'furlongs': expected one of percent, ratio" in text
+    assert "modelCacheMissRatio.alert = '': expected the name of the alert" in text
+    assert "s3ErrorsPerSecond = 1: expected {value: <number>, unit: <unit>, alert: <alert name>}" in text
+    assert "'gpu_fan_percent' is not a threshold name: expected lowerCamelCase" in text
+    missing = {**good, "s3ErrorsPerSecond": {"unit": "per_second", "alert": "S3ConnectionErrors"}}
+    with pytest.raises(ThresholdsError, match=r"s3ErrorsPerSecond.value is missing: expected a number from"):
         parse_thresholds(missing)
+    with pytest.raises(ThresholdsError, match=r"s3ErrorsPerSecond.threshold is not a field of a threshold"):
+        parse_thresholds({**good, "s3ErrorsPerSecond": {**good["s3ErrorsPerSecond"], "threshold": 1}})
     broken = tmp_path / "thresholds.yaml"
-    broken.write_text("gpuTemperatureHighCelsius: [85\n")
+    broken.write_text("gpuTemperatureHighCelsius: {value: [85\n")
     with pytest.raises(ThresholdsError, match=r"thresholds.yaml is not valid YAML"):
         load_thresholds(broken)
 

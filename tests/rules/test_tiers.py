@@ -225,26 +225,20 @@ def test_the_30_second_alerts_run_on_the_shards() -> None:
     assert {tier[name] for name in CRITICAL_DETECTION_ALERTS} == {Tier.SHARD}
 
 
-def test_gpu_alerts_joined_with_the_holding_job_are_global_unless_the_promise_keeps_them_on_the_shards() -> None:
-    """The job join reads the trainers' series, which another shard may scrape: the per-GPU alerts
-    that carry the job go to the global tier, except the two bound by the 30-second promise, which
-    are placed by their per-GPU part (on a shard they fire, without the job's labels when its pod is
-    scraped elsewhere)."""
+def test_gpu_series_joined_with_the_job_holding_the_gpu_stay_on_the_shards() -> None:
+    """A GPU's poller and the training pod holding it are on one node, so on one shard: the job's view
+    of its GPUs and the per-GPU alerts labelled with the holding job are computed there; a job's
+    aggregate over its GPUs combines pods (a multi-node job has one per node) and is global."""
     from observability.rules import jobs
-    from observability.rules.tiers import ENRICHED_ON_SHARDS
 
-    groups = rule_groups(CFG)
-    tier = {p.name: p.tier for p in place(groups)}
-    assert tier["GPUTemperatureHigh"] is Tier.GLOBAL and tier["GPUMemoryExhaustionPredicted"] is Tier.GLOBAL
-    assert tier[jobs.JOB_UTILIZATION_AVG.record] is Tier.GLOBAL and tier["GPUUtilizationLow"] is Tier.GLOBAL
-    rules = {rule_name(r): r for g in groups for r in g["rules"]}
-    for name in ENRICHED_ON_SHARDS:
-        assert tier[name] is Tier.SHARD
-        assert jobs.unattributed(rules[name]["expr"]) is not None
-    assert jobs.unattributed(rules["TrainingNaNDetected"]["expr"]) is None
-    broken = [_group({"alert": "GPUErrorsDetected", "expr": f"max by (node) ({GPU})"})]
-    with pytest.raises(TierError, match="ENRICHED_ON_SHARDS"):
-        place(broken, {})
+    tier = {p.name: p.tier for p in place(rule_groups(CFG))}
+    for name in ("GPUMemoryExhausted", "GPUErrorsDetected", "GPUTemperatureHigh", "GPUMemoryExhaustionPredicted",
+                 jobs.HELD_UTILIZATION.record, jobs.HELD_MEMORY_RATIO.record):  # fmt: skip
+        assert tier[name] is Tier.SHARD, name
+    assert tier[jobs.JOB_UTILIZATION_AVG.record] is Tier.GLOBAL and tier[jobs.JOB_GPUS.record] is Tier.GLOBAL
+    # The job's info series is reported by every pod of the job: job_id alone does not pin it.
+    assert not derive(f"count by (job_id) ({JOB_INFO})")[0].local
+    assert derive(f"count by (uuid, job_id) ({JOB_INFO})")[0].local
 
 
 def test_the_global_tiers_records_carry_the_cluster_and_nothing_else_changes() -> None:

@@ -1,0 +1,154 @@
+"""Time accounting: every second of a training job's life is in exactly one phase.
+
+A `PhaseClock` is a stack of phases. Its bottom is the job's base phase: "startup" until the first
+completed step, "idle" after it (time in no named activity: host overhead between steps, a loop
+that waits on nothing the trainer reports). `with clock.phase("compute"):` pushes a phase and pops
+it on exit, so phases nest (a checkpoint taken inside a compute block is checkpoint time, and
+compute resumes after it); `clock.enter(name)` switches the phase on top of the stack.
+
+The totals only ever grow (they are exported as counters), so time is never moved between phases
+after the fact. Work that is lost is counted while it is redone instead: after a rollback,
+`clock.substitute("compute", "lost_work")` makes compute time count as lost work until
+`clock.substitute("compute", None)` (the job does this by step number: `JobMetrics.mark_lost_work`).
+
+Invariant: `sum(clock.totals().values()) == clock.wall()` (up to float rounding), at any moment,
+from any thread.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+STARTUP = "startup"
+DATA_WAIT = "data_wait"
+COMPUTE = "compute"
+COLLECTIVE = "collective"
+CHECKPOINT = "checkpoint"
+EVALUATION = "evaluation"
+LOST_WORK = "lost_work"
+IDLE = "idle"
+
+# Every phase, in the order panels stack them: productive compute first, then the causes of badput.
+PHASES: tuple[str, ...] = (STARTUP, DATA_WAIT, COMPUTE, COLLECTIVE, CHECKPOINT, EVALUATION, LOST_WORK, IDLE)
+# The phases a trainer names itself; the other two are the clock's base phases.
+ACTIVITY_PHASES: tuple[str, ...] = (DATA_WAIT, COMPUTE, COLLECTIVE, CHECKPOINT, EVALUATION, LOST_WORK)
+
+
+def check_phase(phase: str) -> str:
+    if phase not in PHASES:
+        raise ValueError(f"unknown training phase {phase!r}; expected one of {PHASES}")
+    return phase
+
+
+class PhaseClock:
+    """Wall time split into phases; thread-safe. `clock` is the time source (monotonic seconds)."""
+
+    def __init__(self, initial: str = STARTUP, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._stack: list[str] = [check_phase(initial)]
+        self._substitutes: dict[str, str] = {}
+        self._totals: dict[str, float] = dict.fromkeys(PHASES, 0.0)
+        self._start = self._since = clock()
+        self._stopped_at: float | None = None
+        # The phase time is being counted in right now (the top of the stack, after substitution).
+        self._counting = self._counted(self._stack[-1])
+
+    # --- reading ----------------------------------------------------------------------------
+    @property
+    def current(self) -> str:
+        """The phase time is counted in now (after substitution; the last one once stopped)."""
+        with self._lock:
+            return self._counting
+
+    @property
+    def stopped(self) -> bool:
+        with self._lock:
+            return self._stopped_at is not None
+
+    def totals(self) -> dict[str, float]:
+        """Seconds per phase since the clock started, the running phase included."""
+        with self._lock:
+            totals = dict(self._totals)
+            if self._stopped_at is None:
+                totals[self._counting] += self._clock() - self._since
+            return totals
+
+    def wall(self) -> float:
+        """Seconds since the clock started (until it stopped)."""
+        with self._lock:
+            end = self._stopped_at if self._stopped_at is not None else self._clock()
+            return end - self._start
+
+    # --- switching --------------------------------------------------------------------------
+    def enter(self, phase: str) -> str:
+        """Switch the phase on top of the stack to `phase`; returns the phase it replaced."""
+        check_phase(phase)
+        with self._lock:
+            previous = self._stack[-1]
+            self._stack[-1] = phase
+            self._recount()
+            return previous
+
+    def set_base(self, phase: str) -> None:
+        """Set the bottom of the stack: the phase time falls back to outside every block."""
+        check_phase(phase)
+        with self._lock:
+            self._stack[0] = phase
+            self._recount()
+
+    @property
+    def base(self) -> str:
+        with self._lock:
+            return self._stack[0]
+
+    @contextmanager
+    def phase(self, phase: str) -> Iterator[None]:
+        """Count the time of the block in `phase`; the previous phase resumes after it."""
+        check_phase(phase)
+        with self._lock:
+            self._stack.append(phase)
+            depth = len(self._stack)
+            self._recount()
+        try:
+            yield
+        finally:
+            with self._lock:
+                # Blocks close in order; a block left open by another thread's misuse is closed too.
+                del self._stack[max(depth - 1, 1) :]
+                self._recount()
+
+    def substitute(self, phase: str, instead: str | None) -> None:
+        """Count time in `phase` as `instead` from now on (None: stop substituting)."""
+        check_phase(phase)
+        with self._lock:
+            if instead is None:
+                self._substitutes.pop(phase, None)
+            else:
+                self._substitutes[phase] = check_phase(instead)
+            self._recount()
+
+    def stop(self) -> None:
+        """Freeze the totals (a finished job); later switches are ignored."""
+        with self._lock:
+            if self._stopped_at is None:
+                now = self._clock()
+                self._totals[self._counting] += now - self._since
+                self._stopped_at = self._since = now
+
+    # --- internals (lock held) -----------------------------------------------------------------
+    def _counted(self, phase: str) -> str:
+        return self._substitutes.get(phase, phase)
+
+    def _recount(self) -> None:
+        counting = self._counted(self._stack[-1])
+        if counting == self._counting or self._stopped_at is not None:
+            self._counting = counting
+            return
+        now = self._clock()
+        self._totals[self._counting] += now - self._since
+        self._since = now
+        self._counting = counting

@@ -1,0 +1,171 @@
+"""Time accounting and ranks: every second of a job in one phase, per-rank steps, the launcher's env."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from observability import catalog
+from observability.instrument import TrainingMetrics
+from observability.instrument.phases import PHASES, PhaseClock
+from observability.instrument.ranks import RankInfo
+
+from .test_instrumentation import value
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_each_second_lands_in_the_phase_it_was_spent_in_and_blocks_nest():
+    t = FakeClock()
+    clock = PhaseClock(clock=t)
+    t.advance(3)  # start-up
+    clock.set_base("idle")
+    with clock.phase("data_wait"):
+        t.advance(2)
+    with clock.phase("compute"):
+        t.advance(5)
+        with clock.phase("checkpoint"):
+            t.advance(4)
+        assert clock.current == "compute"
+        t.advance(1)
+    t.advance(0.5)  # between steps
+    totals = clock.totals()
+    assert totals == {
+        **dict.fromkeys(PHASES, 0.0),
+        "startup": 3,
+        "data_wait": 2,
+        "compute": 6,
+        "checkpoint": 4,
+        "idle": 0.5,
+    }
+    assert sum(totals.values()) == pytest.approx(clock.wall()) == 15.5
+
+
+def test_the_running_phase_counts_while_it_lasts_and_a_stopped_clock_freezes():
+    t = FakeClock()
+    clock = PhaseClock(clock=t)
+    clock.enter("collective")
+    t.advance(7)
+    assert clock.totals()["collective"] == 7  # a hung collective shows before it ends
+    clock.stop()
+    t.advance(100)
+    clock.enter("compute")
+    assert clock.totals()["collective"] == 7 and clock.wall() == 7 and clock.stopped
+
+
+def test_substituted_time_counts_as_lost_work_and_totals_never_shrink():
+    t = FakeClock()
+    clock = PhaseClock("idle", clock=t)
+    with clock.phase("compute"):
+        t.advance(4)
+    clock.substitute("compute", "lost_work")
+    with clock.phase("compute"):
+        t.advance(3)
+    clock.substitute("compute", None)
+    with clock.phase("compute"):
+        t.advance(2)
+    assert clock.totals()["compute"] == 6 and clock.totals()["lost_work"] == 3
+
+
+def test_unknown_phase_is_refused_with_the_known_ones():
+    clock = PhaseClock()
+    with pytest.raises(ValueError, match=r"unknown training phase 'training'.*compute"):
+        clock.enter("training")
+
+
+def test_totals_stay_consistent_under_concurrent_switches():
+    clock = PhaseClock()
+    stop = threading.Event()
+
+    def switch() -> None:
+        while not stop.is_set():
+            with clock.phase("compute"):
+                pass
+
+    worker = threading.Thread(target=switch)
+    worker.start()
+    try:
+        for _ in range(200):
+            totals, wall = sum(clock.totals().values()), clock.wall()
+            assert totals == pytest.approx(wall, abs=0.05)
+    finally:
+        stop.set()
+        worker.join()
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, RankInfo(0, 0, 1, 0)),
+        ({"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "GROUP_RANK": "1"}, RankInfo(3, 1, 4, 1)),
+        ({"RANK": "2", "LOCAL_RANK": "0", "WORLD_SIZE": "4", "NODE_RANK": "1"}, RankInfo(2, 0, 4, 1)),
+    ],
+)
+def test_rank_comes_from_the_launchers_environment(env, expected):
+    assert RankInfo.from_env(env) == expected
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"RANK": "x"}, r"RANK='x': expected a whole number"),
+        ({"RANK": "4", "WORLD_SIZE": "4"}, r"inconsistent .*rank must be 0 to world_size-1 \(3\), got 4"),
+        ({"WORLD_SIZE": "0"}, r"world_size must be 1 to"),
+    ],
+)
+def test_an_inconsistent_launcher_environment_is_named(env, message):
+    with pytest.raises(ValueError, match=message):
+        RankInfo.from_env(env)
+
+
+def test_a_job_exports_per_rank_steps_phases_and_its_place_in_the_world():
+    metrics = TrainingMetrics()
+    job = metrics.start_job(
+        "mlp", "job-r", gpu_uuids=[], rank=RankInfo(rank=2, local_rank=0, world_size=4, node_rank=1)
+    )
+    ranked = {"model_type": "mlp", "job_id": "job-r", "rank": "2"}
+    assert value(metrics, catalog.TRAINING_STEPS_TOTAL.name, **ranked) == 0
+    assert job.phases.current == "startup"
+    before = time.time()
+    with job.phase("compute"):
+        time.sleep(0.01)
+    assert job.record_step(samples=64, tokens=1000) == 1
+    assert job.phases.current == "idle"  # the first step ended start-up
+    assert value(metrics, catalog.TRAINING_STEPS_TOTAL.name, **ranked) == 1
+    assert value(metrics, catalog.TRAINING_SAMPLES_TOTAL.name, **ranked) == 64
+    assert value(metrics, catalog.TRAINING_TOKENS_TOTAL.name, **ranked) == 1000
+    assert value(metrics, catalog.TRAINING_LAST_STEP_TIMESTAMP_SECONDS.name, **ranked) >= before
+    info = {**ranked, "local_rank": "0", "node_rank": "1", "world_size": "4"}
+    assert value(metrics, catalog.TRAINING_RANK_INFO.name, **info) == 1
+    job.finish("completed")
+    exported = {p: value(metrics, catalog.TRAINING_PHASE_SECONDS_TOTAL.name, **ranked, phase=p) for p in PHASES}
+    assert exported["compute"] >= 0.01
+    assert sum(exported.values()) == pytest.approx(job.phases.wall())
+
+
+def test_redone_steps_count_as_lost_work_until_the_step_reached_before():
+    metrics = TrainingMetrics()
+    job = metrics.start_job("mlp", "job-l", gpu_uuids=[], rank=RankInfo())
+    for _ in range(5):
+        with job.phase("compute"):
+            pass
+        job.record_step()
+    job.rewind_steps(2)  # rolled back to the checkpoint of step 2
+    job.mark_lost_work(until_step=5)
+    for expected in ("lost_work", "lost_work", "lost_work", "compute"):  # steps 3-5 redone, 6 is new
+        with job.phase("compute"):
+            assert job.phases.current == expected
+        job.record_step()
+    with pytest.raises(ValueError, match="at least 0"):
+        job.rewind_steps(-1)
