@@ -5,8 +5,9 @@ monitoring's own health (pollers up against GPU nodes, NVML down, GPUs enumerate
 answering, the project's rule groups' cost, the pollers' scrape duration: what the
 `ml_monitoring_health` alerts watch); the poller's own health per node (NVML reachable, collection
 time and failures, driver versions); GPU hardware health; the fleet's profiling figures (GPM: SM
-and tensor activity, interconnect traffic); and the "Trace Health" row from Tempo's metrics
-generator.
+and tensor activity, interconnect traffic); GPU allocation and the fleet's training efficiency
+(GPU-hours by bottleneck verdict, the jobs wasting the most GPU-hours, GPU models without a known
+peak); and the "Trace Health" row from Tempo's metrics generator.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dashboards.panels import GREEN, RED, YELLOW, Common, Query, Thresholds
 from observability import catalog, promql
 from observability.config import ObservabilityConfig
 from observability.rules import dashboard_recording as rec
-from observability.rules import health, jobs, project_group_names
+from observability.rules import goodput, health, jobs, project_group_names
 from observability.rules.model import RecordingRule
 
 UID = "foxhunt-infra-cockpit"
@@ -490,6 +491,59 @@ def _gpu_allocation(cfg: ObservabilityConfig) -> Row:
     )
 
 
+def _training_efficiency() -> Row:
+    return Row(
+        "Training Efficiency",
+        [
+            panels.bar_gauge(
+                Common(
+                    "GPU-Hours by Verdict (24 h)",
+                    "GPU-hours training jobs held over the last 24 hours, by the jobs' bottleneck verdict at the time: "
+                    f"{goodput.VERDICT_COMPUTE} hours are the GPUs doing the model's work, every other verdict is "
+                    "capacity lost to the cause it names.",
+                    "h",
+                    w=8,
+                    min=0,
+                ),
+                [Query(goodput.VERDICT_GPU_HOURS_24H, "{{verdict}}", instant=True)],
+            ),
+            panels.prometheus_table(
+                Common(
+                    "Jobs Wasting the Most GPU-Hours",
+                    f"The {WORST} jobs with the most GPU-hours held outside productive training steps so far "
+                    "(GPU-hours held times the share of the job's life in badput).",
+                    "h",
+                    w=10,
+                ),
+                [Query(f"topk({WORST}, {goodput.BADPUT_GPU_HOURS.record})", instant=True, format="table")],
+            ),
+            panels.prometheus_table(
+                Common(
+                    "GPU Models Without a Peak",
+                    "GPU models (as NVML names them) held by training jobs that the peak-FLOPs table "
+                    "(observability/peak_flops.yaml) does not know, with how many are held: their jobs have no MFU "
+                    "until the model is added with its source.",
+                    "short",
+                    w=6,
+                ),
+                [Query(goodput.UNKNOWN_GPU_MODELS.record, instant=True, format="table")],
+            ),
+            panels.timeseries(
+                Common(
+                    "GPUs Held by Verdict",
+                    "GPUs held by training jobs, by the jobs' bottleneck verdict.",
+                    "short",
+                    w=24,
+                    min=0,
+                ),
+                [Query(goodput.VERDICT_GPUS, "{{verdict}}")],
+                stacked=True,
+                fill_opacity=40,
+            ),
+        ],
+    )
+
+
 def _trace_health() -> Row:
     calls, errors = rec.SPAN_CALLS_RATE5M.record, rec.SPAN_ERRORS_RATE5M.record
     return Row(
@@ -546,6 +600,7 @@ def build(cfg: ObservabilityConfig) -> dict[str, Any]:
                 _gpu_hardware(),
                 _gpu_profiling(),
                 _gpu_allocation(cfg),
+                _training_efficiency(),
                 _trace_health(),
             ],
             min_interval=f"{cfg.scrape_interval_seconds}s",

@@ -22,7 +22,7 @@ from dashboards.threshold_steps import (
 from observability import catalog, promql
 from observability.config import ObservabilityConfig
 from observability.rules import dashboard_recording as rec
-from observability.rules import jobs
+from observability.rules import goodput, jobs
 from observability.thresholds import Thresholds as AlertThresholds
 
 UID = "ml-training-comprehensive"
@@ -398,6 +398,37 @@ def _cost_and_energy(cfg: ObservabilityConfig) -> Row:
                     min=0,
                 ),
                 [Query(promql.selector(jobs.JOB_KWH.record, (MODEL,)), "{{model_type}} {{job_id}}", instant=True)],
+            ),
+            panels.bar_gauge(
+                Common(
+                    "Badput cost per job",
+                    f"Estimated cost ({cfg.currency}) each job has spent so far outside productive training steps "
+                    "(waiting for data, checkpoints, collectives, evaluation, start-up, redone work, idle): its cost "
+                    "times its badput share. An estimate from the stack's prices, not an invoice.",
+                    unit,
+                    w=12,
+                    min=0,
+                ),
+                [Query(promql.selector(goodput.BADPUT_COST, (MODEL,)), "{{model_type}} {{job_id}}", instant=True)],
+            ),
+            panels.bar_gauge(
+                Common(
+                    "Checkpoint storage cost per model type (24 h)",
+                    f"Estimated storage cost ({cfg.currency}) of the checkpoints each model type's jobs saved over the "
+                    f"last 24 hours, each kept {cfg.checkpoint_retention_days:g} days at "
+                    f"{cfg.checkpoint_storage_price_per_gb_month:g} {cfg.currency} per GB-month "
+                    "(checkpointRetentionDays, checkpointStoragePricePerGBMonth). An estimate, not an invoice.",
+                    unit,
+                    w=12,
+                    min=0,
+                ),
+                [
+                    Query(
+                        promql.selector(goodput.MODEL_CHECKPOINT_STORAGE_COST_24H, (MODEL,)),
+                        "{{model_type}}",
+                        instant=True,
+                    )
+                ],
             ),
         ],
     )

@@ -16,7 +16,7 @@ from dashboards.threshold_steps import gpu_memory_ratio_steps, gpu_utilization_s
 from observability import catalog, promql
 from observability.config import ObservabilityConfig
 from observability.rules import dashboard_recording as rec
-from observability.rules import jobs
+from observability.rules import goodput, jobs
 from observability.rules.model import RecordingRule
 from observability.thresholds import Thresholds as AlertThresholds
 
@@ -346,6 +346,21 @@ def _this_jobs_gpus(cfg: ObservabilityConfig) -> Row:
                 currency_unit(cfg),
                 jobs.JOB_COST,
             ),
+            so_far(
+                f"Badput Cost So Far ({cfg.currency})",
+                "The share of the estimated cost spent outside productive training steps (waiting for data, "
+                f"checkpoints, collectives, evaluation, start-up, redone work, idle). {estimate}",
+                currency_unit(cfg),
+                goodput.BADPUT_COST,
+            ),
+            so_far(
+                f"Checkpoint Storage Cost ({cfg.currency})",
+                f"Checkpoint bytes the job has saved, each kept {cfg.checkpoint_retention_days:g} days at "
+                f"{cfg.checkpoint_storage_price_per_gb_month:g} {cfg.currency} per GB-month (stack settings "
+                "checkpointStoragePricePerGBMonth, checkpointRetentionDays): an estimate, not an invoice.",
+                currency_unit(cfg),
+                goodput.CHECKPOINT_STORAGE_COST,
+            ),
         ],
     )
 
@@ -558,7 +573,6 @@ def _timing() -> Row:
 def _steps_and_time() -> Row:
     per_rank = ("model_type", "job_id", "rank")
     job = (MODEL, JOB_ID)
-    phase_rate = promql.rate(catalog.TRAINING_PHASE_SECONDS_TOTAL, job)
     rank_legend = "{{job_id}} rank {{rank}}"
     return Row(
         "Steps and Time",
@@ -601,7 +615,7 @@ def _steps_and_time() -> Row:
                     "Throughput",
                     "Samples and tokens per second of $job_id, all ranks together.",
                     "short",
-                    w=12,
+                    w=24,
                     min=0,
                 ),
                 [
@@ -615,24 +629,116 @@ def _steps_and_time() -> Row:
                     ),
                 ],
             ),
+        ],
+    )
+
+
+_VERDICT_HELP = (
+    f"{goodput.VERDICT_INPUT}: the job waits for data (more DataLoader workers, prefetch, pinned memory); "
+    f"{goodput.VERDICT_CHECKPOINT}: saving checkpoints takes its time (save less often or asynchronously); "
+    f"{goodput.VERDICT_COMMUNICATION}: collectives take its time (larger batches per GPU, overlap, interconnect); "
+    f"{goodput.VERDICT_COMPUTE}: the job computes nearly all the time and its GPUs are busy (maxed out: only "
+    f"a better kernel, precision or more GPUs make it faster); {goodput.VERDICT_UNDERUTILIZED}: its GPUs are "
+    "mostly idle for another reason (start-up, evaluation, redone work, small kernels, host overhead)."
+)
+
+
+def _verdict(cfg: ObservabilityConfig) -> Row:
+    th = cfg.thresholds
+    one = (JOB_ID,)
+    return Row(
+        "Is the GPU Maxed Out?",
+        [
+            panels.stat(
+                Common(
+                    "Verdict",
+                    f"What holds $job_id back, judged over the last 5 minutes from where its time goes and how busy "
+                    f"its GPUs are (GPM SM activity, else NVML utilization). {_VERDICT_HELP} Thresholds: data wait "
+                    f"above {th.training_data_wait_ratio.short}, checkpoints above "
+                    f"{th.training_checkpoint_ratio.short}, "
+                    f"collectives above {th.training_communication_ratio.short}; compute-saturated above "
+                    f"{th.training_compute_saturated_ratio.short} computing on GPUs busier than "
+                    f"{th.training_compute_saturated_gpu_busy_percent.short}.",
+                    "none",
+                    w=8,
+                    h=5,
+                ),
+                [Query(promql.selector(goodput.VERDICT, one), "{{verdict}}", instant=True)],
+                name_only=True,
+            ),
+            panels.stat(
+                Common(
+                    "MFU",
+                    "Model FLOPs utilization over the last 5 minutes: the model FLOP/s $job_id achieves over the dense "
+                    "peak of the GPUs it holds at its precision (observability/peak_flops.yaml). Empty when the job "
+                    "reports no model FLOPs or holds a GPU model the peak table does not know.",
+                    "percentunit",
+                    w=4,
+                    h=5,
+                    min=0,
+                    max=1,
+                    decimals=1,
+                ),
+                [Query(promql.selector(goodput.MFU.record, one), "MFU", instant=True)],
+            ),
+            panels.stat(
+                Common(
+                    "Goodput",
+                    "Share of $job_id's time (all ranks) in productive training steps: over the last 5 minutes, and "
+                    "over its life so far.",
+                    "percentunit",
+                    w=6,
+                    h=5,
+                    min=0,
+                    max=1,
+                    decimals=1,
+                ),
+                [
+                    Query(promql.selector(goodput.GOODPUT.record, one), "last 5m", instant=True),
+                    Query(promql.selector(goodput.GOODPUT_SO_FAR.record, one), "so far", instant=True),
+                ],
+            ),
+            panels.stat(
+                Common(
+                    "GPU Busy",
+                    "How busy $job_id's GPUs are: mean SM activity where they have GPM, else NVML utilization "
+                    "(which only says a kernel ran).",
+                    "percent",
+                    w=6,
+                    h=5,
+                    min=0,
+                    max=100,
+                ),
+                [Query(promql.selector(goodput.GPU_BUSY.record, one), "{{source}}", instant=True)],
+            ),
             panels.timeseries(
                 Common(
                     "Time by Phase",
-                    "Share of $job_id's wall time (all ranks) in each phase: compute, waiting for data, collectives, "
-                    "checkpoints, evaluation, redone (lost) work, start-up and idle.",
+                    "Share of $job_id's wall time (all ranks) in each phase over 5 minutes: compute is goodput, every "
+                    "other phase is badput by cause (waiting for data, collectives, checkpoints, evaluation, redone "
+                    "work, start-up, idle).",
+                    "percentunit",
+                    w=12,
+                    min=0,
+                    max=1,
+                ),
+                [Query(promql.selector(goodput.PHASE_SHARE.record, one), "{{phase}}")],
+                stacked=True,
+                fill_opacity=60,
+            ),
+            panels.timeseries(
+                Common(
+                    "MFU and Goodput",
+                    "Model FLOPs utilization and goodput of $job_id over time (5-minute windows).",
                     "percentunit",
                     w=12,
                     min=0,
                     max=1,
                 ),
                 [
-                    Query(
-                        f"{promql.aggregate('sum', ('phase',), phase_rate)} / ignoring(phase) group_left "
-                        f"{promql.aggregate('sum', (), phase_rate)}",
-                        "{{phase}}",
-                    )
+                    Query(promql.selector(goodput.MFU.record, one), "MFU"),
+                    Query(promql.selector(goodput.GOODPUT.record, one), "goodput"),
                 ],
-                stacked=True,
             ),
         ],
     )
@@ -651,11 +757,12 @@ def build(cfg: ObservabilityConfig) -> dict[str, Any]:
                 variables.label_values(
                     "fold", "Fold", promql.selector(catalog.TRAINING_FOLD_LOSS.name, (MODEL,)), "fold"
                 ),
-                # One job: the "This Job's GPUs" row follows it (Grafana starts on the first job).
+                # One job: the verdict and "This Job's GPUs" rows follow it (Grafana starts on the first
+                # job); every job of the trainer library, with GPUs or without.
                 variables.label_values(
                     "job_id",
                     "Job",
-                    promql.selector(jobs.JOB_GPUS.record, (MODEL,)),
+                    promql.selector(catalog.TRAINING_ACTIVE_WORKERS.name, (MODEL,)),
                     "job_id",
                     multi=False,
                     include_all=False,
@@ -672,6 +779,7 @@ def build(cfg: ObservabilityConfig) -> dict[str, Any]:
                 ),
             ],
             rows=[
+                _verdict(cfg),
                 _active_jobs(),
                 _training_progress(),
                 _steps_and_time(),

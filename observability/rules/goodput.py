@@ -19,8 +19,7 @@ What is recorded, per job:
 - the verdict (value 1, label `verdict`), first match wins:
   1. the bottleneck causes, each where its share is above its threshold, the largest share
      winning: `input-bound` (waiting for data), `checkpoint-bound` (saving checkpoints),
-     `communication-bound` (collectives: the job's communication share where distributed timing
-     records one, else its `collective` phase);
+     `communication-bound` (collectives: the job's `collective` phase);
   2. `compute-saturated`: computing for more than its threshold share of the time, and its GPUs
      busy above their threshold (GPM SM activity, else NVML utilization); a job without GPUs is
      judged on its time split alone, a job without a time split on its GPUs alone;
@@ -49,10 +48,8 @@ SECONDS_PER_MONTH = 365.25 / 12 * 86400
 BYTES_PER_GB = 1e9
 
 # The trainer's time split: the phases and the one that is productive.
-PHASE_SECONDS = "ml_training_phase_seconds_total"
+PHASE_SECONDS = catalog.TRAINING_PHASE_SECONDS_TOTAL.name
 GOOD_PHASE = "compute"
-# What distributed-training timing records per job: the share of its time in collectives.
-COMMUNICATION_SHARE = "job:ml_training_communication_share:ratio"
 
 VERDICT_INPUT = "input-bound"
 VERDICT_CHECKPOINT = "checkpoint-bound"
@@ -185,7 +182,7 @@ def _phase(phase: str) -> str:
 
 def causes(cfg: ObservabilityConfig) -> RecordingRule:
     th = cfg.thresholds
-    communication = f"max {_J} ({COMMUNICATION_SHARE})\nor {_ON_J}\n{_phase('collective')}"
+    communication = _phase("collective")
     branches = (
         (VERDICT_INPUT, _phase("data_wait"), th.training_data_wait_ratio),
         (VERDICT_CHECKPOINT, _phase("checkpoint"), th.training_checkpoint_ratio),

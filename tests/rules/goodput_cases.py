@@ -329,18 +329,6 @@ def verdict_edge_cases(th: Thresholds = DEFAULT_THRESHOLDS) -> tuple[RecordCase,
         ),
         RecordCase(
             v.VERDICT,
-            "the recorded communication share, where there is one, judges communication instead of the phase",
-            {
-                **phases(above, {"compute": 0.5, "idle": 0.5}),
-                series(goodput.COMMUNICATION_SHARE, above): values((comm + EDGE, _SCRAPES)),
-                **phases(below, cause("collective", comm + EDGE)),
-                series(goodput.COMMUNICATION_SHARE, below): values((comm - EDGE, _SCRAPES)),
-            },
-            "5m",
-            (_verdict(above, v.VERDICT_COMMUNICATION), _verdict(below, v.VERDICT_UNDERUTILIZED)),
-        ),
-        RecordCase(
-            v.VERDICT,
             "two causes above their thresholds: the larger share wins",
             {
                 **phases(
