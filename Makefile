@@ -12,7 +12,7 @@ STACKS := $(shell python3 -m infra.stacks)
 # PYTEST_ARGS= (one process) or PYTEST_ARGS="-n 4 -k rules".
 PYTEST_ARGS ?= -n 2
 
-.PHONY: render render-all diff generate check test lint bench clean sysdeps venv device-check device-check-deps
+.PHONY: render render-all diff generate check test lint bench clean sysdeps venv device-check device-check-deps wheel
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,10 @@ $(VENV)/.installed: requirements.txt
 	touch $@
 
 venv: $(VENV)/.installed
+
+## the trainer library's wheel (what a training image installs) into dist/: prometheus-client and OpenTelemetry only
+wheel: $(VENV)/.installed
+	$(PY) -m pip wheel --quiet --no-deps --no-build-isolation --no-index --wheel-dir dist .
 
 ## render the stack offline (Pulumi mock engine) into rendered/$(STACK)/ and check it
 render: sysdeps $(VENV)/.installed

@@ -1,5 +1,9 @@
 """Infra cockpit: the health of what this project deploys.
 
+For the platform / SRE on call: are the targets scraped, is the monitoring itself healthy, are the
+GPU pollers and the GPUs healthy, is the fleet's hardware used. Panels shared with other
+dashboards come from the topic modules (`dashboards/panels/<topic>.py`).
+
 Scrape targets of the annotated platform services, the training jobs and the GPU poller; the
 monitoring's own health (pollers up against GPU nodes, NVML down, GPUs enumerated against
 answering, the project's rule groups' cost, the pollers' scrape duration: what the
@@ -16,14 +20,14 @@ from typing import Any
 
 from dashboards import panels, variables
 from dashboards.layout import DashboardSpec, Row, assemble
-from dashboards.panels import GREEN, RED, YELLOW, Common, Query, Thresholds
-from observability import catalog, promql
+from dashboards.panels import GREEN, RED, YELLOW, Common, Query, Thresholds, traces
+from observability import alert_links, catalog, promql
 from observability.config import ObservabilityConfig
 from observability.rules import dashboard_recording as rec
 from observability.rules import goodput, health, jobs, project_group_names
 from observability.rules.model import RecordingRule
 
-UID = "foxhunt-infra-cockpit"
+UID = alert_links.INFRA_COCKPIT_UID
 TITLE = "Foxhunt Infra Cockpit"
 
 NODE = promql.variable_matcher("node", "node")
@@ -545,35 +549,18 @@ def _training_efficiency() -> Row:
 
 
 def _trace_health() -> Row:
-    calls, errors = rec.SPAN_CALLS_RATE5M.record, rec.SPAN_ERRORS_RATE5M.record
     return Row(
         "Trace Health",
         [
-            panels.timeseries(
-                Common(
-                    "Spans per Second",
-                    "Spans Tempo's metrics generator received per second, per service.",
-                    "cps",
-                    w=12,
-                    min=0,
-                ),
-                [Query(calls, "{{service}}"), Query(f"sum({calls})", "all services")],
+            traces.span_rate(
+                "Spans per Second",
+                "Spans Tempo's metrics generator received per second, per service.",
+                (),
+                with_total=True,
+                w=12,
             ),
-            panels.timeseries(
-                Common(
-                    "Span Error Rate",
-                    "Share of spans with error status, per service and overall.",
-                    "percentunit",
-                    w=12,
-                    min=0,
-                    max=1,
-                    thresholds=Thresholds(GREEN, ((0.01, YELLOW), (0.05, RED))),
-                ),
-                [
-                    Query(rec.SPAN_ERROR_RATIO_RATE5M.record, "{{service}}"),
-                    Query(f"sum({errors}) / sum({calls})", "all services"),
-                ],
-                threshold_style=panels.ThresholdStyle.LINE,
+            traces.span_error_ratio(
+                "Span Error Rate", "Share of spans with error status, per service and overall.", (), with_total=True
             ),
         ],
     )

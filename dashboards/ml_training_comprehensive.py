@@ -1,5 +1,9 @@
-"""ML Training Comprehensive: the platform's main training dashboard, 8 rows, with its thresholds
-and colours.
+"""ML Training Comprehensive: the platform's main training dashboard, with its thresholds and colours.
+
+For the ML platform team and whoever watches the whole training fleet: every job's status, speed
+and quality, fleet GPU figures (recorded medians and extremes), checkpoints and the data pipeline,
+with the colours the monitoring report specifies. Panels shared with other dashboards come from
+the topic modules (`dashboards/panels/<topic>.py`).
 
 `$model_type` (multi-select, include all) and `$job_id` (single select), refresh 10 s, last
 hour by default, table legends with the last non-null and the minimum value.
@@ -11,7 +15,7 @@ from typing import Any
 
 from dashboards import panels, variables
 from dashboards.layout import DashboardSpec, Row, assemble
-from dashboards.panels import BLUE, GREEN, RED, YELLOW, Common, Query, Thresholds
+from dashboards.panels import BLUE, GREEN, RED, YELLOW, Common, Query, Thresholds, checkpoint, gpm, gpu, training
 from dashboards.threshold_steps import (
     GOOD_TRAINING_SPEED,
     gpu_memory_steps,
@@ -53,22 +57,7 @@ def _high_level_status(th: AlertThresholds) -> Row:
     return Row(
         "High-Level Status",
         [
-            panels.stat(
-                Common("Training Jobs by Status", "Running, pending and failed training jobs.", "short", w=6),
-                [
-                    Query(
-                        promql.aggregate(
-                            "sum",
-                            ("status",),
-                            promql.gauge(
-                                catalog.TRAINING_JOBS_BY_STATUS,
-                                (promql.regex_matcher("status", "running|pending|failed"),),
-                            ),
-                        ),
-                        "{{status}}",
-                    )
-                ],
-            ),
+            training.jobs_by_status_now(w=6),
             panels.gauge(
                 Common(
                     "Training Speed",
@@ -182,28 +171,18 @@ def _gpu_monitoring(th: AlertThresholds) -> Row:
                 [Query(f"topk({TOP}, {memory})", GPU_LEGEND, instant=True)],
                 background=True,
             ),
-            panels.timeseries(
-                Common(
-                    "True Utilization",
-                    "Fleet medians over the GPUs that report GPM (Hopper and newer): NVML utilization (a kernel "
-                    "was running, dashed) against SM activity, tensor-core activity and DRAM bandwidth. The gap "
-                    "is busyness NVML's figure hides.",
-                    "percent",
-                    w=24,
-                    min=0,
-                    max=100,
+            gpm.true_utilization(
+                "Fleet medians over the GPUs that report GPM (Hopper and newer): NVML utilization (a kernel "
+                "was running, dashed) against SM activity, tensor-core activity and DRAM bandwidth. The gap "
+                "is busyness NVML's figure hides.",
+                fleet=(
+                    rec.GPU_UTILIZATION_P50_WHERE_GPM.record,
+                    rec.GPU_SM_ACTIVE_P50.record,
+                    rec.GPU_TENSOR_ACTIVE_P50.record,
+                    rec.GPU_DRAM_BANDWIDTH_P50.record,
                 ),
-                [
-                    Query(rec.GPU_UTILIZATION_P50_WHERE_GPM.record, "NVML utilization"),
-                    Query(rec.GPU_SM_ACTIVE_P50.record, "SM active"),
-                    Query(rec.GPU_TENSOR_ACTIVE_P50.record, "tensor active"),
-                    Query(rec.GPU_DRAM_BANDWIDTH_P50.record, "DRAM bandwidth"),
-                    # The selected job's GPUs (recorded per job): its NVML utilization beside its GPM means.
-                    Query(promql.selector(jobs.JOB_UTILIZATION_AVG.record, (MODEL, JOB)), "job NVML utilization"),
-                    Query(promql.selector(jobs.JOB_SM_ACTIVE_AVG.record, (MODEL, JOB)), "job SM active"),
-                    Query(promql.selector(jobs.JOB_TENSOR_ACTIVE_AVG.record, (MODEL, JOB)), "job tensor active"),
-                ],
-                dashed_refs=("A", "E"),
+                job=(MODEL, JOB),  # the selected job's GPUs (recorded per job)
+                job_legend="job",
             ),
         ],
     )
@@ -250,20 +229,15 @@ def _performance(th: AlertThresholds) -> Row:
     return Row(
         "Performance Metrics",
         [
-            panels.timeseries(
-                Common(
-                    "GPU Temperature",
-                    f"GPU temperature, fleet median and the {TOP} hottest GPUs: green below {steps.steps[0][0]:g} °C, "
-                    f"yellow to {th.gpu_temperature_high_celsius.short}, red above.",
-                    "celsius",
-                    w=12,
-                    thresholds=steps,
-                ),
+            gpu.temperature(
+                th,
+                f"GPU temperature, fleet median and the {TOP} hottest GPUs: green below {steps.steps[0][0]:g} °C, "
+                f"yellow to {th.gpu_temperature_high_celsius.short}, red above.",
                 [
                     Query(rec.GPU_TEMPERATURE_P50.record, "fleet median"),
                     Query(rec.GPU_TEMPERATURE_TOP.record, GPU_LEGEND),
                 ],
-                threshold_style=panels.ThresholdStyle.LINE,
+                w=12,
             ),
             panels.timeseries(
                 Common("Training Iteration Duration", "95th percentile duration of a training iteration.", "s", w=12),
@@ -274,37 +248,11 @@ def _performance(th: AlertThresholds) -> Row:
 
 
 def _checkpoints() -> Row:
-    def per_model(metric: catalog.Metric) -> str:
-        return promql.aggregate("sum", ("model_type",), promql.rate(metric, (MODEL, JOB)))
-
     return Row(
         "Checkpoint Management",
         [
-            panels.timeseries(
-                Common(
-                    "Checkpoint Creation Events",
-                    "Checkpoint saves per second (green) and failures per second (red).",
-                    "cps",
-                    w=12,
-                    min=0,
-                ),
-                [
-                    Query(per_model(catalog.CHECKPOINT_SAVES_TOTAL), "saves {{model_type}}"),
-                    Query(per_model(catalog.CHECKPOINT_SAVE_FAILURES_TOTAL), "failures {{model_type}}"),
-                ],
-                colours_by_ref={"A": GREEN, "B": RED},
-            ),
-            panels.timeseries(
-                Common("Checkpoint Save Duration", "95th percentile checkpoint save time.", "s", w=12),
-                [
-                    Query(
-                        promql.recorded_quantile(
-                            0.95, rec.CHECKPOINT_SAVE_DURATION_SECONDS_BUCKET_RATE5M.record, (MODEL,), ("model_type",)
-                        ),
-                        "p95 {{model_type}}",
-                    )
-                ],
-            ),
+            checkpoint.saves_and_failures((MODEL, JOB), w=12),
+            checkpoint.save_duration(MODEL, (0.95,), "95th percentile checkpoint save time.", w=12),
         ],
     )
 

@@ -18,7 +18,9 @@ INTRO = """\
 
 Four Grafana dashboards written in Python with grafana-foundation-sdk, one module each
 (`training_cockpit.py`, `traces.py`, `infra_cockpit.py`, `ml_training_comprehensive.py`),
-sharing `panels.py` (panel shapes), `variables.py`, `observability/promql.py` (catalog-typed PromQL) and
+sharing `panels/` (panel shapes in `panels/__init__.py`; panels by topic, each written once, in
+`panels/gpu.py`, `gpm.py`, `training.py`, `checkpoint.py`, `traces.py`), `variables.py`,
+`observability/promql.py` (catalog-typed PromQL) and
 `layout.py` (grid, ids, serialisation). Every query is built from `observability/catalog.py`;
 heavy expressions read the recording rules of `observability/rules/dashboard_recording.py`.
 

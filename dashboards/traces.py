@@ -1,5 +1,8 @@
 """Traces: service map, trace search, span duration and errors by service.
 
+For the engineer debugging a request or a slow service: from the service graph to one trace and its
+logs. Span panels shared with the infra cockpit come from `dashboards/panels/traces.py`.
+
 The service map and the search table query Tempo. Duration and error panels read Tempo's span
 metrics and service-graph metrics from Prometheus (through the dashboard recording rules). From
 a trace to its logs: a trace id in the search table opens the trace (whose spans link to Loki
@@ -13,7 +16,8 @@ from typing import Any
 
 from dashboards import panels, variables
 from dashboards.layout import DashboardSpec, Row, assemble
-from dashboards.panels import GREEN, RED, YELLOW, Common, LogQuery, Query, Thresholds, TraceQuery
+from dashboards.panels import Common, LogQuery, Query, TraceQuery
+from dashboards.panels import traces as trace_panels
 from observability import catalog, promql
 from observability.config import ObservabilityConfig
 from observability.rules import dashboard_recording as rec
@@ -109,28 +113,18 @@ def _trace_metrics() -> Row:
                 ),
                 [Query(promql.bucket_increase(catalog.SPANMETRICS_LATENCY, (SERVICE,)), "{{le}}", format="heatmap")],
             ),
-            panels.timeseries(
-                Common(
-                    "Error Rate by Service",
-                    "Share of spans with error status, per service (5 minute window).",
-                    "percentunit",
-                    w=12,
-                    min=0,
-                    max=1,
-                    thresholds=Thresholds(GREEN, ((0.01, YELLOW), (0.05, RED))),
-                ),
-                [Query(promql.selector(rec.SPAN_ERROR_RATIO_RATE5M.record, (SERVICE,)), "{{service}}")],
-                threshold_style=panels.ThresholdStyle.LINE,
+            trace_panels.span_error_ratio(
+                "Error Rate by Service",
+                "Share of spans with error status, per service (5 minute window).",
+                (SERVICE,),
+                with_total=False,
             ),
-            panels.timeseries(
-                Common(
-                    "Span Rate by Service",
-                    "Spans received per second, per service (5 minute window).",
-                    "cps",
-                    w=8,
-                    min=0,
-                ),
-                [Query(promql.selector(rec.SPAN_CALLS_RATE5M.record, (SERVICE,)), "{{service}}")],
+            trace_panels.span_rate(
+                "Span Rate by Service",
+                "Spans received per second, per service (5 minute window).",
+                (SERVICE,),
+                with_total=False,
+                w=8,
             ),
             panels.timeseries(
                 Common(

@@ -1,5 +1,9 @@
 """Training cockpit: the per-fold view of training jobs.
 
+For the ML engineer who runs the job: is my job progressing, are its GPUs busy, is the model
+learning, are checkpoints good, where does its time go. Panels shared with other dashboards come
+from the topic modules (`dashboards/panels/<topic>.py`).
+
 Variables: `$model` (label `model_type`), `$fold`, `$job_id` (the job whose GPUs "This Job's
 GPUs" shows), `$node` (GPUs) and `$interval`, the minimum query interval from which Grafana
 derives `$__rate_interval` for every rate in the dashboard.
@@ -9,18 +13,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from dashboards import panels, variables
+from dashboards import panels, training_workloads, variables
 from dashboards.layout import DashboardSpec, Row, assemble
-from dashboards.panels import BLUE, GREEN, RED, YELLOW, Common, Query, Thresholds
+from dashboards.panels import BLUE, GREEN, RED, YELLOW, Common, Query, Thresholds, checkpoint, gpm, gpu, training
 from dashboards.threshold_steps import gpu_memory_ratio_steps, gpu_utilization_steps, temperature_steps
-from observability import catalog, promql
+from observability import alert_links, catalog, promql
 from observability.config import ObservabilityConfig
 from observability.rules import dashboard_recording as rec
 from observability.rules import goodput, jobs
 from observability.rules.model import RecordingRule
 from observability.thresholds import Thresholds as AlertThresholds
 
-UID = "foxhunt-training-cockpit"
+UID = alert_links.TRAINING_COCKPIT_UID
 TITLE = "Foxhunt Training Cockpit"
 
 MODEL = promql.variable_matcher("model_type", "model")
@@ -188,17 +192,12 @@ def _gpu_resources(th: AlertThresholds) -> Row:
                 ],
                 dashed_refs=("B",),
             ),
-            panels.timeseries(
-                Common(
-                    "GPU Temperature",
-                    f"Core temperature of the {TOP} hottest selected GPUs; throttling risk above "
-                    f"{th.gpu_temperature_high_celsius.short}.",
-                    "celsius",
-                    w=8,
-                    thresholds=temperature_steps(th),
-                ),
+            gpu.temperature(
+                th,
+                f"Core temperature of the {TOP} hottest selected GPUs; throttling risk above "
+                f"{th.gpu_temperature_high_celsius.short}.",
                 [_busiest(catalog.GPU_TEMPERATURE_CELSIUS)],
-                threshold_style=panels.ThresholdStyle.LINE,
+                w=8,
             ),
             panels.timeseries(
                 Common(
@@ -240,28 +239,18 @@ def _true_utilization() -> panels.PanelBuilder:
     nvml_where_gpm = promql.aggregate(
         "avg", (), f"{_gpus(catalog.GPU_UTILIZATION_PERCENT)} and {_gpus(catalog.GPU_SM_ACTIVE_PERCENT)}"
     )
-    return panels.timeseries(
-        Common(
-            "True Utilization",
-            "NVML utilization (a kernel was running, dashed) against what the selected GPUs really did: SM "
-            "activity, tensor-core activity and DRAM bandwidth (GPM, Hopper and newer; GPUs without GPM are "
-            "left out). A GPU at 100% utilization with low SM activity runs small kernels or waits.",
-            "percent",
-            w=24,
-            min=0,
-            max=100,
+    return gpm.true_utilization(
+        "NVML utilization (a kernel was running, dashed) against what the selected GPUs really did: SM "
+        "activity, tensor-core activity and DRAM bandwidth (GPM, Hopper and newer; GPUs without GPM are "
+        "left out). A GPU at 100% utilization with low SM activity runs small kernels or waits.",
+        fleet=(
+            nvml_where_gpm,
+            mean(catalog.GPU_SM_ACTIVE_PERCENT),
+            mean(catalog.GPU_TENSOR_ACTIVE_PERCENT),
+            mean(catalog.GPU_DRAM_BANDWIDTH_UTILIZATION_PERCENT),
         ),
-        [
-            Query(nvml_where_gpm, "NVML utilization"),
-            Query(mean(catalog.GPU_SM_ACTIVE_PERCENT), "SM active"),
-            Query(mean(catalog.GPU_TENSOR_ACTIVE_PERCENT), "tensor active"),
-            Query(mean(catalog.GPU_DRAM_BANDWIDTH_UTILIZATION_PERCENT), "DRAM bandwidth"),
-            # The same comparison for the GPUs job $job_id holds (recorded per job).
-            Query(promql.selector(jobs.JOB_UTILIZATION_AVG.record, (JOB_ID,)), "{{job_id}} NVML utilization"),
-            Query(promql.selector(jobs.JOB_SM_ACTIVE_AVG.record, (JOB_ID,)), "{{job_id}} SM active"),
-            Query(promql.selector(jobs.JOB_TENSOR_ACTIVE_AVG.record, (JOB_ID,)), "{{job_id}} tensor active"),
-        ],
-        dashed_refs=("A", "E"),
+        job=(JOB_ID,),  # the GPUs job $job_id holds
+        job_legend="{{job_id}}",
     )
 
 
@@ -387,61 +376,12 @@ def _checkpoints() -> Row:
     return Row(
         "Checkpoints",
         [
-            panels.timeseries(
-                Common("Checkpoint Saves", "Successful checkpoint saves per second.", "cps", w=6, min=0),
-                [Query(_sum_rate(catalog.CHECKPOINT_SAVES_TOTAL, ("model_type",)), "{{model_type}}")],
-            ),
-            panels.timeseries(
-                Common(
-                    "Checkpoint Failures",
-                    "Failed checkpoint saves per second, by error type.",
-                    "cps",
-                    w=6,
-                    min=0,
-                    thresholds=ERRORS,
-                ),
-                [
-                    Query(
-                        _sum_rate(catalog.CHECKPOINT_SAVE_FAILURES_TOTAL, ("model_type", "error_type")),
-                        "{{model_type}} {{error_type}}",
-                    )
-                ],
-                colours_by_ref={"A": RED},
-            ),
-            panels.timeseries(
-                Common("Checkpoint Save Duration", "Median and 95th percentile checkpoint save time.", "s", w=6),
-                _quantiles(rec.CHECKPOINT_SAVE_DURATION_SECONDS_BUCKET_RATE5M, ("model_type",)),
-            ),
-            panels.timeseries(
-                Common("Checkpoint Size", "Size of each job's latest checkpoint.", "bytes", w=6, min=0),
-                [Query(promql.gauge(catalog.CHECKPOINT_SIZE_BYTES, (MODEL,)), JOB_LEGEND)],
-            ),
-            panels.timeseries(
-                Common(
-                    "Since Last Good Checkpoint",
-                    "Time since each job's latest good checkpoint (saved without error, finite weights): the "
-                    "work a rollback would lose.",
-                    "s",
-                    w=12,
-                    min=0,
-                ),
-                [
-                    Query(
-                        f"time() - {promql.gauge(catalog.CHECKPOINT_LAST_GOOD_TIMESTAMP_SECONDS, (MODEL,))}",
-                        JOB_LEGEND,
-                    )
-                ],
-            ),
-            panels.timeseries(
-                Common(
-                    "Last Good Checkpoint Step",
-                    "Training step of each job's latest good checkpoint: where a rollback resumes.",
-                    "short",
-                    w=12,
-                    min=0,
-                ),
-                [Query(promql.gauge(catalog.CHECKPOINT_LAST_GOOD_STEP, (MODEL,)), JOB_LEGEND)],
-            ),
+            checkpoint.saves(MODEL, w=6),
+            checkpoint.failures(MODEL, w=6),
+            checkpoint.save_duration(MODEL, (0.5, 0.95), "Median and 95th percentile checkpoint save time.", w=6),
+            checkpoint.size(MODEL, w=6),
+            checkpoint.since_last_good(MODEL, w=12),
+            checkpoint.last_good_step(MODEL, w=12),
         ],
     )
 
@@ -550,22 +490,7 @@ def _timing() -> Row:
                     for q in (0.5, 0.95)
                 ],
             ),
-            panels.timeseries(
-                Common(
-                    "Training Jobs by Status",
-                    "Training jobs in each state (pending, running, completed, failed, ...).",
-                    "short",
-                    w=12,
-                    min=0,
-                ),
-                [
-                    Query(
-                        promql.aggregate("sum", ("status",), promql.gauge(catalog.TRAINING_JOBS_BY_STATUS)),
-                        "{{status}}",
-                    )
-                ],
-                stacked=True,
-            ),
+            training.jobs_by_status_over_time(w=12),
         ],
     )
 
@@ -786,6 +711,8 @@ def build(cfg: ObservabilityConfig) -> dict[str, Any]:
                 _this_jobs_gpus(cfg),
                 _gpu_resources(cfg.thresholds),
                 _model_quality(),
+                training_workloads.reinforcement_learning(),
+                training_workloads.hyperparameter_search(),
                 _checkpoints(),
                 _data_pipeline(),
                 _errors(),

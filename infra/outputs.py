@@ -71,7 +71,7 @@ def export_stack_outputs(
         "scrape",
         {
             "mode": settings.scrape.mode,
-            "intervalSeconds": settings.scrape.interval_seconds,
+            "intervalSeconds": settings.observability.scrape_interval_seconds,
             "object": object_ref(scrape) if scrape is not None else None,
         },
     )

@@ -30,6 +30,7 @@ from infra.components.training_job import usage
 from infra.kube_provider import guard_live_run, kubernetes_provider
 from infra.outputs import export_stack_outputs
 from infra.settings import Settings, load_settings, pulumi_config_source, pulumi_secret_reader
+from observability.scrape_config import critical_scrape_annotations
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,10 @@ def component_args(settings: Settings) -> ComponentArgs:
     otel = OtelExport(environment=settings.environment, otlp_grpc_endpoint=settings.endpoints.tempo_otlp_grpc)
     scrape = settings.scrape
     return ComponentArgs(
-        service_scrape=ServiceScrapeArgs(services=settings.services, namespace=ns.platform, otel=otel),
+        service_scrape=ServiceScrapeArgs(
+            services=settings.services, namespace=ns.platform, otel=otel,
+            critical_services=(cfg.training_service,), critical_scrape=critical_scrape_annotations(cfg),
+        ),
         scrape_discovery=ScrapeDiscoveryArgs(
             scrape=scrape, cfg=cfg, watched_namespaces=watched_namespaces(ns), namespace=ns.monitoring,
             common_labels=labels,
@@ -63,6 +67,7 @@ def component_args(settings: Settings) -> ComponentArgs:
         gpu_poller=GpuPollerArgs(
             poller=settings.poller, namespace=ns.monitoring, service=cfg.gpu_poller_service,
             project=settings.project, stack=settings.stack, common_labels=labels,
+            critical_scrape=critical_scrape_annotations(cfg),
         ),
         alert_rules=AlertRulesArgs(
             groups=gen.rule_groups, rules_file_yaml=gen.rules_yaml, mode=scrape.mode,
@@ -75,7 +80,7 @@ def component_args(settings: Settings) -> ComponentArgs:
         ),
         grafana=GrafanaProvisioningArgs(
             datasources_yaml=generated.stack_datasources_yaml(settings), dashboards=gen.dashboards,
-            folder=settings.grafana.folder, namespace=settings.grafana.namespace, common_labels=labels,
+            folder=cfg.grafana_folder, namespace=settings.grafana.namespace, common_labels=labels,
         ),
     )  # fmt: skip
 

@@ -33,6 +33,7 @@ import yaml
 from observability.config import ObservabilityConfig
 from observability.promql import duration
 from observability.rules import alert_rules, gpu, health
+from observability.rules.detection import PAGE_GROUP_WAIT_SECONDS
 from observability.rules.model import Severity
 
 PAGE = "page"
@@ -78,10 +79,10 @@ class SeverityRoute:
     repeat_interval_seconds: int
 
 
-# Pages must not wait: critical alerts already fire within the detection budget, and group_wait
-# adds to it. Info waits long and repeats daily: it is for business hours.
+# Pages must not wait: group_wait is part of the detection budget (observability.rules.detection
+# counts it from the failure to the page). Info waits long and repeats daily: it is for business hours.
 ROUTES: tuple[SeverityRoute, ...] = (
-    SeverityRoute(PAGE, (Severity.CRITICAL,), 10, 60, 3600),
+    SeverityRoute(PAGE, (Severity.CRITICAL,), PAGE_GROUP_WAIT_SECONDS, 60, 3600),
     SeverityRoute(CHAT, (Severity.HIGH, Severity.WARNING), 30, 300, 4 * 3600),
     SeverityRoute(LOW_PRIORITY, (Severity.INFO,), 300, 1800, 24 * 3600),
 )

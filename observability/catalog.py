@@ -575,6 +575,140 @@ TRAINING_PHASE_SECONDS_TOTAL = Metric(
     _T,
 )
 
+# --- Model-specific: reinforcement learning (DQN, PPO), from the algorithm's own values ---------
+RL_EXPLORATION_RATE = Metric(
+    "ml_rl_exploration_rate",
+    MetricType.GAUGE,
+    "ratio",
+    "Probability (0-1) that the epsilon-greedy policy takes a random action now (DQN).",
+    JOB,
+    _T,
+)
+RL_Q_VALUE = Metric(
+    "ml_rl_q_value",
+    MetricType.GAUGE,
+    "",
+    "Predicted value of the greedy action (the largest Q-value), averaged over the latest observations (DQN).",
+    JOB,
+    _T,
+)
+RL_POLICY_ENTROPY = Metric(
+    "ml_rl_policy_entropy",
+    MetricType.GAUGE,
+    "nats",
+    "Mean entropy of the policy's action distribution in the latest policy update (PPO).",
+    JOB,
+    _T,
+)
+RL_VALUE_LOSS = Metric(
+    "ml_rl_value_loss",
+    MetricType.GAUGE,
+    "",
+    "Value-function loss (mean squared error against the returns) of the latest policy update (PPO).",
+    JOB,
+    _T,
+)
+RL_APPROX_KL = Metric(
+    "ml_rl_approx_kl",
+    MetricType.GAUGE,
+    "nats",
+    "Approximate KL divergence between the policy before and after the latest update (PPO).",
+    JOB,
+    _T,
+)
+RL_CLIP_FRACTION = Metric(
+    "ml_rl_clip_fraction",
+    MetricType.GAUGE,
+    "ratio",
+    "Share (0-1) of samples whose probability ratio was clipped in the latest policy update (PPO).",
+    JOB,
+    _T,
+)
+RL_EXPLAINED_VARIANCE = Metric(
+    "ml_rl_explained_variance",
+    MetricType.GAUGE,
+    "",
+    "Share of the returns' variance the value function explains (1 is perfect, 0 or less predicts nothing).",
+    JOB,
+    _T,
+)
+RL_EPISODE_REWARD = Metric(
+    "ml_rl_episode_reward",
+    MetricType.GAUGE,
+    "",
+    "Mean total reward of the latest episodes (the last 100 by default).",
+    JOB,
+    _T,
+)
+RL_EPISODE_LENGTH = Metric(
+    "ml_rl_episode_length",
+    MetricType.GAUGE,
+    "steps",
+    "Mean length in environment steps of the latest episodes (the last 100 by default).",
+    JOB,
+    _T,
+)
+RL_EPISODES_TOTAL = Metric("ml_rl_episodes_total", MetricType.COUNTER, "", "Episodes completed.", JOB, _T)
+
+# --- Hyperparameter search: one series per study (and trial state), never one per trial ----------
+STUDY = ("model_type", "job_id", "study")
+HPO_TRIALS = Metric(
+    "ml_hpo_trials",
+    MetricType.GAUGE,
+    "",
+    "Trials of the study by state (running, waiting, complete, pruned, failed), as the study's storage holds them.",
+    (*STUDY, "state"),
+    _T,
+)
+HPO_BEST_VALUE = Metric(
+    "ml_hpo_best_value",
+    MetricType.GAUGE,
+    "",
+    "Best objective value of the study's completed trials so far.",
+    STUDY,
+    _T,
+)
+HPO_OBJECTIVE_VALUE = Metric(
+    "ml_hpo_objective_value",
+    MetricType.GAUGE,
+    "",
+    "Objective value of the latest trial this job completed.",
+    STUDY,
+    _T,
+)
+HPO_TRIAL_NUMBER = Metric(
+    "ml_hpo_trial_number",
+    MetricType.GAUGE,
+    "",
+    "Number of the trial this job runs now (or ran last).",
+    STUDY,
+    _T,
+)
+HPO_TRIAL_EPOCH = Metric(
+    "ml_hpo_trial_epoch",
+    MetricType.GAUGE,
+    "",
+    "Latest epoch (reported step) of the trial this job runs now (or ran last).",
+    STUDY,
+    _T,
+)
+HPO_TRIAL_LOSS = Metric(
+    "ml_hpo_trial_loss",
+    MetricType.GAUGE,
+    "",
+    "Latest loss (reported intermediate value) of the trial this job runs now (or ran last).",
+    STUDY,
+    _T,
+)
+HPO_TRIAL_EPOCHS_TOTAL = Metric(
+    "ml_hpo_trial_epochs_total",
+    MetricType.COUNTER,
+    "",
+    "Epochs (reported steps) run by the trials this job finished, by the state they ended in.",
+    (*STUDY, "state"),
+    _T,
+)
+
 # --- ML services (the metrics the service alerts query) --------------------------------------
 INFERENCE_LATENCY_SECONDS = Metric(
     "ml_inference_latency_seconds",

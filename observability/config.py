@@ -23,6 +23,40 @@ class DatasourceUids:
 
 
 @dataclass(frozen=True)
+class ScrapeSecurity:
+    """How Prometheus scrapes the project's own exporters (the GPU poller, the training jobs) when
+    they serve TLS with authentication: the files on the Prometheus side that verify the server and
+    carry the credential. The exporters read the matching web config (observability.web_config)."""
+
+    server_name: str  # a name in the exporters' certificate (they are reached by pod IP)
+    tls_secret: str  # Secret with the exporters' `ca.crt` (and `tls.crt`, `tls.key` for the exporters)
+    credentials_secret: str  # Secret with Prometheus' credential: `token` (bearer) or `password` (basic)
+    authentication: str = "bearer"  # bearer | basic
+    username: str = "prometheus"  # with basic
+    client_cert_secret: str | None = None  # Secret with Prometheus' client `tls.crt`/`tls.key` (mTLS)
+    # Where Prometheus finds each Secret's keys as files: <secrets_dir>/<secret>/<key> (the
+    # operator mounts the Prometheus resource's `spec.secrets` there).
+    secrets_dir: str = "/etc/prometheus/secrets"
+
+    def __post_init__(self) -> None:
+        if self.authentication not in ("bearer", "basic"):
+            raise ValueError(f"authentication {self.authentication!r}: expected bearer or basic")
+
+    @property
+    def credential_key(self) -> str:
+        return "token" if self.authentication == "bearer" else "password"
+
+    def file(self, secret: str, key: str) -> str:
+        return f"{self.secrets_dir}/{secret}/{key}"
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """The Secrets Prometheus must mount (operator: the Prometheus resource's `spec.secrets`)."""
+        names = (self.tls_secret, self.credentials_secret, self.client_cert_secret)
+        return tuple(dict.fromkeys(n for n in names if n))
+
+
+@dataclass(frozen=True)
 class ObservabilityConfig:
     environment: str = "dev"
     # How often Prometheus scrapes targets and evaluates rules; alert `for` durations are
@@ -30,6 +64,12 @@ class ObservabilityConfig:
     scrape_interval_seconds: int = 15
     evaluation_interval_seconds: int = 15
     critical_detection_seconds: int = 30
+    # The sources of the critical alerts (the GPU poller, the training jobs and the training service)
+    # are scraped this often, and the rule groups holding those alerts are evaluated this often, so
+    # that a critical failure pages within `critical_detection_seconds` of the failure itself
+    # (observability/rules/detection.py); everything else keeps the intervals above.
+    critical_scrape_interval_seconds: int = 5
+    critical_evaluation_interval_seconds: int = 5
     # Where each alert's `runbook_url` points (a section anchor is appended).
     runbook_base_url: str = "https://github.com/foxhunt/foxhunt-observability/blob/main/docs/runbooks.md"
     # Value of the `service` target label (set by scrape discovery from the pod label
@@ -43,6 +83,8 @@ class ObservabilityConfig:
     # The platform services whose scrape targets the infra cockpit shows.
     platform_services: tuple[str, ...] = ()
     datasource_uids: DatasourceUids = DatasourceUids()
+    # Where people open Grafana: notifications link each alert's dashboard under it.
+    grafana_url: str = "https://grafana.example.invalid"
     # Grafana folder the dashboards are provisioned into.
     grafana_folder: str = "ML Platform"
     # Every alert threshold (observability/thresholds.yaml): expressions, texts, dashboard steps.
@@ -67,3 +109,5 @@ class ObservabilityConfig:
     checkpoint_retention_days: float = 30.0
     # Dense peak FLOP/s by GPU model and precision (observability/peak_flops.yaml): the denominator of MFU.
     peak_flops: PeakFlopsTable = DEFAULT_PEAK_FLOPS
+    # TLS and authentication of the scrapes of the poller and the training jobs; None: plain HTTP.
+    scrape_security: ScrapeSecurity | None = None

@@ -38,18 +38,33 @@ from typing import Any
 
 import yaml
 
-from observability.config import ObservabilityConfig
+from observability.config import ObservabilityConfig, ScrapeSecurity
 
 SCRAPE_ANNOTATION = "prometheus.io/scrape"
 PORT_ANNOTATION = "prometheus.io/port"
 PATH_ANNOTATION = "prometheus.io/path"
 SCHEME_ANNOTATION = "prometheus.io/scheme"
+# A pod's own scrape interval and timeout (the sources of the critical alerts are scraped faster
+# than the rest); without them the job's interval and timeout apply.
+INTERVAL_ANNOTATION = "prometheus.io/interval"
+TIMEOUT_ANNOTATION = "prometheus.io/timeout"
 SERVICE_LABEL = "app.kubernetes.io/name"  # pod label that becomes the `service` target label
 
-# A finished process's last values (a training job's duration, its final status) reach Prometheus
-# only if it is scraped once more before it exits: the instrumentation waits for that scrape, at
-# most this many seconds (the env the training job template sets; 0 or unset: no wait).
-FINAL_SCRAPE_WAIT_ENV = "FOXHUNT_METRICS_FINAL_SCRAPE_WAIT_SECONDS"
+# Pods running several ranks (torchrun): each rank serves its own metrics on base port + its local
+# rank, declared as container port `metrics-<local rank>`. This annotation ("true") makes every such
+# port a target of its own; `prometheus.io/port` still names local rank 0's port.
+RANK_PORTS_ANNOTATION = "foxhunt.io/scrape-rank-ports"
+RANK_PORT_PREFIX = "metrics-"
+# Relabelling scratch label (dropped after relabelling, like every `__` label): whether a
+# discovered container port stays a target.
+RANK_PORT_KEEP_LABEL = "__tmp_rank_port"
+
+
+def rank_port_name(local_rank: int) -> str:
+    """The container port name of a local rank's metrics (at most 15 characters, as Kubernetes wants)."""
+    if not 0 <= local_rank < 1000:
+        raise ValueError(f"local rank {local_rank}: expected 0 to 999")
+    return f"{RANK_PORT_PREFIX}{local_rank}"
 
 
 # The training jobs' iteration and checkpoint histograms carry `trace_id` exemplars, served as
@@ -74,9 +89,17 @@ def requirement_comment() -> str:
 
 
 def final_scrape_wait_seconds(cfg: ObservabilityConfig) -> int:
-    """Two scrape intervals: one scrape may fail, the next one still sees the final values."""
+    """The job template's `observability.trainer_env.FINAL_SCRAPE_WAIT_ENV`: two scrape intervals
+    (one scrape may fail, the next one still sees the final values)."""
     return 2 * cfg.scrape_interval_seconds
 
+
+# Pods of the project's own exporters (GPU poller, training jobs) that serve TLS with authentication
+# carry this annotation: the plain job leaves them to a job that speaks TLS and authenticates.
+SECURED_ANNOTATION = "foxhunt.io/scrape-security"
+SECURED_VALUE = "web-config"
+SECURED_JOB_NAME = "foxhunt-secured-pods"
+CA_KEY, CERT_KEY, KEY_KEY = "ca.crt", "tls.crt", "tls.key"  # keys of a kubernetes.io/tls Secret
 
 JOB_NAME = "foxhunt-annotated-pods"
 POD_MONITOR_NAME = "foxhunt-annotated-pods"
@@ -90,6 +113,7 @@ SECRET_KEY = "prometheus-additional.yaml"
 _NOT_RUNNING = "Pending|Succeeded|Failed|Unknown"
 _IPV4 = r"(\d+);(\d+\.\d+\.\d+\.\d+)"
 _IPV6 = r"(\d+);([0-9A-Fa-f]*:[0-9A-Fa-f:.]*)"
+_DURATION = r"([1-9][0-9]*s)"
 
 
 def meta_label(prefix: str, name: str) -> str:
@@ -109,15 +133,34 @@ def pod_label(label: str) -> str:
     return meta_label("__meta_kubernetes_pod_label_", label)
 
 
-def pod_scrape_annotations(port: int, path: str = "/metrics", scheme: str = "http") -> dict[str, str]:
-    """The annotations that make a pod a scrape target on `port` and `path`."""
+def critical_scrape_timeout_seconds(cfg: ObservabilityConfig) -> int:
+    """Scrape timeout of the critical alerts' sources: half their interval (a poller pass and a
+    trainer's page take milliseconds; the detection bound counts the whole timeout)."""
+    return max(1, cfg.critical_scrape_interval_seconds // 2)
+
+
+def critical_scrape_annotations(cfg: ObservabilityConfig) -> dict[str, str]:
+    """The per-pod interval and timeout of the critical alerts' sources (poller, training pods and
+    the training service)."""
+    return {
+        INTERVAL_ANNOTATION: f"{cfg.critical_scrape_interval_seconds}s",
+        TIMEOUT_ANNOTATION: f"{critical_scrape_timeout_seconds(cfg)}s",
+    }
+
+
+def pod_scrape_annotations(
+    port: int, path: str = "/metrics", scheme: str = "http", *, critical: ObservabilityConfig | None = None
+) -> dict[str, str]:
+    """The annotations that make a pod a scrape target on `port` and `path`; with `critical`, at the
+    critical sources' interval and timeout of that config."""
     if not 1 <= port <= 65535:
         raise ValueError(f"scrape port {port} is not a TCP port (1-65535)")
     if not path.startswith("/"):
         raise ValueError(f"scrape path {path!r} must start with '/'")
     if scheme not in ("http", "https"):
         raise ValueError(f"scrape scheme {scheme!r} must be http or https")
-    return {SCRAPE_ANNOTATION: "true", PORT_ANNOTATION: str(port), PATH_ANNOTATION: path, SCHEME_ANNOTATION: scheme}
+    base = {SCRAPE_ANNOTATION: "true", PORT_ANNOTATION: str(port), PATH_ANNOTATION: path, SCHEME_ANNOTATION: scheme}
+    return base if critical is None else {**base, **critical_scrape_annotations(critical)}
 
 
 def annotation_relabel_configs() -> list[dict[str, Any]]:
@@ -127,11 +170,25 @@ def annotation_relabel_configs() -> list[dict[str, Any]]:
     annotations, then set the target labels. The address is rebuilt from the pod IP, so the
     annotated port need not be a declared container port; every container port of a pod yields
     the same address and labels, and Prometheus folds the duplicates into one target.
+
+    A pod annotated `foxhunt.io/scrape-rank-ports: "true"` is the exception: each of its container
+    ports named `metrics-<local rank>` is a target of its own (pod IP and that port), its other
+    ports are dropped, so every rank of a multi-process pod is scraped on its own port.
     """
     port = annotation_label(PORT_ANNOTATION)
+    rank_ports = annotation_label(RANK_PORTS_ANNOTATION)
+    container_port = "__meta_kubernetes_pod_container_port_number"
     return [
         {"source_labels": [annotation_label(SCRAPE_ANNOTATION)], "regex": "true", "action": "keep"},
         {"source_labels": ["__meta_kubernetes_pod_phase"], "regex": _NOT_RUNNING, "action": "drop"},
+        # Per-rank pods keep only their rank ports; every other pod keeps all its discovered ports.
+        {"target_label": RANK_PORT_KEEP_LABEL, "replacement": "yes", "action": "replace"},
+        {"source_labels": [rank_ports], "regex": "true", "target_label": RANK_PORT_KEEP_LABEL, "replacement": "no",
+         "action": "replace"},
+        {"source_labels": [rank_ports, "__meta_kubernetes_pod_container_port_name"],
+         "regex": f"true;{RANK_PORT_PREFIX}[0-9]+", "target_label": RANK_PORT_KEEP_LABEL, "replacement": "yes",
+         "action": "replace"},
+        {"source_labels": [RANK_PORT_KEEP_LABEL], "regex": "yes", "action": "keep"},
         {
             "source_labels": [annotation_label(SCHEME_ANNOTATION)],
             "regex": "(https?)",
@@ -143,6 +200,20 @@ def annotation_relabel_configs() -> list[dict[str, Any]]:
             "source_labels": [annotation_label(PATH_ANNOTATION)],
             "regex": "(/.*)",
             "target_label": "__metrics_path__",
+            "replacement": "$1",
+            "action": "replace",
+        },
+        {
+            "source_labels": [annotation_label(INTERVAL_ANNOTATION)],
+            "regex": _DURATION,
+            "target_label": "__scrape_interval__",
+            "replacement": "$1",
+            "action": "replace",
+        },
+        {
+            "source_labels": [annotation_label(TIMEOUT_ANNOTATION)],
+            "regex": _DURATION,
+            "target_label": "__scrape_timeout__",
             "replacement": "$1",
             "action": "replace",
         },
@@ -160,10 +231,24 @@ def annotation_relabel_configs() -> list[dict[str, Any]]:
             "replacement": "[$2]:$1",
             "action": "replace",
         },
+        {
+            "source_labels": [rank_ports, container_port, "__meta_kubernetes_pod_ip"],
+            "regex": "true;" + _IPV4,
+            "target_label": "__address__",
+            "replacement": "$2:$1",
+            "action": "replace",
+        },
+        {
+            "source_labels": [rank_ports, container_port, "__meta_kubernetes_pod_ip"],
+            "regex": "true;" + _IPV6,
+            "target_label": "__address__",
+            "replacement": "[$2]:$1",
+            "action": "replace",
+        },
         {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace", "action": "replace"},
         {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod", "action": "replace"},
         {"source_labels": [pod_label(SERVICE_LABEL)], "target_label": "service", "action": "replace"},
-    ]
+    ]  # fmt: skip
 
 
 def _check_namespaces(namespaces: Sequence[str]) -> list[str]:
@@ -210,20 +295,81 @@ def operator_shard_key_relabeling(shards: int) -> list[dict[str, Any]]:
     return [{"source_labels": [SHARD_KEY], "target_label": SHARD_HASH_LABEL, "action": "replace"}]
 
 
+def secured_selection(secured: bool) -> dict[str, Any]:
+    """The first relabel rule of the plain job (drop the secured pods) or of the secured job (keep only them)."""
+    return {
+        "source_labels": [annotation_label(SECURED_ANNOTATION)],
+        "regex": SECURED_VALUE,
+        "action": "keep" if secured else "drop",
+    }
+
+
+def secured_scrape_fields(security: ScrapeSecurity) -> dict[str, Any]:
+    """`scheme`, `tls_config` and `authorization` or `basic_auth` of a scrape config (Prometheus
+    shape) that scrapes an exporter serving the matching web config."""
+    tls: dict[str, Any] = {
+        "ca_file": security.file(security.tls_secret, CA_KEY),
+        "server_name": security.server_name,
+        "insecure_skip_verify": False,
+    }
+    if security.client_cert_secret:
+        tls["cert_file"] = security.file(security.client_cert_secret, CERT_KEY)
+        tls["key_file"] = security.file(security.client_cert_secret, KEY_KEY)
+    credential = security.file(security.credentials_secret, security.credential_key)
+    fields: dict[str, Any] = {"scheme": "https", "tls_config": tls}
+    if security.authentication == "bearer":
+        fields["authorization"] = {"type": "Bearer", "credentials_file": credential}
+    else:
+        fields["basic_auth"] = {"username": security.username, "password_file": credential}
+    return fields
+
+
+def secured_pod_metrics_endpoint_fields(security: ScrapeSecurity) -> dict[str, Any]:
+    """The same as `secured_scrape_fields`, as PodMonitor endpoint fields (Secret references in the
+    PodMonitor's namespace)."""
+    tls: dict[str, Any] = {
+        "ca": {"secret": {"name": security.tls_secret, "key": CA_KEY}},
+        "serverName": security.server_name,
+        "insecureSkipVerify": False,
+    }
+    if security.client_cert_secret:
+        tls["cert"] = {"secret": {"name": security.client_cert_secret, "key": CERT_KEY}}
+        tls["keySecret"] = {"name": security.client_cert_secret, "key": KEY_KEY}
+    credential = {"name": security.credentials_secret, "key": security.credential_key}
+    fields: dict[str, Any] = {"scheme": "https", "tlsConfig": tls}
+    if security.authentication == "bearer":
+        fields["authorization"] = {"type": "Bearer", "credentials": credential}
+    else:
+        username = {"name": security.credentials_secret, "key": "username"}
+        fields["basicAuth"] = {"username": username, "password": credential}
+    return fields
+
+
 def annotation_scrape_configs(
     cfg: ObservabilityConfig, namespaces: Sequence[str], shard: int = 0
 ) -> list[dict[str, Any]]:
     """`scrape_configs` entries of one shard: one pod-role job over `namespaces` honouring the
-    annotations, keeping only the shard's targets when the stack has more than one shard."""
+    annotations, keeping only the shard's targets when the stack has more than one shard; with
+    `cfg.scrape_security`, a second job over the same pods that scrapes the secured ones over TLS
+    with the credential (the first job drops them)."""
     interval = f"{cfg.scrape_interval_seconds}s"
-    return [
-        {
-            "job_name": JOB_NAME,
+    security = cfg.scrape_security
+
+    def job(name: str, first: list[dict[str, Any]], fields: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "job_name": name,
             "scrape_interval": interval,
             "scrape_timeout": f"{min(cfg.scrape_interval_seconds, 10)}s",
+            **fields,
             "kubernetes_sd_configs": [{"role": "pod", "namespaces": {"names": _check_namespaces(namespaces)}}],
-            "relabel_configs": [*annotation_relabel_configs(), *shard_relabel_configs(shard, cfg.shards)],
+            "relabel_configs": [*first, *annotation_relabel_configs(), *shard_relabel_configs(shard, cfg.shards)],
         }
+
+    if security is None:
+        return [job(JOB_NAME, [], {})]
+    return [
+        job(JOB_NAME, [secured_selection(False)], {}),
+        job(SECURED_JOB_NAME, [secured_selection(True)], secured_scrape_fields(security)),
     ]
 
 
@@ -294,18 +440,29 @@ def pod_monitor_spec(cfg: ObservabilityConfig, namespaces: Sequence[str]) -> dic
     annotation scrape config does. With shards, the last relabeling hands the operator's sharding
     the pod's node name (`operator_shard_key_relabeling`).
     """
-    rules = [*annotation_relabel_configs(), OPERATOR_LABELDROP, *operator_shard_key_relabeling(cfg.shards)]
-    relabelings = [to_operator_relabeling(dict(r)) for r in rules]
+    security = cfg.scrape_security
+
+    def endpoint(first: list[dict[str, Any]], fields: dict[str, Any]) -> dict[str, Any]:
+        rules = [*first, *annotation_relabel_configs(), OPERATOR_LABELDROP, *operator_shard_key_relabeling(cfg.shards)]
+        return {
+            "interval": f"{cfg.scrape_interval_seconds}s",
+            "scrapeTimeout": f"{min(cfg.scrape_interval_seconds, 10)}s",
+            **fields,
+            "relabelings": [to_operator_relabeling(dict(r)) for r in rules],
+        }
+
+    endpoints = (
+        [endpoint([], {})]
+        if security is None
+        else [
+            endpoint([secured_selection(False)], {}),
+            endpoint([secured_selection(True)], secured_pod_metrics_endpoint_fields(security)),
+        ]
+    )
     return {
         "selector": {"matchExpressions": [{"key": SERVICE_LABEL, "operator": "Exists"}]},
         "namespaceSelector": {"matchNames": _check_namespaces(namespaces)},
-        "podMetricsEndpoints": [
-            {
-                "interval": f"{cfg.scrape_interval_seconds}s",
-                "scrapeTimeout": f"{min(cfg.scrape_interval_seconds, 10)}s",
-                "relabelings": relabelings,
-            }
-        ],
+        "podMetricsEndpoints": endpoints,
     }
 
 

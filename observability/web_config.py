@@ -41,8 +41,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from observability.http_server import Authorizer, Request, Response
 
 # The trainer's metrics server reads the web config file this names (the job template sets it).
@@ -162,6 +160,30 @@ def parse_web_config(data: object, base: Path, source: str = "web config") -> We
     return WebConfig(tls, users or None, tokens)
 
 
+def web_config_document(
+    *,
+    cert_file: str | None = None,
+    key_file: str | None = None,
+    client_ca_file: str | None = None,
+    basic_auth_users: Mapping[str, str] | None = None,
+    bearer_token_hashes: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """A web config file's document (what `parse_web_config` reads): TLS when a certificate is
+    given (client certificates required when a client CA is), and the credentials' hashes."""
+    document: dict[str, Any] = {}
+    if cert_file is not None and key_file is not None:
+        tls: dict[str, Any] = {"cert_file": cert_file, "key_file": key_file, "min_version": "TLS12"}
+        if client_ca_file is not None:
+            tls["client_ca_file"] = client_ca_file
+            tls["client_auth_type"] = "RequireAndVerifyClientCert"
+        document["tls_server_config"] = tls
+    if basic_auth_users:
+        document["basic_auth_users"] = dict(basic_auth_users)
+    if bearer_token_hashes:
+        document["bearer_token_hashes"] = list(bearer_token_hashes)
+    return document
+
+
 def load_web_config(path: str | Path) -> WebConfig:
     """The web config file at `path` (relative file names inside it are taken from its directory)."""
     path = Path(path)
@@ -169,6 +191,13 @@ def load_web_config(path: str | Path) -> WebConfig:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise WebConfigError(f"web config {path}: cannot read it: {err}") from None
+    try:
+        # Imported here: the trainer library needs PyYAML only to read a web config file.
+        import yaml
+    except ImportError:
+        raise WebConfigError(
+            f"web config {path}: reading it needs PyYAML (pip install 'foxhunt-trainer[tls]')"
+        ) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:

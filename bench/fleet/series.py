@@ -37,6 +37,9 @@ FLEET_XID = 79
 POLLER_PORT = 9400
 TRAINER_PORT = 9094
 MODEL_TYPES = ("dqn", "ppo", "tft", "mamba")
+# The model types whose jobs expose reinforcement-learning series, and the one that runs a search.
+RL_MODEL_TYPES = ("dqn", "ppo")
+SEARCH_MODEL_TYPE = "tft"
 FOLDS = 5
 
 
@@ -182,6 +185,19 @@ def _trainer_exposition(model_type: str, job: str, gpu_uuids: tuple[str, ...]) -
     handle.set_resource_usage(4e9, 180.0)
     for fold in range(FOLDS):
         handle.record_fold(fold, 0.5, 0.6, 20, 600.0)
+    if model_type in RL_MODEL_TYPES:  # the model-specific series of reinforcement learning
+        handle.rl.set_exploration_rate(0.5)
+        handle.rl.set_q_value(20.0)
+        handle.rl.record_policy_update(
+            entropy=0.6, value_loss=20.0, approx_kl=0.01, clip_fraction=0.1, explained_variance=0.8
+        )
+        handle.rl.record_episodes(10, mean_reward=100.0, mean_length=100.0)
+    if model_type == SEARCH_MODEL_TYPE:  # a hyperparameter search: one study
+        study = handle.study("search")
+        study.set_trial_counts({"running": 1, "waiting": 2, "complete": 10, "pruned": 5, "failed": 1})
+        study.set_best_value(0.2)
+        study.record_trial_end("complete", 20, 0.3)
+        study.record_trial_progress(17, 4, 0.5)
     return render_text(metrics.registry).decode()
 
 
@@ -217,7 +233,14 @@ def training_job_series(
             if metric is catalog.TRAINING_JOBS_BY_STATUS:
                 pattern = f"status:{dict(labels)['status']}"
             named = dict(labels)
-            extra = named.get("tensor_type") or named.get("error_type") or named.get("fold") or named.get("uuid") or ""
+            extra = (
+                named.get("tensor_type")
+                or named.get("error_type")
+                or named.get("fold")
+                or named.get("uuid")
+                or named.get("state")
+                or ""
+            )
             yield_key = stable_key(key, extra)
             plain.append(SeriesSpec(metric.name, full, pattern, yield_key))
     return plain, histograms

@@ -260,6 +260,34 @@ def _job_values(name: str, rng: random.Random, n: int, variant: int, interval: i
         return _counter(rng, n, 1 / 300, interval)
     if name == c.TRAINING_FOLDS_COMPLETED_TOTAL.name:
         return _counter(rng, n, 1 / 720, interval)
+    rl_walks = {
+        c.RL_Q_VALUE.name: (0.0, 50.0, 1.0),
+        c.RL_POLICY_ENTROPY.name: (0.2, 0.69, 0.01),
+        c.RL_VALUE_LOSS.name: (1.0, 100.0, 2.0),
+        c.RL_APPROX_KL.name: (0.0, 0.03, 0.002),
+        c.RL_CLIP_FRACTION.name: (0.0, 0.3, 0.01),
+        c.RL_EXPLAINED_VARIANCE.name: (-0.2, 0.95, 0.02),
+        c.RL_EPISODE_REWARD.name: (10.0, 500.0, 5.0),
+        c.RL_EPISODE_LENGTH.name: (10.0, 500.0, 5.0),
+        c.HPO_BEST_VALUE.name: (0.1, 0.3, 0.0),
+        c.HPO_OBJECTIVE_VALUE.name: (0.1, 0.6, 0.02),
+        c.HPO_TRIAL_LOSS.name: (0.1, 2.0, 0.05),
+    }
+    if name in rl_walks:
+        return [round(x, 4) for x in _walk(rng, n, *rl_walks[name])]
+    if name == c.RL_EXPLORATION_RATE.name:
+        return [round(max(0.05, 1.0 - i / n), 4) for i in range(n)]
+    if name == c.HPO_TRIALS.name:
+        return [float(rng.randint(0, 20))] * n
+    if name == c.HPO_TRIAL_NUMBER.name:
+        first = rng.randint(0, 100)
+        return [float(first + i // 20) for i in range(n)]
+    if name == c.HPO_TRIAL_EPOCH.name:
+        return [float(i % 20) for i in range(n)]
+    if name == c.RL_EPISODES_TOTAL.name:
+        return _counter(rng, n, 0.5, interval)
+    if name == c.HPO_TRIAL_EPOCHS_TOTAL.name:
+        return _counter(rng, n, 1 / 30, interval)
     if name == c.TRAINING_NAN_COUNT.name:
         return _step_once(rng, n) if variant == 13 else [0.0] * n
     if name in (

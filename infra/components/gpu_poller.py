@@ -64,6 +64,9 @@ class GpuPollerArgs:
     project: str
     stack: str  # the pushed image's tag
     common_labels: Mapping[str, str]
+    # The poller is a source of critical alerts: scraped at the critical interval and timeout
+    # (observability.scrape_config.critical_scrape_annotations).
+    critical_scrape: Mapping[str, str]
 
 
 def selector_labels(args: GpuPollerArgs) -> dict[str, str]:
@@ -108,7 +111,7 @@ def daemonset_spec(args: GpuPollerArgs, image: pulumi.Input[str]) -> dict[str, A
         "template": {
             "metadata": {
                 "labels": labels(args.common_labels, args.service, COMPONENT),
-                "annotations": pod_scrape_annotations(poller.port, METRICS_PATH),
+                "annotations": {**pod_scrape_annotations(poller.port, METRICS_PATH), **args.critical_scrape},
             },
             "spec": {
                 "runtimeClassName": NVIDIA_RUNTIME_CLASS,

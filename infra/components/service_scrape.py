@@ -22,7 +22,8 @@ Decisions (README "What `pulumi destroy` does"):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
@@ -41,6 +42,10 @@ class ServiceScrapeArgs:
     services: tuple[ServiceSettings, ...]
     namespace: str  # where the platform's Deployments live
     otel: OtelExport
+    # Services that are sources of critical alerts (the training service reports NaN values), and
+    # the interval/timeout annotations they are scraped with.
+    critical_services: tuple[str, ...] = ()
+    critical_scrape: Mapping[str, str] = field(default_factory=dict)
 
 
 def service_otel_env(otel: OtelExport, service: ServiceSettings) -> list[dict[str, Any]]:
@@ -60,7 +65,10 @@ def deployment_patch(args: ServiceScrapeArgs, service: ServiceSettings) -> dict[
             "template": {
                 "metadata": {
                     "labels": {SERVICE_LABEL: service.name},
-                    "annotations": pod_scrape_annotations(service.port, service.path),
+                    "annotations": {
+                        **pod_scrape_annotations(service.port, service.path),
+                        **(args.critical_scrape if service.name in args.critical_services else {}),
+                    },
                 },
                 "spec": {"containers": [{"name": service.container, "env": service_otel_env(args.otel, service)}]},
             }

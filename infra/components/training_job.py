@@ -10,6 +10,19 @@ limits, the NVIDIA runtime class, `restartPolicy: Never`, a backoff limit and a 
 The same Job (kind Job, same pod template) is written to `rendered/<stack>/kubernetes/` for
 `kubectl create -f` (it uses `generateName`, so it can be created repeatedly).
 
+Distributed jobs (`trainingJob.command` set): the container runs `torchrun` with one process per
+GPU, and each process (rank) serves its own metrics on `metricsPort + LOCAL_RANK`, declared as
+container port `metrics-<local rank>`; the pod annotation `foxhunt.io/scrape-rank-ports: "true"`
+makes the scrape config take every such port as its own target, so every rank is scraped and a
+stopped rank shows as its own target (one exporter per pod would hide which rank stopped and
+repeat the pod's GPU series once per rank). `trainingJob.nodes` > 1 makes the Job Indexed
+(`completions` = `parallelism` = nodes, one pod per node rank): its completion index is torchrun's
+`--node-rank`, and index 0, reached by its stable hostname `<job>-0.<rendezvous Service>`, hosts
+the static rendezvous (`--master-addr`). The rendezvous Service is headless, shared by every job of
+the template (the hostnames carry the job name) and publishes pods before they are ready, so
+rendezvous starts as soon as pod 0 has an IP. A single-node stack without `command` renders the
+template it always had.
+
 Jobs created with `--from=cronjob/...` get the CronJob as owner. The CronJob carries
 `pulumi.com/deletionPropagationPolicy: orphan`, so `pulumi destroy` (or a replacement of the
 template) deletes the template but never a training job that is running.
@@ -42,11 +55,13 @@ from infra.settings import TrainingJobSettings
 from observability.config import ObservabilityConfig
 from observability.instrument.gpus import DRIVER_CAPABILITIES, DRIVER_CAPABILITIES_ENV
 from observability.scrape_config import (
-    FINAL_SCRAPE_WAIT_ENV,
+    RANK_PORTS_ANNOTATION,
     final_scrape_wait_seconds,
     pod_scrape_annotations,
     prometheus_requirement_annotations,
+    rank_port_name,
 )
+from observability.trainer_env import FINAL_SCRAPE_WAIT_ENV, METRICS_BASE_PORT_ENV
 
 TYPE = "foxhunt:observability:TrainingJobTemplate"
 COMPONENT = "training"
@@ -57,6 +72,14 @@ NEVER = "0 0 1 1 *"  # a valid schedule for the API; the CronJob is suspended so
 SCRATCH_SIZE = "20Gi"
 HISTORY_LIMIT = 50
 DELETION_POLICY_ANNOTATION = "pulumi.com/deletionPropagationPolicy"
+# torchrun's static rendezvous: node rank from the Indexed Job's completion index, the TCP store
+# on index 0 (torchrun's default port).
+TORCHRUN = "torchrun"
+RENDEZVOUS_PORT = 29500
+NODE_RANK_ENV = "TORCHRUN_NODE_RANK"
+MASTER_ADDR_ENV = "TORCHRUN_MASTER_ADDR"
+MASTER_PORT_ENV = "TORCHRUN_MASTER_PORT"
+COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 
 
 @dataclass(frozen=True)
@@ -66,6 +89,33 @@ class TrainingJobArgs:
     namespace: str  # where training jobs run
     otel: OtelExport
     common_labels: Mapping[str, str]
+
+
+def rendezvous_service_name(job: TrainingJobSettings) -> str:
+    """The headless Service whose DNS names the pods of a multi-node job: `<job>-<index>.<this>`."""
+    name = f"{job.name}-rendezvous"
+    if len(name) > 63:
+        raise ValueError(f"trainingJob.name {job.name!r} is too long for its rendezvous Service {name!r} (63 at most)")
+    return name
+
+
+def master_address(args: TrainingJobArgs) -> str:
+    """Index 0's DNS name; Kubernetes expands $(TRAINING_JOB_NAME) from the env defined before it."""
+    return f"$({JOB_NAME_ENV})-0.{rendezvous_service_name(args.job)}.{args.namespace}.svc"
+
+
+def torchrun_args(job: TrainingJobSettings) -> list[str]:
+    """torchrun's options, then the training program: one process per GPU on every node."""
+    if job.nodes == 1:
+        rendezvous = ["--standalone", "--nnodes=1"]
+    else:
+        rendezvous = [
+            f"--nnodes={job.nodes}",
+            f"--node-rank=$({NODE_RANK_ENV})",
+            f"--master-addr=$({MASTER_ADDR_ENV})",
+            f"--master-port=$({MASTER_PORT_ENV})",
+        ]
+    return [*rendezvous, f"--nproc-per-node={job.processes_per_node}", *job.command]
 
 
 def usage(args: TrainingJobArgs) -> str:
@@ -86,8 +136,46 @@ def training_env(args: TrainingJobArgs) -> list[dict[str, Any]]:
             # `utility` makes the NVIDIA runtime mount libnvidia-ml, so the trainer names its GPUs
             # by UUID through NVML (ml_training_job_gpu_info) without any privilege.
             {"name": DRIVER_CAPABILITIES_ENV, "value": DRIVER_CAPABILITIES},
+            *distributed_env(args),
         ],
     )
+
+
+def distributed_env(args: TrainingJobArgs) -> list[dict[str, Any]]:
+    """What torchrun and the ranks read: the metrics base port (a rank serves on base + LOCAL_RANK),
+    and with several nodes the node rank (the completion index) and index 0's address."""
+    job = args.job
+    if not job.command:
+        return []
+    env = [{"name": METRICS_BASE_PORT_ENV, "value": str(job.metrics_port)}]
+    if job.nodes > 1:
+        env += [
+            field_env(NODE_RANK_ENV, f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"),
+            {"name": MASTER_ADDR_ENV, "value": master_address(args)},
+            {"name": MASTER_PORT_ENV, "value": str(RENDEZVOUS_PORT)},
+        ]
+    return env
+
+
+def container_ports(job: TrainingJobSettings) -> list[dict[str, Any]]:
+    """One metrics port per local rank (`metrics-<i>` when torchrun runs), the rendezvous port
+    with several nodes."""
+    if not job.command:
+        return [{"name": "metrics", "containerPort": job.metrics_port, "protocol": "TCP"}]
+    ports = [
+        {"name": rank_port_name(i), "containerPort": job.metrics_port + i, "protocol": "TCP"}
+        for i in range(job.processes_per_node)
+    ]
+    if job.nodes > 1:
+        ports.append({"name": "rendezvous", "containerPort": RENDEZVOUS_PORT, "protocol": "TCP"})
+    return ports
+
+
+def pod_annotations(job: TrainingJobSettings, cfg: ObservabilityConfig) -> dict[str, str]:
+    annotations = pod_scrape_annotations(job.metrics_port, critical=cfg)
+    if job.command:
+        annotations[RANK_PORTS_ANNOTATION] = "true"
+    return annotations
 
 
 def pod_template(args: TrainingJobArgs) -> dict[str, Any]:
@@ -98,9 +186,11 @@ def pod_template(args: TrainingJobArgs) -> dict[str, Any]:
                 **labels(args.common_labels, args.cfg.training_job_service, COMPONENT),
                 MODEL_TYPE_LABEL: job.model_type,
             },
-            "annotations": pod_scrape_annotations(job.metrics_port),
+            # a source of critical alerts (NaN): scraped at the critical interval
+            "annotations": pod_annotations(job, args.cfg),
         },
         "spec": {
+            **({"subdomain": rendezvous_service_name(job)} if job.nodes > 1 else {}),
             "restartPolicy": "Never",
             "runtimeClassName": NVIDIA_RUNTIME_CLASS,
             "automountServiceAccountToken": False,
@@ -115,7 +205,8 @@ def pod_template(args: TrainingJobArgs) -> dict[str, Any]:
                     "name": CONTAINER,
                     "image": job.image,
                     "imagePullPolicy": "IfNotPresent",
-                    "ports": [{"name": "metrics", "containerPort": job.metrics_port, "protocol": "TCP"}],
+                    **({"command": [TORCHRUN], "args": torchrun_args(job)} if job.command else {}),
+                    "ports": container_ports(job),
                     "env": training_env(args),
                     "resources": resources(job.resources, {GPU_RESOURCE: str(job.gpu_count)}),
                     "securityContext": restricted_container_security_context(),
@@ -129,10 +220,36 @@ def pod_template(args: TrainingJobArgs) -> dict[str, Any]:
 
 def job_spec(args: TrainingJobArgs) -> dict[str, Any]:
     job = args.job
+    indexed = {"completionMode": "Indexed", "completions": job.nodes, "parallelism": job.nodes} if job.nodes > 1 else {}
     return {
+        **indexed,
         "backoffLimit": job.backoff_limit,
         "ttlSecondsAfterFinished": job.ttl_seconds_after_finished,
         "template": pod_template(args),
+    }
+
+
+def rendezvous_service_manifest(args: TrainingJobArgs) -> dict[str, Any]:
+    """Headless Service over the template's pods: DNS for `<job>-<index>.<service>`, published
+    before readiness so rendezvous does not wait for it."""
+    service = args.cfg.training_job_service
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(
+            args.common_labels, rendezvous_service_name(args.job), args.namespace, app=service, component=COMPONENT
+        ),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {
+                **labels(args.common_labels, service, COMPONENT),
+                MODEL_TYPE_LABEL: args.job.model_type,
+            },
+            "ports": [
+                {"name": "rendezvous", "port": RENDEZVOUS_PORT, "targetPort": RENDEZVOUS_PORT, "protocol": "TCP"}
+            ],
+        },
     }
 
 
@@ -195,4 +312,10 @@ class TrainingJobTemplate(pulumi.ComponentResource):
             spec=manifest["spec"],
             opts=child(self),
         )
+        self.rendezvous: k8s.core.v1.Service | None = None
+        if args.job.nodes > 1:
+            service = rendezvous_service_manifest(args)
+            self.rendezvous = k8s.core.v1.Service(
+                f"{name}-rendezvous", metadata=service["metadata"], spec=service["spec"], opts=child(self)
+            )
         self.register_outputs({"usage": usage(args)})

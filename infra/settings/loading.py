@@ -13,19 +13,16 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from infra.settings import sections
-from infra.settings.model import KUBECONFIG_KEY, PROJECT, SECRET_KEYS, ImageBuild, Settings, SettingsError
+from infra.settings.model import KUBECONFIG_KEY, PROJECT, SECRET_KEYS, Settings, SettingsError
 from infra.settings.reading import ConfigSource, Reader, SecretReader
+from infra.settings.sections import CONFIG_FIELDS, SETTINGS, Parsed
+from observability.config import ObservabilityConfig
 
 _CREDENTIAL_KEY = re.compile(r"(password|passwd|secret|token|api[_-]?key|credential|webhook)", re.IGNORECASE)
 _URL_WITH_PASSWORD = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@", re.IGNORECASE)
 
-KNOWN_KEYS = {
-    "environment", "kubernetesVersion", "namespaces", "endpoints", "services", "scrape", "poller",
-    "trainingJob", "grafana", "grafanaUrl", "runbookBaseUrl", "criticalDetectionSeconds", "kubeContext",
-    KUBECONFIG_KEY, "cluster", "prometheus", "kubeStateMetrics", "gpuHourlyCost", "energyPricePerKWh", "currency",
-    *SECRET_KEYS,
-}  # fmt: skip
+# Every top-level key of a stack's config: the keys the registered parsers read.
+KNOWN_KEYS = frozenset(key for entry in SETTINGS for key in entry.keys)
 
 
 def _leaves(path: str, value: Any) -> list[tuple[str, Any]]:
@@ -76,52 +73,23 @@ def load_settings(source: ConfigSource, secret: SecretReader) -> Settings:
             r.problems.append(f"{key} is not a known setting: expected one of {', '.join(sorted(KNOWN_KEYS))}")
     check_plaintext_credentials(r)
 
-    environment = sections.environment(r)
-    kubernetes_version = sections.kubernetes_version(r)
-    namespaces = sections.namespaces(r)
-    endpoints = sections.endpoints(r, namespaces)
-    services = sections.services(r)
-    budget = sections.critical_detection_seconds(r)
-    scrape = sections.scrape(r, budget)
-    poller = sections.poller(r, secret)
-    training_job = sections.training_job(r)
-    grafana = sections.grafana(r, namespaces)
-    runbook_base_url = sections.runbook_base_url(r)
-    alerting = sections.alerting(r, secret)
-    kubernetes = sections.kubernetes_target(r, secret)
-    prometheus = sections.prometheus(r, environment, endpoints)
-    cost = sections.cost(r)
-    kube_state_metrics = sections.kube_state_metrics(r)
-    if isinstance(poller.image, ImageBuild) and source.get("registryPassword") is None:
-        r.problems.append(
-            "registryPassword is missing: the poller image is built and pushed, so set it with "
-            "`pulumi config set --secret registryPassword <token>` (or pin poller.image.digest instead)"
-        )
+    parsed = Parsed(secret)
+    for entry in SETTINGS:
+        result = entry.parse(r, parsed)
+        parsed.values.update(zip(entry.into, result if len(entry.into) > 1 else (result,), strict=True))
 
     if r.problems:
         raise SettingsError(source.stack, r.problems)
+    values = parsed.values
+    observability = ObservabilityConfig(**{k: v for k, v in values.items() if k in CONFIG_FIELDS})
     return Settings(
         project=PROJECT,
         stack=source.stack,
-        environment=environment,
-        kubernetes_version=kubernetes_version,
-        namespaces=namespaces,
-        endpoints=endpoints,
-        services=services,
-        scrape=scrape,
-        poller=poller,
-        training_job=training_job,
-        grafana=grafana,
-        alerting=alerting,
-        runbook_base_url=runbook_base_url,
-        critical_detection_seconds=budget,
-        kubernetes=kubernetes,
-        prometheus=prometheus,
-        cost=cost,
-        kube_state_metrics=kube_state_metrics,
+        observability=observability,
+        **{k: v for k, v in values.items() if k not in CONFIG_FIELDS},
         common_labels={
             "app.kubernetes.io/part-of": PROJECT,
             "app.kubernetes.io/managed-by": "pulumi",
-            "foxhunt.io/environment": environment,
+            "foxhunt.io/environment": observability.environment,
         },
     )

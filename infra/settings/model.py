@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from observability.config import DatasourceUids, ObservabilityConfig
+from observability.config import ObservabilityConfig
 
 PROJECT = "foxhunt-observability"
 ScrapeMode = Literal["annotations", "operator"]
@@ -68,9 +68,10 @@ class Endpoints:
 
 @dataclass(frozen=True)
 class ScrapeSettings:
+    """How targets are discovered and the config delivered; the intervals are the observability
+    config's (`scrape_interval_seconds`, `evaluation_interval_seconds`)."""
+
     mode: ScrapeMode
-    interval_seconds: int
-    evaluation_interval_seconds: int
     delivery: ScrapeDelivery
     object_name: str
     # Labels the Prometheus (operator) selects PodMonitors / PrometheusRules by.
@@ -135,41 +136,33 @@ class TrainingJobSettings:
     node_selector: Mapping[str, str]
     tolerations: tuple[Toleration, ...]
     resources: Resources
+    # Pods (nodes) per job: above 1, an Indexed Job whose pods rendezvous through a headless Service.
+    nodes: int = 1
+    # What torchrun starts on every node (a script or `-m module`, then its arguments): set, the
+    # template launches torchrun with one process per GPU; empty, the image's entrypoint runs alone.
+    command: tuple[str, ...] = ()
+
+    @property
+    def processes_per_node(self) -> int:
+        """torchrun's processes per pod: one per GPU when torchrun launches, else the one entrypoint."""
+        return self.gpu_count if self.command else 1
 
 
 @dataclass(frozen=True)
 class GrafanaSettings:
+    """Where the dashboards are provisioned; their folder is the observability config's."""
+
     namespace: str
-    folder: str
     # Where people open Grafana (stack output `dashboards` links each dashboard under it).
     url: str
 
 
 @dataclass(frozen=True)
 class PrometheusSettings:
-    """Sharded scraping and the global rule tier (docs/scaling.md)."""
+    """Where the shards remote-write to (docs/scaling.md); the shard count, this stack's cluster and
+    the clusters of the global tier are the observability config's (`shards`, `cluster`, `clusters`)."""
 
-    shards: int = 1  # Prometheus scrape shards; 1 is one server evaluating every rule
-    cluster: str = ""  # the `cluster` external label of every Prometheus of the stack
-    clusters: tuple[str, ...] = ()  # every cluster the dashboards' global tier holds (this one included)
-    remote_write_url: str = ""  # where the shards remote-write to (the global tier's receiver)
-
-
-@dataclass(frozen=True)
-class CostSettings:
-    """Prices behind the cost estimates (per-job and per-model-type recording rules, panels)."""
-
-    gpu_hourly_cost: tuple[tuple[str, float], ...]  # (gpu_name as NVML reports it, price per GPU-hour)
-    gpu_hourly_cost_default: float  # price per GPU-hour of any GPU not listed
-    energy_price_per_kwh: float
-    currency: str  # ISO 4217 code the prices are in
-
-
-_EXAMPLE = ObservabilityConfig()
-# A stack without prices gets ObservabilityConfig's example prices.
-DEFAULT_COST = CostSettings(
-    _EXAMPLE.gpu_hourly_cost, _EXAMPLE.gpu_hourly_cost_default, _EXAMPLE.energy_price_per_kwh, _EXAMPLE.currency
-)
+    remote_write_url: str = ""  # the global tier's remote-write receiver
 
 
 @dataclass(frozen=True)
@@ -191,9 +184,13 @@ class KubernetesTarget:
 
 @dataclass(frozen=True)
 class Settings:
+    """A stack's settings: the observability config every generator reads (environment, intervals,
+    detection budget, runbook URL, folder, shards and clusters, prices, ...) held as it is, plus
+    what only the deployment needs. Each field is filled by one parser of `sections`."""
+
     project: str
     stack: str
-    environment: str
+    observability: ObservabilityConfig
     kubernetes_version: str
     namespaces: Namespaces
     endpoints: Endpoints
@@ -203,32 +200,14 @@ class Settings:
     training_job: TrainingJobSettings
     grafana: GrafanaSettings
     alerting: AlertingReceivers
-    runbook_base_url: str
-    critical_detection_seconds: int = DEFAULT_CRITICAL_DETECTION_SECONDS
     kubernetes: KubernetesTarget = KubernetesTarget(context=None)
     common_labels: Mapping[str, str] = field(default_factory=dict)
     prometheus: PrometheusSettings = PrometheusSettings()
-    cost: CostSettings = field(default_factory=lambda: DEFAULT_COST)
-    # kube-state-metrics runs and is scraped with its own labels: health alerts compare GPU capacity.
-    kube_state_metrics: bool = False
+
+    @property
+    def environment(self) -> str:
+        return self.observability.environment
 
     def observability_config(self) -> ObservabilityConfig:
         """The one settings object that rules, dashboards and scrape config are generated from."""
-        return ObservabilityConfig(
-            environment=self.environment,
-            scrape_interval_seconds=self.scrape.interval_seconds,
-            evaluation_interval_seconds=self.scrape.evaluation_interval_seconds,
-            runbook_base_url=self.runbook_base_url,
-            critical_detection_seconds=self.critical_detection_seconds,
-            platform_services=tuple(s.name for s in self.services),
-            datasource_uids=DatasourceUids(),
-            grafana_folder=self.grafana.folder,
-            shards=self.prometheus.shards,
-            cluster=self.prometheus.cluster,
-            clusters=self.prometheus.clusters,
-            gpu_hourly_cost=self.cost.gpu_hourly_cost,
-            gpu_hourly_cost_default=self.cost.gpu_hourly_cost_default,
-            energy_price_per_kwh=self.cost.energy_price_per_kwh,
-            currency=self.cost.currency,
-            kube_state_metrics=self.kube_state_metrics,
-        )
+        return self.observability

@@ -17,7 +17,7 @@ from pulumi.runtime import config as runtime_config
 from infra.settings.model import PROJECT, SecretValue
 from policy.manifests import as_int
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS_LABEL_EXPECTED = "a DNS-1123 label (lower-case letters, digits and '-', at most 63 characters)"
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|Ki|Mi|Gi|Ti|k|M|G|T)?$")
 _LABEL_KEY = re.compile(r"^([a-z0-9.-]+/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
@@ -94,7 +94,7 @@ class Reader:
         """A model family label (dqn, ppo, tft, mamba, none, ...): any DNS label is accepted, since a
         new family must not need a code change; it travels in OTEL_RESOURCE_ATTRIBUTES, a metric
         label and a Job's generateName, where ',', '=' or upper case would break them."""
-        if not isinstance(value, str) or len(value) > 40 or not _DNS_LABEL.match(value):
+        if not isinstance(value, str) or len(value) > 40 or not DNS_LABEL.match(value):
             self.problem(key, value, "a model type such as dqn, ppo, tft, mamba or none (lower-case letters, digits "
                          "and '-', at most 40 characters)")  # fmt: skip
             return "none"
@@ -127,7 +127,7 @@ class Reader:
         return value
 
     def dns_name(self, key: str, value: Any) -> str:
-        ok = isinstance(value, str) and len(value) <= 63 and bool(_DNS_LABEL.match(value))
+        ok = isinstance(value, str) and len(value) <= 63 and bool(DNS_LABEL.match(value))
         if not ok:
             self.problem(key, value, DNS_LABEL_EXPECTED)
             return ""

@@ -1,14 +1,22 @@
-"""One parser per top-level section of the stack config (`namespaces`, `services`, `scrape`,
-`poller`, `trainingJob`, ...): each reads its section through a `Reader`, records every problem
-it finds and returns the typed settings of that section (with fallbacks where a value is bad)."""
+"""The registry of stack settings: one parser per top-level section of the stack config
+(`namespaces`, `services`, `scrape`, `poller`, `trainingJob`, ...), registered with `@setting`
+under the config keys it reads and the field(s) it fills: a field of `Settings` or of the
+`ObservabilityConfig` the settings hold. Each parser reads its section through a `Reader`, records
+every problem it finds and returns the typed value (with fallbacks where a value is bad).
+
+A new setting is its parser here, registered with `@setting("configKey", into="field")`, plus its
+field (in `ObservabilityConfig` when a generator reads it, else in `Settings`): the known keys,
+the loading and the construction of both objects follow from the registry. Parsers run in the
+order they are defined; one that needs an earlier result reads it from `s` (`s.namespaces`)."""
 
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Any, Literal, TypeVar
 
 from infra.settings.model import (
-    DEFAULT_COST,
     DEFAULT_CRITICAL_DETECTION_SECONDS,
     DIGEST_EXPECTED,
     KUBECONFIG_KEY,
@@ -17,7 +25,6 @@ from infra.settings.model import (
     SCRAPE_MODES,
     SUPPORTED_KUBERNETES_MINORS,
     AlertingReceivers,
-    CostSettings,
     Endpoints,
     GrafanaSettings,
     ImageBuild,
@@ -29,10 +36,11 @@ from infra.settings.model import (
     Resources,
     ScrapeSettings,
     ServiceSettings,
+    Settings,
     Toleration,
     TrainingJobSettings,
 )
-from infra.settings.reading import _DNS_LABEL, DNS_LABEL_EXPECTED, Reader, SecretReader
+from infra.settings.reading import DNS_LABEL, DNS_LABEL_EXPECTED, Reader, SecretReader
 from observability.config import ObservabilityConfig
 from observability.prometheus_config import REMOTE_WRITE_PATH
 from observability.rules.detection import detection_budget
@@ -40,14 +48,67 @@ from observability.scrape_config import MAX_SHARDS
 
 _DIGEST_REF = re.compile(r"^[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)+@sha256:[0-9a-f]{64}$")
 
+# Fields a stack fills in `Settings` or its `ObservabilityConfig`; the rest are fixed by the loader
+# (project, stack, the config itself, the common labels) or keep the config's defaults.
+CONFIG_FIELDS = frozenset(f.name for f in fields(ObservabilityConfig))
+SETTINGS_FIELDS = frozenset(f.name for f in fields(Settings)) - {"project", "stack", "observability", "common_labels"}
 
-def environment(r: Reader) -> str:
+
+class Parsed:
+    """What the parsers before this one returned, by field (`s.namespaces`), and the secret reader."""
+
+    def __init__(self, secret: SecretReader) -> None:
+        self.secret = secret
+        self.values: dict[str, Any] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.__dict__["values"][name]
+        except KeyError:
+            raise AttributeError(f"setting field {name} is not parsed yet: register its parser earlier") from None
+
+
+Parser = Callable[[Reader, Parsed], Any]
+P = TypeVar("P", bound=Parser)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One registered parser: the top-level config keys it reads and the fields its result fills
+    (with more than one field, the parser returns one value per field, in order)."""
+
+    keys: tuple[str, ...]
+    into: tuple[str, ...]
+    parse: Parser
+
+
+SETTINGS: list[Setting] = []
+
+
+def setting(*keys: str, into: str | tuple[str, ...]) -> Callable[[P], P]:
+    """Register the decorated parser for config `keys`, filling field(s) `into`."""
+    targets = (into,) if isinstance(into, str) else into
+
+    def register(parse: P) -> P:
+        for name in targets:
+            if name not in CONFIG_FIELDS | SETTINGS_FIELDS:
+                raise TypeError(f"{parse.__name__}: {name} is a field of neither Settings nor ObservabilityConfig")
+            if any(name in other.into for other in SETTINGS):
+                raise TypeError(f"{parse.__name__}: {name} is filled by another setting already")
+        SETTINGS.append(Setting(keys, targets, parse))
+        return parse
+
+    return register
+
+
+@setting("environment", into="environment")
+def environment(r: Reader, s: Parsed) -> str:
     """Any lower-case name (a new stack brings its own); it becomes a label value, so it is checked
     as one."""
     value = r.required("environment")
     if value is None:
         return ""
-    if not isinstance(value, str) or len(value) > 63 or not _DNS_LABEL.match(value):
+    if not isinstance(value, str) or len(value) > 63 or not DNS_LABEL.match(value):
         r.problem(
             "environment", value, "a lower-case name such as dev, staging, prod or gpu-lab (it is a label value: "
             f"{DNS_LABEL_EXPECTED})",
@@ -56,7 +117,8 @@ def environment(r: Reader) -> str:
     return value
 
 
-def kubernetes_version(r: Reader) -> str:
+@setting("kubernetesVersion", into="kubernetes_version")
+def kubernetes_version(r: Reader, s: Parsed) -> str:
     version = r.required("kubernetesVersion")
     match = re.fullmatch(r"1\.([0-9]+)\.[0-9]+", str(version)) if version is not None else None
     if version is not None and (match is None or int(match.group(1)) not in SUPPORTED_KUBERNETES_MINORS):
@@ -65,12 +127,15 @@ def kubernetes_version(r: Reader) -> str:
     return version if isinstance(version, str) else ""
 
 
-def namespaces(r: Reader) -> Namespaces:
+@setting("namespaces", into="namespaces")
+def namespaces(r: Reader, s: Parsed) -> Namespaces:
     ns = r.mapping("namespaces", r.required("namespaces"), {"platform", "monitoring", "training"})
     return Namespaces(*(r.dns_name(f"namespaces.{k}", ns.get(k)) for k in ("platform", "monitoring", "training")))
 
 
-def endpoints(r: Reader, ns: Namespaces) -> Endpoints:
+@setting("endpoints", into="endpoints")
+def endpoints(r: Reader, s: Parsed) -> Endpoints:
+    ns: Namespaces = s.namespaces
     ep = r.mapping("endpoints", r.required("endpoints"), {"tempoOtlpGrpc", "tempoQuery", "loki", "prometheus"})
     default_tempo = f"http://tempo.{ns.monitoring}.svc.cluster.local:4317"
     return Endpoints(
@@ -81,17 +146,19 @@ def endpoints(r: Reader, ns: Namespaces) -> Endpoints:
     )
 
 
-def services(r: Reader) -> tuple[ServiceSettings, ...]:
+@setting("services", into=("services", "platform_services"))
+def services(r: Reader, s: Parsed) -> tuple[tuple[ServiceSettings, ...], tuple[str, ...]]:
+    """The platform services, and their names (the services the infra cockpit shows)."""
     value = r.required("services")
     if not isinstance(value, list) or not value:
         r.problem("services", value, "a non-empty list of {name, container, port, path} objects")
-        return ()
+        return (), ()
     out = []
     seen: set[str] = set()
     for i, item in enumerate(value):
         # Name the service in every message when it has a usable name: services['feature-store'].port
         given = item.get("name") if isinstance(item, dict) else None
-        named = isinstance(given, str) and bool(_DNS_LABEL.match(given)) and given not in seen
+        named = isinstance(given, str) and bool(DNS_LABEL.match(given)) and given not in seen
         k = f"services[{given!r}]" if named else f"services[{i}]"
         m = r.mapping(k, item, {"name", "container", "port", "path", "modelType"})
         name = r.dns_name(f"{k}.name", m.get("name"))
@@ -108,10 +175,11 @@ def services(r: Reader) -> tuple[ServiceSettings, ...]:
                 model_type=r.model_type(f"{k}.modelType", m.get("modelType", "none")),
             )
         )
-    return tuple(out)
+    return tuple(out), tuple(service.name for service in out)
 
 
-def critical_detection_seconds(r: Reader) -> int:
+@setting("criticalDetectionSeconds", into="critical_detection_seconds")
+def critical_detection_seconds(r: Reader, s: Parsed) -> int:
     """The detection budget of critical failures (default 30 s); a slower stack declares its own."""
     value = r.raw("criticalDetectionSeconds")
     return r.integer(
@@ -119,46 +187,61 @@ def critical_detection_seconds(r: Reader) -> int:
     )
 
 
-def scrape(r: Reader, budget: int) -> ScrapeSettings:
+@setting(
+    "scrape",
+    into=(
+        "scrape",
+        "scrape_interval_seconds",
+        "evaluation_interval_seconds",
+        "critical_scrape_interval_seconds",
+        "critical_evaluation_interval_seconds",
+    ),
+)
+def scrape(r: Reader, s: Parsed) -> tuple[ScrapeSettings, int, int, int, int]:
+    """Discovery and delivery, the scrape and rule evaluation intervals, and the critical intervals
+    (the critical alerts' sources and the groups holding those alerts; the config's)."""
+    budget: int = s.critical_detection_seconds
     sc = r.mapping(
         "scrape",
         r.required("scrape"),
-        {"mode", "intervalSeconds", "evaluationIntervalSeconds", "delivery", "objectName", "operatorSelector"},
-    )
+        {"mode", "intervalSeconds", "evaluationIntervalSeconds", "criticalIntervalSeconds",
+         "criticalEvaluationIntervalSeconds", "delivery", "objectName", "operatorSelector"},
+    )  # fmt: skip
     mode = r.choice("scrape.mode", sc.get("mode"), SCRAPE_MODES)
+    example = ObservabilityConfig()
+    interval = r.integer("scrape.intervalSeconds", sc.get("intervalSeconds", 15), 1, 300)
+    evaluation = r.integer("scrape.evaluationIntervalSeconds", sc.get("evaluationIntervalSeconds", 15), 1, 300)
+    critical = r.integer(
+        "scrape.criticalIntervalSeconds", sc.get("criticalIntervalSeconds", example.critical_scrape_interval_seconds),
+        1, 300,
+    )  # fmt: skip
+    critical_evaluation = r.integer(
+        "scrape.criticalEvaluationIntervalSeconds",
+        sc.get("criticalEvaluationIntervalSeconds", example.critical_evaluation_interval_seconds), 1, 300,
+    )  # fmt: skip
     settings = ScrapeSettings(
         mode=mode,
-        interval_seconds=r.integer("scrape.intervalSeconds", sc.get("intervalSeconds", 15), 1, 300),
-        evaluation_interval_seconds=r.integer(
-            "scrape.evaluationIntervalSeconds", sc.get("evaluationIntervalSeconds", 15), 1, 300
-        ),
         delivery=r.choice("scrape.delivery", sc.get("delivery", "configmap"), SCRAPE_DELIVERIES),
         object_name=r.dns_name("scrape.objectName", sc.get("objectName", "prometheus-annotation-scrape")),
         operator_selector=r.label_map("scrape.operatorSelector", sc.get("operatorSelector")),
     )
-    # The promise for critical failures, within `criticalDetectionSeconds` (default 30): the rules
-    # module owns the check on the evaluation interval (it derives every critical `for` from it);
-    # here only the sampling half is added, since a failure waits up to one scrape interval before
-    # any rule can see it.
+    # The promise for critical failures, within `criticalDetectionSeconds` (default 30) of the
+    # failure: the rules module owns the check (it derives every critical `for` from the intervals).
     try:
         detection_budget(
             ObservabilityConfig(
-                scrape_interval_seconds=settings.interval_seconds,
-                evaluation_interval_seconds=settings.evaluation_interval_seconds,
+                scrape_interval_seconds=interval,
+                evaluation_interval_seconds=evaluation,
+                critical_scrape_interval_seconds=critical,
+                critical_evaluation_interval_seconds=critical_evaluation,
                 critical_detection_seconds=budget,
             )
         )
     except ValueError as exc:
-        r.problem("scrape.evaluationIntervalSeconds", settings.evaluation_interval_seconds, f"an interval that {exc}")
-    if settings.interval_seconds > budget // 2:
         r.problem(
-            "scrape.intervalSeconds",
-            settings.interval_seconds,
-            f"at most {budget // 2} (half of criticalDetectionSeconds = {budget}) so a critical failure (NaN, OOM, "
-            f"GPU error) is sampled in time to be detected within {budget} s; or declare a longer budget with "
-            "criticalDetectionSeconds",
+            "scrape.criticalIntervalSeconds", critical, f"intervals with which critical failures page in time: {exc}"
         )
-    return settings
+    return settings, interval, evaluation, critical, critical_evaluation
 
 
 def tolerations(r: Reader, key: str, value: Any) -> tuple[Toleration, ...]:
@@ -218,7 +301,10 @@ def poller_image(r: Reader, value: Any, secret: SecretReader) -> ImageBuild | Pi
     )
 
 
-def poller(r: Reader, secret: SecretReader) -> PollerSettings:
+@setting("poller", "registryPassword", into="poller")
+def poller(r: Reader, s: Parsed) -> PollerSettings:
+    """The GPU poller DaemonSet; a built image needs `registryPassword` (a Pulumi secret)."""
+    secret: SecretReader = s.secret
     po = r.mapping(
         "poller",
         r.required("poller"),
@@ -242,16 +328,40 @@ def poller(r: Reader, secret: SecretReader) -> PollerSettings:
     )
     if not settings.node_selector:
         r.problems.append("poller.nodeSelector is empty: expected the label that marks GPU nodes")
+    critical: int = s.critical_scrape_interval_seconds
+    if settings.min_interval_seconds > critical - 1:
+        # A scrape within min_interval of the last pass gets that pass: the GPU data could be one
+        # scrape interval older than the detection budget allows for.
+        r.problem(
+            "poller.minIntervalSeconds",
+            f"{settings.min_interval_seconds:g}",
+            f"at most {critical - 1} (scrape.criticalIntervalSeconds - 1), so that every scrape of the poller "
+            "gets a fresh NVML pass and a GPU failure is seen at the next scrape",
+        )
+    if isinstance(settings.image, ImageBuild) and r.source.get("registryPassword") is None:
+        r.problems.append(
+            "registryPassword is missing: the poller image is built and pushed, so set it with "
+            "`pulumi config set --secret registryPassword <token>` (or pin poller.image.digest instead)"
+        )
     return settings
 
 
-def training_job(r: Reader) -> TrainingJobSettings:
+@setting("trainingJob", into="training_job")
+def training_job(r: Reader, s: Parsed) -> TrainingJobSettings:
     tj = r.mapping(
         "trainingJob",
         r.required("trainingJob"),
         {"name", "image", "modelType", "gpuCount", "backoffLimit", "ttlSecondsAfterFinished", "metricsPort",
-         "nodeSelector", "tolerations", "resources"},
+         "nodeSelector", "tolerations", "resources", "nodes", "command"},
     )  # fmt: skip
+    nodes = r.integer("trainingJob.nodes", tj.get("nodes", 1), 1, MAX_TRAINING_NODES)
+    command = training_command(r, tj.get("command"))
+    if nodes > 1 and not command:
+        r.problem(
+            "trainingJob.command", tj.get("command"),
+            f"the program torchrun starts on each of the {nodes} nodes, as a list such as "
+            "['-m', 'train', '--config', '/etc/train.yaml'] (trainingJob.nodes > 1 launches torchrun)",
+        )  # fmt: skip
     return TrainingJobSettings(
         name=r.dns_name("trainingJob.name", tj.get("name", "training-job-template")),
         image=r.string("trainingJob.image", tj.get("image"), _DIGEST_REF, DIGEST_EXPECTED),
@@ -267,31 +377,61 @@ def training_job(r: Reader) -> TrainingJobSettings:
         ),
         tolerations=tolerations(r, "trainingJob.tolerations", tj.get("tolerations")),
         resources=resources(r, "trainingJob.resources", tj.get("resources"), Resources("2", "8", "8Gi", "32Gi")),
+        nodes=nodes,
+        command=command,
     )
 
 
-def grafana(r: Reader, ns: Namespaces) -> GrafanaSettings:
+# Pods of one multi-node job: a bound for the settings check, far above what the platform runs.
+MAX_TRAINING_NODES = 256
+
+
+def training_command(r: Reader, value: Any) -> tuple[str, ...]:
+    """`trainingJob.command`: a list of non-empty strings (torchrun's training script and its
+    arguments); absent or empty: no torchrun."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(a, str) and a for a in value):
+        r.problem("trainingJob.command", value, "a list of non-empty strings, such as ['-m', 'train']")
+        return ()
+    if value and value[0].startswith("--"):
+        r.problem(
+            "trainingJob.command", value,
+            "the training script or `-m module` first: torchrun's own options come from the template",
+        )  # fmt: skip
+        return ()
+    return tuple(value)
+
+
+@setting("grafana", "grafanaUrl", into=("grafana", "grafana_folder", "grafana_url"))
+def grafana(r: Reader, s: Parsed) -> tuple[GrafanaSettings, str, str]:
+    """Where Grafana runs and is opened (notifications link dashboards under it), and the dashboards'
+    folder (the config's)."""
+    ns: Namespaces = s.namespaces
     gr = r.mapping("grafana", r.required("grafana"), {"namespace", "folder"})
-    return GrafanaSettings(
+    settings = GrafanaSettings(
         namespace=r.dns_name("grafana.namespace", gr.get("namespace", ns.monitoring)),
-        folder=r.string("grafana.folder", gr.get("folder")),
         url=r.url("grafanaUrl", r.raw("grafanaUrl") or f"http://grafana.{ns.monitoring}.svc.cluster.local"),
     )
+    return settings, r.string("grafana.folder", gr.get("folder")), settings.url
 
 
-def runbook_base_url(r: Reader) -> str:
+@setting("runbookBaseUrl", into="runbook_base_url")
+def runbook_base_url(r: Reader, s: Parsed) -> str:
     return r.url("runbookBaseUrl", r.raw("runbookBaseUrl") or ObservabilityConfig().runbook_base_url, ("https",))
 
 
-def alerting(r: Reader, secret: SecretReader) -> AlertingReceivers:
-    receivers = AlertingReceivers(*(secret(key) for key in RECEIVER_KEYS))
+@setting(*RECEIVER_KEYS, into="alerting")
+def alerting(r: Reader, s: Parsed) -> AlertingReceivers:
+    receivers = AlertingReceivers(*(s.secret(key) for key in RECEIVER_KEYS))
     for key in RECEIVER_KEYS:
         if r.source.get(key) is None:
             r.problems.append(f"{key} is missing: set it with `pulumi config set --secret {key} https://...`")
     return receivers
 
 
-def kubernetes_target(r: Reader, secret: SecretReader) -> KubernetesTarget:
+@setting("kubeContext", KUBECONFIG_KEY, into="kubernetes")
+def kubernetes_target(r: Reader, s: Parsed) -> KubernetesTarget:
     """`kubeContext` (a context of the ambient kubeconfig) and/or a `kubeconfig` Pulumi secret."""
     context = r.raw("kubeContext")
     if context is not None:
@@ -303,13 +443,16 @@ def kubernetes_target(r: Reader, secret: SecretReader) -> KubernetesTarget:
             "kubeContext <context>`), or give the stack its own kubeconfig as a secret (`pulumi config set --secret "
             'kubeconfig "$(cat kubeconfig)"`)'
         )
-    return KubernetesTarget(context=context or None, kubeconfig=secret(KUBECONFIG_KEY) if has_kubeconfig else None)
+    return KubernetesTarget(context=context or None, kubeconfig=s.secret(KUBECONFIG_KEY) if has_kubeconfig else None)
 
 
-def prometheus(r: Reader, environment_name: str, ep: Endpoints) -> PrometheusSettings:
+@setting("cluster", "prometheus", into=("prometheus", "shards", "cluster", "clusters"))
+def prometheus(r: Reader, s: Parsed) -> tuple[PrometheusSettings, int, str, tuple[str, ...]]:
     """`cluster` (the external label; default `foxhunt-<environment>`) and `prometheus.shards`,
     `prometheus.clusters`, `prometheus.remoteWriteUrl` (default: the remote-write receiver of the
     Prometheus at `endpoints.prometheus`, the global tier) (docs/scaling.md)."""
+    environment_name: str = s.environment
+    ep: Endpoints = s.endpoints
     cluster = r.dns_name("cluster", r.raw("cluster") or f"foxhunt-{environment_name or 'dev'}")
     pr = r.mapping("prometheus", r.raw("prometheus"), {"shards", "clusters", "remoteWriteUrl"})
     shards = r.integer("prometheus.shards", pr.get("shards", 1), 1, MAX_SHARDS)
@@ -319,13 +462,13 @@ def prometheus(r: Reader, environment_name: str, ep: Endpoints) -> PrometheusSet
     listed = pr.get("clusters", [cluster])
     if not isinstance(listed, list) or not listed:
         r.problem("prometheus.clusters", listed, "a non-empty list of cluster names (DNS-1123 labels)")
-        return PrometheusSettings(shards, cluster, (cluster,), remote_write)
+        return PrometheusSettings(remote_write), shards, cluster, (cluster,)
     clusters = tuple(r.dns_name(f"prometheus.clusters[{i}]", name) for i, name in enumerate(listed))
     if len(set(clusters)) != len(clusters):
         r.problem("prometheus.clusters", listed, "each cluster once")
     if cluster and cluster not in clusters:
         r.problem("prometheus.clusters", listed, f"a list that includes this stack's cluster {cluster!r}")
-    return PrometheusSettings(shards, cluster, clusters, remote_write)
+    return PrometheusSettings(remote_write), shards, cluster, clusters
 
 
 _CURRENCY = re.compile(r"^[A-Z]{3}$")
@@ -340,13 +483,21 @@ def _price(r: Reader, key: str, value: Any) -> float:
     return float(value)
 
 
-def cost(r: Reader) -> CostSettings:
+Prices = tuple[tuple[tuple[str, float], ...], float, float, str]
+
+
+@setting(
+    "gpuHourlyCost", "energyPricePerKWh", "currency",
+    into=("gpu_hourly_cost", "gpu_hourly_cost_default", "energy_price_per_kwh", "currency"),
+)  # fmt: skip
+def cost(r: Reader, s: Parsed) -> Prices:
     """`gpuHourlyCost` (price per GPU-hour by NVML product name, `gpu_name`, with a `default` for
     every other GPU), `energyPricePerKWh` and `currency` (ISO 4217): the prices of the cost
     estimates. All three or none (then ObservabilityConfig's example prices apply)."""
     given = {k: r.raw(k) for k in ("gpuHourlyCost", "energyPricePerKWh", "currency")}
     if all(v is None for v in given.values()):
-        return DEFAULT_COST
+        example = ObservabilityConfig()
+        return example.gpu_hourly_cost, example.gpu_hourly_cost_default, example.energy_price_per_kwh, example.currency
     for key, value in given.items():
         if value is None:
             r.problems.append(f"{key} is missing: gpuHourlyCost, energyPricePerKWh and currency are set together")
@@ -369,10 +520,11 @@ def cost(r: Reader) -> CostSettings:
     if currency is not None and not (isinstance(currency, str) and _CURRENCY.match(currency)):
         r.problem("currency", currency, "an ISO 4217 currency code such as USD or EUR")
     listed = tuple(sorted((k, v) for k, v in prices.items() if k != GPU_HOURLY_COST_DEFAULT))
-    return CostSettings(listed, prices.get(GPU_HOURLY_COST_DEFAULT, 0.0), energy, str(currency or ""))
+    return listed, prices.get(GPU_HOURLY_COST_DEFAULT, 0.0), energy, str(currency or "")
 
 
-def kube_state_metrics(r: Reader) -> bool:
+@setting("kubeStateMetrics", into="kube_state_metrics")
+def kube_state_metrics(r: Reader, s: Parsed) -> bool:
     """Whether kube-state-metrics runs (the health alerts then check GPU nodes by capacity)."""
     value = r.raw("kubeStateMetrics")
     if value is None:

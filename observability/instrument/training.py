@@ -35,6 +35,8 @@ from observability.instrument.checkpoints import WEIGHTS, CheckpointSave, GoodCh
 from observability.instrument.errors import CHECKPOINT_ERROR_TYPES, FAILURE_ERROR_TYPES
 from observability.instrument.phases import COMPUTE, IDLE, LOST_WORK, STARTUP, PhaseClock
 from observability.instrument.ranks import RankInfo
+from observability.instrument.reinforcement import RlFamilies, RlMetrics
+from observability.instrument.search import SearchFamilies, StudyMetrics
 from observability.instrument.server import METRICS_PORT, MetricsServer
 from observability.instrument.trace_context import trace_exemplar
 
@@ -119,6 +121,9 @@ class TrainingMetrics:
         self.fold_duration = g(catalog.TRAINING_FOLD_DURATION_SECONDS)
         self.folds_planned = g(catalog.TRAINING_FOLDS_PLANNED)
         self.folds_completed = c(catalog.TRAINING_FOLDS_COMPLETED_TOTAL)
+        # Model-specific (reinforcement learning) and hyperparameter search: created at first use
+        self.rl = RlFamilies(g, c)
+        self.search = SearchFamilies(g, c)
 
         self.collector = families.CatalogCollector(self._pairs)
         self.registry.register(self.collector)
@@ -261,6 +266,8 @@ class JobMetrics:
         self.phases = PhaseClock(STARTUP)
         self.steps_done = 0
         self._lost_work_until: int | None = None
+        self._rl: RlMetrics | None = None
+        self._studies: dict[str, StudyMetrics] = {}
         self.last_good_checkpoint: GoodCheckpoint | None = None
         self._nonfinite_since_good_checkpoint = False
         self.failure: BaseException | None = None
@@ -309,6 +316,21 @@ class JobMetrics:
     def rank_labels(self) -> dict[str, str]:
         """The labels of this process's per-rank series (`catalog.RANK_JOB`)."""
         return {"model_type": self.model_type, "job_id": self.job_id, "rank": self.rank.label}
+
+    @property
+    def rl(self) -> RlMetrics:
+        """The job's reinforcement-learning series (exploration, Q-values, policy updates, episodes)."""
+        with self._lock:
+            if self._rl is None:
+                self._rl = RlMetrics(self._m.rl, self.model_type, self.job_id)
+            return self._rl
+
+    def study(self, name: str) -> StudyMetrics:
+        """The series of the hyperparameter-search study `name` this job runs trials of."""
+        with self._lock:
+            if name not in self._studies:
+                self._studies[name] = StudyMetrics(self._m.search, self.model_type, self.job_id, name)
+            return self._studies[name]
 
     def create_children(self, *, folds_planned: int, workers: int) -> None:
         m, job = self._m, self._job

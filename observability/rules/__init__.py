@@ -1,9 +1,9 @@
-"""Alert and recording rules of the ML training platform (22 alerts in 6 groups, plus
-GPUMemoryExhaustionPredicted; per-job GPU views in `jobs`), and the monitoring's own health alerts
-(`ml_monitoring_health`).
+"""Alert and recording rules of the ML training platform (the monitoring report's alerts, one module
+per group, plus GPUMemoryExhaustionPredicted; per-job GPU views in `jobs`), and the monitoring's own
+health alerts (`ml_monitoring_health`). Counts are never written down: enumerate `ALERTS_BY_GROUP`.
 
 Public interface:
-- `rule_groups(cfg)`: every rule group (recording groups, the dashboards' recording groups, the six
+- `rule_groups(cfg)`: every rule group (recording groups, the dashboards' recording groups, the
   alert groups, the health group; `ml_gpu_resources` records its per-GPU inputs at its head) as
   plain dicts in Prometheus rule-file shape, in a fixed order.
 - `rules_file_yaml(cfg)`: the whole rules file as YAML (what `rendered/<stack>/prometheus/rules.yaml`
@@ -46,6 +46,7 @@ __all__ = [
     "Tier",
     "alert_groups",
     "alert_rules",
+    "critical_group_names",
     "efficiency",
     "goodput",
     "gpu",
@@ -112,14 +113,26 @@ def alert_rules(cfg: ObservabilityConfig) -> list[AlertRule]:
     return [alert for _, alerts in alert_groups(cfg) for alert in alerts]
 
 
+def _holds_critical(alerts: tuple[AlertRule, ...]) -> bool:
+    return any(alert.name in CRITICAL_DETECTION_ALERTS for alert in alerts)
+
+
+def critical_group_names(cfg: ObservabilityConfig) -> tuple[str, ...]:
+    """The alert groups holding a critical-detection alert: they run at the critical evaluation interval."""
+    return tuple(name for name, alerts in alert_groups(cfg) if _holds_critical(alerts))
+
+
+def _interval_seconds(alerts: tuple[AlertRule, ...], cfg: ObservabilityConfig) -> int:
+    return cfg.critical_evaluation_interval_seconds if _holds_critical(alerts) else cfg.evaluation_interval_seconds
+
+
 def rule_groups(cfg: ObservabilityConfig) -> list[dict[str, Any]]:
     """Every rule group, recording groups first, as Prometheus rule-file dicts (fixed order)."""
     detection_budget(cfg)
-    interval = duration(cfg.evaluation_interval_seconds)
     alerting = [
         {
             "name": name,
-            "interval": interval,
+            "interval": duration(_interval_seconds(alerts, cfg)),
             "rules": [
                 *(rule.to_rule() for rule in group_inputs(name, cfg)),
                 *(alert.to_rule(cfg) for alert in alerts),

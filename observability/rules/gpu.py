@@ -1,4 +1,4 @@
-"""Group `ml_gpu_resources`: the six GPU alerts and the predicted out-of-memory alert.
+"""Group `ml_gpu_resources`: the GPU alerts of the monitoring report and the predicted out-of-memory alert.
 
 Waste and bottleneck are judged per training job: GPUUtilizationLow and GPUUtilizationCritical
 read each job's mean GPU utilization (recorded by `jobs.py`), so a job of 8 GPUs raises one
@@ -309,10 +309,10 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
                 ),
             ),
             rationale=(
-                "Out-of-memory must be detected within 30s, so `for` is not a fixed 1m but derived from the "
-                "evaluation interval (15s at the default 15s intervals, so two consecutive samples above "
-                f"{memory_exhausted.short} are needed and a single-sample spike does not page; 0s when the "
-                "evaluation interval is 30s). The ratio is recorded at the head of this group in the same "
+                "Out-of-memory must page within 30s of the failure, so `for` is not a fixed 1m but derived from the "
+                "critical intervals (10s with the poller scraped and this group evaluated every 5s: at least two "
+                f"consecutive samples above {memory_exhausted.short} are needed, so a single-sample spike does not "
+                "page). The ratio is recorded at the head of this group in the same "
                 "evaluation (never in another group, whose series could be an evaluation old)."
             ),
         ),

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from observability.alert_links import dashboard_url_template
 from observability.config import ObservabilityConfig
 from observability.promql import duration
 
@@ -104,5 +105,6 @@ class AlertRule:
             "impact": self.impact,
             "action": self.action_text,
             "runbook_url": runbook_url(cfg, self.name),
+            "dashboard_url": dashboard_url_template(cfg, self.group, self.locating_labels),
         }
         return rule

@@ -50,6 +50,8 @@ TRAINING_COCKPIT_ROWS = [
     "This Job's GPUs",  # added: the GPUs of the selected job
     "GPU Resources",
     "Model Quality",
+    "Reinforcement Learning (DQN, PPO)",  # added: the model-specific values of DQN and PPO
+    "Hyperparameter Search",  # added: trials by state, best value, the trial in progress
     "Checkpoints",
     "Data Pipeline",
     "Errors",

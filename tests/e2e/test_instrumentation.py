@@ -27,7 +27,7 @@ from observability.instrument import (
     render_text,
 )
 from observability.instrument.server import final_scrape_wait_from_env
-from observability.scrape_config import FINAL_SCRAPE_WAIT_ENV
+from observability.trainer_env import FINAL_SCRAPE_WAIT_ENV
 
 from .conftest import http_get
 
@@ -55,6 +55,16 @@ def exercised() -> TrainingMetrics:
     job.set_model_quality(accuracy=0.9, f1=0.85, precision=0.88, recall=0.82)
     job.set_resource_usage(2e9, 150.0)
     job.record_step(samples=32, tokens=4096)
+    job.rl.set_exploration_rate(0.4)
+    job.rl.set_q_value(12.5)
+    job.rl.record_policy_update(entropy=0.6, value_loss=3.0, approx_kl=0.01, clip_fraction=0.1, explained_variance=0.5)
+    job.rl.record_episodes(3, mean_reward=21.0, mean_length=21.0)
+    study = job.study("lr-search")
+    study.trial_started(0)
+    study.record_trial_progress(0, 1, 0.8)
+    study.record_trial_end("complete", 1, 0.8)
+    study.set_trial_counts({"complete": 1})
+    study.set_best_value(0.8)
     job.finish("completed")
     return metrics
 
@@ -355,7 +365,7 @@ def test_a_bad_final_scrape_wait_stops_the_trainer_at_start(monkeypatch, value):
 
 
 def test_the_final_scrape_wait_comes_from_the_env_the_job_template_sets(monkeypatch):
-    assert final_scrape_wait_from_env({}) == 0.0
+    assert final_scrape_wait_from_env({}) is None
     assert final_scrape_wait_from_env({FINAL_SCRAPE_WAIT_ENV: " 30 "}) == 30.0
     monkeypatch.setenv(FINAL_SCRAPE_WAIT_ENV, "0.3")
     server = TrainingMetrics().serve(0, "127.0.0.1")

@@ -33,7 +33,6 @@ from observability.config import ObservabilityConfig
 from observability.instrument import MetricsServer
 from observability.rules import rule_groups, rules_file_yaml
 from observability.scrape_config import (
-    FINAL_SCRAPE_WAIT_ENV,
     JOB_NAME,
     PATH_ANNOTATION,
     PORT_ANNOTATION,
@@ -43,6 +42,7 @@ from observability.scrape_config import (
     annotation_relabel_configs,
     pod_label,
 )
+from observability.trainer_env import FINAL_SCRAPE_WAIT_ENV
 
 from .conftest import TrainerProcess, load_harness
 

@@ -27,7 +27,7 @@ from infra.settings import (
     read_stack_config,
     validate_stack,
 )
-from observability import scrape_config
+from observability import scrape_config, trainer_env
 from observability.rules import Tier
 from observability.scrape_config import PATH_ANNOTATION, PORT_ANNOTATION, SCRAPE_ANNOTATION, SERVICE_LABEL
 from tests.infra.support import STACKS, is_secret, objects, one, run_raw
@@ -148,11 +148,15 @@ def test_every_service_gets_scrape_annotations_and_otel_env(rendered: dict[str, 
         assert patch["metadata"]["annotations"] == {PATCH_FIELD_MANAGER_ANNOTATION: common.FIELD_MANAGER}
         template = patch["spec"]["template"]
         assert set(patch["spec"]) == {"template"}, "a patch must touch only the pod template"
+        cfg = settings.observability_config()
+        # the training service reports NaN values: scraped at the critical interval
+        critical = scrape_config.critical_scrape_annotations(cfg) if service.name == cfg.training_service else {}
         assert template["metadata"]["annotations"] == {
             SCRAPE_ANNOTATION: "true",
             PORT_ANNOTATION: str(service.port),
             PATH_ANNOTATION: service.path,
             scrape_config.SCHEME_ANNOTATION: "http",
+            **critical,
         }
         assert template["metadata"]["labels"] == {SERVICE_LABEL: service.name}
         (container,) = template["spec"]["containers"]
@@ -225,7 +229,7 @@ def test_operator_mode_uses_a_podmonitor_the_prometheus_selects(rendered: dict[s
         [settings.namespaces.platform, settings.namespaces.training, settings.namespaces.monitoring]
     )
     (endpoint,) = spec["podMetricsEndpoints"]
-    assert endpoint["interval"] == f"{settings.scrape.interval_seconds}s"
+    assert endpoint["interval"] == f"{settings.observability.scrape_interval_seconds}s"
     keep = endpoint["relabelings"][0]
     assert keep == {
         "sourceLabels": [scrape_config.annotation_label(SCRAPE_ANNOTATION)],
@@ -260,7 +264,9 @@ def test_training_cronjob_is_a_suspended_template_with_otel_env_for_the_stacks_t
     assert job["backoffLimit"] == job_settings.backoff_limit
     assert job["ttlSecondsAfterFinished"] == job_settings.ttl_seconds_after_finished
     pod = job["template"]
-    assert pod["metadata"]["annotations"] == scrape_config.pod_scrape_annotations(9094)
+    annotations = dict(pod["metadata"]["annotations"])
+    annotations.pop(scrape_config.RANK_PORTS_ANNOTATION, None)
+    assert annotations == scrape_config.pod_scrape_annotations(9094, critical=cfg)
     assert pod["metadata"]["labels"][SERVICE_LABEL] == cfg.training_job_service
     pod_spec = pod["spec"]
     assert pod_spec["restartPolicy"] == "Never"
@@ -271,7 +277,14 @@ def test_training_cronjob_is_a_suspended_template_with_otel_env_for_the_stacks_t
     gpus = str(job_settings.gpu_count)
     assert container["resources"]["requests"]["nvidia.com/gpu"] == gpus
     assert container["resources"]["limits"]["nvidia.com/gpu"] == gpus
-    assert container["ports"] == [{"name": "metrics", "containerPort": 9094, "protocol": "TCP"}]
+    if job_settings.command:  # torchrun: one metrics port per local rank, scraped one by one
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        assert {n: v for n, v in ports.items() if n.startswith("metrics-")} == {
+            f"metrics-{i}": 9094 + i for i in range(job_settings.gpu_count)
+        }
+        assert pod["metadata"]["annotations"][scrape_config.RANK_PORTS_ANNOTATION] == "true"
+    else:
+        assert container["ports"] == [{"name": "metrics", "containerPort": 9094, "protocol": "TCP"}]
     tempo = f"http://tempo.{settings.namespaces.monitoring}.svc.cluster.local:4317"
     assert settings.endpoints.tempo_otlp_grpc == tempo
     attributes = check_otel_env(container, tempo, cfg.training_job_service, settings.environment)
@@ -281,7 +294,7 @@ def test_training_cronjob_is_a_suspended_template_with_otel_env_for_the_stacks_t
     names = [e["name"] for e in container["env"]]
     assert names.index(training_job.JOB_NAME_ENV) < names.index("OTEL_RESOURCE_ATTRIBUTES")
     # The trainer waits for one more scrape before exiting: two of this stack's scrape intervals.
-    wait = {e["name"]: e.get("value") for e in container["env"]}[scrape_config.FINAL_SCRAPE_WAIT_ENV]
+    wait = {e["name"]: e.get("value") for e in container["env"]}[trainer_env.FINAL_SCRAPE_WAIT_ENV]
     assert wait == str(2 * cfg.scrape_interval_seconds) == {"prod": "20"}.get(stack, "30")
     # NVML in the container (the `utility` capability) names the job's GPUs; no privilege is added.
     assert {e["name"]: e.get("value") for e in container["env"]}["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
@@ -362,7 +375,9 @@ def test_poller_daemonset_runs_restricted_on_gpu_nodes_only(rendered: dict[str, 
     assert strategy["rollingUpdate"]["maxUnavailable"] == expected_unavailable
     template = spec["template"]
     assert set(spec["selector"]["matchLabels"].items()) <= set(template["metadata"]["labels"].items())
-    assert template["metadata"]["annotations"] == scrape_config.pod_scrape_annotations(poller.port, "/metrics")
+    assert template["metadata"]["annotations"] == scrape_config.pod_scrape_annotations(
+        poller.port, "/metrics", critical=result.settings.observability_config()
+    )
     pod_spec = template["spec"]
     assert pod_spec["nodeSelector"] == dict(poller.node_selector) == {"nvidia.com/gpu.present": "true"}
     assert pod_spec["tolerations"] == common.tolerations(poller.tolerations)
@@ -436,7 +451,9 @@ def test_registry_password_is_sent_as_a_secret() -> None:
 @pytest.mark.parametrize("stack", STACKS)
 def test_poller_service_is_headless_and_selects_the_pods(rendered: dict[str, RenderResult], stack: str) -> None:
     result = rendered[stack]
-    service = one(result, "Service")
+    (service,) = [
+        s for s in objects(result, "Service") if s["metadata"]["namespace"] == result.settings.namespaces.monitoring
+    ]
     pod_labels = one(result, "DaemonSet")["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["clusterIP"] == "None"
     assert set(service["spec"]["selector"].items()) <= set(pod_labels.items())
@@ -545,7 +562,9 @@ def test_grafana_datasources_and_one_configmap_per_dashboard(rendered: dict[str,
     dashboard_files = {p: t for p, t in result.files.items() if p.startswith("dashboards/")}
     assert len(dashboards) == len(dashboard_files) >= 4
     for configmap in dashboards:
-        assert configmap["metadata"]["annotations"] == {grafana.FOLDER_ANNOTATION: settings.grafana.folder}
+        assert configmap["metadata"]["annotations"] == {
+            grafana.FOLDER_ANNOTATION: settings.observability.grafana_folder
+        }
         assert configmap["metadata"]["namespace"] == settings.grafana.namespace
         ((key, text),) = configmap["data"].items()
         uid = key.removesuffix(".json")
@@ -581,7 +600,7 @@ def test_rendered_files_come_from_the_generators(rendered: dict[str, RenderResul
     cfg = result.settings.observability_config()
     assert result.files[artifacts.RULES_PATH] == rules.rules_file_yaml(cfg)
     scrape = yaml.safe_load(result.files[artifacts.SCRAPE_CONFIG_PATH])
-    assert scrape["scrape_configs"][0]["scrape_interval"] == f"{result.settings.scrape.interval_seconds}s"
+    assert scrape["scrape_configs"][0]["scrape_interval"] == f"{result.settings.observability.scrape_interval_seconds}s"
     datasources = yaml.safe_load(result.files[artifacts.DATASOURCES_PATH])
     assert [d["uid"] for d in datasources["datasources"]] == ["prometheus", "loki", "tempo"]
 

@@ -115,4 +115,6 @@ def test_stack_datasources_point_at_the_stacks_endpoints(rendered: dict[str, Ren
     assert sources["prometheus"]["url"] == endpoints.prometheus
     assert sources["loki"]["url"] == endpoints.loki
     assert sources["tempo"]["url"] == endpoints.tempo_query
-    assert sources["prometheus"]["jsonData"]["timeInterval"] == f"{result.settings.scrape.interval_seconds}s"
+    assert (
+        sources["prometheus"]["jsonData"]["timeInterval"] == f"{result.settings.observability.scrape_interval_seconds}s"
+    )

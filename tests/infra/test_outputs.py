@@ -63,7 +63,10 @@ def test_stack_outputs_name_what_was_deployed_and_where(rendered: dict[str, Rend
     assert kinds == (["Secret", "AlertmanagerConfig"] if settings.scrape.mode == "operator" else ["Secret"])
 
     scrape = outputs["scrape"]
-    assert scrape["mode"] == settings.scrape.mode and scrape["intervalSeconds"] == settings.scrape.interval_seconds
+    assert (
+        scrape["mode"] == settings.scrape.mode
+        and scrape["intervalSeconds"] == settings.observability.scrape_interval_seconds
+    )
     assert _file(result, scrape["object"])["metadata"]["name"] == scrape["object"]["name"]
 
     (cronjob,) = [m for m in result.manifests.values() if m["kind"] == "CronJob"]

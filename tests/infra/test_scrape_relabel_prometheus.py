@@ -22,20 +22,25 @@ import yaml
 from observability import catalog
 from observability.config import ObservabilityConfig
 from observability.scrape_config import (
+    INTERVAL_ANNOTATION,
     JOB_NAME,
     PATH_ANNOTATION,
     POD_MONITOR_NAME,
     PORT_ANNOTATION,
+    RANK_PORTS_ANNOTATION,
     SCRAPE_ANNOTATION,
     SERVICE_LABEL,
     SHARD_KEY,
+    TIMEOUT_ANNOTATION,
     annotation_label,
     annotation_present_label,
     annotation_scrape_configs,
+    critical_scrape_annotations,
     from_operator_relabeling,
     pod_label,
     pod_monitor_spec,
     pod_scrape_annotations,
+    rank_port_name,
     scrape_config_yaml,
 )
 
@@ -54,6 +59,7 @@ def pod_target(
     container: str = "app",
     phase: str = "Running",
     node: str = "gpu-node-1",
+    port_name: str = "http",
 ) -> dict[str, Any]:
     """One target group as Kubernetes pod-role discovery would produce it (one container port)."""
     address = f"[{ip}]:{declared_port}" if ":" in ip else f"{ip}:{declared_port}"
@@ -65,7 +71,7 @@ def pod_target(
         "__meta_kubernetes_pod_node_name": node,
         "__meta_kubernetes_pod_container_name": container,
         "__meta_kubernetes_pod_container_port_number": str(declared_port),
-        "__meta_kubernetes_pod_container_port_name": "http",
+        "__meta_kubernetes_pod_container_port_name": port_name,
         "__meta_kubernetes_pod_ready": "true",
     }
     for key, value in annotations.items():
@@ -103,8 +109,8 @@ def emulated_operator_job(cfg: ObservabilityConfig, sd_file: Path) -> dict[str, 
     ]
     return {
         "job_name": f"podMonitor/monitoring/{POD_MONITOR_NAME}/0",
-        "scrape_interval": "1s",
-        "scrape_timeout": "1s",
+        "scrape_interval": endpoint["interval"],
+        "scrape_timeout": endpoint["scrapeTimeout"],
         "file_sd_configs": [{"files": [str(sd_file)], "refresh_interval": "1s"}],
         "relabel_configs": prefix + [from_operator_relabeling(r) for r in endpoint["relabelings"]],
     }
@@ -133,8 +139,18 @@ def test_annotated_pods_are_scraped_on_their_port_and_path_and_others_dropped(
     unannotated = metrics_servers("/metrics", body)
     opted_out = metrics_servers("/metrics", body)
     finished = metrics_servers("/metrics", body)
+    # A torchrun pod: two ranks, each on its own port (metrics-0, metrics-1), and a rendezvous port.
+    ranks = [metrics_servers("/metrics", body), metrics_servers("/metrics", body)]
+    rank_annotations = {**pod_scrape_annotations(ranks[0].port), RANK_PORTS_ANNOTATION: "true"}
+    rank_groups = [
+        *(pod_target("ranks-0", ip="127.0.0.1", declared_port=server.port, annotations=rank_annotations,
+                     service="training-job", port_name=rank_port_name(i)) for i, server in enumerate(ranks)),
+        pod_target("ranks-0", ip="127.0.0.1", declared_port=29500, annotations=rank_annotations,
+                   service="training-job", port_name="rendezvous"),
+    ]  # fmt: skip
 
     groups = [
+        *rank_groups,
         pod_target("plain-0", ip="127.0.0.1", declared_port=1, annotations=pod_scrape_annotations(plain.port),
                    service="api-gateway"),
         pod_target("custom-0", ip="127.0.0.1", declared_port=2,
@@ -165,11 +181,19 @@ def test_annotated_pods_are_scraped_on_their_port_and_path_and_others_dropped(
     config = {"global": {"scrape_interval": "1s"}, "scrape_configs": [job, emulated_operator_job(cfg, sd_file)]}
     prom = prometheus(config)
 
-    # 4 scraped pods per job (the two-port pod folds into one target), both jobs.
-    targets = wait_for_targets(prom, expected_active=8)
+    # 4 scraped pods per job (the two-port pod folds into one target) and the two ranks of the
+    # torchrun pod as two targets (its rendezvous port dropped), both jobs.
+    targets = wait_for_targets(prom, expected_active=12)
     by_job: dict[str, dict[str, Any]] = {}
+    rank_urls: dict[str, set[str]] = {}
     for target in targets["activeTargets"]:
+        if target["labels"]["pod"] == "ranks-0":
+            rank_urls.setdefault(target["labels"]["job"], set()).add(target["scrapeUrl"])
+            assert set(target["labels"]) == {"instance", "job", "namespace", "pod", "service"}, target
+            continue
         by_job.setdefault(target["labels"]["job"], {})[target["labels"]["pod"]] = target
+    expected_rank_urls = {f"http://127.0.0.1:{server.port}/metrics" for server in ranks}
+    assert rank_urls == {JOB_NAME: expected_rank_urls, f"monitoring/{POD_MONITOR_NAME}": expected_rank_urls}
     operator_job = f"monitoring/{POD_MONITOR_NAME}"
     assert set(by_job) == {JOB_NAME, operator_job}
     for job_name, pods in by_job.items():
@@ -187,7 +211,7 @@ def test_annotated_pods_are_scraped_on_their_port_and_path_and_others_dropped(
 
     dropped = targets["droppedTargets"]
     dropped_pods = sorted(t["discoveredLabels"]["__meta_kubernetes_pod_name"] for t in dropped)
-    assert dropped_pods == sorted(["unannotated-0", "opted-out-0", "finished-0"] * 2)
+    assert dropped_pods == sorted(["unannotated-0", "opted-out-0", "finished-0", "ranks-0"] * 2)
 
     # The servers saw the scrapes: annotated path only; the rest never contacted.
     assert custom.requests and set(custom.requests) == {"/internal/metrics"}
@@ -197,15 +221,55 @@ def test_annotated_pods_are_scraped_on_their_port_and_path_and_others_dropped(
     # And the samples are stored with the target labels, queryable by service.
     deadline = time.monotonic() + 15
     result: list[Any] = []
-    while time.monotonic() < deadline and len(result) < 8:
+    while time.monotonic() < deadline and len(result) < 12:
         result = prom.api(f"/api/v1/query?query={GPU_METRIC}")["result"]
         time.sleep(0.2)
-    assert len(result) == 8, result
+    assert len(result) == 12, result
     services = sorted({r["metric"]["service"] for r in result})
-    assert services == ["api-gateway", "feature-store", "order-router", "risk-engine"]
+    assert services == ["api-gateway", "feature-store", "order-router", "risk-engine", "training-job"]
     assert all(r["value"][1] == "97" and r["metric"]["gpu_id"] == "0" for r in result)
     up = prom.api(f"/api/v1/query?query={UP}")["result"]
-    assert len(up) == 8 and all(r["value"][1] == "1" for r in up)
+    assert len(up) == 12 and all(r["value"][1] == "1" for r in up)
+    assert all(server.requests for server in ranks)
+
+
+def test_a_critical_source_is_scraped_at_its_own_interval_and_timeout(
+    tmp_path: Path, metrics_servers: Callable[..., Any], prometheus: Callable[..., Any]
+) -> None:
+    """The poller and the training pods carry the critical interval and timeout annotations: a real
+    Prometheus scrapes them that often while the job's other pods keep the job's interval."""
+    body = f'# TYPE {GPU_METRIC} gauge\n{GPU_METRIC}{{gpu_id="0"}} 97\n'
+    fast, slow = metrics_servers("/metrics", body), metrics_servers("/metrics", body)
+    cfg = ObservabilityConfig(scrape_interval_seconds=6, critical_scrape_interval_seconds=1)
+    assert critical_scrape_annotations(cfg) == {INTERVAL_ANNOTATION: "1s", TIMEOUT_ANNOTATION: "1s"}
+    groups = [
+        pod_target("gpu-poller-0", ip="127.0.0.1", declared_port=1,
+                   annotations=pod_scrape_annotations(fast.port, critical=cfg), service="gpu-poller"),
+        pod_target("api-0", ip="127.0.0.1", declared_port=2, annotations=pod_scrape_annotations(slow.port),
+                   service="api-gateway"),
+    ]  # fmt: skip
+    sd_file = tmp_path / "pods.json"
+    sd_file.write_text(json.dumps(groups))
+    (job,) = annotation_scrape_configs(cfg, [NAMESPACE])
+    del job["kubernetes_sd_configs"]
+    job.update(file_sd_configs=[{"files": [str(sd_file)], "refresh_interval": "1s"}])
+    prom = prometheus(
+        {"global": {"scrape_interval": "6s"}, "scrape_configs": [job, emulated_operator_job(cfg, sd_file)]}
+    )
+    targets = wait_for_targets(prom, expected_active=4)
+    intervals = {
+        (t["labels"]["job"], t["labels"]["pod"]): (t["scrapeInterval"], t["scrapeTimeout"])
+        for t in targets["activeTargets"]
+    }
+    assert intervals == {
+        (JOB_NAME, "gpu-poller-0"): ("1s", "1s"),
+        (JOB_NAME, "api-0"): ("6s", "6s"),
+        (f"monitoring/{POD_MONITOR_NAME}", "gpu-poller-0"): ("1s", "1s"),
+        (f"monitoring/{POD_MONITOR_NAME}", "api-0"): ("6s", "6s"),
+    }, intervals
+    time.sleep(4)
+    # both jobs scrape the fast pod every second; the slow one at most twice per job in that time
+    assert len(fast.requests) >= 2 * 3 > len(slow.requests), (len(fast.requests), len(slow.requests))
 
 
 def test_rendered_scrape_config_passes_promtool(tmp_path: Path) -> None:

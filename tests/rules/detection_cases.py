@@ -1,10 +1,15 @@
-"""The 30-second promise in simulated time, for several scrape/evaluation intervals.
+"""The 30-second promise in simulated time, for several critical scrape/evaluation intervals.
 
-For each critical-detection alert and each interval pair, the first bad sample is placed at several
-phases relative to the evaluation clock (just after an evaluation is the worst case). Samples come
-every scrape interval on a 1s grid. Each case asserts the alert is still silent one evaluation
-before the predicted firing time and firing at it; the predicted time is checked against the
-budget in Python, so the cases prove latency <= critical_detection_seconds.
+For each critical-detection alert and each interval pair, the failure happens just after a scrape
+started (the worst moment: it waits a whole scrape interval for the next one), and that next
+sample is stored at the end of its scrape, a whole scrape timeout later. In promtool a sample is
+visible from its timestamp on, so the first bad sample is placed where it becomes visible (at
+several phases of the evaluation clock: just after an evaluation is the worst case) and the
+failure `scrape interval + scrape timeout` before it. Samples come every scrape interval on a 1s
+grid; every group is evaluated at the critical evaluation interval. Each case asserts the alert is
+still silent one evaluation before the predicted firing time and firing at it; the predicted
+failure-to-page time (Alertmanager's group_wait added) is checked against the budget in Python.
+A single-sample out-of-memory spike must never fire.
 """
 
 from __future__ import annotations
@@ -16,25 +21,30 @@ from observability import catalog
 from observability.config import ObservabilityConfig
 from observability.promql import duration
 from observability.rules import alert_rules
+from observability.rules.detection import detection_budget
 from tests.rules.alert_cases import H100_BYTES, NAN_JOB, NAN_LABELS, TRAINING_POD
 from tests.rules.promtool_harness import Case, Check, Firing, Suite, gpu_labels, poller_target, series
 
-# (scrape, evaluation, budget): the stacks' 15/15 and 10/10, and the edges the brief names.
+# (critical scrape, critical evaluation, budget): every stack's 5/5 and the edges that still fit.
 INTERVALS: tuple[tuple[int, int, int], ...] = (
-    (15, 15, 30),
-    (10, 10, 30),
-    (30, 30, 30),
-    (30, 15, 30),
-    (15, 30, 30),
     (5, 5, 30),
-    (30, 30, 60),
+    (2, 2, 30),
+    (6, 6, 30),
+    (7, 7, 30),
+    (3, 5, 30),
+    (15, 15, 60),
 )
 GPU = gpu_labels("3", node="gpu-node-2")
 
 
 def variant_cfg(scrape: int, evaluation: int, budget: int) -> ObservabilityConfig:
+    """Every source and group at these intervals (promtool evaluates every group at one interval)."""
     return ObservabilityConfig(
-        scrape_interval_seconds=scrape, evaluation_interval_seconds=evaluation, critical_detection_seconds=budget
+        scrape_interval_seconds=scrape,
+        evaluation_interval_seconds=evaluation,
+        critical_scrape_interval_seconds=scrape,
+        critical_evaluation_interval_seconds=evaluation,
+        critical_detection_seconds=budget,
     )
 
 
@@ -45,12 +55,20 @@ class Detection:
     evaluation: int
     budget: int
     phase: int
-    first_bad: int  # time of the first bad sample
+    first_bad: int  # when the first bad sample becomes visible (its scrape ended)
     fires_at: int  # predicted first firing evaluation
+    event: int  # when the failure happened: just after the scrape before, so a scrape interval and timeout earlier
+    group_wait: int  # Alertmanager's wait before the page
 
     @property
     def latency(self) -> int:
-        return self.fires_at - self.first_bad
+        """Failure to firing in Prometheus."""
+        return self.fires_at - self.event
+
+    @property
+    def page_latency(self) -> int:
+        """Failure to the page leaving Alertmanager."""
+        return self.latency + self.group_wait
 
 
 def _samples(scrape: int, phase: int, first_bad: int, end: int, good: float, bad: float) -> str:
@@ -92,17 +110,45 @@ _FIRING = {
 
 def detections(scrape: int, evaluation: int, budget: int) -> list[Detection]:
     cfg = variant_cfg(scrape, evaluation, budget)
+    bound = detection_budget(cfg)
     for_seconds = {a.name: a.for_seconds for a in alert_rules(cfg)}
     out = []
     for alert in _GOOD_BAD:
-        # The first bad sample lands `offset` seconds after an evaluation (60s is on every clock
-        # used here); the scrape grid is shifted to put a sample there, with two samples before it.
+        # The first bad sample becomes visible `offset` seconds after an evaluation (60s is on every
+        # clock used here); the scrape grid is shifted to put a sample there, with samples before it.
         for offset in sorted({0, 1, evaluation // 2, evaluation - 1}):
             first_bad = 60 + offset
             seen_at = math.ceil(first_bad / evaluation) * evaluation
             phase = first_bad % scrape
-            out.append(Detection(alert, scrape, evaluation, budget, phase, first_bad, seen_at + for_seconds[alert]))
+            event = first_bad - scrape - bound.scrape_timeout_seconds
+            fires_at = seen_at + for_seconds[alert]
+            out.append(
+                Detection(
+                    alert, scrape, evaluation, budget, phase, first_bad, fires_at, event, bound.group_wait_seconds
+                )
+            )
     return out
+
+
+def spike_case(scrape: int, evaluation: int, budget: int) -> Case:
+    """One scraped sample at 98.75% between samples at 50%: GPUMemoryExhausted never fires."""
+    spike_at = 60 + 1
+    end = spike_at + 4 * max(scrape, evaluation)
+    grid = ["_"] * (end + 1)
+    for at in range(spike_at % scrape, end + 1, scrape):
+        grid[at] = repr(0.9875 * H100_BYTES if at == spike_at else 0.5 * H100_BYTES)
+    total = _samples(scrape, spike_at % scrape, spike_at, end, H100_BYTES, H100_BYTES)
+    checks = tuple(Check(duration(t)) for t in range(spike_at - spike_at % evaluation, end + 1, evaluation))
+    return Case(
+        alert="GPUMemoryExhausted",
+        name=f"scrape {scrape}s, evaluation {evaluation}s: a single-sample spike at {spike_at}s never fires",
+        input={
+            series(catalog.GPU_MEMORY_USED_BYTES, {**poller_target(), **GPU}): " ".join(grid),
+            series(catalog.GPU_MEMORY_TOTAL_BYTES, {**poller_target(), **GPU}): total,
+        },
+        checks=checks,
+        interval="1s",
+    )
 
 
 def detection_case(d: Detection) -> Case:
@@ -124,7 +170,7 @@ def detection_suites() -> list[tuple[Suite, list[Detection]]]:
         suite = Suite(
             name=f"detection-s{scrape}-e{evaluation}-b{budget}",
             cfg=variant_cfg(scrape, evaluation, budget),
-            cases=[detection_case(d) for d in found],
+            cases=[*(detection_case(d) for d in found), spike_case(scrape, evaluation, budget)],
         )
         suites.append((suite, found))
     return suites

@@ -1,4 +1,7 @@
-"""Panel factories: the repeated panel shapes of the four dashboards, on grafana-foundation-sdk.
+"""Panel factories: the repeated panel shapes of the dashboards, on grafana-foundation-sdk; the
+topic modules beside this one (`gpu`, `gpm`, `training`, `checkpoint`, `traces`) hold the panels that more
+than one dashboard shows, one function per panel. A new panel goes into its topic module (a new
+topic gets its own module) and the dashboards that show it compose it into their rows.
 
 Every factory takes a title, a description and (for panels that show numbers) a Grafana unit, so
 a panel without them cannot be written. Targets get their `refId` (A, B, ...) and a datasource

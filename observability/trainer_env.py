@@ -1,0 +1,15 @@
+"""The environment variables the training job template sets and the trainer library reads.
+
+Imports nothing: the Pulumi program (`observability.scrape_config`, `infra/`) and the trainer
+library (`observability.instrument`, shipped alone in the training image) both take the names
+from here.
+"""
+
+# A finished process's last values (a training job's duration, its final status) reach Prometheus
+# only if it is scraped once more before it exits: the trainer's metrics server waits for that
+# scrape, at most this many seconds (the job template sets two scrape intervals).
+FINAL_SCRAPE_WAIT_ENV = "FOXHUNT_METRICS_FINAL_SCRAPE_WAIT_SECONDS"
+
+# Where torchrun runs several ranks in a pod, each serves its metrics on this base port plus its
+# local rank (container port `metrics-<local rank>`, scraped one target per rank).
+METRICS_BASE_PORT_ENV = "FOXHUNT_METRICS_BASE_PORT"
