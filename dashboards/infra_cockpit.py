@@ -20,11 +20,11 @@ from typing import Any
 
 from dashboards import panels, variables
 from dashboards.layout import DashboardSpec, Row, assemble
-from dashboards.panels import GREEN, RED, YELLOW, Common, Query, Thresholds, traces
+from dashboards.panels import GREEN, RED, YELLOW, Common, Query, Thresholds, efficiency, traces
 from observability import alert_links, catalog, promql
 from observability.config import ObservabilityConfig
 from observability.rules import dashboard_recording as rec
-from observability.rules import goodput, health, jobs, project_group_names
+from observability.rules import health, jobs, project_group_names
 from observability.rules.model import RecordingRule
 
 UID = alert_links.INFRA_COCKPIT_UID
@@ -499,51 +499,10 @@ def _training_efficiency() -> Row:
     return Row(
         "Training Efficiency",
         [
-            panels.bar_gauge(
-                Common(
-                    "GPU-Hours by Verdict (24 h)",
-                    "GPU-hours training jobs held over the last 24 hours, by the jobs' bottleneck verdict at the time: "
-                    f"{goodput.VERDICT_COMPUTE} hours are the GPUs doing the model's work, every other verdict is "
-                    "capacity lost to the cause it names.",
-                    "h",
-                    w=8,
-                    min=0,
-                ),
-                [Query(goodput.VERDICT_GPU_HOURS_24H, "{{verdict}}", instant=True)],
-            ),
-            panels.prometheus_table(
-                Common(
-                    "Jobs Wasting the Most GPU-Hours",
-                    f"The {WORST} jobs with the most GPU-hours held outside productive training steps so far "
-                    "(GPU-hours held times the share of the job's life in badput).",
-                    "h",
-                    w=10,
-                ),
-                [Query(f"topk({WORST}, {goodput.BADPUT_GPU_HOURS.record})", instant=True, format="table")],
-            ),
-            panels.prometheus_table(
-                Common(
-                    "GPU Models Without a Peak",
-                    "GPU models (as NVML names them) held by training jobs that the peak-FLOPs table "
-                    "(observability/peak_flops.yaml) does not know, with how many are held: their jobs have no MFU "
-                    "until the model is added with its source.",
-                    "short",
-                    w=6,
-                ),
-                [Query(goodput.UNKNOWN_GPU_MODELS.record, instant=True, format="table")],
-            ),
-            panels.timeseries(
-                Common(
-                    "GPUs Held by Verdict",
-                    "GPUs held by training jobs, by the jobs' bottleneck verdict.",
-                    "short",
-                    w=24,
-                    min=0,
-                ),
-                [Query(goodput.VERDICT_GPUS, "{{verdict}}")],
-                stacked=True,
-                fill_opacity=40,
-            ),
+            efficiency.gpu_hours_by_verdict(),
+            efficiency.jobs_wasting_gpu_hours(WORST),
+            efficiency.unknown_gpu_models(),
+            efficiency.gpus_by_verdict(),
         ],
     )
 

@@ -15,7 +15,20 @@ from typing import Any
 
 from dashboards import panels, variables
 from dashboards.layout import DashboardSpec, Row, assemble
-from dashboards.panels import BLUE, GREEN, RED, YELLOW, Common, Query, Thresholds, checkpoint, gpm, gpu, training
+from dashboards.panels import (
+    BLUE,
+    GREEN,
+    RED,
+    YELLOW,
+    Common,
+    Query,
+    Thresholds,
+    checkpoint,
+    efficiency,
+    gpm,
+    gpu,
+    training,
+)
 from dashboards.threshold_steps import (
     GOOD_TRAINING_SPEED,
     gpu_memory_steps,
@@ -26,7 +39,7 @@ from dashboards.threshold_steps import (
 from observability import catalog, promql
 from observability.config import ObservabilityConfig
 from observability.rules import dashboard_recording as rec
-from observability.rules import goodput, jobs
+from observability.rules import jobs
 from observability.thresholds import Thresholds as AlertThresholds
 
 UID = "ml-training-comprehensive"
@@ -347,37 +360,8 @@ def _cost_and_energy(cfg: ObservabilityConfig) -> Row:
                 ),
                 [Query(promql.selector(jobs.JOB_KWH.record, (MODEL,)), "{{model_type}} {{job_id}}", instant=True)],
             ),
-            panels.bar_gauge(
-                Common(
-                    "Badput cost per job",
-                    f"Estimated cost ({cfg.currency}) each job has spent so far outside productive training steps "
-                    "(waiting for data, checkpoints, collectives, evaluation, start-up, redone work, idle): its cost "
-                    "times its badput share. An estimate from the stack's prices, not an invoice.",
-                    unit,
-                    w=12,
-                    min=0,
-                ),
-                [Query(promql.selector(goodput.BADPUT_COST, (MODEL,)), "{{model_type}} {{job_id}}", instant=True)],
-            ),
-            panels.bar_gauge(
-                Common(
-                    "Checkpoint storage cost per model type (24 h)",
-                    f"Estimated storage cost ({cfg.currency}) of the checkpoints each model type's jobs saved over the "
-                    f"last 24 hours, each kept {cfg.checkpoint_retention_days:g} days at "
-                    f"{cfg.checkpoint_storage_price_per_gb_month:g} {cfg.currency} per GB-month "
-                    "(checkpointRetentionDays, checkpointStoragePricePerGBMonth). An estimate, not an invoice.",
-                    unit,
-                    w=12,
-                    min=0,
-                ),
-                [
-                    Query(
-                        promql.selector(goodput.MODEL_CHECKPOINT_STORAGE_COST_24H, (MODEL,)),
-                        "{{model_type}}",
-                        instant=True,
-                    )
-                ],
-            ),
+            efficiency.badput_cost_per_job(cfg, MODEL),
+            efficiency.checkpoint_storage_cost_24h(cfg, MODEL),
         ],
     )
 

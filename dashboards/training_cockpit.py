@@ -15,7 +15,20 @@ from typing import Any
 
 from dashboards import panels, training_workloads, variables
 from dashboards.layout import DashboardSpec, Row, assemble
-from dashboards.panels import BLUE, GREEN, RED, YELLOW, Common, Query, Thresholds, checkpoint, gpm, gpu, training
+from dashboards.panels import (
+    BLUE,
+    GREEN,
+    RED,
+    YELLOW,
+    Common,
+    Query,
+    Thresholds,
+    checkpoint,
+    efficiency,
+    gpm,
+    gpu,
+    training,
+)
 from dashboards.threshold_steps import gpu_memory_ratio_steps, gpu_utilization_steps, temperature_steps
 from observability import alert_links, catalog, promql
 from observability.config import ObservabilityConfig
@@ -558,113 +571,17 @@ def _steps_and_time() -> Row:
     )
 
 
-_VERDICT_HELP = (
-    f"{goodput.VERDICT_INPUT}: the job waits for data (more DataLoader workers, prefetch, pinned memory); "
-    f"{goodput.VERDICT_CHECKPOINT}: saving checkpoints takes its time (save less often or asynchronously); "
-    f"{goodput.VERDICT_COMMUNICATION}: collectives take its time (larger batches per GPU, overlap, interconnect); "
-    f"{goodput.VERDICT_COMPUTE}: the job computes nearly all the time and its GPUs are busy (maxed out: only "
-    f"a better kernel, precision or more GPUs make it faster); {goodput.VERDICT_UNDERUTILIZED}: its GPUs are "
-    "mostly idle for another reason (start-up, evaluation, redone work, small kernels, host overhead)."
-)
-
-
 def _verdict(cfg: ObservabilityConfig) -> Row:
-    th = cfg.thresholds
     one = (JOB_ID,)
     return Row(
         "Is the GPU Maxed Out?",
         [
-            panels.stat(
-                Common(
-                    "Verdict",
-                    f"What holds $job_id back, judged over the last 5 minutes from where its time goes and how busy "
-                    f"its GPUs are (GPM SM activity, else NVML utilization). {_VERDICT_HELP} Thresholds: data wait "
-                    f"above {th.training_data_wait_ratio.short}, checkpoints above "
-                    f"{th.training_checkpoint_ratio.short}, "
-                    f"collectives above {th.training_communication_ratio.short}; compute-saturated above "
-                    f"{th.training_compute_saturated_ratio.short} computing on GPUs busier than "
-                    f"{th.training_compute_saturated_gpu_busy_percent.short}.",
-                    "none",
-                    w=8,
-                    h=5,
-                ),
-                [Query(promql.selector(goodput.VERDICT, one), "{{verdict}}", instant=True)],
-                name_only=True,
-            ),
-            panels.stat(
-                Common(
-                    "MFU",
-                    "Model FLOPs utilization over the last 5 minutes: the model FLOP/s $job_id achieves over the dense "
-                    "peak of the GPUs it holds at its precision (observability/peak_flops.yaml). Empty when the job "
-                    "reports no model FLOPs or holds a GPU model the peak table does not know.",
-                    "percentunit",
-                    w=4,
-                    h=5,
-                    min=0,
-                    max=1,
-                    decimals=1,
-                ),
-                [Query(promql.selector(goodput.MFU.record, one), "MFU", instant=True)],
-            ),
-            panels.stat(
-                Common(
-                    "Goodput",
-                    "Share of $job_id's time (all ranks) in productive training steps: over the last 5 minutes, and "
-                    "over its life so far.",
-                    "percentunit",
-                    w=6,
-                    h=5,
-                    min=0,
-                    max=1,
-                    decimals=1,
-                ),
-                [
-                    Query(promql.selector(goodput.GOODPUT.record, one), "last 5m", instant=True),
-                    Query(promql.selector(goodput.GOODPUT_SO_FAR.record, one), "so far", instant=True),
-                ],
-            ),
-            panels.stat(
-                Common(
-                    "GPU Busy",
-                    "How busy $job_id's GPUs are: mean SM activity where they have GPM, else NVML utilization "
-                    "(which only says a kernel ran).",
-                    "percent",
-                    w=6,
-                    h=5,
-                    min=0,
-                    max=100,
-                ),
-                [Query(promql.selector(goodput.GPU_BUSY.record, one), "{{source}}", instant=True)],
-            ),
-            panels.timeseries(
-                Common(
-                    "Time by Phase",
-                    "Share of $job_id's wall time (all ranks) in each phase over 5 minutes: compute is goodput, every "
-                    "other phase is badput by cause (waiting for data, collectives, checkpoints, evaluation, redone "
-                    "work, start-up, idle).",
-                    "percentunit",
-                    w=12,
-                    min=0,
-                    max=1,
-                ),
-                [Query(promql.selector(goodput.PHASE_SHARE.record, one), "{{phase}}")],
-                stacked=True,
-                fill_opacity=60,
-            ),
-            panels.timeseries(
-                Common(
-                    "MFU and Goodput",
-                    "Model FLOPs utilization and goodput of $job_id over time (5-minute windows).",
-                    "percentunit",
-                    w=12,
-                    min=0,
-                    max=1,
-                ),
-                [
-                    Query(promql.selector(goodput.MFU.record, one), "MFU"),
-                    Query(promql.selector(goodput.GOODPUT.record, one), "goodput"),
-                ],
-            ),
+            efficiency.verdict(cfg.thresholds, one),
+            efficiency.mfu(one),
+            efficiency.goodput_now_and_so_far(one),
+            efficiency.gpu_busy(one),
+            efficiency.time_by_phase(one),
+            efficiency.mfu_and_goodput(one),
         ],
     )
 

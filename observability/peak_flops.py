@@ -76,8 +76,8 @@ def parse_peak_flops(document: Any, source: str = PEAK_FLOPS_FILE.name) -> PeakF
         if extra:
             problems.append(f"{where}: unknown keys {extra}: expected name, tflops and source")
         name, tflops, cited = entry.get("name"), entry.get("tflops"), entry.get("source")
-        if not isinstance(name, str) or not name.strip() or '"' in name or "\\" in name:
-            problems.append(f"{where}: name = {name!r}: expected the GPU model as NVML names it (no quotes)")
+        if not isinstance(name, str) or not name.strip() or any(c in name for c in '"\\$'):
+            problems.append(f"{where}: name = {name!r}: expected the GPU model as NVML names it (no quotes or $)")
             continue
         where = f"{source}: {name}"
         if name in seen:

@@ -32,11 +32,12 @@ What is recorded, per job:
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from observability import catalog
 from observability.config import ObservabilityConfig
-from observability.promql import by, duration, matcher
+from observability.promql import by, duration, matcher, regex_matcher
 from observability.rules import jobs
 from observability.rules.model import RecordingRule
 
@@ -126,12 +127,19 @@ ACHIEVED_FLOPS = RecordingRule(
     f"sum by (model_type, job_id, precision) (rate({_FLOPS}[{WINDOW}]))",
     f"Model FLOP/s each training job achieved over {WINDOW}, summed over its ranks, by precision.",
 )
-HELD_PEAK = "job_gpu_precision:ml_gpu_peak_flops:held"
+HELD_MODELS = RecordingRule(
+    "model_type_job_id_gpu_name:ml_training_job_gpu_info:count",
+    f"count by (model_type, job_id, gpu_name) ({jobs.HELD_UTILIZATION.record})",
+    "GPUs each training job holds, by GPU model (gpu_name).",
+)
+HELD_PEAK = "model_type_job_id_gpu_name_precision:ml_gpu_peak_flops:max"
 JOB_PEAK = RecordingRule(
     "model_type_job_id_precision:ml_gpu_peak_flops:sum",
-    f"sum by (model_type, job_id, precision) ({HELD_PEAK})\n"
+    f"sum by (model_type, job_id, precision) (\n"
+    f"  {HELD_PEAK}\n  * on (model_type, job_id, gpu_name) group_left ()\n  {HELD_MODELS.record}\n)\n"
     f"and on (model_type, job_id, precision)\n"
-    f"(\n  count by (model_type, job_id, precision) ({HELD_PEAK})\n"
+    f"(\n  sum by (model_type, job_id, precision) (\n"
+    f"    {HELD_PEAK} * 0\n    + on (model_type, job_id, gpu_name) group_left ()\n    {HELD_MODELS.record}\n  )\n"
     f"  == {_ON_J} group_left ()\n  {jobs.JOB_GPUS.record}\n)",
     "Summed dense peak FLOP/s of the GPUs each training job holds, by precision; only where every GPU "
     "it holds has a peak at that precision.",
@@ -146,29 +154,42 @@ MFU = RecordingRule(
 )
 UNKNOWN_GPU_MODELS = RecordingRule(
     "gpu_name:ml_gpu_peak_flops:unknown",
-    f"count by (gpu_name) (\n  {jobs.HELD_UTILIZATION.record}\n  unless on (uuid)\n  {HELD_PEAK}\n)",
+    f"sum by (gpu_name) (\n  {HELD_MODELS.record}\n  unless on (gpu_name)\n  {HELD_PEAK}\n)",
     "GPUs held by a training job whose model (gpu_name) the peak-FLOPs table does not know, by model: "
     "their jobs have no MFU.",
 )
 
 
 def held_peak(cfg: ObservabilityConfig) -> RecordingRule:
-    """Each held GPU's dense peak FLOP/s by precision, from the peak-FLOPs table (known models only)."""
-    held = jobs.HELD_UTILIZATION.record
+    """The dense peak FLOP/s of one GPU of each model a training job holds, by precision: per
+    precision, one branch per peak value, selecting the held models that have it."""
     per_precision = []
     for precision in catalog.MODEL_FLOPS_PRECISIONS:
+        by_value: dict[float, list[str]] = {}
+        for name, value in cfg.peak_flops.by_precision(precision):
+            by_value.setdefault(value, []).append(name)
         branches = [
-            f"  {held}{{{matcher('gpu_name', name)}}} * 0 + {value:.17g}"
-            for name, value in cfg.peak_flops.by_precision(precision)
+            f"  {HELD_MODELS.record}{{{_models_matcher(names)}}} * 0 + {value:.17g}"
+            for value, names in by_value.items()
         ]
         if branches:
             per_precision.append(_with_label("(\n" + "\nor\n".join(branches) + "\n)", "precision", precision))
     return RecordingRule(
         HELD_PEAK,
         "\nor\n".join(per_precision),
-        "Dense peak FLOP/s of each GPU a training job holds, by precision (observability/peak_flops.yaml); GPUs "
-        "of a model the table does not know are not recorded.",
+        "Dense peak FLOP/s of one GPU of each model a training job holds, by precision "
+        "(observability/peak_flops.yaml); models the table does not know are not recorded.",
     )
+
+
+_RE2_SPECIAL = re.compile(r"[.+*?()|\[\]{}^$]")
+
+
+def _models_matcher(names: list[str]) -> str:
+    if len(names) == 1:
+        return matcher("gpu_name", names[0])
+    # RE2 metacharacters escaped (a backslash doubled inside the PromQL string).
+    return regex_matcher("gpu_name", "|".join(_RE2_SPECIAL.sub(r"\\\\\g<0>", name) for name in names))
 
 
 # --- the verdict ------------------------------------------------------------------------------------
@@ -296,6 +317,7 @@ def goodput_rules(cfg: ObservabilityConfig) -> tuple[RecordingRule, ...]:
         GOODPUT_SO_FAR,
         GPU_BUSY,
         ACHIEVED_FLOPS,
+        HELD_MODELS,
         held_peak(cfg),
         JOB_PEAK,
         MFU,

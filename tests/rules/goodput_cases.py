@@ -158,7 +158,7 @@ def _held_peaks() -> list[tuple[dict[str, str], float]]:
     for precision in catalog.MODEL_FLOPS_PRECISIONS:
         peak = _PEAK(H100, precision)
         assert peak is not None
-        out += [({**gpu, **CNN, "precision": precision}, peak) for gpu in (H100_A, H100_B)]
+        out.append(({**CNN, "gpu_name": H100, "precision": precision}, peak))
     return out
 
 
@@ -195,6 +195,7 @@ FLEET_RECORDS: dict[str, list[tuple[dict[str, str], float]]] = {
         ({**CNN, "precision": "bf16"}, 2 * CNN_FLOPS_PER_RANK),
         ({**MLP, "precision": "fp32"}, MLP_FLOPS),
     ],
+    goodput.HELD_MODELS.record: [({**CNN, "gpu_name": H100}, 2), ({**MLP, "gpu_name": UNKNOWN["gpu_name"]}, 1)],
     goodput.HELD_PEAK: _held_peaks(),
     goodput.JOB_PEAK.record: _job_peaks(),
     goodput.MFU.record: [(CNN, (CNN_FLOPS_PER_RANK + CNN_FLOPS_PER_RANK) / (_BF16_PEAK + _BF16_PEAK))],
