@@ -32,7 +32,7 @@ from observability.thresholds import (
     parse_thresholds,
 )
 from tests.rules.alert_cases import alert_cases, record_cases
-from tests.rules.promtool_harness import Suite, run_promtool_tests
+from tests.rules.promtool_harness import Suite, run_promtool_tests, split_suites
 
 FACTORS = (0.9, 1.05)
 # Dashboard panels whose threshold steps show an alert threshold: (uid, row, title) per threshold.
@@ -173,8 +173,8 @@ def test_boundary_cases_follow_the_thresholds_and_pass_promtool(factor, tmp_path
     default_names = {(c.alert, c.name) for c in alert_cases()}
     cases = alert_cases(cfg.thresholds)
     assert {(c.alert, c.name) for c in cases} != default_names, "the cases did not move with the thresholds"
-    suite = Suite(f"thresholds-x{factor:g}", cfg, list(cases), list(record_cases(cfg.thresholds)))
-    result = run_promtool_tests([suite.write(tmp_path)], cwd=tmp_path)
+    suites = split_suites(f"thresholds-x{factor:g}", cfg, cases, record_cases(cfg.thresholds))
+    result = run_promtool_tests([suite.write(tmp_path) for suite in suites], cwd=tmp_path)
     assert result.returncode == 0, result.output[-20000:]
 
 
