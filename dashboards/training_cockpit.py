@@ -24,6 +24,7 @@ from dashboards.panels import (
     Query,
     Thresholds,
     checkpoint,
+    distributed,
     efficiency,
     gpm,
     gpu,
@@ -124,7 +125,21 @@ def _training_progress() -> Row:
             panels.timeseries(
                 Common(
                     "Epoch Loss and Validation Loss",
-                    "Best training loss (solid) and validation loss (dashed) of each fold.",
+                    "Training loss (solid) and validation loss (dashed) of each job's latest epoch: there from the "
+                    "first epoch, also for a job that dies in its first fold.",
+                    "none",
+                    w=12,
+                ),
+                [
+                    Query(promql.gauge(catalog.TRAINING_LOSS, (MODEL,)), f"{JOB_LEGEND} loss"),
+                    Query(promql.gauge(catalog.TRAINING_VALIDATION_LOSS, (MODEL,)), f"{JOB_LEGEND} validation"),
+                ],
+                dashed_refs=("B",),
+            ),
+            panels.timeseries(
+                Common(
+                    "Best Loss per Fold",
+                    "Best training loss (solid) and validation loss (dashed) of each finished fold.",
                     "none",
                     w=12,
                 ),
@@ -473,6 +488,11 @@ def _timing() -> Row:
         )
 
     job_duration = rec.TRAINING_JOB_DURATION_SECONDS_BUCKET_RATE1H
+    # Finished jobs: end - start; running ones: now - start.
+    per_job = ("model_type", "job_id")
+    started = promql.aggregate("max", per_job, promql.gauge(catalog.TRAINING_JOB_START_TIMESTAMP_SECONDS, (MODEL,)))
+    ended = promql.aggregate("max", per_job, promql.gauge(catalog.TRAINING_JOB_END_TIMESTAMP_SECONDS, (MODEL,)))
+    job_elapsed = f"({ended} - {started})\nor\n(time() - {started})"
     return Row(
         "Timing",
         [
@@ -491,17 +511,24 @@ def _timing() -> Row:
             panels.timeseries(
                 Common(
                     "Training Job Duration",
-                    "Median and 95th percentile duration of jobs that ended in the last hour.",
+                    "How long each job has run (solid; a finished job's line holds its duration until its pod "
+                    "is gone) and the median and 95th percentile duration of the jobs that ended in the last "
+                    "hour, per model type (dashed).",
                     "s",
                     w=12,
+                    min=0,
                 ),
                 [
-                    Query(
-                        promql.recorded_quantile(q, job_duration.record, (MODEL,), ("model_type",)),
-                        f"p{round(q * 100)} {{{{model_type}}}}",
-                    )
-                    for q in (0.5, 0.95)
+                    Query(job_elapsed, JOB_LEGEND),
+                    *(
+                        Query(
+                            promql.recorded_quantile(q, job_duration.record, (MODEL,), ("model_type",)),
+                            f"p{round(q * 100)} {{{{model_type}}}} ended",
+                        )
+                        for q in (0.5, 0.95)
+                    ),
                 ],
+                dashed_refs=("B", "C"),
             ),
             training.jobs_by_status_over_time(w=12),
         ],
@@ -586,6 +613,98 @@ def _verdict(cfg: ObservabilityConfig) -> Row:
     )
 
 
+def _distributed_ranks(cfg: ObservabilityConfig) -> Row:
+    """The ranks of $job_id side by side: who computes slowest, who waits, whether the job hangs,
+    what the collectives move; then every straggling rank of the fleet."""
+    job = (MODEL, JOB_ID)
+    return Row(
+        "Distributed Ranks",
+        [
+            distributed.compute_per_step(job, w=8),
+            distributed.collective_wait(job, w=8),
+            distributed.straggler_excess(cfg, job, w=8),
+            distributed.hang_status(cfg, job, w=6),
+            distributed.ranks_table(job, w=18),
+            distributed.bandwidth(job, w=8),
+            distributed.collectives_per_second(job, w=8),
+            distributed.communication_share(cfg, job, w=8),
+            distributed.fleet_stragglers(cfg, (MODEL,), w=24),
+        ],
+    )
+
+
+def _optimization() -> Row:
+    # One job ($job_id), as the PyTorch integration reports it (`integrations.torch.watch`).
+    job = (MODEL, JOB_ID)
+    per_job = ("model_type", "job_id")
+    step_phases = (*job, 'phase=~"data_wait|compute"')
+    phase_seconds = promql.rate(catalog.TRAINING_PHASE_SECONDS_TOTAL, step_phases)
+    per_step = (
+        f"{promql.aggregate('sum', (*per_job, 'phase'), phase_seconds)}\n/ ignoring(phase) group_left\n"
+        f"{promql.aggregate('sum', per_job, promql.rate(catalog.TRAINING_STEPS_TOTAL, job))}"
+    )
+    return Row(
+        "Optimization",
+        [
+            panels.timeseries(
+                Common(
+                    "Loss per Step",
+                    "Mean training loss of $job_id over the steps between two checks of the PyTorch integration "
+                    "(per epoch: Epoch Loss and Validation Loss).",
+                    "none",
+                    w=24,
+                ),
+                [Query(promql.gauge(catalog.TRAINING_STEP_LOSS, job), "{{job_id}} step loss")],
+            ),
+            panels.timeseries(
+                Common(
+                    "Time per Step: Data Wait and Compute",
+                    "Seconds each optimizer step of $job_id waited for data (the loader's next()) and computed, "
+                    "per rank on average: a data wait near the compute time means the input pipeline is the "
+                    "bottleneck.",
+                    "s",
+                    w=8,
+                    min=0,
+                ),
+                [Query(per_step, "{{job_id}} {{phase}}")],
+                stacked=True,
+            ),
+            panels.timeseries(
+                Common(
+                    "Learning Rate",
+                    "Learning rate of each optimizer parameter group of $job_id.",
+                    "none",
+                    w=8,
+                    min=0,
+                ),
+                [Query(promql.gauge(catalog.TRAINING_LEARNING_RATE, job), "{{job_id}} {{param_group}}")],
+            ),
+            panels.timeseries(
+                Common(
+                    "Gradient Norm",
+                    "Global L2 norm of $job_id's gradients at each check: spikes precede divergence, a collapse "
+                    "to zero means vanishing gradients.",
+                    "none",
+                    w=8,
+                    min=0,
+                ),
+                [Query(promql.gauge(catalog.TRAINING_GRADIENT_NORM, job), "{{job_id}}")],
+            ),
+            panels.prometheus_table(
+                Common(
+                    "Hyperparameters",
+                    "Batch size, optimizer, precision and learning-rate schedule of the jobs: compare throughput "
+                    "and loss across them.",
+                    "none",
+                    w=24,
+                ),
+                [Query(promql.gauge(catalog.TRAINING_HYPERPARAMETERS_INFO, (MODEL,)), instant=True, format="table")],
+                hidden_columns=("Value", "__name__", "instance", "job", "pod", "service"),
+            ),
+        ],
+    )
+
+
 def build(cfg: ObservabilityConfig) -> dict[str, Any]:
     return assemble(
         DashboardSpec(
@@ -599,12 +718,12 @@ def build(cfg: ObservabilityConfig) -> dict[str, Any]:
                 variables.label_values(
                     "fold", "Fold", promql.selector(catalog.TRAINING_FOLD_LOSS.name, (MODEL,)), "fold"
                 ),
-                # One job: the verdict and "This Job's GPUs" rows follow it (Grafana starts on the first
-                # job); every job of the trainer library, with GPUs or without.
+                # One job: the per-job rows follow it (Grafana starts on the first job). Every process
+                # of every job exports its rank info, CPU-only jobs included.
                 variables.label_values(
                     "job_id",
                     "Job",
-                    promql.selector(catalog.TRAINING_ACTIVE_WORKERS.name, (MODEL,)),
+                    promql.selector(catalog.TRAINING_RANK_INFO.name, (MODEL,)),
                     "job_id",
                     multi=False,
                     include_all=False,
@@ -625,6 +744,8 @@ def build(cfg: ObservabilityConfig) -> dict[str, Any]:
                 _active_jobs(),
                 _training_progress(),
                 _steps_and_time(),
+                _distributed_ranks(cfg),
+                _optimization(),
                 _this_jobs_gpus(cfg),
                 _gpu_resources(cfg.thresholds),
                 _model_quality(),

@@ -509,6 +509,22 @@ TRAINING_JOB_GPU_INFO = Metric(
     (*JOB, "uuid"),
     _T,
 )
+TRAINING_JOB_START_TIMESTAMP_SECONDS = Metric(
+    "ml_training_job_start_timestamp_seconds",
+    MetricType.GAUGE,
+    "seconds",
+    "Unix time the training job started: with the end time, its duration while and after it runs.",
+    JOB,
+    _T,
+)
+TRAINING_JOB_END_TIMESTAMP_SECONDS = Metric(
+    "ml_training_job_end_timestamp_seconds",
+    MetricType.GAUGE,
+    "seconds",
+    "Unix time the training job finished (absent while it runs).",
+    JOB,
+    _T,
+)
 TRAINING_JOB_DURATION_SECONDS = Metric(
     "ml_training_job_duration_seconds",
     MetricType.HISTOGRAM,
@@ -572,6 +588,82 @@ TRAINING_PHASE_SECONDS_TOTAL = Metric(
     "Wall time of this rank by phase (startup, data_wait, compute, collective, checkpoint, evaluation, "
     "lost_work, idle); the phases of a rank sum to its wall time since the job started.",
     (*RANK_JOB, "phase"),
+    _T,
+)
+
+# --- Optimization, per job (the PyTorch integration; bounded labels: no step, no trial) ----------
+# The hyperparameters a job's throughput and loss are compared across, one series per job.
+HYPERPARAMETER_LABELS = ("batch_size", "optimizer", "precision", "lr_schedule")
+TRAINING_STEP_LOSS = Metric(
+    "ml_training_step_loss",
+    MetricType.GAUGE,
+    "",
+    "Mean training loss over the optimizer steps since the previous check (every check interval).",
+    JOB,
+    _T,
+)
+TRAINING_LEARNING_RATE = Metric(
+    "ml_training_learning_rate",
+    MetricType.GAUGE,
+    "",
+    "Learning rate of each optimizer parameter group (by its name, else its index).",
+    (*JOB, "param_group"),
+    _T,
+)
+TRAINING_GRADIENT_NORM = Metric(
+    "ml_training_gradient_norm",
+    MetricType.GAUGE,
+    "",
+    "Global L2 norm of the gradients the optimizer stepped with, at the latest check.",
+    JOB,
+    _T,
+)
+TRAINING_HYPERPARAMETERS_INFO = Metric(
+    "ml_training_hyperparameters_info",
+    MetricType.INFO,
+    "",
+    "1 per job, labelled with its hyperparameters: batch size, optimizer, precision, learning-rate schedule.",
+    (*JOB, *HYPERPARAMETER_LABELS),
+    _T,
+)
+
+# --- Distributed training: where each rank runs, and its collectives -----------------------------
+# `collective`: all_reduce, broadcast, all_gather, reduce_scatter (a DDP gradient bucket is an all_reduce).
+RANK_COLLECTIVE = (*RANK_JOB, "collective")
+TRAINING_RANK_PLACEMENT_INFO = Metric(
+    "ml_training_rank_placement_info",
+    MetricType.INFO,
+    "",
+    "1 for each process of a job: the Kubernetes node it runs on and the GPU (NVML UUID, empty without one) it "
+    "computes on; names the node and GPU of a straggling or stopped rank.",
+    (*RANK_JOB, "node", "uuid"),
+    _T,
+)
+TRAINING_COLLECTIVE_OPERATIONS_TOTAL = Metric(
+    "ml_training_collective_operations_total",
+    MetricType.COUNTER,
+    "",
+    "Collectives this rank completed, by kind.",
+    RANK_COLLECTIVE,
+    _T,
+)
+TRAINING_COLLECTIVE_BYTES_TOTAL = Metric(
+    "ml_training_collective_bytes_total",
+    MetricType.COUNTER,
+    "bytes",
+    "Message bytes of this rank's completed collectives, counted as NCCL's tests count a collective's size "
+    "(all_reduce and broadcast: the buffer; all_gather: the gathered output; reduce_scatter: the input).",
+    RANK_COLLECTIVE,
+    _T,
+)
+TRAINING_COLLECTIVE_BUSY_SECONDS_TOTAL = Metric(
+    "ml_training_collective_busy_seconds_total",
+    MetricType.COUNTER,
+    "seconds",
+    "Wall time during which at least one collective of this kind was in flight on this rank, overlapped with "
+    "compute or not (the exposed part is the rank's `collective` phase); bytes over this time is the rank's "
+    "algorithmic bandwidth.",
+    RANK_COLLECTIVE,
     _T,
 )
 

@@ -1,8 +1,9 @@
 """All settings that rules, dashboards, datasources and scrape configuration share, in one object.
 
-Like the `_config` of the kubernetes-mixin: the Pulumi program maps the typed stack settings
-(`infra/settings.py`) into one `ObservabilityConfig`; every generator takes it and nothing else,
-so a generator never reads stack config itself and tests can build any variant in one line.
+Like the `_config` of the kubernetes-mixin: the stack settings' parsers (`infra/settings/`) fill one
+`ObservabilityConfig`, which the typed `Settings` hold as it is; every generator takes it and
+nothing else, so a generator never reads stack config itself and tests can build any variant in
+one line.
 """
 
 from __future__ import annotations

@@ -211,7 +211,10 @@ def _parse_record(key: str, raw: Any, source: str, problems: list[str]) -> Thres
     elif not isinstance(alert, str) or not re.fullmatch(r"[A-Z][A-Za-z0-9]*", alert):
         problems.append(f"{source}: {key}.alert = {alert!r}: expected the name of the alert that compares with it")
         ok = False
-    number = float(value) if isinstance(value, int | float) and not isinstance(value, bool) else math.nan
+    try:
+        number = float(value) if isinstance(value, int | float) and not isinstance(value, bool) else math.nan
+    except OverflowError:  # an integer beyond any float: out of every unit's range
+        number = math.nan
     if ok:
         low, high = _RANGES[unit]
         if value is None:

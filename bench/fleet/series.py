@@ -20,6 +20,7 @@ from bench.fleet.values import has_rare_error
 from observability import catalog
 from observability.config import ObservabilityConfig
 from observability.instrument import TrainingMetrics, render_text
+from observability.instrument.collectives import ALL_REDUCE, track_rank
 from observability.scrape_config import JOB_NAME
 from poller.exported_metrics import (
     ECC_TYPES,
@@ -180,9 +181,15 @@ def _trainer_exposition(model_type: str, job: str, gpu_uuids: tuple[str, ...]) -
     handle.record_training_iteration(1, 1.0, 1.1, 1.0)
     handle.record_training_iteration(2, 0.9, 1.0, 1.0)
     handle.record_data_load(0.5, batches=10)
-    handle.record_checkpoint_save(True, 2.0, 500_000_000)
+    with handle.checkpoint("s3://checkpoints/step-2", step=2) as save:
+        save.size_bytes = 500_000_000
     handle.set_model_quality(0.9, 0.88, 0.9, 0.86)
     handle.set_resource_usage(4e9, 180.0)
+    handle.set_model_flops(5e13, "bf16")
+    handle.record_step(samples=64)
+    collectives = track_rank(handle, node="fleet-node", gpu_uuids=gpu_uuids)
+    collectives.launched(ALL_REDUCE)
+    collectives.completed(ALL_REDUCE, 4_000_000)
     for fold in range(FOLDS):
         handle.record_fold(fold, 0.5, 0.6, 20, 600.0)
     if model_type in RL_MODEL_TYPES:  # the model-specific series of reinforcement learning
@@ -228,8 +235,16 @@ def training_job_series(
                     histograms.append(HistogramSpec(metric, full, _job_pattern(metric.name), key))
                 continue
             pattern = _job_pattern(metric.name)
-            if metric is catalog.TRAINING_JOB_GPU_INFO:
+            if metric in (
+                catalog.TRAINING_JOB_GPU_INFO,
+                catalog.TRAINING_RANK_INFO,
+                catalog.TRAINING_RANK_PLACEMENT_INFO,
+            ):
                 pattern = "one"
+            if metric in (catalog.TRAINING_LAST_STEP_TIMESTAMP_SECONDS, catalog.CHECKPOINT_LAST_GOOD_TIMESTAMP_SECONDS):
+                pattern = "just_now"
+            if metric is catalog.TRAINING_PHASE_SECONDS_TOTAL:
+                pattern = f"phase:{dict(labels)['phase']}"
             if metric is catalog.TRAINING_JOBS_BY_STATUS:
                 pattern = f"status:{dict(labels)['status']}"
             named = dict(labels)
@@ -238,7 +253,9 @@ def training_job_series(
                 or named.get("error_type")
                 or named.get("fold")
                 or named.get("uuid")
+                or named.get("phase")
                 or named.get("state")
+                or named.get("collective")
                 or ""
             )
             yield_key = stable_key(key, extra)

@@ -49,6 +49,18 @@ def _counter(rng: random.Random, n: int, per_second: float, interval: int) -> Va
     return out
 
 
+# Seconds per second a running job spends in each phase (they sum to 1: the phases split wall time).
+PHASE_SHARES: dict[str, float] = {
+    "startup": 0.0,
+    "data_wait": 0.08,
+    "compute": 0.8,
+    "collective": 0.05,
+    "checkpoint": 0.03,
+    "evaluation": 0.02,
+    "lost_work": 0.0,
+    "idle": 0.02,
+}
+
 # The GPUs (1 in VARIANTS) whose `rare_errors` series step from 0 to 1 once within the hour.
 RARE_ERROR_VARIANT = 11
 
@@ -93,6 +105,10 @@ class Patterns:
             return [float(self.start - 6 * 3600)] * n  # refreshed six hours before the hour began
         if kind == "status":
             return [1.0 if arg == "running" else 0.0] * n
+        if pattern == "just_now":  # a timestamp that keeps up with the samples (a job still stepping)
+            return [float(self.start + i * interval) for i in range(n)]
+        if kind == "phase":
+            return _counter(rng, n, PHASE_SHARES[arg], interval)
         simple = _SIMPLE.get(pattern)
         if simple is not None:
             return simple(rng, n, variant)
@@ -256,6 +272,24 @@ def _job_values(name: str, rng: random.Random, n: int, variant: int, interval: i
         return [5.0] * n
     if name == c.TRAINING_DATA_BATCHES_TOTAL.name:
         return _counter(rng, n, 10.0, interval)
+    if name == c.CHECKPOINT_LAST_GOOD_STEP.name:  # a good save every 5 minutes at 2 steps per second
+        return [float(600 * (i * interval // 300)) for i in range(n)]
+    if name == c.TRAINING_STEPS_TOTAL.name:
+        return _counter(rng, n, 2.0, interval)
+    if name == c.TRAINING_MODEL_FLOPS_TOTAL.name:  # 2 steps per second of ~50 TFLOPs each
+        return _counter(rng, n, 1e14, interval)
+    if name == c.CHECKPOINT_WRITTEN_BYTES_TOTAL.name:  # a 500 MB checkpoint every 5 minutes
+        return _counter(rng, n, 5e8 / 300, interval)
+    if name == c.TRAINING_COLLECTIVE_OPERATIONS_TOTAL.name:  # a few gradient buckets per step
+        return _counter(rng, n, 8.0, interval)
+    if name == c.TRAINING_COLLECTIVE_BYTES_TOTAL.name:  # ~100 MB of gradients per step
+        return _counter(rng, n, 2e8, interval)
+    if name == c.TRAINING_COLLECTIVE_BUSY_SECONDS_TOTAL.name:
+        return _counter(rng, n, 0.2, interval)
+    if name == c.TRAINING_SAMPLES_TOTAL.name:
+        return _counter(rng, n, 128.0, interval)
+    if name == c.TRAINING_TOKENS_TOTAL.name:  # tabular and RL models read no tokens
+        return [0.0] * n
     if name == c.CHECKPOINT_SAVES_TOTAL.name:
         return _counter(rng, n, 1 / 300, interval)
     if name == c.TRAINING_FOLDS_COMPLETED_TOTAL.name:

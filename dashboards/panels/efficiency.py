@@ -35,7 +35,7 @@ def verdict(th: Thresholds, job: Sequence[str]) -> PanelBuilder:
             "What holds $job_id back, judged over the last 5 minutes from where its time goes and how busy its GPUs "
             f"are (GPM SM activity, else NVML utilization). {VERDICT_HELP} Thresholds: data wait above "
             f"{th.training_data_wait_ratio.short}, checkpoints above {th.training_checkpoint_ratio.short}, "
-            f"collectives above {th.training_communication_ratio.short}; compute-saturated above "
+            f"collectives above {th.training_communication_share_ratio.short}; compute-saturated above "
             f"{th.training_compute_saturated_ratio.short} computing on GPUs busier than "
             f"{th.training_compute_saturated_gpu_busy_percent.short}.",
             "none",

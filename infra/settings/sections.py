@@ -21,6 +21,8 @@ from infra.settings.model import (
     DIGEST_EXPECTED,
     KUBECONFIG_KEY,
     RECEIVER_KEYS,
+    SCRAPE_CREDENTIAL_KEY,
+    SCRAPE_CREDENTIALS_SECRET,
     SCRAPE_DELIVERIES,
     SCRAPE_MODES,
     SUPPORTED_KUBERNETES_MINORS,
@@ -41,7 +43,7 @@ from infra.settings.model import (
     TrainingJobSettings,
 )
 from infra.settings.reading import DNS_LABEL, DNS_LABEL_EXPECTED, Reader, SecretReader
-from observability.config import ObservabilityConfig
+from observability.config import ObservabilityConfig, ScrapeSecurity
 from observability.prometheus_config import REMOTE_WRITE_PATH
 from observability.rules.detection import detection_budget
 from observability.scrape_config import MAX_SHARDS
@@ -205,7 +207,7 @@ def scrape(r: Reader, s: Parsed) -> tuple[ScrapeSettings, int, int, int, int]:
         "scrape",
         r.required("scrape"),
         {"mode", "intervalSeconds", "evaluationIntervalSeconds", "criticalIntervalSeconds",
-         "criticalEvaluationIntervalSeconds", "delivery", "objectName", "operatorSelector"},
+         "criticalEvaluationIntervalSeconds", "delivery", "objectName", "operatorSelector", "prometheusPods"},
     )  # fmt: skip
     mode = r.choice("scrape.mode", sc.get("mode"), SCRAPE_MODES)
     example = ObservabilityConfig()
@@ -224,6 +226,7 @@ def scrape(r: Reader, s: Parsed) -> tuple[ScrapeSettings, int, int, int, int]:
         delivery=r.choice("scrape.delivery", sc.get("delivery", "configmap"), SCRAPE_DELIVERIES),
         object_name=r.dns_name("scrape.objectName", sc.get("objectName", "prometheus-annotation-scrape")),
         operator_selector=r.label_map("scrape.operatorSelector", sc.get("operatorSelector")),
+        **prometheus_pods(r, sc.get("prometheusPods"), s.namespaces),
     )
     # The promise for critical failures, within `criticalDetectionSeconds` (default 30) of the
     # failure: the rules module owns the check (it derives every critical `for` from the intervals).
@@ -242,6 +245,24 @@ def scrape(r: Reader, s: Parsed) -> tuple[ScrapeSettings, int, int, int, int]:
             "scrape.criticalIntervalSeconds", critical, f"intervals with which critical failures page in time: {exc}"
         )
     return settings, interval, evaluation, critical, critical_evaluation
+
+
+def prometheus_pods(r: Reader, value: Any, ns: Namespaces) -> dict[str, Any]:
+    """`scrape.prometheusPods`: the namespace (default: monitoring) and pod labels of the stack's
+    Prometheus servers, the only peers the NetworkPolicies admit to a metrics port."""
+    pp = r.mapping("scrape.prometheusPods", value, {"namespace", "podSelector"})
+    selector = r.label_map(
+        "scrape.prometheusPods.podSelector", pp.get("podSelector", {"app.kubernetes.io/name": "prometheus"})
+    )
+    if not selector:
+        r.problems.append(
+            "scrape.prometheusPods.podSelector is empty: expected the labels of the Prometheus pods "
+            "(an empty selector would admit every pod of the namespace to the metrics ports)"
+        )
+    return {
+        "prometheus_namespace": r.dns_name("scrape.prometheusPods.namespace", pp.get("namespace", ns.monitoring)),
+        "prometheus_pod_selector": selector,
+    }
 
 
 def tolerations(r: Reader, key: str, value: Any) -> tuple[Toleration, ...]:
@@ -553,6 +574,50 @@ def checkpoint_storage(r: Reader, s: Parsed) -> tuple[float, float]:
         else:
             kept = float(days)
     return per_gb, kept
+
+
+SCRAPE_SECURITY_KEYS = {"certificate", "serverName", "authentication", "clientCertificate", "username"}
+
+
+@setting("scrapeSecurity", SCRAPE_CREDENTIAL_KEY, into=("scrape_security", "scrape_credential"))
+def scrape_security(r: Reader, s: Parsed) -> tuple[ScrapeSecurity | None, Any]:
+    """`scrapeSecurity`: the poller and the training jobs serve TLS with authentication, and
+    Prometheus scrapes them with the credential `scrapeCredential` (a Pulumi secret).
+    `certificate`: a kubernetes.io/tls Secret (tls.crt, tls.key, ca.crt; a cert-manager Certificate)
+    in the monitoring and training namespaces, with `serverName` among its DNS names;
+    `authentication`: bearer (default) or basic (user `username`, default prometheus);
+    `clientCertificate` (optional): Prometheus' own client certificate (a kubernetes.io/tls Secret
+    beside Prometheus): the exporters then require a client certificate signed by ca.crt."""
+    value = r.raw("scrapeSecurity")
+    if value is None:
+        return None, None
+    sec = r.mapping("scrapeSecurity", value, SCRAPE_SECURITY_KEYS)
+    certificate = r.dns_name("scrapeSecurity.certificate", sec.get("certificate"))
+    server_name = r.string(
+        "scrapeSecurity.serverName",
+        sec.get("serverName"),
+        re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$"),
+        "a DNS name of the exporters' certificate, such as metrics.monitoring.svc",
+    )
+    authentication = r.choice("scrapeSecurity.authentication", sec.get("authentication", "bearer"), ("bearer", "basic"))
+    client = sec.get("clientCertificate")
+    client_secret = r.dns_name("scrapeSecurity.clientCertificate", client) if client is not None else None
+    username = r.string("scrapeSecurity.username", sec.get("username", "prometheus"), re.compile(r"^[^:\s]+$"),
+                        "a user name without colons or spaces")  # fmt: skip
+    if r.source.get(SCRAPE_CREDENTIAL_KEY) is None:
+        r.problems.append(
+            f"{SCRAPE_CREDENTIAL_KEY} is missing: scrapeSecurity needs the scrape credential, a random token "
+            f'(`pulumi config set --secret {SCRAPE_CREDENTIAL_KEY} "$(openssl rand -hex 32)"`)'
+        )
+    security = ScrapeSecurity(
+        server_name=server_name,
+        tls_secret=certificate,
+        credentials_secret=SCRAPE_CREDENTIALS_SECRET,
+        authentication=authentication,
+        username=username,
+        client_cert_secret=client_secret,
+    )
+    return security, s.secret(SCRAPE_CREDENTIAL_KEY)
 
 
 @setting("kubeStateMetrics", into="kube_state_metrics")

@@ -17,7 +17,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Any, TypeVar
@@ -29,7 +29,7 @@ from prometheus_client.registry import Collector
 
 from observability import catalog
 from observability.catalog import Metric
-from observability.instrument import errors, families, gpus
+from observability.instrument import errors, families, gpus, hyperparameters
 from observability.instrument import flops as flops_module
 from observability.instrument.checkpoints import WEIGHTS, CheckpointSave, GoodCheckpoint
 from observability.instrument.errors import CHECKPOINT_ERROR_TYPES, FAILURE_ERROR_TYPES
@@ -37,7 +37,7 @@ from observability.instrument.phases import COMPUTE, IDLE, LOST_WORK, STARTUP, P
 from observability.instrument.ranks import RankInfo
 from observability.instrument.reinforcement import RlFamilies, RlMetrics
 from observability.instrument.search import SearchFamilies, StudyMetrics
-from observability.instrument.server import METRICS_PORT, MetricsServer
+from observability.instrument.server import METRICS_PORT, MetricsServer, rank_metrics_port
 from observability.instrument.trace_context import trace_exemplar
 
 LOG = logging.getLogger(__name__)
@@ -48,6 +48,16 @@ LOSS, VALIDATION_LOSS, GRADIENT = "loss", "validation_loss", "gradient"
 NAN_TENSOR_TYPES: tuple[str, ...] = (LOSS, VALIDATION_LOSS, GRADIENT, "activation", WEIGHTS)
 JOB_STATUSES: tuple[str, ...] = ("pending", "running", "completed", "failed", "stopped", "paused")
 FINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "stopped"})
+
+
+def _check_seconds(value: float, name: str) -> float:
+    """A duration to observe: finite and not negative. A NaN or infinity would make the histogram's
+    sum NaN for the rest of the job (and OpenMetrics parsers refuse the page), so it is refused."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number of seconds, got {value!r}")
+    if not 0 <= value < math.inf:  # NaN fails too
+        raise ValueError(f"{name} must be a finite number of seconds, at least 0, got {value!r}")
+    return float(value)
 
 
 def _check_status(status: str) -> str:
@@ -105,6 +115,8 @@ class TrainingMetrics:
         # H. lifecycle
         self.jobs_by_status = g(catalog.TRAINING_JOBS_BY_STATUS)
         self.job_duration = h(catalog.TRAINING_JOB_DURATION_SECONDS)
+        self.job_start_time = g(catalog.TRAINING_JOB_START_TIMESTAMP_SECONDS)
+        self.job_end_time = g(catalog.TRAINING_JOB_END_TIMESTAMP_SECONDS)
         self.job_gpu_info = self._info(catalog.TRAINING_JOB_GPU_INFO)
         # Steps and time accounting, per rank
         self.rank_info = self._info(catalog.TRAINING_RANK_INFO)
@@ -114,6 +126,11 @@ class TrainingMetrics:
         self.last_step_timestamp = g(catalog.TRAINING_LAST_STEP_TIMESTAMP_SECONDS)
         self.model_flops = c(catalog.TRAINING_MODEL_FLOPS_TOTAL)
         self.checkpoint_written = c(catalog.CHECKPOINT_WRITTEN_BYTES_TOTAL)
+        # Optimization (the PyTorch integration)
+        self.step_loss = g(catalog.TRAINING_STEP_LOSS)
+        self.learning_rate = g(catalog.TRAINING_LEARNING_RATE)
+        self.gradient_norm = g(catalog.TRAINING_GRADIENT_NORM)
+        self.hyperparameters = self._info(catalog.TRAINING_HYPERPARAMETERS_INFO)
         # Per-fold view
         self.fold_loss = g(catalog.TRAINING_FOLD_LOSS)
         self.fold_validation_loss = g(catalog.TRAINING_FOLD_VALIDATION_LOSS)
@@ -249,6 +266,12 @@ class TrainingMetrics:
         """Serve this registry on `addr:port` (`/metrics`, `/healthz`) from a daemon thread."""
         return MetricsServer(self.registry, port, addr)
 
+    def serve_rank(self, rank: RankInfo | None = None, addr: str = "0.0.0.0") -> MetricsServer:
+        """Serve this process's metrics on its rank's port (`rank_metrics_port`: base port plus
+        local rank; `rank` defaults to the launcher's environment)."""
+        where = RankInfo.from_env() if rank is None else rank
+        return MetricsServer(self.registry, rank_metrics_port(where.local_rank), addr)
+
 
 class JobMetrics:
     """Records one training job's metrics; every method is safe to call from any thread."""
@@ -274,6 +297,7 @@ class JobMetrics:
         # Model FLOPs of one step and the precision they run in (set_model_flops / measure_model_flops).
         self.model_flops_per_step: int | None = None
         self.model_flops_precision: str | None = None
+        self._hyperparameter_labels: dict[str, str] | None = None
 
     # --- the job as a context manager ---------------------------------------------------------
     def __enter__(self) -> JobMetrics:
@@ -313,6 +337,11 @@ class JobMetrics:
         return {"model_type": self.model_type, "job_id": self.job_id}
 
     @property
+    def registry(self) -> CollectorRegistry:
+        """The registry the job's metrics are on (collectors of the job's extensions register here)."""
+        return self._m.registry
+
+    @property
     def rank_labels(self) -> dict[str, str]:
         """The labels of this process's per-rank series (`catalog.RANK_JOB`)."""
         return {"model_type": self.model_type, "job_id": self.job_id, "rank": self.rank.label}
@@ -347,6 +376,7 @@ class JobMetrics:
         for status in sorted(FINAL_STATUSES):
             # At count 0 from the start: the finished job's observation is an increase rate() sees.
             m.job_duration.labels(model_type=self.model_type, status=status)
+        m.job_start_time.labels(**job).set(time.time() - (time.monotonic() - self._started))
         m.progress_percent.labels(**job).set(0)
         m.current_epoch.labels(**job).set(0)
         m.folds_planned.labels(**job).set(folds_planned)
@@ -382,8 +412,7 @@ class JobMetrics:
         (`tensor_type` "loss" or "validation_loss"): the script needs no NaN check of its own.
         `val_loss` None: no validation this epoch. Called inside a span, the duration's bucket
         carries that span's trace ID as an exemplar."""
-        if duration_secs < 0:
-            raise ValueError(f"duration_secs must not be negative, got {duration_secs}")
+        duration_secs = _check_seconds(duration_secs, "duration_secs")
         m, job = self._m, self._job
         m.loss.labels(**job).set(train_loss)
         self.check_finite(train_loss, LOSS)
@@ -526,6 +555,7 @@ class JobMetrics:
 
         Called inside a span, a successful save's duration carries that span's trace ID as an exemplar."""
         m, job = self._m, self._job
+        duration = _check_seconds(duration, "duration")
         if success:
             m.checkpoint_saves.labels(**job).inc()
             m.checkpoint_duration.labels(**job).observe(duration, trace_exemplar())
@@ -557,7 +587,7 @@ class JobMetrics:
 
     # --- data pipeline ------------------------------------------------------------------------------
     def record_data_load(self, seconds: float, batches: int = 0) -> None:
-        self._m.data_loading.labels(**self._job).observe(seconds)
+        self._m.data_loading.labels(**self._job).observe(_check_seconds(seconds, "seconds"))
         if batches:
             self.record_batches(batches)
 
@@ -566,6 +596,34 @@ class JobMetrics:
 
     def record_feature_engineering_error(self, error_type: str) -> None:
         self._m.feature_errors.labels(model_type=self.model_type, error_type=error_type).inc()
+
+    # --- optimization ----------------------------------------------------------------------------------
+    def record_step_loss(self, loss: float) -> bool:
+        """The mean training loss of the latest steps (`ml_training_step_loss`); a non-finite one
+        counts as a NaN detection of the loss. Returns whether it is finite."""
+        self._m.step_loss.labels(**self._job).set(loss)
+        return self.check_finite(loss, LOSS)
+
+    def record_gradient_norm(self, norm: float) -> bool:
+        """The global gradient norm at a check (`ml_training_gradient_norm`); a non-finite one
+        counts as a NaN detection of the gradient. Returns whether it is finite."""
+        self._m.gradient_norm.labels(**self._job).set(norm)
+        return self.check_finite(norm, GRADIENT)
+
+    def set_learning_rates(self, rates: Mapping[str, float]) -> None:
+        """Learning rate per optimizer parameter group (`param_group`: its name or index)."""
+        for group, rate in rates.items():
+            self._m.learning_rate.labels(**self._job, param_group=group).set(rate)
+
+    def set_hyperparameters(self, values: hyperparameters.Hyperparameters) -> None:
+        """The job's one `ml_training_hyperparameters_info` series (replacing an earlier one)."""
+        labels = values.labels()
+        info = self._m.hyperparameters
+        with self._lock:
+            previous, self._hyperparameter_labels = self._hyperparameter_labels, labels
+        if previous is not None and previous != labels:
+            info.remove(self.model_type, self.job_id, *previous.values())
+        info.labels(**self._job, **labels).set(1)
 
     # --- per fold -------------------------------------------------------------------------------------
     def record_fold(self, fold: int, train_loss: float, val_loss: float, epochs: int, duration_secs: float) -> None:
@@ -613,6 +671,7 @@ class JobMetrics:
         duration = time.monotonic() - self._started
         self.phases.stop()
         self._m.job_duration.labels(model_type=self.model_type, status=status).observe(duration)
+        self._m.job_end_time.labels(**self._job).set(time.time())
         self.set_active_workers(0)
         self.set_status(status)
         return duration

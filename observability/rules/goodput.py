@@ -19,7 +19,8 @@ What is recorded, per job:
 - the verdict (value 1, label `verdict`), first match wins:
   1. the bottleneck causes, each where its share is above its threshold, the largest share
      winning: `input-bound` (waiting for data), `checkpoint-bound` (saving checkpoints),
-     `communication-bound` (collectives: the job's `collective` phase);
+     `communication-bound` (collectives: the communication share the distributed group records,
+     else the job's `collective` phase);
   2. `compute-saturated`: computing for more than its threshold share of the time, and its GPUs
      busy above their threshold (GPM SM activity, else NVML utilization); a job without GPUs is
      judged on its time split alone, a job without a time split on its GPUs alone;
@@ -38,7 +39,7 @@ from typing import Any
 from observability import catalog
 from observability.config import ObservabilityConfig
 from observability.promql import by, duration, matcher, regex_matcher
-from observability.rules import jobs
+from observability.rules import distributed, jobs
 from observability.rules.model import RecordingRule
 
 GROUP = "ml_training_goodput.recording"
@@ -203,11 +204,12 @@ def _phase(phase: str) -> str:
 
 def causes(cfg: ObservabilityConfig) -> RecordingRule:
     th = cfg.thresholds
-    communication = _phase("collective")
+    # The distributed group's communication share (the collective phase over the step), else the phase.
+    communication = f"max {_J} ({distributed.JOB_COMMUNICATION_SHARE})\nor {_ON_J}\n{_phase('collective')}"
     branches = (
         (VERDICT_INPUT, _phase("data_wait"), th.training_data_wait_ratio),
         (VERDICT_CHECKPOINT, _phase("checkpoint"), th.training_checkpoint_ratio),
-        (VERDICT_COMMUNICATION, f"(\n{communication}\n)", th.training_communication_ratio),
+        (VERDICT_COMMUNICATION, f"(\n{communication}\n)", th.training_communication_share_ratio),
     )
     return RecordingRule(
         CAUSES,
@@ -215,7 +217,7 @@ def causes(cfg: ObservabilityConfig) -> RecordingRule:
         f"Each bottleneck cause of each training job whose share of its time is above its threshold (data wait "
         f"above {th.training_data_wait_ratio.short}: input-bound; checkpoints above "
         f"{th.training_checkpoint_ratio.short}: checkpoint-bound; communication above "
-        f"{th.training_communication_ratio.short}: communication-bound), with that share.",
+        f"{th.training_communication_share_ratio.short}: communication-bound), with that share.",
     )
 
 

@@ -48,6 +48,8 @@ TRAINING_COCKPIT_ROWS = [
     "Active Jobs",
     "Training Progress",
     "Steps and Time",  # added: per-rank steps and where the wall time goes
+    "Distributed Ranks",  # added: stragglers, hangs, bandwidth and communication of distributed jobs
+    "Optimization",  # added: per-step loss, learning rate, gradient norm, data wait vs compute, hyperparameters
     "This Job's GPUs",  # added: the GPUs of the selected job
     "GPU Resources",
     "Model Quality",
@@ -164,9 +166,14 @@ def test_training_cockpit_has_the_expected_rows_in_order_and_its_variables(defau
     assert v["interval"]["type"] == "interval"
     # The rate-interval variable drives every Prometheus panel's minimum interval.
     assert {p.get("interval") for _, p in rows_and_panels(d)} == {"$interval"}
-    fold_panel = panel(d, "Training Progress", "Epoch Loss and Validation Loss")
+    # Per-epoch loss from the first epoch on (a job that dies in fold 0 still shows it), the folds' best apart.
+    epoch_panel = panel(d, "Training Progress", "Epoch Loss and Validation Loss")
+    assert reads(epoch_panel, d) == {catalog.TRAINING_LOSS.name, catalog.TRAINING_VALIDATION_LOSS.name}
+    fold_panel = panel(d, "Training Progress", "Best Loss per Fold")
     assert all('fold=~"$fold"' in t["expr"] and 'model_type=~"$model"' in t["expr"] for t in fold_panel["targets"])
     assert reads(fold_panel, d) == {catalog.TRAINING_FOLD_LOSS.name, catalog.TRAINING_FOLD_VALIDATION_LOSS.name}
+    # CPU-only jobs are jobs too: the job list comes from a series every job's process exports.
+    assert catalog.TRAINING_RANK_INFO.name in v["job_id"]["query"]
     # One job at a time: its GPUs only, never a node's.
     assert v["job_id"]["type"] == "query" and not v["job_id"].get("includeAll") and not v["job_id"].get("multi")
     for _, job_panel in (rp for rp in rows_and_panels(d) if rp[0] in ("This Job's GPUs", "Is the GPU Maxed Out?")):

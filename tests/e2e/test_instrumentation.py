@@ -243,7 +243,13 @@ def test_job_lifecycle_status_counts_and_duration():
         (lambda job: job.set_status("exploded"), "unknown job status"),
         (lambda job: job.finish("running"), "finishes as one of"),
         (lambda job: job.set_model_quality(accuracy=1.5), "ratios 0-1"),
-        (lambda job: job.record_training_iteration(1, 0.1, 0.1, -1.0), "must not be negative"),
+        (
+            lambda job: job.record_training_iteration(1, 0.1, 0.1, -1.0),
+            "duration_secs must be a finite number of seconds, at least 0",
+        ),
+        (lambda job: job.record_training_iteration(1, 0.1, 0.1, float("nan")), "finite number of seconds"),
+        (lambda job: job.record_data_load(float("inf")), "seconds must be a finite number"),
+        (lambda job: job.record_checkpoint_save(True, float("nan"), 1), "duration must be a finite number"),
     ],
 )
 def test_invalid_values_are_refused(call, message):

@@ -44,7 +44,7 @@ def ci(repo: Path, *extra_tests: str) -> None:
     the pack over gRPC, plus `extra_tests`."""
     python = str(repo / ".venv" / "bin" / "python")
     for stack in stacks(repo):
-        run(repo, python, "-m", "infra.render", "--stack", stack)
+        run(repo, python, "-m", "infra.offline.render", "--stack", stack)
     run(repo, python, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "tests/policy", *extra_tests)
 
 
@@ -104,7 +104,7 @@ def test_changing_every_threshold_is_one_file(repo: Path) -> None:
     new = {key: record["value"] for key, record in yaml.safe_load(new_text).items()}
     assert all(new[k] != old[k] for k in old), "every threshold changed"
     assert changed_files(repo) == {"observability/thresholds.yaml"}
-    run(repo, str(repo / ".venv" / "bin" / "python"), "-m", "infra.generate")  # make generate
+    run(repo, str(repo / ".venv" / "bin" / "python"), "-m", "infra.offline.regenerate")  # make generate
     ci(
         repo,
         "tests/rules/test_promtool_cases.py",

@@ -28,6 +28,7 @@ import pytest
 import pytorch_lightning as pl
 import torch
 from prometheus_client.parser import text_string_to_metric_families
+from pytorch_lightning.callbacks import ModelCheckpoint
 from stable_baselines3 import DQN, PPO
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.logger import Logger
@@ -155,14 +156,14 @@ def regression_data(rows: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tenso
     return x, x @ torch.tensor([1.0, -2.0, 0.5, 3.0]) + 0.1 * torch.randn(rows, generator=generator)
 
 
-def run_lightning(metrics: TrainingMetrics) -> dict[str, float]:
+def run_lightning(metrics: TrainingMetrics, checkpoints: Path) -> dict[str, float]:
     x, y = regression_data(512)
     job = metrics.start_job("tft", FIT_JOB, gpu_uuids=[])
+    every_epoch = ModelCheckpoint(dirpath=checkpoints, save_top_k=-1, every_n_epochs=1)
     trainer = pl.Trainer(
         max_epochs=4,
-        callbacks=[LightningCallback(job, check_every=4)],
+        callbacks=[LightningCallback(job, check_every=4), every_epoch],
         logger=False,
-        enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
         accelerator="cpu",
@@ -177,6 +178,8 @@ def run_lightning(metrics: TrainingMetrics) -> dict[str, float]:
         "epochs": float(trainer.current_epoch),
         "train_loss": float(trainer.callback_metrics["train_loss"]),
         "val_loss": float(trainer.callback_metrics["val_loss"]),
+        "checkpoints": float(len(list(checkpoints.glob("*.ckpt")))),
+        "learning_rate": float(trainer.optimizers[0].param_groups[0]["lr"]),
     }
 
 
@@ -273,7 +276,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
             warnings.simplefilter("ignore")
             dqn, ppo = run_sb3(metrics, "dqn"), run_sb3(metrics, "ppo")
             live = Live(prometheus, metrics, start, dqn, ppo)
-            live.fit = run_lightning(metrics)
+            live.fit = run_lightning(metrics, work / "checkpoints")
             live.study = run_study(metrics, live.seen_in_trial)
         # The last values set are scraped by now once the status of the last job is.
         done = f'{catalog.TRAINING_JOBS_BY_STATUS.name}{{status="completed"}}'
@@ -347,6 +350,24 @@ def test_loss_episodes_steps_and_samples_are_the_algorithms(live, run_name):
     assert live.last(job_selector(phase, job_id, phase="compute")) > 0
 
 
+@pytest.mark.parametrize(("run_name", "batch_size"), [("dqn", 32), ("ppo", 64)])
+def test_step_loss_learning_rate_gradient_norm_and_hyperparameters_are_the_algorithms(live, run_name, batch_size):
+    run: Sb3Run = getattr(live, run_name)
+    job_id = DQN_JOB if run_name == "dqn" else PPO_JOB
+    losses = live.values(job_selector(catalog.TRAINING_STEP_LOSS, job_id))
+    assert set(losses) <= set(run.logger.history["train/loss"])
+    assert losses[-1] == run.final["train/loss"]
+    rate = live.last(job_selector(catalog.TRAINING_LEARNING_RATE, job_id, param_group="0"))
+    assert rate == run.final["train/learning_rate"] == run.model.policy.optimizer.param_groups[0]["lr"]
+    # The norm the optimizer stepped with: after SB3's clipping to max_grad_norm.
+    norms = live.values(job_selector(catalog.TRAINING_GRADIENT_NORM, job_id))
+    assert norms and all(0 < n <= run.model.max_grad_norm + 1e-4 for n in norms)  # type: ignore[attr-defined]
+    info = live.prometheus.api.query(job_selector(catalog.TRAINING_HYPERPARAMETERS_INFO, job_id))
+    assert [{k: s["metric"][k] for k in catalog.HYPERPARAMETER_LABELS} for s in info] == [
+        {"batch_size": str(batch_size), "optimizer": "Adam", "precision": "fp32", "lr_schedule": "constant"}
+    ]
+
+
 # --- Lightning -----------------------------------------------------------------------------------------
 def test_a_lightning_fit_reports_steps_samples_epochs_and_losses(live):
     fit = live.fit
@@ -357,8 +378,21 @@ def test_a_lightning_fit_reports_steps_samples_epochs_and_losses(live):
     # validation loss the model logged.
     assert live.last(job_selector(catalog.TRAINING_LOSS, FIT_JOB)) == pytest.approx(fit["train_loss"], rel=1e-6)
     assert live.last(job_selector(catalog.TRAINING_VALIDATION_LOSS, FIT_JOB)) == fit["val_loss"]
+    # Checks every 4 steps: mean step losses, the gradient norm after backward, the scheduled rate.
+    assert all(math.isfinite(v) for v in live.values(job_selector(catalog.TRAINING_STEP_LOSS, FIT_JOB)))
+    assert all(v > 0 for v in live.values(job_selector(catalog.TRAINING_GRADIENT_NORM, FIT_JOB)))
+    rates = live.values(job_selector(catalog.TRAINING_LEARNING_RATE, FIT_JOB, param_group="0"))
+    assert rates[-1] == fit["learning_rate"] == 0.02 * 0.5**4
+    assert rates == sorted(rates, reverse=True)
+    info = live.prometheus.api.query(job_selector(catalog.TRAINING_HYPERPARAMETERS_INFO, FIT_JOB))
+    assert [{k: s["metric"][k] for k in catalog.HYPERPARAMETER_LABELS} for s in info] == [
+        {"batch_size": "32", "optimizer": "Adam", "precision": "fp32", "lr_schedule": "StepLR"}
+    ]
+    # Every checkpoint ModelCheckpoint wrote went through job.checkpoint: counted, good, timed.
+    assert live.last(job_selector(catalog.CHECKPOINT_SAVES_TOTAL, FIT_JOB)) == fit["checkpoints"] == 4
+    assert live.last(job_selector(catalog.CHECKPOINT_LAST_GOOD_STEP, FIT_JOB)) == fit["global_step"]
     phase = catalog.TRAINING_PHASE_SECONDS_TOTAL
-    for name in ("compute", "data_wait", "evaluation"):
+    for name in ("compute", "data_wait", "evaluation", "checkpoint"):
         assert live.last(job_selector(phase, FIT_JOB, phase=name)) > 0, name
 
 
@@ -421,3 +455,14 @@ def test_every_panel_of_the_row_shows_numbers_from_the_runs(live, row):
     assert len({q.panel_title for q in queries}) >= 6
     empty = [(q.panel_title, q.ref_id, q.substituted) for q in queries if not numbers(q)]
     assert empty == [], json.dumps(empty, indent=1)
+
+
+def test_healthy_framework_runs_raise_no_alert(live):
+    """The rendered rules, evaluated every second over these runs: nothing pending or firing for them."""
+    ours = {DQN_JOB, PPO_JOB, FIT_JOB, HPO_JOB}
+    alerts = live.prometheus.api.get("/api/v1/alerts")["alerts"]
+    assert [
+        (a["labels"]["alertname"], a["labels"].get("job_id"), a["state"])
+        for a in alerts
+        if a["labels"].get("job_id") in ours
+    ] == []

@@ -5,9 +5,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from typing import Any
 
 import pytest
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.callbacks import ModelCheckpoint
 from stable_baselines3 import SAC
+from torch.utils.data import DataLoader, TensorDataset
 
 from observability import catalog
 from observability.instrument import JobMetrics, TrainingMetrics, render_text
@@ -88,3 +93,36 @@ def test_callback_settings_are_checked():
         Sb3Callback(job(), q_value_every=0)
     with pytest.raises(ValueError, match=r"check_every is a number of optimizer steps of at least 1, got 0"):
         LightningCallback(job(), check_every=0)
+
+
+class Tiny(pl.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(2, 1)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.layer(x).squeeze(1), y)
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def test_a_lightning_checkpoint_that_cannot_be_written_counts_as_a_failed_save(tmp_path):
+    (tmp_path / "not-a-directory").write_text("")
+    metrics = TrainingMetrics()
+    handle = metrics.start_job("tft", "j", gpu_uuids=[])
+    trainer = pl.Trainer(
+        max_epochs=1,
+        callbacks=[LightningCallback(handle), ModelCheckpoint(dirpath=tmp_path / "not-a-directory" / "ckpt")],
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+    )
+    data = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8)), batch_size=4)
+    with pytest.raises(OSError):
+        trainer.fit(Tiny(), data)
+    text = render_text(metrics.registry).decode()
+    assert 'ml_checkpoint_save_failures_total{error_type="io_error",job_id="j",model_type="tft"} 1.0' in text
+    assert 'ml_checkpoint_saves_total{job_id="j",model_type="tft"} 0.0' in text

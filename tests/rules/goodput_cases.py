@@ -292,13 +292,13 @@ def _job(name: str) -> dict[str, str]:
 
 def verdict_edge_cases(th: Thresholds = DEFAULT_THRESHOLDS) -> tuple[RecordCase, ...]:
     data, ckpt = th.training_data_wait_ratio.value, th.training_checkpoint_ratio.value
-    comm, computing = th.training_communication_ratio.value, th.training_compute_saturated_ratio.value
+    comm, computing = th.training_communication_share_ratio.value, th.training_compute_saturated_ratio.value
     busy = th.training_compute_saturated_gpu_busy_percent.value
     v = goodput
     above, below = _job("above"), _job("below")
 
     def cause(phase: str, share: float) -> dict[str, float]:
-        return {phase: share, "compute": 0.5, "idle": 0.5 - share}
+        return {phase: share, "compute": (1 - share) / 2, "idle": (1 - share) / 2}
 
     def saturated(share: float) -> dict[str, float]:
         return {"compute": share, "idle": 1 - share}

@@ -30,6 +30,8 @@ OPTIONAL = {
         "observability/instrument/integrations/torch.py",
         "observability/instrument/integrations/sb3.py",
         "observability/instrument/integrations/lightning.py",
+        "observability/instrument/integrations/torch_distributed.py",
+        "observability/instrument/integrations/optimizers.py",
     ),
     "numpy": ("observability/instrument/integrations/sb3.py",),
     "stable_baselines3": ("observability/instrument/integrations/sb3.py",),

@@ -11,9 +11,12 @@ What it reads, and where from (nothing is recomputed that the algorithm already 
   the environment transitions collected since the previous step as its samples
   (`ml_training_samples_total` then follows SB3's `time/total_timesteps`);
 - the loss and the policy-update statistics SB3 records into its logger at each `train()`
-  (`train/loss`; PPO and A2C: `train/entropy_loss` as the policy entropy, `train/value_loss`,
+  (`train/loss` as the step loss; PPO and A2C: `train/entropy_loss` as the policy entropy, `train/value_loss`,
   `train/approx_kl`, `train/clip_fraction`, `train/explained_variance`), read when the next rollout
   starts and when training ends, before SB3's logger clears them at its next dump;
+- the learning rate of the policy optimizer after each update, and the global norm of the
+  gradients it steps with (after SB3's clipping) every `check_every` optimizer steps; the
+  hyperparameters series (batch size, optimizer, precision, constant or scheduled learning rate);
 - DQN: the exploration rate (`model.exploration_rate`, what `rollout/exploration_rate` logs) after
   each rollout, and the Q-value of the greedy action on the latest observations, from the
   algorithm's own Q-network, every `q_value_every` environment steps (one forward pass; on a GPU
@@ -34,7 +37,10 @@ import torch
 from stable_baselines3.common.callbacks import BaseCallback
 from torch.utils.hooks import RemovableHandle
 
+from observability.instrument.hyperparameters import UNKNOWN, Hyperparameters
+from observability.instrument.integrations.optimizers import gradient_norm, learning_rates, short_name
 from observability.instrument.integrations.phase_blocks import PhaseBlocks
+from observability.instrument.integrations.torch import precision_of
 from observability.instrument.phases import COMPUTE, DATA_WAIT
 from observability.instrument.training import JobMetrics
 
@@ -48,19 +54,31 @@ UPDATE_KEYS: dict[str, str] = {
 ENTROPY_LOSS_KEY = "train/entropy_loss"  # minus the mean entropy
 LOSS_KEY = "train/loss"
 DEFAULT_Q_VALUE_EVERY = 1000
+DEFAULT_CHECK_EVERY = 50
 
 
 class MetricsCallback(BaseCallback):
     """Exports a Stable-Baselines3 run's steps, losses and model-specific values into `job`."""
 
-    def __init__(self, job: JobMetrics, *, q_value_every: int = DEFAULT_Q_VALUE_EVERY, verbose: int = 0) -> None:
+    def __init__(
+        self,
+        job: JobMetrics,
+        *,
+        q_value_every: int = DEFAULT_Q_VALUE_EVERY,
+        check_every: int = DEFAULT_CHECK_EVERY,
+        verbose: int = 0,
+    ) -> None:
         if q_value_every < 1:
             raise ValueError(f"q_value_every is a number of environment steps of at least 1, got {q_value_every}")
+        if check_every < 1:
+            raise ValueError(f"check_every is a number of optimizer steps of at least 1, got {check_every}")
         super().__init__(verbose)
         self.job = job
         self.q_value_every = q_value_every
+        self.check_every = check_every
         self._phases = PhaseBlocks(job)
-        self._hook: RemovableHandle | None = None
+        self._hooks: list[RemovableHandle] = []
+        self._optimizer: torch.optim.Optimizer | None = None
         self._counted_timesteps = 0
         self._episodes = 0
         self._q_value_at = 0
@@ -77,7 +95,12 @@ class MetricsCallback(BaseCallback):
         self._counted_timesteps = self.model.num_timesteps
         self._q_value_at = self.model.num_timesteps
         self._updates_read = getattr(self.model, "_n_updates", None)
-        self._hook = optimizer.register_step_post_hook(self._optimizer_stepped)
+        self._optimizer = optimizer
+        self._hooks = [
+            optimizer.register_step_pre_hook(self._before_optimizer_step),
+            optimizer.register_step_post_hook(self._optimizer_stepped),
+        ]
+        self.job.set_hyperparameters(self._hyperparameters(optimizer))
 
     def _on_rollout_start(self) -> None:
         self._read_update()
@@ -101,11 +124,29 @@ class MetricsCallback(BaseCallback):
             self._read_q_value()
         finally:
             self._phases.close()
-            if self._hook is not None:
-                self._hook.remove()
-                self._hook = None
+            for hook in self._hooks:
+                hook.remove()
+            self._hooks = []
 
     # --- reading the algorithm's values -------------------------------------------------------
+    def _hyperparameters(self, optimizer: torch.optim.Optimizer) -> Hyperparameters:
+        rate = getattr(self.model, "learning_rate", None)
+        schedule = "constant" if isinstance(rate, int | float) else short_name(getattr(rate, "__name__", UNKNOWN))
+        batch_size = getattr(self.model, "batch_size", None)
+        return Hyperparameters(
+            batch_size=batch_size if isinstance(batch_size, int) and batch_size > 0 else None,
+            optimizer=short_name(type(optimizer).__name__),
+            precision=precision_of(self.model.policy),
+            lr_schedule=schedule,
+        )
+
+    def _before_optimizer_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        # After SB3 clipped them: the gradients the optimizer steps with (at check steps only).
+        if (self.job.steps_done + 1) % self.check_every == 0:
+            norm = gradient_norm([optimizer])
+            if norm is not None:
+                self.job.record_gradient_norm(float(norm))
+
     def _optimizer_stepped(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         timesteps = self.model.num_timesteps
         samples, self._counted_timesteps = max(timesteps - self._counted_timesteps, 0), timesteps
@@ -118,7 +159,9 @@ class MetricsCallback(BaseCallback):
         self._updates_read = updates
         logged: dict[str, Any] = self.model.logger.name_to_value
         if LOSS_KEY in logged:
-            self.job.check_finite(float(logged[LOSS_KEY]))
+            self.job.record_step_loss(float(logged[LOSS_KEY]))
+        if self._optimizer is not None:
+            self.job.set_learning_rates(learning_rates([self._optimizer]))
         update = {keyword: float(logged[key]) for key, keyword in UPDATE_KEYS.items() if key in logged}
         if ENTROPY_LOSS_KEY in logged:
             update["entropy"] = -float(logged[ENTROPY_LOSS_KEY])

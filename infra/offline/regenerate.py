@@ -1,4 +1,4 @@
-"""`python -m infra.generate` (what `make generate` runs): rewrite every committed generated file
+"""`python -m infra.offline.regenerate` (what `make generate` runs): rewrite every committed generated file
 from the code. Never edit these files by hand; `make check` fails when one differs from what
 this writes.
 
@@ -33,7 +33,7 @@ def generated_files() -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m infra.generate", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m infra.offline.regenerate", description=__doc__.splitlines()[0])
     parser.add_argument("--list", action="store_true", help="print the generated files' paths, write nothing")
     args = parser.parse_args(argv)
     if args.list:

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from infra.result import RenderResult
+from infra.offline.result import RenderResult
 from infra.settings import Settings
 from policy.manifests import kube_object_from_pulumi
 from policy.model import DeclaredService, KubeObject, PolicyContext

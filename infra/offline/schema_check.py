@@ -8,7 +8,7 @@
   removed: a patch sets only some fields, but each field it sets must exist and have the right
   type, so a misspelled field still fails.
 - Custom resources (PodMonitor, PrometheusRule, AlertmanagerConfig): no upstream schema exists in
-  `kubernetes-validate`, so `infra/schemas/` vendors the prometheus-operator CRDs' openAPIV3Schema
+  `kubernetes-validate`, so `infra/offline/schemas/` vendors the prometheus-operator CRDs' openAPIV3Schema
   (see each file's `$comment`); they are made strict here (unknown fields rejected, as the API server
   does with `fieldValidation=Strict`) and their `metadata` checked against ObjectMeta.
 - A kind with no schema at all is a problem too: nothing reaches the cluster unchecked.
@@ -30,7 +30,7 @@ import yaml
 from referencing import Registry, Resource
 
 from infra import REPO_ROOT
-from infra.result import RenderResult, kubernetes_manifest
+from infra.offline.result import RenderResult, kubernetes_manifest
 
 CRD_SCHEMAS = Path(__file__).resolve().parent / "schemas"
 DEFINITIONS_ID = "https://kubernetes.io/api/_definitions.json"

@@ -28,13 +28,15 @@ class Generated:
 
 @functools.lru_cache(maxsize=8)
 def generated(cfg: ObservabilityConfig) -> Generated:
-    tiers = rules.tier_rule_groups(cfg)
+    """Everything generated for `cfg`, the rule groups built once and every rules file from them."""
+    groups = rules.rule_groups(cfg)
+    tiers = rules.tier_rule_groups(cfg, groups)
     return Generated(
-        rule_groups=tuple(rules.rule_groups(cfg)),
-        rules_yaml=rules.rules_file_yaml(cfg),
+        rule_groups=tuple(groups),
+        rules_yaml=rules.rules_yaml_of(groups),
         dashboards={uid: dashboards.to_json(d) for uid, d in sorted(dashboards.build_all(cfg).items())},
-        tier_groups={tier: tuple(groups) for tier, groups in tiers.items()},
-        tier_yaml=rules.tier_rules_yaml(cfg),
+        tier_groups={tier: tuple(tier_groups) for tier, tier_groups in tiers.items()},
+        tier_yaml={tier: rules.rules_yaml_of(tier_groups) for tier, tier_groups in tiers.items()},
     )
 
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import yaml
 
-from infra import kube_validate
-from infra.artifacts import RULES_PATH, TIER_RULES_PATHS
 from infra.kube_provider import PROVIDER_TYPE
-from infra.policy_context import context_from_settings, rendered_objects
-from infra.result import RenderResult
+from infra.offline import schema_check
+from infra.offline.artifacts import RULES_PATH, TIER_RULES_PATHS
+from infra.offline.policy_context import context_from_settings, rendered_objects
+from infra.offline.result import RenderResult
 from infra.settings import stack_file
 from observability.rules import Tier
 from observability.rules.tiers import shard_tier_problems
@@ -85,7 +85,7 @@ def check_rule_tiers(result: RenderResult) -> list[str]:
 
 ALL_CHECKS: list[tuple[str, Check]] = [
     ("kubernetes-provider", check_provider),
-    ("kubernetes-schema", kube_validate.check_render),
+    ("kubernetes-schema", schema_check.check_render),
     ("policies", check_policies),
     ("promtool-rules", check_rules_with_promtool),
     ("rule-tiers", check_rule_tiers),

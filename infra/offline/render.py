@@ -1,4 +1,4 @@
-"""Offline render: `python -m infra.render --stack dev` (what `make render` runs).
+"""Offline render: `python -m infra.offline.render --stack dev` (what `make render` runs).
 
 Runs the Pulumi program in-process under the mock engine (no CLI, cluster or credentials) and
 writes every Kubernetes object, dashboard, rules file, scrape config and datasource file to
@@ -21,10 +21,11 @@ from typing import Any
 
 import yaml
 
-from infra import REPO_ROOT, artifacts, checks, program
-from infra.mock_engine import run_program
-from infra.policy_context import PACK_CONFIG_PATH, pack_config_json
-from infra.result import RenderResult, dump_yaml, kubernetes_manifest, manifest_filename
+from infra import REPO_ROOT, program
+from infra.offline import artifacts, checks
+from infra.offline.mock_engine import run_program
+from infra.offline.policy_context import PACK_CONFIG_PATH, pack_config_json
+from infra.offline.result import RenderResult, dump_yaml, kubernetes_manifest, manifest_filename
 from infra.settings import PROJECT, SettingsError, StackFileError, read_stack_config, validate_stack
 
 RENDERED = REPO_ROOT / "rendered"
@@ -110,7 +111,7 @@ def summary(result: RenderResult, seconds: float, target: Path, check_lines: lis
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m infra.render", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m infra.offline.render", description=__doc__.splitlines()[0])
     parser.add_argument("--stack", default="dev", help="stack name: reads Pulumi.<stack>.yaml (default dev)")
     parser.add_argument("--out", type=Path, default=RENDERED, help="output root (default rendered/)")
     parser.add_argument("--no-check", action="store_true", help="skip the offline checks after rendering")

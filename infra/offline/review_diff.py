@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 COMMENT_LIMIT = 60_000  # GitHub comments hold 65,536 characters
 
 
@@ -85,9 +85,9 @@ class Side:
 
 
 def render_tree(source: Path, stack: str, out: Path) -> subprocess.CompletedProcess[str]:
-    """`python -m infra.render` of the checkout at `source` (offline checks skipped: this is a view)."""
+    """`python -m infra.offline.render` of the checkout at `source` (offline checks skipped: this is a view)."""
     return subprocess.run(
-        [sys.executable, "-m", "infra.render", "--stack", stack, "--out", str(out), "--no-check"],
+        [sys.executable, "-m", "infra.offline.render", "--stack", stack, "--out", str(out), "--no-check"],
         cwd=source,
         capture_output=True,
         text=True,
@@ -171,7 +171,7 @@ def report(stack: str, base: Side, head: Side, diffs: list[tuple[str, str, list[
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m infra.review_diff", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m infra.offline.review_diff", description=__doc__.splitlines()[0])
     parser.add_argument("--stack", default="dev")
     parser.add_argument("--base", default="HEAD", help="git ref to compare with (default HEAD)")
     parser.add_argument("--format", choices=("text", "markdown"), default="text")

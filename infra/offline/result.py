@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from infra.mock_engine import MockRun, RecordedResource
+from infra.offline.mock_engine import MockRun, RecordedResource
 from infra.settings import Settings
 
 KUBERNETES_PREFIX = "kubernetes:"

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from infra.components.alert_rules import RULE_FILES
 from infra.components.training_job import job_manifest, job_manifest_path
-from infra.generated import generated, stack_datasources_yaml
+from infra.generated_content import generated, stack_datasources_yaml
+from infra.offline.result import dump_yaml
 from infra.program import component_args
-from infra.result import dump_yaml
 from infra.settings import Settings
 from observability.alertmanager import ReceiverUrls, alertmanager_config_yaml
 from observability.prometheus_config import operator_specs_yaml, server_configs
