@@ -75,15 +75,15 @@ def overhead(work: Path, pairs: int = 30, block: int = 40) -> dict[str, Any]:
     finally:
         _stop(proc)
     result = json.loads(out.read_text())
-    pairs: dict[int, dict[str, float]] = {}
-    for block in result["blocks"]:
-        pairs.setdefault(block["pair"], {})[block["run"]] = block["seconds_per_step"]
-    ratios = [p["instrumented"] / p["plain"] - 1 for p in pairs.values()]
-    plain = statistics.median(p["plain"] for p in pairs.values())
-    instrumented = statistics.median(p["instrumented"] for p in pairs.values())
+    by_pair: dict[int, dict[str, float]] = {}
+    for entry in result["blocks"]:
+        by_pair.setdefault(entry["pair"], {})[entry["run"]] = entry["seconds_per_step"]
+    ratios = [p["instrumented"] / p["plain"] - 1 for p in by_pair.values()]
+    plain = statistics.median(p["plain"] for p in by_pair.values())
+    instrumented = statistics.median(p["instrumented"] for p in by_pair.values())
     return {
         **{k: result[k] for k in ("world_size", "block", "device_seconds", "gradient_bytes")},
-        "pairs": len(pairs),
+        "pairs": len(by_pair),
         "plain_step_ms": plain * 1000,
         "instrumented_step_ms": instrumented * 1000,
         "overhead_median": statistics.median(ratios),

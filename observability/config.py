@@ -8,6 +8,7 @@ one line.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 from observability.peak_flops import DEFAULT_PEAK_FLOPS, PeakFlopsTable
@@ -21,6 +22,16 @@ class DatasourceUids:
     prometheus: str = "prometheus"
     loki: str = "loki"
     tempo: str = "tempo"
+
+
+class RemoteWrite(enum.Enum):
+    """What the scrape shards remote-write to the global tier (docs/scaling.md)."""
+
+    # Everything they scrape and record: the global tier answers every query as one server would.
+    ALL = "all"
+    # The partials the global rules combine, the alerts, and the series the dashboards' fleet-wide
+    # panels and the global rules read; per-GPU series stay on the shards (drill-down panels).
+    AGGREGATES = "aggregates"
 
 
 @dataclass(frozen=True)
@@ -94,6 +105,8 @@ class ObservabilityConfig:
     # assigns them and evaluate the shard tier of the rules); 1 is one Prometheus that evaluates
     # every rule.
     shards: int = 1
+    # What the shards remote-write to the global tier (with more than one shard).
+    remote_write: RemoteWrite = RemoteWrite.ALL
     # This stack's cluster: the `cluster` external label of every Prometheus of the stack.
     cluster: str = ""
     # Every cluster whose series the dashboards' Prometheus (the global tier) holds; with more than

@@ -105,15 +105,18 @@ def job_is_idle(index: int) -> bool:
     return index % IDLE_JOB_EVERY == 0
 
 
-def holder_utilization(node_index: int, jobs: int) -> str | None:
-    """The utilization pattern of a node's GPUs when a job holds them (None: held by no job)."""
-    if node_index >= jobs:
+def holder_utilization(job: int | None) -> str | None:
+    """The utilization pattern of the GPUs job `job` holds (None: held by no job)."""
+    if job is None:
         return None
-    return "held:idle" if job_is_idle(node_index) else "held:busy"
+    return "held:idle" if job_is_idle(job) else "held:busy"
 
 
 # --- GPU pollers ---------------------------------------------------------------------------------
-def poller_series(cfg: ObservabilityConfig, node_index: int, gpus: int, jobs: int = 0) -> Iterator[SeriesSpec]:
+def poller_series(
+    cfg: ObservabilityConfig, node_index: int, gpus: int, held: str | None = None
+) -> Iterator[SeriesSpec]:
+    """A node's poller series; `held` is the utilization pattern of a job holding its GPUs (`holder_utilization`)."""
     node = node_name(node_index)
     target = _target(
         "monitoring", f"gpu-poller-{node_index:04d}", cfg.gpu_poller_service, _ip(node_index, 0), POLLER_PORT
@@ -138,7 +141,6 @@ def poller_series(cfg: ObservabilityConfig, node_index: int, gpus: int, jobs: in
             ("gpu_name", GPU_NAME),
         )
         key = stable_key(node_index, gpu)
-        held = holder_utilization(node_index, jobs)
         for metric, attribute in GPU_GAUGES:
             pattern = f"gpu:{attribute}"
             if held is not None and metric is catalog.GPU_UTILIZATION_PERCENT:
@@ -261,6 +263,23 @@ def training_job_series(
             yield_key = stable_key(key, extra)
             plain.append(SeriesSpec(metric.name, full, pattern, yield_key))
     return plain, histograms
+
+
+def training_worker_series(
+    cfg: ObservabilityConfig, index: int, worker: int, gpu_uuids: tuple[str, ...]
+) -> list[SeriesSpec]:
+    """A further pod of multi-node job `index` (on another node): the GPUs it was given. The job's
+    own series (loss, progress, ...) come from its first pod, where rank 0 runs."""
+    model_type = MODEL_TYPES[index % len(MODEL_TYPES)]
+    job = job_id(index)
+    pod = f"train-{job}-worker-{worker}"
+    target = _target("training", pod, cfg.training_job_service, _ip(worker, 3), TRAINER_PORT)
+    info = catalog.TRAINING_JOB_GPU_INFO.name
+    series = [SeriesSpec(catalog.UP.name, target, "up", 0)]
+    for uuid in gpu_uuids:
+        labels = (*target, ("job_id", job), ("model_type", model_type), ("uuid", uuid))
+        series.append(SeriesSpec(info, labels, "one", 0))
+    return series
 
 
 def _counter_name(parsed_family: str) -> str:

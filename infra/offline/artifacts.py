@@ -4,6 +4,7 @@ same generated content the components use."""
 
 from __future__ import annotations
 
+import dashboards
 from infra.components.alert_rules import RULE_FILES
 from infra.components.training_job import job_manifest, job_manifest_path
 from infra.generated_content import generated, stack_datasources_yaml
@@ -78,8 +79,10 @@ def prometheus_server_files(settings: Settings) -> dict[str, str]:
     resources must set (operator mode): external labels, shards, rule selection, remote write."""
     cfg = settings.observability_config()
     remote_write = settings.prometheus.remote_write_url
+    forwarded = dashboards.global_tier_series(cfg) if cfg.shards > 1 else ()
     if settings.scrape.mode == "operator":
-        return {OPERATOR_SPECS_PATH: operator_specs_yaml(cfg, settings.scrape.operator_selector, remote_write)}
+        selector = settings.scrape.operator_selector
+        return {OPERATOR_SPECS_PATH: operator_specs_yaml(cfg, selector, remote_write, forwarded)}
     namespaces = list(component_args(settings).scrape_discovery.watched_namespaces)
-    configs = server_configs(cfg, namespaces, remote_write, RULE_FILES)
+    configs = server_configs(cfg, namespaces, remote_write, RULE_FILES, forwarded)
     return {f"{SERVER_CONFIG_DIR}/{name}": text for name, text in configs.items()}

@@ -43,7 +43,7 @@ from infra.settings.model import (
     TrainingJobSettings,
 )
 from infra.settings.reading import DNS_LABEL, DNS_LABEL_EXPECTED, Reader, SecretReader
-from observability.config import ObservabilityConfig, ScrapeSecurity
+from observability.config import ObservabilityConfig, RemoteWrite, ScrapeSecurity
 from observability.prometheus_config import REMOTE_WRITE_PATH
 from observability.rules.detection import detection_budget
 from observability.scrape_config import MAX_SHARDS
@@ -467,15 +467,17 @@ def kubernetes_target(r: Reader, s: Parsed) -> KubernetesTarget:
     return KubernetesTarget(context=context or None, kubeconfig=s.secret(KUBECONFIG_KEY) if has_kubeconfig else None)
 
 
-@setting("cluster", "prometheus", into=("prometheus", "shards", "cluster", "clusters"))
-def prometheus(r: Reader, s: Parsed) -> tuple[PrometheusSettings, int, str, tuple[str, ...]]:
+@setting("cluster", "prometheus", into=("prometheus", "shards", "cluster", "clusters", "remote_write"))
+def prometheus(r: Reader, s: Parsed) -> tuple[PrometheusSettings, int, str, tuple[str, ...], RemoteWrite]:
     """`cluster` (the external label; default `foxhunt-<environment>`) and `prometheus.shards`,
     `prometheus.clusters`, `prometheus.remoteWriteUrl` (default: the remote-write receiver of the
-    Prometheus at `endpoints.prometheus`, the global tier) (docs/scaling.md)."""
+    Prometheus at `endpoints.prometheus`, the global tier), `prometheus.remoteWrite` (`all` or
+    `aggregates`: what the shards write there) (docs/scaling.md)."""
     environment_name: str = s.environment
     ep: Endpoints = s.endpoints
     cluster = r.dns_name("cluster", r.raw("cluster") or f"foxhunt-{environment_name or 'dev'}")
-    pr = r.mapping("prometheus", r.raw("prometheus"), {"shards", "clusters", "remoteWriteUrl"})
+    pr = r.mapping("prometheus", r.raw("prometheus"), {"shards", "clusters", "remoteWriteUrl", "remoteWrite"})
+    mode = RemoteWrite(r.choice("prometheus.remoteWrite", pr.get("remoteWrite", "all"), [m.value for m in RemoteWrite]))
     shards = r.integer("prometheus.shards", pr.get("shards", 1), 1, MAX_SHARDS)
     default_write = f"{ep.prometheus.rstrip('/')}{REMOTE_WRITE_PATH}" if ep.prometheus else ""
     given = pr.get("remoteWriteUrl")
@@ -483,13 +485,13 @@ def prometheus(r: Reader, s: Parsed) -> tuple[PrometheusSettings, int, str, tupl
     listed = pr.get("clusters", [cluster])
     if not isinstance(listed, list) or not listed:
         r.problem("prometheus.clusters", listed, "a non-empty list of cluster names (DNS-1123 labels)")
-        return PrometheusSettings(remote_write), shards, cluster, (cluster,)
+        return PrometheusSettings(remote_write), shards, cluster, (cluster,), mode
     clusters = tuple(r.dns_name(f"prometheus.clusters[{i}]", name) for i, name in enumerate(listed))
     if len(set(clusters)) != len(clusters):
         r.problem("prometheus.clusters", listed, "each cluster once")
     if cluster and cluster not in clusters:
         r.problem("prometheus.clusters", listed, f"a list that includes this stack's cluster {cluster!r}")
-    return PrometheusSettings(remote_write), shards, cluster, clusters
+    return PrometheusSettings(remote_write), shards, cluster, clusters, mode
 
 
 _CURRENCY = re.compile(r"^[A-Z]{3}$")

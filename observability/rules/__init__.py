@@ -41,6 +41,7 @@ from observability.rules import (
 from observability.rules.dashboard_recording import dashboard_recording_groups
 from observability.rules.detection import CRITICAL_DETECTION_ALERTS, detection_budget
 from observability.rules.model import AlertRule, RecordingRule, RunbookQuery, Severity
+from observability.rules.pushdown import push_down
 from observability.rules.recording import RECORDING_RULES as _ALERT_RECORDING_RULES
 from observability.rules.recording import recording_groups
 from observability.rules.render import dump_groups
@@ -187,7 +188,8 @@ def tier_rule_groups(
     labels: a Prometheus never adds its external labels to the series it records itself, while
     every series the shards remote-write to it carries them, so without the rule labels a
     dashboard filtered by `$cluster` would find the global tier's own records in no cluster."""
-    tiers = split_groups(list(groups) if groups is not None else rule_groups(cfg))
+    groups = list(groups) if groups is not None else rule_groups(cfg)
+    tiers = push_down(split_groups(groups), groups)
     labels = external_labels(cfg)
     if labels:
         tiers[Tier.GLOBAL] = [

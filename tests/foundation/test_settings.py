@@ -25,6 +25,7 @@ from infra.settings import (
 )
 from infra.settings.sections import CONFIG_FIELDS, SETTINGS, SETTINGS_FIELDS, setting
 from infra.stacks import STACKS
+from observability.config import RemoteWrite
 from observability.rules import goodput, rules_file_yaml
 
 
@@ -119,6 +120,7 @@ BAD_CONFIGS = [
     ("shards-too-many", {"prometheus": {"shards": 65}}, "prometheus.shards = 65: expected a whole number from 1 to 64"),
     ("shards-fraction", {"prometheus": {"shards": 2.5}}, "prometheus.shards = 2.5: expected a whole number from 1 to 64"),
     ("shards-typo", {"prometheus": {"shard": 2}}, "prometheus.shard is not a known setting"),
+    ("remote-write-mode", {"prometheus": {"shards": 2, "remoteWrite": "partials"}}, "prometheus.remoteWrite = 'partials': expected one of 'all', 'aggregates'"),
     ("cluster-not-a-dns-label", {"cluster": "EU_1"}, "cluster = 'EU_1': expected a DNS-1123 label"),
     ("clusters-without-this-one", {"cluster": "eu-1", "prometheus": {"clusters": ["us-1"]}}, "prometheus.clusters = [\"us-1\"]: expected a list that includes this stack's cluster 'eu-1'"),
     ("remote-write-not-a-url", {"prometheus": {"shards": 2, "remoteWriteUrl": "global:9090"}}, "prometheus.remoteWriteUrl = 'global:9090': expected a URL"),
@@ -276,9 +278,10 @@ def test_one_shard_and_the_environment_s_cluster_by_default() -> None:
 
 
 def test_shards_and_clusters_reach_the_observability_config() -> None:
-    settings = load(cluster="eu-1", prometheus={"shards": 4, "clusters": ["eu-1", "us-1"]})
+    settings = load(cluster="eu-1", prometheus={"shards": 4, "clusters": ["eu-1", "us-1"], "remoteWrite": "aggregates"})
     cfg = settings.observability_config()
     assert (cfg.shards, cfg.cluster, cfg.clusters) == (4, "eu-1", ("eu-1", "us-1"))
+    assert cfg.remote_write is RemoteWrite.AGGREGATES and load().observability_config().remote_write is RemoteWrite.ALL
 
 
 def test_prices_reach_the_observability_config() -> None:

@@ -29,8 +29,9 @@ from infra.settings import (
     read_stack_config,
     validate_stack,
 )
-from observability import scrape_config, trainer_env
+from observability import catalog, scrape_config, trainer_env
 from observability.config import ObservabilityConfig
+from observability.partials import PARTIAL_SERIES_REGEX, is_partial
 from observability.rules import Tier
 from observability.scrape_config import PATH_ANNOTATION, PORT_ANNOTATION, SCRAPE_ANNOTATION, SERVICE_LABEL
 from tests.infra.support import STACKS, is_secret, objects, one, run_raw
@@ -687,8 +688,12 @@ def test_two_instances_of_every_component_register_without_colliding(
 
 @pytest.fixture(scope="module")
 def sharded() -> dict[str, RenderResult]:
-    """dev (annotations mode, ConfigMap) and prod (operator mode) rendered with 3 scrape shards."""
-    return {stack: render.render_stack(stack, overrides={"prometheus": {"shards": 3}}) for stack in ("dev", "prod")}
+    """dev (annotations mode, ConfigMap) and prod (operator mode, the global tier receiving the
+    aggregates only) rendered with 3 scrape shards."""
+    return {
+        "dev": render.render_stack("dev", overrides={"prometheus": {"shards": 3}}),
+        "prod": render.render_stack("prod", overrides={"prometheus": {"shards": 3, "remoteWrite": "aggregates"}}),
+    }
 
 
 def test_sharded_annotations_mode_delivers_one_scrape_config_and_the_rule_tiers_per_key(
@@ -752,9 +757,9 @@ def test_one_shard_renders_the_single_rules_object_and_both_tier_files(
     whole = yaml.safe_load(result.files[artifacts.RULES_PATH])["groups"]
     tiers = [yaml.safe_load(result.files[artifacts.TIER_RULES_PATHS[t]])["groups"] for t in Tier]
     names = sorted(str(r.get("alert") or r.get("record")) for g in whole for r in g["rules"])
-    assert names == sorted(
-        str(r.get("alert") or r.get("record")) for groups in tiers for g in groups for r in g["rules"]
-    )
+    # The tier files hold every rule, and the shard tier's partials besides (the global rules combine them).
+    split = [str(r.get("alert") or r.get("record")) for groups in tiers for g in groups for r in g["rules"]]
+    assert names == sorted(n for n in split if not is_partial(n)) and any(is_partial(n) for n in split)
     assert artifacts.scrape_config_paths(1) == [artifacts.SCRAPE_CONFIG_PATH]
     assert all("foxhunt.io/rule-tier" not in r["metadata"]["labels"] for r in objects(result, "PrometheusRule"))
 
@@ -792,7 +797,13 @@ def test_every_server_of_a_sharded_stack_gets_a_config_promtool_accepts(
             shard = int(name.removesuffix(".yml").rsplit("-", 1)[1])
             assert document["rule_files"] == ["foxhunt-rules-shard.yaml"]
             assert document["scrape_configs"] == yaml.safe_load(result.files[scrape_files[shard]])["scrape_configs"]
-            assert document["remote_write"] == [{"url": settings.prometheus.remote_write_url, "send_exemplars": True}]
+            (remote,) = document["remote_write"]
+            assert (remote["url"], remote["send_exemplars"]) == (settings.prometheus.remote_write_url, True)
+            # Every partial gets this shard's number as `shard`; with `remoteWrite: all` nothing is dropped.
+            assert remote["write_relabel_configs"] == [
+                {"source_labels": ["__name__"], "regex": PARTIAL_SERIES_REGEX, "target_label": "shard",
+                 "replacement": str(shard)},
+            ]  # fmt: skip
             assert settings.prometheus.remote_write_url == f"{settings.endpoints.prometheus}/api/v1/write"
         proc = subprocess.run(
             ["promtool", "check", "config", str(_checkable(text, tmp_path))], capture_output=True, text=True, timeout=60
@@ -815,6 +826,14 @@ def test_sharded_operator_stack_says_what_the_prometheus_resources_set(sharded: 
     assert shards["shards"] == 3 and global_tier["enableRemoteWriteReceiver"] is True
     assert shards["enableFeatures"] == global_tier["enableFeatures"] == ["exemplar-storage"]
     assert shards["remoteWrite"][0]["sendExemplars"] is True
+    # The operator's config reloader puts each shard's number in for $(SHARD); `aggregates` keeps the
+    # partials and what the global rules and fleet-wide panels read, nothing per GPU.
+    label, keep = shards["remoteWrite"][0]["writeRelabelConfigs"]
+    assert label == {"sourceLabels": ["__name__"], "regex": PARTIAL_SERIES_REGEX, "targetLabel": "shard",
+                     "replacement": "$(SHARD)"}  # fmt: skip
+    kept = set(keep["regex"].split("|"))
+    assert keep["action"] == "keep" and {"ALERTS", "up", "ml_training_loss"} <= kept
+    assert catalog.GPU_UTILIZATION_PERCENT.name not in kept and "job_gpu:ml_gpu_utilization_percent:held" not in kept
     assert shards["externalLabels"] == global_tier["externalLabels"] == {"cluster": "foxhunt-prod"}
     for spec, rule in ((shards, "foxhunt-ml-rules-shard"), (global_tier, "foxhunt-ml-rules-global")):
         (selected,) = [

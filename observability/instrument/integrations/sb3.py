@@ -172,13 +172,15 @@ class MetricsCallback(BaseCallback):
         rate = getattr(self.model, "exploration_rate", None)
         if isinstance(rate, float) and hasattr(self.model, "exploration_schedule"):
             self.job.rl.set_exploration_rate(rate)
-        buffer = self.model.ep_info_buffer
         finished, self._episodes = self._episodes, 0
+        if not finished:
+            return  # the episode buffer changes only when episodes end
+        buffer = self.model.ep_info_buffer
         if buffer:
             rewards = [float(episode["r"]) for episode in buffer]
             lengths = [float(episode["l"]) for episode in buffer]
             self.job.rl.record_episodes(finished, float(np.mean(rewards)), float(np.mean(lengths)))
-        elif finished:
+        else:
             self.job.rl.record_episodes(finished)
 
     def _read_q_value(self) -> None:
