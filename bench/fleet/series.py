@@ -188,6 +188,7 @@ def _trainer_exposition(model_type: str, job: str, gpu_uuids: tuple[str, ...]) -
     handle.set_model_quality(0.9, 0.88, 0.9, 0.86)
     handle.set_resource_usage(4e9, 180.0)
     handle.set_model_flops(5e13, "bf16")
+    handle.set_model_flops(5e13, "bf16")
     handle.record_step(samples=64)
     collectives = track_rank(handle, node="fleet-node", gpu_uuids=gpu_uuids)
     collectives.launched(ALL_REDUCE)
