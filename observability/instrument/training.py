@@ -292,7 +292,7 @@ class JobMetrics:
         self._rl: RlMetrics | None = None
         self._studies: dict[str, StudyMetrics] = {}
         self.last_good_checkpoint: GoodCheckpoint | None = None
-        self._nonfinite_since_good_checkpoint = False
+        self._suspect_state = False
         self.failure: BaseException | None = None
         # Model FLOPs of one step and the precision they run in (set_model_flops / measure_model_flops).
         self.model_flops_per_step: int | None = None
@@ -432,6 +432,9 @@ class JobMetrics:
         """Counts a NaN or infinite `value` as a NaN detection of `tensor_type`; returns whether
         `value` is finite."""
         if math.isfinite(value):
+            if tensor_type == LOSS:
+                with self._lock:
+                    self._suspect_state = False  # training recovered (a skipped step)
             return True
         self.record_nan_detection(tensor_type)
         return False
@@ -527,7 +530,7 @@ class JobMetrics:
         activation, weights): counted in `ml_training_nan_count`."""
         self._m.nan_count.labels(**self._job, tensor_type=tensor_type).inc()
         with self._lock:
-            self._nonfinite_since_good_checkpoint = True
+            self._suspect_state = True
 
     def record_gradient_explosion(self) -> None:
         self._m.gradient_explosions.labels(**self._job).inc()
@@ -575,15 +578,16 @@ class JobMetrics:
         as gauges."""
         with self._lock:
             self.last_good_checkpoint = checkpoint
-            self._nonfinite_since_good_checkpoint = False
+            self._suspect_state = False
         self._m.checkpoint_last_good_step.labels(**self._job).set(checkpoint.step)
         self._m.checkpoint_last_good_time.labels(**self._job).set(checkpoint.time)
 
     @property
-    def nonfinite_since_good_checkpoint(self) -> bool:
-        """Whether a NaN or infinity was counted since the last good checkpoint (or the start)."""
+    def suspect_state(self) -> bool:
+        """Whether the training state is suspect: a NaN or infinity was counted after the latest
+        finite loss and the latest good checkpoint (what judges a save made without its state)."""
         with self._lock:
-            return self._nonfinite_since_good_checkpoint
+            return self._suspect_state
 
     # --- data pipeline ------------------------------------------------------------------------------
     def record_data_load(self, seconds: float, batches: int = 0) -> None:
