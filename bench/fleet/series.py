@@ -188,6 +188,8 @@ def _trainer_exposition(model_type: str, job: str, gpu_uuids: tuple[str, ...]) -
         save.size_bytes = 500_000_000
     handle.set_model_quality(0.9, 0.88, 0.9, 0.86)
     handle.set_resource_usage(4e9, 180.0)
+    handle.set_model_flops(5e13, "bf16")
+    handle.set_model_flops(5e13, "bf16")
     handle.record_step(samples=64)
     handle.record_step_loss(0.9)
     handle.record_gradient_norm(1.5)

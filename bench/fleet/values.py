@@ -278,6 +278,10 @@ def _job_values(name: str, rng: random.Random, n: int, variant: int, interval: i
         return [float(600 * (i * interval // 300)) for i in range(n)]
     if name == c.TRAINING_STEPS_TOTAL.name:
         return _counter(rng, n, 2.0, interval)
+    if name == c.TRAINING_MODEL_FLOPS_TOTAL.name:  # 2 steps per second of ~50 TFLOPs each
+        return _counter(rng, n, 1e14, interval)
+    if name == c.CHECKPOINT_WRITTEN_BYTES_TOTAL.name:  # a 500 MB checkpoint every 5 minutes
+        return _counter(rng, n, 5e8 / 300, interval)
     if name == c.TRAINING_COLLECTIVE_OPERATIONS_TOTAL.name:  # a few gradient buckets per step
         return _counter(rng, n, 8.0, interval)
     if name == c.TRAINING_COLLECTIVE_BYTES_TOTAL.name:  # ~100 MB of gradients per step
