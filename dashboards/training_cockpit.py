@@ -25,6 +25,7 @@ from dashboards.panels import (
     Thresholds,
     checkpoint,
     distributed,
+    efficiency,
     gpm,
     gpu,
     training,
@@ -33,7 +34,7 @@ from dashboards.threshold_steps import gpu_memory_ratio_steps, gpu_utilization_s
 from observability import alert_links, catalog, promql
 from observability.config import ObservabilityConfig
 from observability.rules import dashboard_recording as rec
-from observability.rules import jobs
+from observability.rules import goodput, jobs
 from observability.rules.model import RecordingRule
 from observability.thresholds import Thresholds as AlertThresholds
 
@@ -362,6 +363,21 @@ def _this_jobs_gpus(cfg: ObservabilityConfig) -> Row:
                 currency_unit(cfg),
                 jobs.JOB_COST,
             ),
+            so_far(
+                f"Badput Cost So Far ({cfg.currency})",
+                "The share of the estimated cost spent outside productive training steps (waiting for data, "
+                f"checkpoints, collectives, evaluation, start-up, redone work, idle). {estimate}",
+                currency_unit(cfg),
+                goodput.BADPUT_COST,
+            ),
+            so_far(
+                f"Checkpoint Storage Cost ({cfg.currency})",
+                f"Checkpoint bytes the job has saved, each kept {cfg.checkpoint_retention_days:g} days at "
+                f"{cfg.checkpoint_storage_price_per_gb_month:g} {cfg.currency} per GB-month (stack settings "
+                "checkpointStoragePricePerGBMonth, checkpointRetentionDays): an estimate, not an invoice.",
+                currency_unit(cfg),
+                goodput.CHECKPOINT_STORAGE_COST,
+            ),
         ],
     )
 
@@ -522,7 +538,6 @@ def _timing() -> Row:
 def _steps_and_time() -> Row:
     per_rank = ("model_type", "job_id", "rank")
     job = (MODEL, JOB_ID)
-    phase_rate = promql.rate(catalog.TRAINING_PHASE_SECONDS_TOTAL, job)
     rank_legend = "{{job_id}} rank {{rank}}"
     return Row(
         "Steps and Time",
@@ -565,7 +580,7 @@ def _steps_and_time() -> Row:
                     "Throughput",
                     "Samples and tokens per second of $job_id, all ranks together.",
                     "short",
-                    w=12,
+                    w=24,
                     min=0,
                 ),
                 [
@@ -579,25 +594,21 @@ def _steps_and_time() -> Row:
                     ),
                 ],
             ),
-            panels.timeseries(
-                Common(
-                    "Time by Phase",
-                    "Share of $job_id's wall time (all ranks) in each phase: compute, waiting for data, collectives, "
-                    "checkpoints, evaluation, redone (lost) work, start-up and idle.",
-                    "percentunit",
-                    w=12,
-                    min=0,
-                    max=1,
-                ),
-                [
-                    Query(
-                        f"{promql.aggregate('sum', ('phase',), phase_rate)} / ignoring(phase) group_left "
-                        f"{promql.aggregate('sum', (), phase_rate)}",
-                        "{{phase}}",
-                    )
-                ],
-                stacked=True,
-            ),
+        ],
+    )
+
+
+def _verdict(cfg: ObservabilityConfig) -> Row:
+    one = (JOB_ID,)
+    return Row(
+        "Is the GPU Maxed Out?",
+        [
+            efficiency.verdict(cfg.thresholds, one),
+            efficiency.mfu(one),
+            efficiency.goodput_now_and_so_far(one),
+            efficiency.gpu_busy(one),
+            efficiency.time_by_phase(one),
+            efficiency.mfu_and_goodput(one),
         ],
     )
 
@@ -729,6 +740,7 @@ def build(cfg: ObservabilityConfig) -> dict[str, Any]:
                 ),
             ],
             rows=[
+                _verdict(cfg),
                 _active_jobs(),
                 _training_progress(),
                 _steps_and_time(),

@@ -421,6 +421,29 @@ CHECKPOINT_LAST_GOOD_TIMESTAMP_SECONDS = Metric(
     JOB,
     _T,
 )
+CHECKPOINT_WRITTEN_BYTES_TOTAL = Metric(
+    "ml_checkpoint_written_bytes_total",
+    MetricType.COUNTER,
+    "bytes",
+    "Bytes of checkpoints this rank saved successfully (what checkpoint storage is billed for).",
+    RANK_JOB,
+    _T,
+)
+
+# --- Training efficiency: model FLOPs (the numerator of model FLOPs utilization) ------------------
+# The values of the model-FLOPs counter's `precision` label: fp32 on CUDA cores, the others on
+# tensor cores (the peak-FLOPs table, observability/peak_flops.yaml, is keyed by them too).
+MODEL_FLOPS_PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8")
+TRAINING_MODEL_FLOPS_TOTAL = Metric(
+    "ml_training_model_flops_total",
+    MetricType.COUNTER,
+    "",
+    "Model FLOPs (forward and backward, as torch.utils.flop_counter counts them, or as declared) of the "
+    "training steps this rank completed, by the precision its matrix multiplies run in (fp32, tf32, "
+    "bf16, fp16, fp8).",
+    (*RANK_JOB, "precision"),
+    _T,
+)
 
 # --- E. Model performance ---------------------------------------------------------------------
 MODEL_ACCURACY = Metric(

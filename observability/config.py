@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from observability.peak_flops import DEFAULT_PEAK_FLOPS, PeakFlopsTable
 from observability.thresholds import DEFAULT_THRESHOLDS, Thresholds
 
 
@@ -117,5 +118,10 @@ class ObservabilityConfig:
     gpu_hourly_cost_default: float = 2.0
     energy_price_per_kwh: float = 0.15
     currency: str = "USD"
+    # Checkpoint storage: price of a GB kept for a month, and how long each checkpoint is kept.
+    checkpoint_storage_price_per_gb_month: float = 0.023
+    checkpoint_retention_days: float = 30.0
+    # Dense peak FLOP/s by GPU model and precision (observability/peak_flops.yaml): the denominator of MFU.
+    peak_flops: PeakFlopsTable = DEFAULT_PEAK_FLOPS
     # TLS and authentication of the scrapes of the poller and the training jobs; None: plain HTTP.
     scrape_security: ScrapeSecurity | None = None

@@ -21,6 +21,7 @@ from observability import catalog
 from observability.config import ObservabilityConfig
 from observability.instrument import TrainingMetrics, render_text
 from observability.instrument.collectives import ALL_REDUCE, track_rank
+from observability.instrument.hyperparameters import Hyperparameters
 from observability.scrape_config import JOB_NAME
 from poller.exported_metrics import (
     ECC_TYPES,
@@ -187,7 +188,13 @@ def _trainer_exposition(model_type: str, job: str, gpu_uuids: tuple[str, ...]) -
         save.size_bytes = 500_000_000
     handle.set_model_quality(0.9, 0.88, 0.9, 0.86)
     handle.set_resource_usage(4e9, 180.0)
+    handle.set_model_flops(5e13, "bf16")
+    handle.set_model_flops(5e13, "bf16")
     handle.record_step(samples=64)
+    handle.record_step_loss(0.9)
+    handle.record_gradient_norm(1.5)
+    handle.set_learning_rates({"0": 1e-3})
+    handle.set_hyperparameters(Hyperparameters(64, "AdamW", "bf16", "LambdaLR"))
     collectives = track_rank(handle, node="fleet-node", gpu_uuids=gpu_uuids)
     collectives.launched(ALL_REDUCE)
     collectives.completed(ALL_REDUCE, 4_000_000)
@@ -236,14 +243,12 @@ def training_job_series(
                     histograms.append(HistogramSpec(metric, full, _job_pattern(metric.name), key))
                 continue
             pattern = _job_pattern(metric.name)
-            if metric in (
-                catalog.TRAINING_JOB_GPU_INFO,
-                catalog.TRAINING_RANK_INFO,
-                catalog.TRAINING_RANK_PLACEMENT_INFO,
-            ):
+            if metric.type is catalog.MetricType.INFO:
                 pattern = "one"
             if metric in (catalog.TRAINING_LAST_STEP_TIMESTAMP_SECONDS, catalog.CHECKPOINT_LAST_GOOD_TIMESTAMP_SECONDS):
                 pattern = "just_now"
+            if metric is catalog.TRAINING_JOB_START_TIMESTAMP_SECONDS:
+                pattern = "started"
             if metric is catalog.TRAINING_PHASE_SECONDS_TOTAL:
                 pattern = f"phase:{dict(labels)['phase']}"
             if metric is catalog.TRAINING_JOBS_BY_STATUS:

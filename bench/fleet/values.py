@@ -107,6 +107,8 @@ class Patterns:
             return [1.0 if arg == "running" else 0.0] * n
         if pattern == "just_now":  # a timestamp that keeps up with the samples (a job still stepping)
             return [float(self.start + i * interval) for i in range(n)]
+        if pattern == "started":  # a job's start time: some hours before the hour began
+            return [float(self.start - rng.randint(600, 12 * 3600))] * n
         if kind == "phase":
             return _counter(rng, n, PHASE_SHARES[arg], interval)
         simple = _SIMPLE.get(pattern)
@@ -276,6 +278,10 @@ def _job_values(name: str, rng: random.Random, n: int, variant: int, interval: i
         return [float(600 * (i * interval // 300)) for i in range(n)]
     if name == c.TRAINING_STEPS_TOTAL.name:
         return _counter(rng, n, 2.0, interval)
+    if name == c.TRAINING_MODEL_FLOPS_TOTAL.name:  # 2 steps per second of ~50 TFLOPs each
+        return _counter(rng, n, 1e14, interval)
+    if name == c.CHECKPOINT_WRITTEN_BYTES_TOTAL.name:  # a 500 MB checkpoint every 5 minutes
+        return _counter(rng, n, 5e8 / 300, interval)
     if name == c.TRAINING_COLLECTIVE_OPERATIONS_TOTAL.name:  # a few gradient buckets per step
         return _counter(rng, n, 8.0, interval)
     if name == c.TRAINING_COLLECTIVE_BYTES_TOTAL.name:  # ~100 MB of gradients per step
@@ -290,6 +296,13 @@ def _job_values(name: str, rng: random.Random, n: int, variant: int, interval: i
         return _counter(rng, n, 1 / 300, interval)
     if name == c.TRAINING_FOLDS_COMPLETED_TOTAL.name:
         return _counter(rng, n, 1 / 720, interval)
+    if name == c.TRAINING_STEP_LOSS.name:
+        return [round(x, 4) for x in _walk(rng, n, 0.1, 2.0, 0.02)]
+    if name == c.TRAINING_GRADIENT_NORM.name:
+        return [round(x, 3) for x in _walk(rng, n, 0.1, 10.0, 0.2)]
+    if name == c.TRAINING_LEARNING_RATE.name:  # a cosine schedule's slow decay
+        peak = rng.choice((1e-4, 3e-4, 1e-3))
+        return [peak * (0.5 + 0.5 * math.cos(math.pi * i / (4 * n))) for i in range(n)]
     rl_walks = {
         c.RL_Q_VALUE.name: (0.0, 50.0, 1.0),
         c.RL_POLICY_ENTROPY.name: (0.2, 0.69, 0.01),

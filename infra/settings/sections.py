@@ -546,6 +546,38 @@ def cost(r: Reader, s: Parsed) -> Prices:
     return listed, prices.get(GPU_HOURLY_COST_DEFAULT, 0.0), energy, str(currency or "")
 
 
+MAX_CHECKPOINT_RETENTION_DAYS = 3650
+
+
+@setting(
+    "checkpointStoragePricePerGBMonth", "checkpointRetentionDays",
+    into=("checkpoint_storage_price_per_gb_month", "checkpoint_retention_days"),
+)  # fmt: skip
+def checkpoint_storage(r: Reader, s: Parsed) -> tuple[float, float]:
+    """`checkpointStoragePricePerGBMonth` (in `currency`, per GB kept for a month) and
+    `checkpointRetentionDays` (how long each checkpoint is kept): the price of the checkpoint
+    storage estimates. Both or neither (then ObservabilityConfig's example applies)."""
+    price, days = r.raw("checkpointStoragePricePerGBMonth"), r.raw("checkpointRetentionDays")
+    example = ObservabilityConfig()
+    if price is None and days is None:
+        return example.checkpoint_storage_price_per_gb_month, example.checkpoint_retention_days
+    for key, value in (("checkpointStoragePricePerGBMonth", price), ("checkpointRetentionDays", days)):
+        if value is None:
+            r.problems.append(
+                f"{key} is missing: checkpointStoragePricePerGBMonth and checkpointRetentionDays are set together"
+            )
+    per_gb = _price(r, "checkpointStoragePricePerGBMonth", price) if price is not None else 0.0
+    kept = example.checkpoint_retention_days
+    if days is not None:
+        if isinstance(days, bool) or not isinstance(days, int | float) or not 0 < days <= MAX_CHECKPOINT_RETENTION_DAYS:
+            r.problem(
+                "checkpointRetentionDays", days, f"a number of days above 0 and at most {MAX_CHECKPOINT_RETENTION_DAYS}"
+            )
+        else:
+            kept = float(days)
+    return per_gb, kept
+
+
 SCRAPE_SECURITY_KEYS = {"certificate", "serverName", "authentication", "clientCertificate", "username"}
 
 

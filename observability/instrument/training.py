@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from types import TracebackType
+from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics_core import CounterMetricFamily
@@ -29,6 +30,7 @@ from prometheus_client.registry import Collector
 from observability import catalog
 from observability.catalog import Metric
 from observability.instrument import errors, families, gpus, hyperparameters
+from observability.instrument import flops as flops_module
 from observability.instrument.checkpoints import WEIGHTS, CheckpointSave, GoodCheckpoint
 from observability.instrument.errors import CHECKPOINT_ERROR_TYPES, FAILURE_ERROR_TYPES
 from observability.instrument.phases import COMPUTE, IDLE, LOST_WORK, STARTUP, PhaseClock
@@ -39,6 +41,7 @@ from observability.instrument.server import METRICS_PORT, MetricsServer, rank_me
 from observability.instrument.trace_context import trace_exemplar
 
 LOG = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Label values created (at 0) when a job starts; others still work but appear at their first event.
 LOSS, VALIDATION_LOSS, GRADIENT = "loss", "validation_loss", "gradient"
@@ -121,6 +124,8 @@ class TrainingMetrics:
         self.samples = c(catalog.TRAINING_SAMPLES_TOTAL)
         self.tokens = c(catalog.TRAINING_TOKENS_TOTAL)
         self.last_step_timestamp = g(catalog.TRAINING_LAST_STEP_TIMESTAMP_SECONDS)
+        self.model_flops = c(catalog.TRAINING_MODEL_FLOPS_TOTAL)
+        self.checkpoint_written = c(catalog.CHECKPOINT_WRITTEN_BYTES_TOTAL)
         # Optimization (the PyTorch integration)
         self.step_loss = g(catalog.TRAINING_STEP_LOSS)
         self.learning_rate = g(catalog.TRAINING_LEARNING_RATE)
@@ -287,8 +292,11 @@ class JobMetrics:
         self._rl: RlMetrics | None = None
         self._studies: dict[str, StudyMetrics] = {}
         self.last_good_checkpoint: GoodCheckpoint | None = None
-        self._nonfinite_since_good_checkpoint = False
+        self._suspect_state = False
         self.failure: BaseException | None = None
+        # Model FLOPs of one step and the precision they run in (set_model_flops / measure_model_flops).
+        self.model_flops_per_step: int | None = None
+        self.model_flops_precision: str | None = None
         self._hyperparameter_labels: dict[str, str] | None = None
 
     # --- the job as a context manager ---------------------------------------------------------
@@ -374,7 +382,7 @@ class JobMetrics:
         m.folds_planned.labels(**job).set(folds_planned)
         m.active_workers.labels(**job).set(workers)
         ranked = self.rank_labels
-        for per_rank in (m.steps, m.samples, m.tokens):
+        for per_rank in (m.steps, m.samples, m.tokens, m.checkpoint_written):
             per_rank.labels(**ranked)
         m.rank_info.labels(
             **ranked,
@@ -424,17 +432,29 @@ class JobMetrics:
         """Counts a NaN or infinite `value` as a NaN detection of `tensor_type`; returns whether
         `value` is finite."""
         if math.isfinite(value):
+            if tensor_type == LOSS:
+                with self._lock:
+                    self._suspect_state = False  # training recovered (a skipped step)
             return True
         self.record_nan_detection(tensor_type)
         return False
 
-    def record_step(self, samples: int = 0, tokens: int = 0) -> int:
+    def record_step(self, samples: int = 0, tokens: int = 0, flops: float | None = None) -> int:
         """One optimizer step done by this rank (with the samples and tokens it consumed); returns
         the rank's step count. The first step ends the job's start-up: from then on, time in no
-        named phase counts as idle."""
+        named phase counts as idle.
+
+        The step's model FLOPs count in `ml_training_model_flops_total`: `flops` where the caller
+        knows them for this step (a step whose size varies), else the job's FLOPs per step
+        (`set_model_flops` or `measure_model_flops`), else none."""
         if samples < 0 or tokens < 0:
             raise ValueError(f"samples and tokens of a step are counts of at least 0, got {samples} and {tokens}")
         m, ranked = self._m, self.rank_labels
+        step_flops = self.model_flops_per_step if flops is None else flops_module.check_flops(flops)
+        if step_flops is not None:
+            if self.model_flops_precision is None:
+                raise ValueError("a step's FLOPs need the model's precision: call set_model_flops first")
+            m.model_flops.labels(**ranked, precision=self.model_flops_precision).inc(step_flops)
         m.steps.labels(**ranked).inc()
         if samples:
             m.samples.labels(**ranked).inc(samples)
@@ -452,6 +472,29 @@ class JobMetrics:
         if self.phases.base == STARTUP:
             self.phases.set_base(IDLE)
         return done
+
+    def set_model_flops(self, flops_per_step: float | None, precision: str) -> None:
+        """Declare the model FLOPs of one training step (forward and backward: about 6 x parameters x
+        tokens for a transformer) and the precision its matrix multiplies run in (fp32, tf32, bf16,
+        fp16, fp8): every `record_step` then counts them. None keeps the precision for per-step
+        FLOPs given to `record_step`."""
+        precision = flops_module.check_precision(precision)
+        per_step = None if flops_per_step is None else flops_module.check_flops(flops_per_step)
+        with self._lock:
+            self.model_flops_per_step, self.model_flops_precision = per_step, precision
+        self._m.model_flops.labels(**self.rank_labels, precision=precision)
+
+    def measure_model_flops(
+        self, step: Callable[..., T], *args: Any, precision: str | None = None, model: Any = None, **kwargs: Any
+    ) -> T:
+        """Run one real training step, `step(*args, **kwargs)`, under PyTorch's FLOP counter and take
+        what it counted as the job's FLOPs per step; returns the step's result. The precision is
+        `precision`, else that of `model`'s parameters (`flops.model_precision`)."""
+        if precision is None and model is None:
+            raise ValueError("measure_model_flops needs the precision or the model to read it from")
+        result, counted = flops_module.measure_step_flops(step, *args, **kwargs)
+        self.set_model_flops(counted.flops, precision or flops_module.model_precision(model))
+        return result
 
     def phase(self, phase: str) -> AbstractContextManager[None]:
         """`with job.phase("checkpoint"):` counts the block's wall time in that phase
@@ -487,7 +530,7 @@ class JobMetrics:
         activation, weights): counted in `ml_training_nan_count`."""
         self._m.nan_count.labels(**self._job, tensor_type=tensor_type).inc()
         with self._lock:
-            self._nonfinite_since_good_checkpoint = True
+            self._suspect_state = True
 
     def record_gradient_explosion(self) -> None:
         self._m.gradient_explosions.labels(**self._job).inc()
@@ -521,6 +564,7 @@ class JobMetrics:
             m.checkpoint_duration.labels(**job).observe(duration, trace_exemplar())
             if size is not None:
                 m.checkpoint_size.labels(**job).set(size)
+                m.checkpoint_written.labels(**self.rank_labels).inc(size)
         else:
             error_type = error_type or errors.CHECKPOINT_IO
             if error_type not in CHECKPOINT_ERROR_TYPES:
@@ -534,15 +578,16 @@ class JobMetrics:
         as gauges."""
         with self._lock:
             self.last_good_checkpoint = checkpoint
-            self._nonfinite_since_good_checkpoint = False
+            self._suspect_state = False
         self._m.checkpoint_last_good_step.labels(**self._job).set(checkpoint.step)
         self._m.checkpoint_last_good_time.labels(**self._job).set(checkpoint.time)
 
     @property
-    def nonfinite_since_good_checkpoint(self) -> bool:
-        """Whether a NaN or infinity was counted since the last good checkpoint (or the start)."""
+    def suspect_state(self) -> bool:
+        """Whether the training state is suspect: a NaN or infinity was counted after the latest
+        finite loss and the latest good checkpoint (what judges a save made without its state)."""
         with self._lock:
-            return self._nonfinite_since_good_checkpoint
+            return self._suspect_state
 
     # --- data pipeline ------------------------------------------------------------------------------
     def record_data_load(self, seconds: float, batches: int = 0) -> None:

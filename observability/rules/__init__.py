@@ -26,7 +26,18 @@ from typing import TYPE_CHECKING, Any
 from observability.config import ObservabilityConfig
 from observability.prometheus_config import external_labels
 from observability.promql import duration
-from observability.rules import distributed, gpu, health, jobs, pipeline, quality, storage, training
+from observability.rules import (
+    distributed,
+    efficiency,
+    goodput,
+    gpu,
+    health,
+    jobs,
+    pipeline,
+    quality,
+    storage,
+    training,
+)
 from observability.rules.dashboard_recording import dashboard_recording_groups
 from observability.rules.detection import CRITICAL_DETECTION_ALERTS, detection_budget
 from observability.rules.model import AlertRule, RecordingRule, RunbookQuery, Severity
@@ -51,6 +62,8 @@ __all__ = [
     "alert_rules",
     "critical_group_names",
     "distributed",
+    "efficiency",
+    "goodput",
     "gpu",
     "group_inputs",
     "jobs",
@@ -68,6 +81,7 @@ _ALERT_GROUP_BUILDERS: tuple[tuple[str, Callable[[ObservabilityConfig], tuple[Al
     (quality.GROUP, quality.quality_alerts),
     (pipeline.GROUP, pipeline.pipeline_alerts),
     (storage.GROUP, storage.storage_alerts),
+    (efficiency.GROUP, efficiency.efficiency_alerts),
     (distributed.GROUP, distributed.alerts),
     (health.GROUP, lambda cfg: health.health_alerts(cfg, project_group_names(cfg))),
 )
@@ -91,6 +105,7 @@ def project_group_names(cfg: ObservabilityConfig) -> list[str]:
     return [
         *(group["name"] for group in recording_groups(cfg)),
         *(group["name"] for group in jobs.job_groups(cfg)),
+        *(group["name"] for group in goodput.goodput_groups(cfg)),
         *(group["name"] for group in dashboard_recording_groups(cfg)),
         *(name for name, _ in _ALERT_GROUP_BUILDERS),
     ]
@@ -106,7 +121,7 @@ def alert_groups(cfg: ObservabilityConfig) -> list[tuple[str, tuple[AlertRule, .
     groups = [(name, build(cfg)) for name, build in _ALERT_GROUP_BUILDERS]
     names = {alert.name for _, alerts in groups for alert in alerts}
     orphans = [f"{t.name} belongs to alert {t.alert}, which no rule group has" for t in cfg.thresholds
-               if t.alert not in names]  # fmt: skip
+               if t.alert and t.alert not in names]  # fmt: skip
     if orphans:
         raise ValueError(f"thresholds.yaml: {'; '.join(orphans)}: name the alert whose expression compares with it")
     return groups
@@ -143,7 +158,19 @@ def rule_groups(cfg: ObservabilityConfig) -> list[dict[str, Any]]:
         }
         for name, alerts in alert_groups(cfg)
     ]
-    return [*recording_groups(cfg), *jobs.job_groups(cfg), *dashboard_recording_groups(cfg), *alerting]
+    groups = [
+        *recording_groups(cfg),
+        *jobs.job_groups(cfg),
+        *goodput.goodput_groups(cfg),
+        *dashboard_recording_groups(cfg),
+        *alerting,
+    ]
+    records = {rule["record"] for group in groups for rule in group["rules"] if "record" in rule}
+    orphans = [f"{t.name} belongs to record {t.record}, which no rule group has" for t in cfg.thresholds
+               if t.record and t.record not in records]  # fmt: skip
+    if orphans:
+        raise ValueError(f"thresholds.yaml: {'; '.join(orphans)}: name the rule whose expression compares with it")
+    return groups
 
 
 def rules_file_yaml(cfg: ObservabilityConfig) -> str:
@@ -205,6 +232,7 @@ def _default_names() -> dict[str, Any]:
             *gpu.input_rules(cfg),
             *distributed.input_rules(cfg),
             *jobs.job_rules(cfg),
+            *goodput.goodput_rules(cfg),
         ),
         "ALERTS_BY_GROUP": by_group,
         "ALERT_NAMES": tuple(name for names in by_group.values() for name in names),

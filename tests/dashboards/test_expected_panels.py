@@ -44,6 +44,7 @@ TRAINING_COCKPIT = [
     ("Timing", "Data Load Seconds Histogram"),
 ]
 TRAINING_COCKPIT_ROWS = [
+    "Is the GPU Maxed Out?",  # added: the job's bottleneck verdict, MFU, goodput and badput first
     "Active Jobs",
     "Training Progress",
     "Steps and Time",  # added: per-rank steps and where the wall time goes
@@ -102,6 +103,8 @@ COMPREHENSIVE = [
 # Panels added since: real busyness (GPM) beside NVML utilization.
 COMPREHENSIVE_ADDED = [
     ("GPU Monitoring", "True Utilization", "timeseries"),
+    ("GPU Cost and Energy", "Badput cost per job", "bargauge"),
+    ("GPU Cost and Energy", "Checkpoint storage cost per model type (24 h)", "bargauge"),
 ]
 
 
@@ -173,8 +176,14 @@ def test_training_cockpit_has_the_expected_rows_in_order_and_its_variables(defau
     assert catalog.TRAINING_RANK_INFO.name in v["job_id"]["query"]
     # One job at a time: its GPUs only, never a node's.
     assert v["job_id"]["type"] == "query" and not v["job_id"].get("includeAll") and not v["job_id"].get("multi")
-    for _, job_panel in (rp for rp in rows_and_panels(d) if rp[0] == "This Job's GPUs"):
+    for _, job_panel in (rp for rp in rows_and_panels(d) if rp[0] in ("This Job's GPUs", "Is the GPU Maxed Out?")):
         assert all('job_id=~"$job_id"' in t["expr"] for t in job_panel["targets"]), job_panel["title"]
+    # It opens with the verdict in words: the stat shows the series' `verdict` label, not its value.
+    verdict = panel(d, "Is the GPU Maxed Out?", "Verdict")
+    assert verdict["options"]["textMode"] == "name" and verdict["targets"][0]["legendFormat"] == "{{verdict}}"
+    assert [p["title"] for r, p in rows_and_panels(d) if r == "Is the GPU Maxed Out?"] == [
+        "Verdict", "MFU", "Goodput", "GPU Busy", "Time by Phase", "MFU and Goodput"
+    ]  # fmt: skip
 
 
 def test_traces_dashboard_has_service_map_search_histogram_errors_and_logs_link(default_dashboards, dev_cfg):

@@ -93,8 +93,8 @@ def test_synthesized_training_job_series_cover_every_training_metric_a_running_j
         names |= {s.name for s in more}
     held = [dict(s.labels)["uuid"] for s in plain if s.name == catalog.TRAINING_JOB_GPU_INFO.name]
     assert held == [gpu_uuid(3, 0), gpu_uuid(3, 1)]
-    # Feature-engineering errors appear at the first one.
-    not_yet = {catalog.FEATURE_ENGINEERING_ERRORS_TOTAL.name}
+    # Feature-engineering errors appear at the first one; the end time when the job finishes.
+    not_yet = {catalog.FEATURE_ENGINEERING_ERRORS_TOTAL.name, catalog.TRAINING_JOB_END_TIMESTAMP_SECONDS.name}
     assert names == {m.name for m in catalog.by_producer(Producer.TRAINING_JOB)} - not_yet | {catalog.UP.name}
     for spec in plain:
         labels = dict(spec.labels)

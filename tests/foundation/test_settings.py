@@ -26,7 +26,7 @@ from infra.settings import (
 from infra.settings.sections import CONFIG_FIELDS, SETTINGS, SETTINGS_FIELDS, setting
 from infra.stacks import STACKS
 from observability.config import RemoteWrite
-from observability.rules import rules_file_yaml
+from observability.rules import goodput, rules_file_yaml
 
 
 def stack_entries(stack: str) -> dict[str, Any]:
@@ -132,6 +132,10 @@ BAD_CONFIGS = [
     ("energy-price-negative", {"energyPricePerKWh": -0.1}, "energyPricePerKWh = -0.1: expected a price: a number of at least 0"),
     ("currency-not-iso", {"currency": "dollars"}, "currency = 'dollars': expected an ISO 4217 currency code"),
     ("cost-typo", {"gpuHourlyPrice": {"default": 1}}, "gpuHourlyPrice is not a known setting"),
+    ("checkpoint-price-text", {"checkpointStoragePricePerGBMonth": "cheap"}, "checkpointStoragePricePerGBMonth = 'cheap': expected a price"),
+    ("checkpoint-price-negative", {"checkpointStoragePricePerGBMonth": -0.02}, "checkpointStoragePricePerGBMonth = -0.02: expected a price: a number of at least 0"),
+    ("checkpoint-retention-zero", {"checkpointRetentionDays": 0}, "checkpointRetentionDays = 0: expected a number of days above 0 and at most 3650"),
+    ("checkpoint-retention-alone", {"checkpointStoragePricePerGBMonth": None, "checkpointRetentionDays": 7}, "checkpointStoragePricePerGBMonth is missing: checkpointStoragePricePerGBMonth and checkpointRetentionDays are set together"),
 ]  # fmt: skip
 
 
@@ -294,6 +298,14 @@ def test_prices_reach_the_observability_config() -> None:
     )
     rules = rules_file_yaml(cfg)
     assert '{gpu_name="NVIDIA L4"} * 0 + 0.5' in rules and "EUR" not in rules
+
+
+def test_checkpoint_storage_prices_reach_the_config_and_the_rules() -> None:
+    cfg = load("prod").observability_config()
+    assert (cfg.checkpoint_storage_price_per_gb_month, cfg.checkpoint_retention_days) == (0.021, 30.0)
+    kept = load(checkpointStoragePricePerGBMonth=0.05, checkpointRetentionDays=60).observability_config()
+    per_byte = 0.05 / goodput.BYTES_PER_GB * (60 * 86400 / goodput.SECONDS_PER_MONTH)
+    assert f"model_type_job_id:ml_checkpoint_written_bytes:sum * {per_byte:.17g}" in rules_file_yaml(kept)
 
 
 def test_every_field_is_filled_by_one_registered_parser_and_the_known_keys_are_the_parsers_keys() -> None:

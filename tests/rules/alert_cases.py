@@ -16,6 +16,7 @@ from observability.rules import gpu as gpu_rules
 from observability.rules import jobs, recording
 from observability.thresholds import DEFAULT_THRESHOLDS, Thresholds
 from tests.rules.distributed_cases import DISTRIBUTED_RECORD_CASES, distributed_cases
+from tests.rules.goodput_cases import efficiency_alert_cases, goodput_record_cases
 from tests.rules.health_cases import HEALTH_CASES, threshold_health_cases
 from tests.rules.promtool_harness import (
     Case,
@@ -916,6 +917,7 @@ def alert_cases(th: Thresholds = DEFAULT_THRESHOLDS) -> tuple[Case, ...]:
         # --- ml_monitoring_health (and the lost-at-first-pass GPU): tests/rules/health_cases.py -------
         *HEALTH_CASES,
         *threshold_health_cases(th),
+        *efficiency_alert_cases(th),
         *distributed_cases(th),
     )
 
@@ -1178,4 +1180,12 @@ GPU_INPUT_RECORD_CASES: tuple[RecordCase, ...] = (
         ((GPU0, 1),),
     ),
 )
-RECORD_CASES = (*RECORD_CASES, *JOB_RECORD_CASES, *GPU_INPUT_RECORD_CASES, *DISTRIBUTED_RECORD_CASES)
+_STATIC_RECORD_CASES = (*RECORD_CASES, *JOB_RECORD_CASES, *GPU_INPUT_RECORD_CASES, *DISTRIBUTED_RECORD_CASES)
+
+
+def record_cases(th: Thresholds = DEFAULT_THRESHOLDS) -> tuple[RecordCase, ...]:
+    """Every recording rule's cases; those at the edges of a threshold take it from `th`."""
+    return (*_STATIC_RECORD_CASES, *goodput_record_cases(th))
+
+
+RECORD_CASES = record_cases()

@@ -61,6 +61,8 @@ EXPECTED_GROUPS = {
     ),
     "ml_data_pipeline": ("TrainingDataStale", "FeatureEngineeringErrors", "FeatureExtractionLatencyHigh"),
     "ml_storage": ("S3ConnectionErrors", "CheckpointSaveFailures", "ModelStorageUsageHigh"),
+    # Beyond the report: a job losing its time to a cause it can fix.
+    "ml_training_efficiency": ("TrainingInputBound", "TrainingCheckpointBound"),
     # the ranks of distributed jobs compared with each other
     "ml_training_distributed": ("TrainingRankStraggler", "TrainingJobHung", "TrainingCommunicationBound"),
 }
@@ -73,7 +75,9 @@ EXPECTED_SEVERITY = {
     ),
     **dict.fromkeys(("MLTrainingServiceDown", "ModelLoadingFailures", "TrainingJobFailed"), Severity.HIGH),
     # optimisation opportunities, not problems
-    **dict.fromkeys(("GPUUtilizationLow", "GPUUtilizationCritical"), Severity.INFO),
+    **dict.fromkeys(
+        ("GPUUtilizationLow", "GPUUtilizationCritical", "TrainingInputBound", "TrainingCheckpointBound"), Severity.INFO
+    ),
     **dict.fromkeys(("TrainingSlowdown", "GPUMemoryUsageHigh", "ModelDriftDetected", "TrainingDataStale"),
                     Severity.WARNING),
     # a hung distributed job idles all its GPUs until the collective watchdog kills it: it pages
