@@ -28,15 +28,15 @@ wheel: $(VENV)/.installed
 
 ## render the stack offline (Pulumi mock engine) into rendered/$(STACK)/ and check it
 render: sysdeps $(VENV)/.installed
-	$(PY) -m infra.render --stack $(STACK)
+	$(PY) -m infra.offline.render --stack $(STACK)
 
 ## render every stack: the Pulumi.<stack>.yaml files present
 render-all: sysdeps $(VENV)/.installed
-	for s in $(STACKS); do $(PY) -m infra.render --stack $$s || exit 1; done
+	for s in $(STACKS); do $(PY) -m infra.offline.render --stack $$s || exit 1; done
 
 ## review diff: render BASE (a git ref, default HEAD) and the working tree, print a per-file diff of rendered/$(STACK)/
 diff: $(VENV)/.installed
-	@$(PY) -m infra.review_diff --stack $(STACK) --base $(BASE) --format $(DIFF_FORMAT)
+	@$(PY) -m infra.offline.review_diff --stack $(STACK) --base $(BASE) --format $(DIFF_FORMAT)
 
 ## Debian packages the tests need (Prometheus, Alertmanager, buildah, debootstrap, gcc); as root
 sysdeps:
@@ -44,11 +44,11 @@ sysdeps:
 
 ## rewrite every committed generated file from the code (runbooks, dashboards README)
 generate: $(VENV)/.installed
-	$(PY) -m infra.generate
+	$(PY) -m infra.offline.regenerate
 
 ## what CI runs (.ci/run): generated files current and committed, lint, format, strict types, tests
 check: sysdeps generate
-	@stale=$$(git status --porcelain -- $$($(PY) -m infra.generate --list)); \
+	@stale=$$(git status --porcelain -- $$($(PY) -m infra.offline.regenerate --list)); \
 	if [ -n "$$stale" ]; then \
 	  echo "$$stale"; echo "generated files differ from the committed ones: commit what make generate wrote" >&2; \
 	  exit 1; \

@@ -5,7 +5,7 @@
 
 - render: `render_stack(stack)` in-process (program under the Pulumi mocks, every manifest and
   file built), median of repeated runs after one warm-up; plus the cold CLI
-  (`python -m infra.render --stack X --out <tmp>`: interpreter start, imports, render, checks, write).
+  (`python -m infra.offline.render --stack X --out <tmp>`: interpreter start, imports, render, checks, write).
 - schema check: per manifest with the cached validators (warm), the first validation of each kind
   (compiling its validator), and, side by side, `kubernetes_validate.validate(..., strict=True)`,
   the library call that loads and compiles the schema on every call.
@@ -25,8 +25,9 @@ from typing import Any
 import kubernetes_validate
 
 from bench._report import write_section
-from infra import REPO_ROOT, kube_validate, render
-from infra.result import RenderResult, kubernetes_manifest
+from infra import REPO_ROOT
+from infra.offline import render, schema_check
+from infra.offline.result import RenderResult, kubernetes_manifest
 from infra.settings import available_stacks
 
 STACKS = available_stacks()
@@ -55,7 +56,7 @@ def _cli_seconds(stack: str) -> float:
     with tempfile.TemporaryDirectory() as out:
         started = time.perf_counter()
         subprocess.run(
-            [sys.executable, "-m", "infra.render", "--stack", stack, "--out", out],
+            [sys.executable, "-m", "infra.offline.render", "--stack", stack, "--out", out],
             cwd=REPO_ROOT,
             check=True,
             capture_output=True,
@@ -88,22 +89,22 @@ def measure() -> dict[str, Any]:
     version = result.settings.kubernetes_version
     objects = _builtin_objects(result)
 
-    kube_validate.validator.cache_clear()
+    schema_check.validator.cache_clear()
     started = time.perf_counter()
     for manifest, patch in objects:
-        kube_validate.validate_manifest(manifest, version, patch=patch)
+        schema_check.validate_manifest(manifest, version, patch=patch)
     cold_ms = (time.perf_counter() - started) * 1000
 
     rounds = 50
     warm = _median_seconds(
-        lambda: [kube_validate.validate_manifest(m, version, patch=p) for m, p in objects], rounds
+        lambda: [schema_check.validate_manifest(m, version, patch=p) for m, p in objects], rounds
     ) / len(objects)
 
     library = [m for m, patch in objects if not patch and "." not in m["apiVersion"].split("/")[0]]
     library_per = _median_seconds(
         lambda: [kubernetes_validate.validate(m, version, strict=True) for m in library], 3
     ) / len(library)
-    ours_same = _median_seconds(lambda: [kube_validate.validate_manifest(m, version) for m in library], rounds) / len(
+    ours_same = _median_seconds(lambda: [schema_check.validate_manifest(m, version) for m in library], rounds) / len(
         library
     )
     return {
@@ -129,7 +130,8 @@ def section(figures: dict[str, Any]) -> str:
         "",
         "**Render** of each stack: the Pulumi program under the mock engine, every manifest, dashboard, rules, "
         "scrape-config, datasource and Job file built in memory (median of 5 after a warm-up), and the whole "
-        "CLI once (`python -m infra.render --stack X`: interpreter start, imports, render, schema check, write).",
+        "CLI once (`python -m infra.offline.render --stack X`: interpreter start, imports, render, schema check, "
+        "write).",
         "",
         "| stack | Pulumi resources | Kubernetes objects | files | render in-process | CLI end to end |",
         "|---|---:|---:|---:|---:|---:|",
@@ -142,7 +144,7 @@ def section(figures: dict[str, Any]) -> str:
     ratio = figures["library_ms"] / figures["ours_same_ms"]
     lines += [
         "",
-        f"**Strict schema check** (`infra/kube_validate.py`, prod stack, Kubernetes {figures['version']}, "
+        f"**Strict schema check** (`infra/offline/schema_check.py`, prod stack, Kubernetes {figures['version']}, "
         f"{figures['objects']} objects incl. patches and custom resources):",
         "",
         "| what | per manifest |",

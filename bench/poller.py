@@ -230,7 +230,7 @@ async def _scrape_loop(host: str, port: int, deadline: float, latencies: list[fl
             response = await asyncio.wait_for(reader.read(), timeout=30)
             writer.close()
             page_ok = catalog.GPU_POLLER_DEVICES.name.encode() in response
-            if not response.startswith(b"HTTP/1.0 200") or not page_ok:
+            if not response.startswith((b"HTTP/1.0 200", b"HTTP/1.1 200")) or not page_ok:
                 errors.append(response[:80].decode(errors="replace"))
                 continue
         except (TimeoutError, OSError) as err:

@@ -25,6 +25,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from prometheus_client.parser import text_string_to_metric_families
+
+from bench._prometheus import PrometheusApi
 from bench._report import BENCHMARKS, write_section
 from bench.fleet.data import FleetShape
 from bench.fleet.live import (
@@ -38,7 +41,7 @@ from bench.fleet.live import (
 from bench.fleet.query_timing import GroupTiming
 from bench.fleet.shards import TargetServers, start_topology
 from bench.fleet.values import Patterns
-from observability.config import ObservabilityConfig
+from observability.config import ObservabilityConfig, RemoteWrite
 from observability.rules import Tier, tier_rule_groups
 from observability.rules.render import dump_groups
 
@@ -66,12 +69,36 @@ class AdvancingPages:
         return "".join(f"{prefix}{values[at]}\n" for prefix, values in lines).encode()
 
 
+def _self_metrics(api: PrometheusApi) -> dict[str, float]:
+    """The sums of the remote-write and head-series counters a Prometheus exposes about itself."""
+    status, body = api.get_raw("/metrics")
+    if status != 200:
+        raise RuntimeError(f"/metrics answered HTTP {status}")
+    wanted = {"prometheus_remote_storage_samples_total", "prometheus_tsdb_head_series",
+              "prometheus_remote_storage_bytes_total"}  # fmt: skip
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(body.decode()):
+        for sample in family.samples:
+            if sample.name in wanted:
+                key = sample.name + "/" + sample.labels.get("remote_name", "")
+                out[key] = out.get(key, 0.0) + float(sample.value)
+    return out
+
+
 @dataclass(frozen=True)
 class ShardRun:
     shards: int
     targets_per_shard: tuple[int, ...]
     per_shard: tuple[tuple[GroupTiming, ...], ...]  # each shard's shard-tier groups
     global_tier: tuple[GroupTiming, ...]  # the global tier's groups, the baseline last
+    nodes: int = 0
+    interval: int = 15
+    # Per remote-write mode (the first is `global_tier`'s): its global tier's groups, the samples
+    # per second every shard together wrote to it, and its head series.
+    modes: tuple[RemoteWrite, ...] = ()
+    global_by_mode: tuple[tuple[GroupTiming, ...], ...] = ()
+    samples_per_second: tuple[float, ...] = ()
+    head_series: tuple[int, ...] = ()
 
     @property
     def fleet_read_ms(self) -> float:
@@ -81,7 +108,9 @@ class ShardRun:
         return baseline.rule_ms[0][1]
 
 
-def run_shards(root: Path, shape: FleetShape, shards: int, warmup: float) -> ShardRun:
+def run_shards(
+    root: Path, shape: FleetShape, shards: int, warmup: float, modes: tuple[RemoteWrite, ...] = (RemoteWrite.ALL,)
+) -> ShardRun:
     cfg = ObservabilityConfig(shards=shards, cluster="bench", clusters=("bench",))
     interval = shape.interval_seconds
     collect_wait = (EVALUATIONS + 4) * interval * 2
@@ -93,37 +122,62 @@ def run_shards(root: Path, shape: FleetShape, shards: int, warmup: float) -> Sha
     print(f"  {shards} shard(s): {len(fleet)} targets on their own ports ...", flush=True)
     pages = AdvancingPages(fleet, interval)
     with TargetServers(len(fleet), pages.page) as servers:
-        topology = start_topology(root / f"shards-{shards}", cfg, servers, [t.labels for t in fleet],
-                                  reference=False, rules=rules)  # fmt: skip
+        topology = start_topology(root / f"shards-{shape.nodes}-{shards}", cfg, servers, [t.labels for t in fleet],
+                                  reference=False, rules=rules, modes=modes)  # fmt: skip
         try:
             topology.wait_scraping(len(fleet), timeout=120)
             time.sleep(warmup)
             shard_names = [str(g["name"]) for g in tiers[Tier.SHARD]]
             global_names = [str(g["name"]) for g in global_groups]
             # Every server's evaluations are recorded over the same minutes (one thread each).
-            with ThreadPoolExecutor(max_workers=len(topology.shards) + 1) as pool:
+            before, started = [_self_metrics(s.api) for s in topology.shards], time.monotonic()
+            with ThreadPoolExecutor(max_workers=len(topology.servers)) as pool:
                 shard_seen = [
                     pool.submit(collect_group_evaluations, s.api, shard_names, EVALUATIONS, collect_wait)
                     for s in topology.shards
                 ]
-                global_seen = pool.submit(
-                    collect_group_evaluations, topology.global_tier.api, global_names, EVALUATIONS, collect_wait
-                )
+                global_seen = [
+                    pool.submit(collect_group_evaluations, g.api, global_names, EVALUATIONS, collect_wait)
+                    for g in topology.global_tiers.values()
+                ]
                 per_shard = [
                     tuple(group_timings(s.api, seen.result(), tiers[Tier.SHARD]))
                     for s, seen in zip(topology.shards, shard_seen, strict=True)
                 ]
-                global_timed = tuple(group_timings(topology.global_tier.api, global_seen.result(), global_groups))
+                by_mode = tuple(
+                    tuple(group_timings(g.api, seen.result(), global_groups))
+                    for g, seen in zip(topology.global_tiers.values(), global_seen, strict=True)
+                )
+            after, elapsed = [_self_metrics(s.api) for s in topology.shards], time.monotonic() - started
+            key = "prometheus_remote_storage_samples_total/"
+            rates = tuple(
+                sum(a.get(key + m.value, 0.0) - b.get(key + m.value, 0.0) for a, b in zip(after, before, strict=True))
+                / elapsed
+                for m in topology.global_tiers
+            )
+            heads = tuple(
+                int(_self_metrics(g.api).get("prometheus_tsdb_head_series/", 0)) for g in topology.global_tiers.values()
+            )
             counts = [len(s.api.get("/api/v1/targets", {"state": "active"})["activeTargets"]) for s in topology.shards]
         finally:
             topology.stop()
-    run = ShardRun(shards, tuple(counts), tuple(per_shard), global_timed)
+    run = ShardRun(shards, tuple(counts), tuple(per_shard), by_mode[0], shape.nodes, interval,
+                   tuple(topology.global_tiers), by_mode, rates, heads)  # fmt: skip
     for i, timed in enumerate(run.per_shard):
         total = sum(g.total.median_ms for g in timed if not g.total.error)
         print(f"    shard {i}: {run.targets_per_shard[i]} targets, shard tier {total:.0f} ms an evaluation", flush=True)
-    total = sum(g.total.median_ms for g in run.global_tier if g.name != BASELINE_GROUP and not g.total.error)
-    print(f"    global tier {total:.0f} ms an evaluation; whole-fleet read {run.fleet_read_ms:.0f} ms", flush=True)
+    for mode, timed, rate, head in zip(
+        run.modes, run.global_by_mode, run.samples_per_second, run.head_series, strict=True
+    ):
+        total = _global_ms(timed)
+        print(f"    global tier ({mode.value}) {total:.0f} ms an evaluation, {rate:.0f} samples/s written to it, "
+              f"{head} head series", flush=True)  # fmt: skip
+    print(f"    whole-fleet read {run.fleet_read_ms:.0f} ms", flush=True)
     return run
+
+
+def _global_ms(timed: tuple[GroupTiming, ...]) -> float:
+    return sum(g.total.median_ms for g in timed if g.name != BASELINE_GROUP and not g.total.error)
 
 
 def _reads(ms: float, read: float) -> str:
@@ -197,13 +251,79 @@ def render(runs: list[ShardRun], shape: FleetShape, command: str, machine: str, 
     return "\n".join(lines) + "\n"
 
 
+SCALING_BEGIN = "<!-- sharded-scaling:begin (written by `python -m bench.shards --scaling`) -->"
+SCALING_END = "<!-- sharded-scaling:end -->"
+
+
+def render_scaling(runs: list[ShardRun], shape: FleetShape, command: str, machine: str, warmup: float) -> str:
+    """The "Sharded fleet at scale" section: per fleet size, each shard's tier and the global tier's
+    cost in both remote-write modes, and what the shards write to each global tier."""
+    lines = [
+        SCALING_BEGIN,
+        "## Sharded fleet at scale: partial aggregation",
+        "",
+        f"Command: `{command}` ({machine}). {shape.gpus_per_node} GPUs a node, {shape.training_jobs} training "
+        "jobs, every target on its own 127.0.0.1 port, scraped by the shards (`hashmod` on the node); each shard "
+        "evaluates `rules-shard.yaml` (its partials included) and remote-writes to two global Prometheus "
+        "servers at once, one receiving everything (`remoteWrite: all`) and one the aggregates "
+        "(`remoteWrite: aggregates`), both evaluating the same `rules-global.yaml`. After "
+        f"{warmup:.0f} s of scraping, the median of {EVALUATIONS} evaluations of each group as each server's rule "
+        "manager timed it; samples/s from the shards' `prometheus_remote_storage_samples_total` over the same "
+        "minutes. Every process shares this machine's cores (the machine is shared with other work): compare "
+        "within a run.",
+        "",
+        "| nodes (GPUs) | shards | targets per shard | slowest / fastest shard tier | global tier, all | "
+        "global tier, aggregates | share of interval (aggregates) | samples/s written, all | "
+        "samples/s, aggregates | all / aggregates | head series, all / aggregates |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in runs:
+        totals = [sum(t.total.median_ms for t in shard if not t.total.error) for shard in r.per_shard]
+        by = dict(zip(r.modes, r.global_by_mode, strict=True))
+        rate = dict(zip(r.modes, r.samples_per_second, strict=True))
+        head = dict(zip(r.modes, r.head_series, strict=True))
+        g_all = _global_ms(by[RemoteWrite.ALL]) if RemoteWrite.ALL in by else math.nan
+        g_agg = _global_ms(by[RemoteWrite.AGGREGATES]) if RemoteWrite.AGGREGATES in by else math.nan
+        r_all, r_agg = rate.get(RemoteWrite.ALL, math.nan), rate.get(RemoteWrite.AGGREGATES, math.nan)
+        lines.append(
+            f"| {r.nodes:,} ({r.nodes * shape.gpus_per_node:,}) | {r.shards} | "
+            f"{', '.join(map(str, r.targets_per_shard))} | {_ms(max(totals))} / {_ms(min(totals))} ms | "
+            f"{_ms(g_all)} ms | {_ms(g_agg)} ms | {100 * g_agg / (1000 * r.interval):.1f} % | {r_all:,.0f} | "
+            f"{r_agg:,.0f} | {r_all / r_agg:.1f}x | {head.get(RemoteWrite.ALL, 0):,} / "
+            f"{head.get(RemoteWrite.AGGREGATES, 0):,} |"
+        )
+    if len(runs) > 1:
+        first, last = runs[0], runs[-1]
+        growth = {
+            m.value: _global_ms(last.global_by_mode[i]) / _global_ms(first.global_by_mode[i])
+            for i, m in enumerate(first.modes)
+        }
+        shard_growth = max(sum(t.total.median_ms for t in s if not t.total.error) for s in last.per_shard) / max(
+            sum(t.total.median_ms for t in s if not t.total.error) for s in first.per_shard
+        )
+        targets = max(last.targets_per_shard) / max(first.targets_per_shard)
+        lines += [
+            "",
+            f"From {first.nodes:,} to {last.nodes:,} nodes ({last.nodes / first.nodes:.1f}x): the global tier's "
+            "evaluation grows "
+            + ", ".join(f"{v:.2f}x ({k})" for k, v in growth.items())
+            + f"; the slowest shard's tier {shard_growth:.2f}x for {targets:.2f}x the targets of its shard.",
+        ]
+    lines += ["", SCALING_END]
+    return "\n".join(lines) + "\n"
+
+
 def _machine() -> str:
     return f"{os.cpu_count()} CPU cores, {platform.machine()}, Prometheus 2.42 (Debian)"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.shards", description=__doc__)
-    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--nodes", default="1000", help="comma-separated node counts (default 1000)")
+    parser.add_argument(
+        "--scaling", action="store_true",
+        help="both remote-write modes at each node count (the 'Sharded fleet at scale' section)",
+    )  # fmt: skip
     parser.add_argument("--gpus-per-node", type=int, default=8)
     parser.add_argument("--jobs", type=int, default=50, help="concurrent training jobs")
     parser.add_argument("--shards", default="1,2,4", help="comma-separated shard counts (default 1,2,4)")
@@ -213,18 +333,31 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv if argv is not None else [])
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # one listening socket per target
-    shape = FleetShape(args.nodes, args.gpus_per_node, args.jobs)
+    nodes = sorted({int(n) for n in str(args.nodes).split(",") if n})
     counts = sorted({int(n) for n in args.shards.split(",") if n})
-    print(f"sharded fleet: {shape.nodes} nodes, shards {counts}", flush=True)
-    with tempfile.TemporaryDirectory(prefix="shards-bench-", dir=args.workdir) as scratch:
-        runs = [run_shards(Path(scratch), shape, n, args.warmup) for n in counts]
     command = "make bench" if argv is None else "python -m bench.shards " + " ".join(argv)
-    section = render(runs, shape, command, _machine(), args.warmup)
+    print(f"sharded fleet: {nodes} nodes, shards {counts}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="shards-bench-", dir=args.workdir) as scratch:
+        if args.scaling:
+            modes = (RemoteWrite.ALL, RemoteWrite.AGGREGATES)
+            runs = [
+                run_shards(Path(scratch), FleetShape(n, args.gpus_per_node, args.jobs), s, args.warmup, modes)
+                for n in nodes
+                for s in counts
+            ]
+        else:
+            shape = FleetShape(nodes[0], args.gpus_per_node, args.jobs)
+            runs = [run_shards(Path(scratch), shape, n, args.warmup) for n in counts]
+    shape = FleetShape(nodes[0], args.gpus_per_node, args.jobs)
+    if args.scaling:
+        section, markers = render_scaling(runs, shape, command, _machine(), args.warmup), (SCALING_BEGIN, SCALING_END)
+    else:
+        section, markers = render(runs, shape, command, _machine(), args.warmup), (BEGIN, END)
     if args.no_write:
         print(section)
     else:
-        write_section(section, BEGIN, END)
-        print(f"shards: wrote the Sharded fleet section of {BENCHMARKS}")
+        write_section(section, *markers)
+        print(f"shards: wrote the section {markers[0]} of {BENCHMARKS}")
     return 0
 
 

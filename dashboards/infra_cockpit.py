@@ -9,8 +9,9 @@ monitoring's own health (pollers up against GPU nodes, NVML down, GPUs enumerate
 answering, the project's rule groups' cost, the pollers' scrape duration: what the
 `ml_monitoring_health` alerts watch); the poller's own health per node (NVML reachable, collection
 time and failures, driver versions); GPU hardware health; the fleet's profiling figures (GPM: SM
-and tensor activity, interconnect traffic); and the "Trace Health" row from Tempo's metrics
-generator.
+and tensor activity, interconnect traffic); GPU allocation and the fleet's training efficiency
+(GPU-hours by bottleneck verdict, the jobs wasting the most GPU-hours, GPU models without a known
+peak); and the "Trace Health" row from Tempo's metrics generator.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 from dashboards import panels, variables
 from dashboards.layout import DashboardSpec, Row, assemble
-from dashboards.panels import GREEN, RED, YELLOW, Common, Query, Thresholds, traces
+from dashboards.panels import GREEN, RED, YELLOW, Common, Query, Thresholds, efficiency, traces
 from observability import alert_links, catalog, promql
 from observability.config import ObservabilityConfig
 from observability.rules import dashboard_recording as rec
@@ -494,6 +495,18 @@ def _gpu_allocation(cfg: ObservabilityConfig) -> Row:
     )
 
 
+def _training_efficiency() -> Row:
+    return Row(
+        "Training Efficiency",
+        [
+            efficiency.gpu_hours_by_verdict(),
+            efficiency.jobs_wasting_gpu_hours(WORST),
+            efficiency.unknown_gpu_models(),
+            efficiency.gpus_by_verdict(),
+        ],
+    )
+
+
 def _trace_health() -> Row:
     return Row(
         "Trace Health",
@@ -533,6 +546,7 @@ def build(cfg: ObservabilityConfig) -> dict[str, Any]:
                 _gpu_hardware(),
                 _gpu_profiling(),
                 _gpu_allocation(cfg),
+                _training_efficiency(),
                 _trace_health(),
             ],
             min_interval=f"{cfg.scrape_interval_seconds}s",

@@ -15,7 +15,20 @@ from typing import Any
 
 from dashboards import panels, variables
 from dashboards.layout import DashboardSpec, Row, assemble
-from dashboards.panels import BLUE, GREEN, RED, YELLOW, Common, Query, Thresholds, checkpoint, gpm, gpu, training
+from dashboards.panels import (
+    BLUE,
+    GREEN,
+    RED,
+    YELLOW,
+    Common,
+    Query,
+    Thresholds,
+    checkpoint,
+    efficiency,
+    gpm,
+    gpu,
+    training,
+)
 from dashboards.threshold_steps import (
     GOOD_TRAINING_SPEED,
     gpu_memory_steps,
@@ -347,6 +360,8 @@ def _cost_and_energy(cfg: ObservabilityConfig) -> Row:
                 ),
                 [Query(promql.selector(jobs.JOB_KWH.record, (MODEL,)), "{{model_type}} {{job_id}}", instant=True)],
             ),
+            efficiency.badput_cost_per_job(cfg, MODEL),
+            efficiency.checkpoint_storage_cost_24h(cfg, MODEL),
         ],
     )
 

@@ -13,14 +13,28 @@ from __future__ import annotations
 
 from typing import Any
 
-from dashboards import panels, variables
+from dashboards import panels, training_workloads, variables
 from dashboards.layout import DashboardSpec, Row, assemble
-from dashboards.panels import BLUE, GREEN, RED, YELLOW, Common, Query, Thresholds, checkpoint, gpm, gpu, training
+from dashboards.panels import (
+    BLUE,
+    GREEN,
+    RED,
+    YELLOW,
+    Common,
+    Query,
+    Thresholds,
+    checkpoint,
+    distributed,
+    efficiency,
+    gpm,
+    gpu,
+    training,
+)
 from dashboards.threshold_steps import gpu_memory_ratio_steps, gpu_utilization_steps, temperature_steps
 from observability import alert_links, catalog, promql
 from observability.config import ObservabilityConfig
 from observability.rules import dashboard_recording as rec
-from observability.rules import jobs
+from observability.rules import goodput, jobs
 from observability.rules.model import RecordingRule
 from observability.thresholds import Thresholds as AlertThresholds
 
@@ -111,7 +125,21 @@ def _training_progress() -> Row:
             panels.timeseries(
                 Common(
                     "Epoch Loss and Validation Loss",
-                    "Best training loss (solid) and validation loss (dashed) of each fold.",
+                    "Training loss (solid) and validation loss (dashed) of each job's latest epoch: there from the "
+                    "first epoch, also for a job that dies in its first fold.",
+                    "none",
+                    w=12,
+                ),
+                [
+                    Query(promql.gauge(catalog.TRAINING_LOSS, (MODEL,)), f"{JOB_LEGEND} loss"),
+                    Query(promql.gauge(catalog.TRAINING_VALIDATION_LOSS, (MODEL,)), f"{JOB_LEGEND} validation"),
+                ],
+                dashed_refs=("B",),
+            ),
+            panels.timeseries(
+                Common(
+                    "Best Loss per Fold",
+                    "Best training loss (solid) and validation loss (dashed) of each finished fold.",
                     "none",
                     w=12,
                 ),
@@ -335,6 +363,21 @@ def _this_jobs_gpus(cfg: ObservabilityConfig) -> Row:
                 currency_unit(cfg),
                 jobs.JOB_COST,
             ),
+            so_far(
+                f"Badput Cost So Far ({cfg.currency})",
+                "The share of the estimated cost spent outside productive training steps (waiting for data, "
+                f"checkpoints, collectives, evaluation, start-up, redone work, idle). {estimate}",
+                currency_unit(cfg),
+                goodput.BADPUT_COST,
+            ),
+            so_far(
+                f"Checkpoint Storage Cost ({cfg.currency})",
+                f"Checkpoint bytes the job has saved, each kept {cfg.checkpoint_retention_days:g} days at "
+                f"{cfg.checkpoint_storage_price_per_gb_month:g} {cfg.currency} per GB-month (stack settings "
+                "checkpointStoragePricePerGBMonth, checkpointRetentionDays): an estimate, not an invoice.",
+                currency_unit(cfg),
+                goodput.CHECKPOINT_STORAGE_COST,
+            ),
         ],
     )
 
@@ -446,6 +489,11 @@ def _timing() -> Row:
         )
 
     job_duration = rec.TRAINING_JOB_DURATION_SECONDS_BUCKET_RATE1H
+    # Finished jobs: end - start; running ones: now - start.
+    per_job = ("model_type", "job_id")
+    started = promql.aggregate("max", per_job, promql.gauge(catalog.TRAINING_JOB_START_TIMESTAMP_SECONDS, (MODEL,)))
+    ended = promql.aggregate("max", per_job, promql.gauge(catalog.TRAINING_JOB_END_TIMESTAMP_SECONDS, (MODEL,)))
+    job_elapsed = f"({ended} - {started})\nor\n(time() - {started})"
     return Row(
         "Timing",
         [
@@ -464,17 +512,24 @@ def _timing() -> Row:
             panels.timeseries(
                 Common(
                     "Training Job Duration",
-                    "Median and 95th percentile duration of jobs that ended in the last hour.",
+                    "How long each job has run (solid; a finished job's line holds its duration until its pod "
+                    "is gone) and the median and 95th percentile duration of the jobs that ended in the last "
+                    "hour, per model type (dashed).",
                     "s",
                     w=12,
+                    min=0,
                 ),
                 [
-                    Query(
-                        promql.recorded_quantile(q, job_duration.record, (MODEL,), ("model_type",)),
-                        f"p{round(q * 100)} {{{{model_type}}}}",
-                    )
-                    for q in (0.5, 0.95)
+                    Query(job_elapsed, JOB_LEGEND),
+                    *(
+                        Query(
+                            promql.recorded_quantile(q, job_duration.record, (MODEL,), ("model_type",)),
+                            f"p{round(q * 100)} {{{{model_type}}}} ended",
+                        )
+                        for q in (0.5, 0.95)
+                    ),
                 ],
+                dashed_refs=("B", "C"),
             ),
             training.jobs_by_status_over_time(w=12),
         ],
@@ -484,7 +539,6 @@ def _timing() -> Row:
 def _steps_and_time() -> Row:
     per_rank = ("model_type", "job_id", "rank")
     job = (MODEL, JOB_ID)
-    phase_rate = promql.rate(catalog.TRAINING_PHASE_SECONDS_TOTAL, job)
     rank_legend = "{{job_id}} rank {{rank}}"
     return Row(
         "Steps and Time",
@@ -527,7 +581,7 @@ def _steps_and_time() -> Row:
                     "Throughput",
                     "Samples and tokens per second of $job_id, all ranks together.",
                     "short",
-                    w=12,
+                    w=24,
                     min=0,
                 ),
                 [
@@ -541,24 +595,112 @@ def _steps_and_time() -> Row:
                     ),
                 ],
             ),
+        ],
+    )
+
+
+def _verdict(cfg: ObservabilityConfig) -> Row:
+    one = (JOB_ID,)
+    return Row(
+        "Is the GPU Maxed Out?",
+        [
+            efficiency.verdict(cfg.thresholds, one),
+            efficiency.mfu(one),
+            efficiency.goodput_now_and_so_far(one),
+            efficiency.gpu_busy(one),
+            efficiency.time_by_phase(one),
+            efficiency.mfu_and_goodput(one),
+        ],
+    )
+
+
+def _distributed_ranks(cfg: ObservabilityConfig) -> Row:
+    """The ranks of $job_id side by side: who computes slowest, who waits, whether the job hangs,
+    what the collectives move; then every straggling rank of the fleet."""
+    job = (MODEL, JOB_ID)
+    return Row(
+        "Distributed Ranks",
+        [
+            distributed.compute_per_step(job, w=8),
+            distributed.collective_wait(job, w=8),
+            distributed.straggler_excess(cfg, job, w=8),
+            distributed.hang_status(cfg, job, w=6),
+            distributed.ranks_table(job, w=18),
+            distributed.bandwidth(job, w=8),
+            distributed.collectives_per_second(job, w=8),
+            distributed.communication_share(cfg, job, w=8),
+            distributed.fleet_stragglers(cfg, (MODEL,), w=24),
+        ],
+    )
+
+
+def _optimization() -> Row:
+    # One job ($job_id), as the PyTorch integration reports it (`integrations.torch.watch`).
+    job = (MODEL, JOB_ID)
+    per_job = ("model_type", "job_id")
+    step_phases = (*job, 'phase=~"data_wait|compute"')
+    phase_seconds = promql.rate(catalog.TRAINING_PHASE_SECONDS_TOTAL, step_phases)
+    per_step = (
+        f"{promql.aggregate('sum', (*per_job, 'phase'), phase_seconds)}\n/ ignoring(phase) group_left\n"
+        f"{promql.aggregate('sum', per_job, promql.rate(catalog.TRAINING_STEPS_TOTAL, job))}"
+    )
+    return Row(
+        "Optimization",
+        [
             panels.timeseries(
                 Common(
-                    "Time by Phase",
-                    "Share of $job_id's wall time (all ranks) in each phase: compute, waiting for data, collectives, "
-                    "checkpoints, evaluation, redone (lost) work, start-up and idle.",
-                    "percentunit",
-                    w=12,
-                    min=0,
-                    max=1,
+                    "Loss per Step",
+                    "Mean training loss of $job_id over the steps between two checks of the PyTorch integration "
+                    "(per epoch: Epoch Loss and Validation Loss).",
+                    "none",
+                    w=24,
                 ),
-                [
-                    Query(
-                        f"{promql.aggregate('sum', ('phase',), phase_rate)} / ignoring(phase) group_left "
-                        f"{promql.aggregate('sum', (), phase_rate)}",
-                        "{{phase}}",
-                    )
-                ],
+                [Query(promql.gauge(catalog.TRAINING_STEP_LOSS, job), "{{job_id}} step loss")],
+            ),
+            panels.timeseries(
+                Common(
+                    "Time per Step: Data Wait and Compute",
+                    "Seconds each optimizer step of $job_id waited for data (the loader's next()) and computed, "
+                    "per rank on average: a data wait near the compute time means the input pipeline is the "
+                    "bottleneck.",
+                    "s",
+                    w=8,
+                    min=0,
+                ),
+                [Query(per_step, "{{job_id}} {{phase}}")],
                 stacked=True,
+            ),
+            panels.timeseries(
+                Common(
+                    "Learning Rate",
+                    "Learning rate of each optimizer parameter group of $job_id.",
+                    "none",
+                    w=8,
+                    min=0,
+                ),
+                [Query(promql.gauge(catalog.TRAINING_LEARNING_RATE, job), "{{job_id}} {{param_group}}")],
+            ),
+            panels.timeseries(
+                Common(
+                    "Gradient Norm",
+                    "Global L2 norm of $job_id's gradients at each check: spikes precede divergence, a collapse "
+                    "to zero means vanishing gradients.",
+                    "none",
+                    w=8,
+                    min=0,
+                ),
+                [Query(promql.gauge(catalog.TRAINING_GRADIENT_NORM, job), "{{job_id}}")],
+            ),
+            panels.prometheus_table(
+                Common(
+                    "Hyperparameters",
+                    "Batch size, optimizer, precision and learning-rate schedule of the jobs: compare throughput "
+                    "and loss across them.",
+                    "none",
+                    w=24,
+                ),
+                [Query(promql.gauge(catalog.TRAINING_HYPERPARAMETERS_INFO, (MODEL,)), instant=True, format="table")],
+                hidden_columns=("Value", "__name__", "instance", "job", "pod", "service"),
             ),
         ],
     )
@@ -577,11 +719,12 @@ def build(cfg: ObservabilityConfig) -> dict[str, Any]:
                 variables.label_values(
                     "fold", "Fold", promql.selector(catalog.TRAINING_FOLD_LOSS.name, (MODEL,)), "fold"
                 ),
-                # One job: the "This Job's GPUs" row follows it (Grafana starts on the first job).
+                # One job: the per-job rows follow it (Grafana starts on the first job). Every process
+                # of every job exports its rank info, CPU-only jobs included.
                 variables.label_values(
                     "job_id",
                     "Job",
-                    promql.selector(jobs.JOB_GPUS.record, (MODEL,)),
+                    promql.selector(catalog.TRAINING_RANK_INFO.name, (MODEL,)),
                     "job_id",
                     multi=False,
                     include_all=False,
@@ -598,12 +741,17 @@ def build(cfg: ObservabilityConfig) -> dict[str, Any]:
                 ),
             ],
             rows=[
+                _verdict(cfg),
                 _active_jobs(),
                 _training_progress(),
                 _steps_and_time(),
+                _distributed_ranks(cfg),
+                _optimization(),
                 _this_jobs_gpus(cfg),
                 _gpu_resources(cfg.thresholds),
                 _model_quality(),
+                training_workloads.reinforcement_learning(),
+                training_workloads.hyperparameter_search(),
                 _checkpoints(),
                 _data_pipeline(),
                 _errors(),

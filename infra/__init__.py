@@ -1,6 +1,7 @@
-"""The Pulumi program, in one direction: typed settings (`infra.settings`) -> components and the
-program (`infra.components`, `infra.artifacts`, `infra.program`) -> the rendered result
-(`infra.result`) -> offline checks (`infra.checks`) -> the render CLI (`infra.render`)."""
+"""The Pulumi program, in one direction: typed settings (`infra.settings`) -> components
+(`infra.components`) -> the content generated once per config (`infra.generated_content`) -> the
+program (`infra.program`, run by `infra/__main__.py`). The offline tooling around it (render,
+checks, schema check, review diff, regenerate, mock engine) is `infra.offline`, never deployed."""
 
 from pathlib import Path
 

@@ -11,7 +11,7 @@ The guard refuses a stack whose provider would not use the context its config na
   from `kubeContext` (render, preview and up);
 - under `pulumi preview`/`up`, a kubeconfig that has no such context (the ambient one from
   `$KUBECONFIG` or `~/.kube/config`, or the stack's secret one);
-- in the render, a Kubernetes resource registered with any other provider (`infra.checks`).
+- in the render, a Kubernetes resource registered with any other provider (`infra.offline.checks`).
 """
 
 from __future__ import annotations

@@ -14,17 +14,23 @@ import pulumi
 from pulumi.runtime import mocks
 from pulumi.runtime import settings as runtime_settings
 
-from infra import components, generated
+from infra import components, generated_content
 from infra.components import (
     AlertRoutingArgs,
     AlertRulesArgs,
     GpuPollerArgs,
     GrafanaProvisioningArgs,
+    NetworkIsolationArgs,
     OtelExport,
+    OwnedPods,
+    ScrapeCredentialsArgs,
     ScrapeDiscoveryArgs,
     ServiceScrapeArgs,
     TrainingJobArgs,
+    gpu_poller,
+    training_job,
 )
+from infra.components.scrape_credentials import exporter_web
 from infra.components.scrape_discovery import watched_namespaces
 from infra.components.training_job import usage
 from infra.kube_provider import guard_live_run, kubernetes_provider
@@ -42,16 +48,43 @@ class ComponentArgs:
     alert_rules: AlertRulesArgs
     alert_routing: AlertRoutingArgs
     grafana: GrafanaProvisioningArgs
+    network: NetworkIsolationArgs
+    scrape_credentials: ScrapeCredentialsArgs | None  # with scrapeSecurity
 
 
 def component_args(settings: Settings) -> ComponentArgs:
     """Every component's Args, from the settings and the content generated from them."""
     cfg = settings.observability_config()
-    gen = generated.generated(cfg)
+    gen = generated_content.generated(cfg)
     ns = settings.namespaces
     labels = settings.common_labels
     otel = OtelExport(environment=settings.environment, otlp_grpc_endpoint=settings.endpoints.tempo_otlp_grpc)
     scrape = settings.scrape
+    security = cfg.scrape_security
+    poller_web_secret = f"{gpu_poller.CONTAINER}-web-config"
+    training_web_secret = f"{settings.training_job.name}-web-config"
+    training = TrainingJobArgs(
+        job=settings.training_job, cfg=cfg, namespace=ns.training, otel=otel, common_labels=labels,
+        web=exporter_web(security, training_web_secret) if security else None,
+    )  # fmt: skip
+    poller = GpuPollerArgs(
+        poller=settings.poller, namespace=ns.monitoring, service=cfg.gpu_poller_service,
+        project=settings.project, stack=settings.stack, common_labels=labels,
+        critical_scrape=critical_scrape_annotations(cfg),
+        web=exporter_web(security, poller_web_secret) if security else None,
+    )  # fmt: skip
+    owned = (
+        OwnedPods(
+            name=gpu_poller.CONTAINER, app=cfg.gpu_poller_service, namespace=ns.monitoring,
+            pod_selector=gpu_poller.selector_labels(poller), metrics_port=settings.poller.port, egress=False,
+        ),
+        OwnedPods(
+            name=settings.training_job.name, app=cfg.training_job_service, namespace=ns.training,
+            pod_selector=training_job.pod_selector(training), metrics_port=settings.training_job.metrics_port,
+            metrics_ports=settings.training_job.processes_per_node,
+            egress=True, peers_within=True,
+        ),
+    )  # fmt: skip
     return ComponentArgs(
         service_scrape=ServiceScrapeArgs(
             services=settings.services, namespace=ns.platform, otel=otel,
@@ -61,14 +94,8 @@ def component_args(settings: Settings) -> ComponentArgs:
             scrape=scrape, cfg=cfg, watched_namespaces=watched_namespaces(ns), namespace=ns.monitoring,
             common_labels=labels,
         ),
-        training_job=TrainingJobArgs(
-            job=settings.training_job, cfg=cfg, namespace=ns.training, otel=otel, common_labels=labels
-        ),
-        gpu_poller=GpuPollerArgs(
-            poller=settings.poller, namespace=ns.monitoring, service=cfg.gpu_poller_service,
-            project=settings.project, stack=settings.stack, common_labels=labels,
-            critical_scrape=critical_scrape_annotations(cfg),
-        ),
+        training_job=training,
+        gpu_poller=poller,
         alert_rules=AlertRulesArgs(
             groups=gen.rule_groups, rules_file_yaml=gen.rules_yaml, mode=scrape.mode,
             operator_selector=scrape.operator_selector, namespace=ns.monitoring, common_labels=labels,
@@ -79,9 +106,19 @@ def component_args(settings: Settings) -> ComponentArgs:
             namespace=ns.monitoring, common_labels=labels,
         ),
         grafana=GrafanaProvisioningArgs(
-            datasources_yaml=generated.stack_datasources_yaml(settings), dashboards=gen.dashboards,
+            datasources_yaml=generated_content.stack_datasources_yaml(settings), dashboards=gen.dashboards,
             folder=cfg.grafana_folder, namespace=settings.grafana.namespace, common_labels=labels,
         ),
+        network=NetworkIsolationArgs(
+            pods=owned, prometheus_namespace=scrape.prometheus_namespace,
+            prometheus_pod_selector=scrape.prometheus_pod_selector, common_labels=labels,
+        ),
+        scrape_credentials=ScrapeCredentialsArgs(
+            security=security, credential=settings.scrape_credential,
+            prometheus_namespace=scrape.prometheus_namespace,
+            web_config_secrets={ns.monitoring: poller_web_secret, ns.training: training_web_secret},
+            common_labels=labels,
+        ) if security else None,
     )  # fmt: skip
 
 
@@ -97,6 +134,9 @@ def build(settings: Settings) -> None:
     rules = components.AlertRules("alert-rules", args.alert_rules, opts)
     routing = components.AlertRouting("alert-routing", args.alert_routing, opts)
     components.GrafanaProvisioning("grafana", args.grafana, opts)
+    components.NetworkIsolation("network", args.network, opts)
+    if args.scrape_credentials is not None:
+        components.ScrapeCredentials("scrape-credentials", args.scrape_credentials, opts)
     groups = args.alert_rules.groups
     export_stack_outputs(
         settings,

@@ -437,6 +437,29 @@ CHECKPOINT_LAST_GOOD_TIMESTAMP_SECONDS = Metric(
     JOB,
     _T,
 )
+CHECKPOINT_WRITTEN_BYTES_TOTAL = Metric(
+    "ml_checkpoint_written_bytes_total",
+    MetricType.COUNTER,
+    "bytes",
+    "Bytes of checkpoints this rank saved successfully (what checkpoint storage is billed for).",
+    RANK_JOB,
+    _T,
+)
+
+# --- Training efficiency: model FLOPs (the numerator of model FLOPs utilization) ------------------
+# The values of the model-FLOPs counter's `precision` label: fp32 on CUDA cores, the others on
+# tensor cores (the peak-FLOPs table, observability/peak_flops.yaml, is keyed by them too).
+MODEL_FLOPS_PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8")
+TRAINING_MODEL_FLOPS_TOTAL = Metric(
+    "ml_training_model_flops_total",
+    MetricType.COUNTER,
+    "",
+    "Model FLOPs (forward and backward, as torch.utils.flop_counter counts them, or as declared) of the "
+    "training steps this rank completed, by the precision its matrix multiplies run in (fp32, tf32, "
+    "bf16, fp16, fp8).",
+    (*RANK_JOB, "precision"),
+    _T,
+)
 
 # --- E. Model performance ---------------------------------------------------------------------
 MODEL_ACCURACY = Metric(
@@ -502,6 +525,22 @@ TRAINING_JOB_GPU_INFO = Metric(
     (*JOB, "uuid"),
     _T,
 )
+TRAINING_JOB_START_TIMESTAMP_SECONDS = Metric(
+    "ml_training_job_start_timestamp_seconds",
+    MetricType.GAUGE,
+    "seconds",
+    "Unix time the training job started: with the end time, its duration while and after it runs.",
+    JOB,
+    _T,
+)
+TRAINING_JOB_END_TIMESTAMP_SECONDS = Metric(
+    "ml_training_job_end_timestamp_seconds",
+    MetricType.GAUGE,
+    "seconds",
+    "Unix time the training job finished (absent while it runs).",
+    JOB,
+    _T,
+)
 TRAINING_JOB_DURATION_SECONDS = Metric(
     "ml_training_job_duration_seconds",
     MetricType.HISTOGRAM,
@@ -565,6 +604,216 @@ TRAINING_PHASE_SECONDS_TOTAL = Metric(
     "Wall time of this rank by phase (startup, data_wait, compute, collective, checkpoint, evaluation, "
     "lost_work, idle); the phases of a rank sum to its wall time since the job started.",
     (*RANK_JOB, "phase"),
+    _T,
+)
+
+# --- Optimization, per job (the PyTorch integration; bounded labels: no step, no trial) ----------
+# The hyperparameters a job's throughput and loss are compared across, one series per job.
+HYPERPARAMETER_LABELS = ("batch_size", "optimizer", "precision", "lr_schedule")
+TRAINING_STEP_LOSS = Metric(
+    "ml_training_step_loss",
+    MetricType.GAUGE,
+    "",
+    "Mean training loss over the optimizer steps since the previous check (every check interval).",
+    JOB,
+    _T,
+)
+TRAINING_LEARNING_RATE = Metric(
+    "ml_training_learning_rate",
+    MetricType.GAUGE,
+    "",
+    "Learning rate of each optimizer parameter group (by its name, else its index).",
+    (*JOB, "param_group"),
+    _T,
+)
+TRAINING_GRADIENT_NORM = Metric(
+    "ml_training_gradient_norm",
+    MetricType.GAUGE,
+    "",
+    "Global L2 norm of the gradients the optimizer stepped with, at the latest check.",
+    JOB,
+    _T,
+)
+TRAINING_HYPERPARAMETERS_INFO = Metric(
+    "ml_training_hyperparameters_info",
+    MetricType.INFO,
+    "",
+    "1 per job, labelled with its hyperparameters: batch size, optimizer, precision, learning-rate schedule.",
+    (*JOB, *HYPERPARAMETER_LABELS),
+    _T,
+)
+
+# --- Distributed training: where each rank runs, and its collectives -----------------------------
+# `collective`: all_reduce, broadcast, all_gather, reduce_scatter (a DDP gradient bucket is an all_reduce).
+RANK_COLLECTIVE = (*RANK_JOB, "collective")
+TRAINING_RANK_PLACEMENT_INFO = Metric(
+    "ml_training_rank_placement_info",
+    MetricType.INFO,
+    "",
+    "1 for each process of a job: the Kubernetes node it runs on and the GPU (NVML UUID, empty without one) it "
+    "computes on; names the node and GPU of a straggling or stopped rank.",
+    (*RANK_JOB, "node", "uuid"),
+    _T,
+)
+TRAINING_COLLECTIVE_OPERATIONS_TOTAL = Metric(
+    "ml_training_collective_operations_total",
+    MetricType.COUNTER,
+    "",
+    "Collectives this rank completed, by kind.",
+    RANK_COLLECTIVE,
+    _T,
+)
+TRAINING_COLLECTIVE_BYTES_TOTAL = Metric(
+    "ml_training_collective_bytes_total",
+    MetricType.COUNTER,
+    "bytes",
+    "Message bytes of this rank's completed collectives, counted as NCCL's tests count a collective's size "
+    "(all_reduce and broadcast: the buffer; all_gather: the gathered output; reduce_scatter: the input).",
+    RANK_COLLECTIVE,
+    _T,
+)
+TRAINING_COLLECTIVE_BUSY_SECONDS_TOTAL = Metric(
+    "ml_training_collective_busy_seconds_total",
+    MetricType.COUNTER,
+    "seconds",
+    "Wall time during which at least one collective of this kind was in flight on this rank, overlapped with "
+    "compute or not (the exposed part is the rank's `collective` phase); bytes over this time is the rank's "
+    "algorithmic bandwidth.",
+    RANK_COLLECTIVE,
+    _T,
+)
+
+# --- Model-specific: reinforcement learning (DQN, PPO), from the algorithm's own values ---------
+RL_EXPLORATION_RATE = Metric(
+    "ml_rl_exploration_rate",
+    MetricType.GAUGE,
+    "ratio",
+    "Probability (0-1) that the epsilon-greedy policy takes a random action now (DQN).",
+    JOB,
+    _T,
+)
+RL_Q_VALUE = Metric(
+    "ml_rl_q_value",
+    MetricType.GAUGE,
+    "",
+    "Predicted value of the greedy action (the largest Q-value), averaged over the latest observations (DQN).",
+    JOB,
+    _T,
+)
+RL_POLICY_ENTROPY = Metric(
+    "ml_rl_policy_entropy",
+    MetricType.GAUGE,
+    "nats",
+    "Mean entropy of the policy's action distribution in the latest policy update (PPO).",
+    JOB,
+    _T,
+)
+RL_VALUE_LOSS = Metric(
+    "ml_rl_value_loss",
+    MetricType.GAUGE,
+    "",
+    "Value-function loss (mean squared error against the returns) of the latest policy update (PPO).",
+    JOB,
+    _T,
+)
+RL_APPROX_KL = Metric(
+    "ml_rl_approx_kl",
+    MetricType.GAUGE,
+    "nats",
+    "Approximate KL divergence between the policy before and after the latest update (PPO).",
+    JOB,
+    _T,
+)
+RL_CLIP_FRACTION = Metric(
+    "ml_rl_clip_fraction",
+    MetricType.GAUGE,
+    "ratio",
+    "Share (0-1) of samples whose probability ratio was clipped in the latest policy update (PPO).",
+    JOB,
+    _T,
+)
+RL_EXPLAINED_VARIANCE = Metric(
+    "ml_rl_explained_variance",
+    MetricType.GAUGE,
+    "",
+    "Share of the returns' variance the value function explains (1 is perfect, 0 or less predicts nothing).",
+    JOB,
+    _T,
+)
+RL_EPISODE_REWARD = Metric(
+    "ml_rl_episode_reward",
+    MetricType.GAUGE,
+    "",
+    "Mean total reward of the latest episodes (the last 100 by default).",
+    JOB,
+    _T,
+)
+RL_EPISODE_LENGTH = Metric(
+    "ml_rl_episode_length",
+    MetricType.GAUGE,
+    "steps",
+    "Mean length in environment steps of the latest episodes (the last 100 by default).",
+    JOB,
+    _T,
+)
+RL_EPISODES_TOTAL = Metric("ml_rl_episodes_total", MetricType.COUNTER, "", "Episodes completed.", JOB, _T)
+
+# --- Hyperparameter search: one series per study (and trial state), never one per trial ----------
+STUDY = ("model_type", "job_id", "study")
+HPO_TRIALS = Metric(
+    "ml_hpo_trials",
+    MetricType.GAUGE,
+    "",
+    "Trials of the study by state (running, waiting, complete, pruned, failed), as the study's storage holds them.",
+    (*STUDY, "state"),
+    _T,
+)
+HPO_BEST_VALUE = Metric(
+    "ml_hpo_best_value",
+    MetricType.GAUGE,
+    "",
+    "Best objective value of the study's completed trials so far.",
+    STUDY,
+    _T,
+)
+HPO_OBJECTIVE_VALUE = Metric(
+    "ml_hpo_objective_value",
+    MetricType.GAUGE,
+    "",
+    "Objective value of the latest trial this job completed.",
+    STUDY,
+    _T,
+)
+HPO_TRIAL_NUMBER = Metric(
+    "ml_hpo_trial_number",
+    MetricType.GAUGE,
+    "",
+    "Number of the trial this job runs now (or ran last).",
+    STUDY,
+    _T,
+)
+HPO_TRIAL_EPOCH = Metric(
+    "ml_hpo_trial_epoch",
+    MetricType.GAUGE,
+    "",
+    "Latest epoch (reported step) of the trial this job runs now (or ran last).",
+    STUDY,
+    _T,
+)
+HPO_TRIAL_LOSS = Metric(
+    "ml_hpo_trial_loss",
+    MetricType.GAUGE,
+    "",
+    "Latest loss (reported intermediate value) of the trial this job runs now (or ran last).",
+    STUDY,
+    _T,
+)
+HPO_TRIAL_EPOCHS_TOTAL = Metric(
+    "ml_hpo_trial_epochs_total",
+    MetricType.COUNTER,
+    "",
+    "Epochs (reported steps) run by the trials this job finished, by the state they ended in.",
+    (*STUDY, "state"),
     _T,
 )
 

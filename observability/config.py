@@ -1,14 +1,17 @@
 """All settings that rules, dashboards, datasources and scrape configuration share, in one object.
 
-Like the `_config` of the kubernetes-mixin: the Pulumi program maps the typed stack settings
-(`infra/settings.py`) into one `ObservabilityConfig`; every generator takes it and nothing else,
-so a generator never reads stack config itself and tests can build any variant in one line.
+Like the `_config` of the kubernetes-mixin: the stack settings' parsers (`infra/settings/`) fill one
+`ObservabilityConfig`, which the typed `Settings` hold as it is; every generator takes it and
+nothing else, so a generator never reads stack config itself and tests can build any variant in
+one line.
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
+from observability.peak_flops import DEFAULT_PEAK_FLOPS, PeakFlopsTable
 from observability.thresholds import DEFAULT_THRESHOLDS, Thresholds
 
 
@@ -19,6 +22,16 @@ class DatasourceUids:
     prometheus: str = "prometheus"
     loki: str = "loki"
     tempo: str = "tempo"
+
+
+class RemoteWrite(enum.Enum):
+    """What the scrape shards remote-write to the global tier (docs/scaling.md)."""
+
+    # Everything they scrape and record: the global tier answers every query as one server would.
+    ALL = "all"
+    # The partials the global rules combine, the alerts, and the series the dashboards' fleet-wide
+    # panels and the global rules read; per-GPU series stay on the shards (drill-down panels).
+    AGGREGATES = "aggregates"
 
 
 @dataclass(frozen=True)
@@ -132,6 +145,8 @@ class ObservabilityConfig:
     # assigns them and evaluate the shard tier of the rules); 1 is one Prometheus that evaluates
     # every rule.
     shards: int = 1
+    # What the shards remote-write to the global tier (with more than one shard).
+    remote_write: RemoteWrite = RemoteWrite.ALL
     # This stack's cluster: the `cluster` external label of every Prometheus of the stack.
     cluster: str = ""
     # Every cluster whose series the dashboards' Prometheus (the global tier) holds; with more than
@@ -143,5 +158,10 @@ class ObservabilityConfig:
     gpu_hourly_cost_default: float = 2.0
     energy_price_per_kwh: float = 0.15
     currency: str = "USD"
+    # Checkpoint storage: price of a GB kept for a month, and how long each checkpoint is kept.
+    checkpoint_storage_price_per_gb_month: float = 0.023
+    checkpoint_retention_days: float = 30.0
+    # Dense peak FLOP/s by GPU model and precision (observability/peak_flops.yaml): the denominator of MFU.
+    peak_flops: PeakFlopsTable = DEFAULT_PEAK_FLOPS
     # TLS and authentication of the scrapes of the poller and the training jobs; None: plain HTTP.
     scrape_security: ScrapeSecurity | None = None

@@ -20,19 +20,38 @@ Tempo): the files say it needs `--enable-feature=exemplar-storage`, the operator
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
-from observability.config import ObservabilityConfig
+from observability.config import ObservabilityConfig, RemoteWrite
+from observability.partials import PARTIAL_SERIES_REGEX, SHARD_LABEL
 from observability.scrape_config import EXEMPLAR_STORAGE_FEATURE, annotation_scrape_configs, requirement_comment
 
 CLUSTER_LABEL = "cluster"
 # The label of the PrometheusRules of each tier, which the Prometheus resources select by.
 TIER_LABEL = "foxhunt.io/rule-tier"
 REMOTE_WRITE_PATH = "/api/v1/write"  # a Prometheus receiver's (Mimir: /api/v1/push)
+# What the Prometheus Operator's config reloader replaces with the shard's number in the config
+# it generates (the whole file is expanded, remote write included).
+OPERATOR_SHARD = "$(SHARD)"
+
+
+def write_relabel_configs(cfg: ObservabilityConfig, shard: str, forwarded: Sequence[str]) -> list[dict[str, Any]]:
+    """The shards' remote-write relabelling: every partial gets the shard's `shard` label (the
+    partials of two shards are two series in the global tier); with `remoteWrite: aggregates`,
+    only the partials and the `forwarded` series (`dashboards.global_tier_series`) are written."""
+    configs: list[dict[str, Any]] = [
+        {"source_labels": ["__name__"], "regex": PARTIAL_SERIES_REGEX, "target_label": SHARD_LABEL,
+         "replacement": shard},
+    ]  # fmt: skip
+    if cfg.remote_write is RemoteWrite.AGGREGATES:
+        names = "|".join(re.escape(name) for name in sorted(set(forwarded)))
+        configs.append({"source_labels": ["__name__"], "regex": f"{PARTIAL_SERIES_REGEX}|{names}", "action": "keep"})
+    return configs
 
 
 @dataclass(frozen=True)
@@ -68,7 +87,11 @@ def config_file_name(shard: int | None, shards: int) -> str:
 
 
 def server_configs(
-    cfg: ObservabilityConfig, namespaces: Sequence[str], remote_write_url: str, rule_files: RuleFiles
+    cfg: ObservabilityConfig,
+    namespaces: Sequence[str],
+    remote_write_url: str,
+    rule_files: RuleFiles,
+    forwarded: Sequence[str] = (),
 ) -> dict[str, str]:
     """File name -> `prometheus.yml` text of every server of the stack (annotations mode)."""
     if cfg.shards == 1:
@@ -84,7 +107,13 @@ def server_configs(
             "global": _global_section(cfg),
             "rule_files": [rule_files.shard],
             "scrape_configs": annotation_scrape_configs(cfg, namespaces, shard),
-            "remote_write": [{"url": remote_write_url, "send_exemplars": True}],
+            "remote_write": [
+                {
+                    "url": remote_write_url,
+                    "send_exemplars": True,
+                    "write_relabel_configs": write_relabel_configs(cfg, str(shard), forwarded),
+                }
+            ],
         }
         files[config_file_name(shard, cfg.shards)] = requirement_comment() + _dump(document)
     global_tier = {"global": _global_section(cfg), "rule_files": [rule_files.global_tier]}
@@ -93,7 +122,7 @@ def server_configs(
 
 
 def operator_specs(
-    cfg: ObservabilityConfig, operator_selector: Mapping[str, str], remote_write_url: str
+    cfg: ObservabilityConfig, operator_selector: Mapping[str, str], remote_write_url: str, forwarded: Sequence[str] = ()
 ) -> dict[str, Any]:
     """The Prometheus resources' spec fields this stack relies on (operator mode), by resource."""
     selector = dict(sorted(operator_selector.items()))
@@ -107,7 +136,10 @@ def operator_specs(
         return {"prometheus": scraping}
     scraping["shards"] = cfg.shards
     scraping["ruleSelector"] = {"matchLabels": {**selector, TIER_LABEL: "shard"}}
-    scraping["remoteWrite"] = [{"url": remote_write_url, "sendExemplars": True}]
+    relabel = [
+        {_CAMEL.get(k, k): v for k, v in c.items()} for c in write_relabel_configs(cfg, OPERATOR_SHARD, forwarded)
+    ]
+    scraping["remoteWrite"] = [{"url": remote_write_url, "sendExemplars": True, "writeRelabelConfigs": relabel}]
     global_tier = {
         "enableFeatures": [EXEMPLAR_STORAGE_FEATURE],
         "enableRemoteWriteReceiver": True,
@@ -118,8 +150,14 @@ def operator_specs(
     return {"prometheus-shards": scraping, "prometheus-global": global_tier}
 
 
-def operator_specs_yaml(cfg: ObservabilityConfig, operator_selector: Mapping[str, str], remote_write_url: str) -> str:
-    return _dump(operator_specs(cfg, operator_selector, remote_write_url))
+def operator_specs_yaml(
+    cfg: ObservabilityConfig, operator_selector: Mapping[str, str], remote_write_url: str, forwarded: Sequence[str] = ()
+) -> str:
+    return _dump(operator_specs(cfg, operator_selector, remote_write_url, forwarded))
+
+
+# The operator's RelabelConfig spells the Prometheus fields in camel case.
+_CAMEL = {"source_labels": "sourceLabels", "target_label": "targetLabel"}
 
 
 def _dump(document: Any) -> str:

@@ -1,5 +1,6 @@
 """Alert thresholds as data: `observability/thresholds.yaml` holds one record per threshold (its
-value, unit and the alert it belongs to), and each number only there.
+value, unit and the alert it belongs to, or the recording rule for a threshold that judges
+without alerting, such as the bottleneck verdict's), and each number only there.
 
 Every generator reads a threshold through `ObservabilityConfig.thresholds`: the alert's expression
 (`Threshold.promql`), its summary and description (`Threshold.text`, `Threshold.short`), the
@@ -50,6 +51,8 @@ class Threshold:
     value: float
     unit: Unit
     alert: str
+    # The recording rule whose expression compares with it, for a threshold no alert reads ("" otherwise).
+    record: str = ""
 
     @property
     def promql(self) -> str:
@@ -172,11 +175,13 @@ class ThresholdsError(ValueError):
     """thresholds.yaml is malformed: every problem, one per line, naming the key and the value."""
 
 
-_RECORD_KEYS = ("value", "unit", "alert")
+_RECORD_KEYS = ("value", "unit", "alert", "record")
+_RECORDING_RULE = re.compile(r"[a-z_]+:[a-z0-9_]+:[a-z0-9_]+")
 
 
 def _record_document(record: Threshold) -> dict[str, Any]:
-    return {"value": record.value, "unit": record.unit, "alert": record.alert}
+    owner = {"record": record.record} if record.record else {"alert": record.alert}
+    return {"value": record.value, "unit": record.unit, **owner}
 
 
 def _parse_record(key: str, raw: Any, source: str, problems: list[str]) -> Threshold | None:
@@ -187,14 +192,29 @@ def _parse_record(key: str, raw: Any, source: str, problems: list[str]) -> Thres
     for extra in sorted(set(map(str, raw)) - set(_RECORD_KEYS)):
         problems.append(f"{source}: {key}.{extra} is not a field of a threshold: {shape}")
     unit, alert, value = str(raw.get("unit")), raw.get("alert"), raw.get("value")
+    record = raw.get("record")
     ok = True
     if unit not in _RANGES:
         problems.append(f"{source}: {key}.unit = {raw.get('unit')!r}: expected one of {', '.join(_RANGES)}")
         ok = False
-    if not isinstance(alert, str) or not re.fullmatch(r"[A-Z][A-Za-z0-9]*", alert):
+    if record is not None:
+        if "alert" in raw:
+            problems.append(f"{source}: {key} names both an alert and a record: expected the one rule that reads it")
+            ok = False
+        elif not isinstance(record, str) or not _RECORDING_RULE.fullmatch(record):
+            problems.append(
+                f"{source}: {key}.record = {record!r}: expected the level:metric:operation name of the recording "
+                "rule that compares with it"
+            )
+            ok = False
+        alert = ""
+    elif not isinstance(alert, str) or not re.fullmatch(r"[A-Z][A-Za-z0-9]*", alert):
         problems.append(f"{source}: {key}.alert = {alert!r}: expected the name of the alert that compares with it")
         ok = False
-    number = float(value) if isinstance(value, int | float) and not isinstance(value, bool) else math.nan
+    try:
+        number = float(value) if isinstance(value, int | float) and not isinstance(value, bool) else math.nan
+    except OverflowError:  # an integer beyond any float: out of every unit's range
+        number = math.nan
     if ok:
         low, high = _RANGES[unit]
         if value is None:
@@ -204,7 +224,7 @@ def _parse_record(key: str, raw: Any, source: str, problems: list[str]) -> Thres
             expected = f"expected a number above {low:g} and at most {high:g} ({unit})"
             problems.append(f"{source}: {key} = {value!r}: {expected}")
             ok = False
-    return Threshold(key, number, cast(Unit, unit), str(alert)) if ok else None
+    return Threshold(key, number, cast(Unit, unit), str(alert), str(record or "")) if ok else None
 
 
 def parse_thresholds(document: Any, source: str = THRESHOLDS_FILE.name) -> Thresholds:

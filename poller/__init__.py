@@ -4,7 +4,8 @@ Run it with `python -m poller --listen HOST:PORT`. Module map:
   settings       flags and environment, validated into `PollerSettings`
   cli            `main()`: settings, then the server
   nvml_source    NVML access: init with backoff, one pass over every GPU, faults contained
-  nvml_calls     the per-pass NVML calls, bound once per GPU to one buffer of readings
+  nvml_fields    the table of NVML readings (call, options, C type, scale, attribute, metric)
+  nvml_calls     the per-pass NVML calls derived from it, bound once per GPU to one buffer
   xid_events     the background thread that counts XID events from NVML's event API
   error_counters counters that live across passes (XID, GPU errors, collection failures)
   collector      `SharedPass` (one pass at a time, minimum interval)

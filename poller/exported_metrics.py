@@ -1,24 +1,37 @@
 """Which catalog metric each NVML reading becomes, and the fixed label values of the poller.
 
 The writer (`exposition`) walks these tables, and so does the independent prometheus-client
-collector the tests compare it with.
+collector the tests compare it with. The NVML readings' series come from the rows of
+`poller.nvml_fields` (in GpuSample's field order): a plain gauge or counter per row whose metric
+has only the GPU's labels, an `ecc_type` series per ECC row, the throttle reasons of the
+clock-event mask.
 """
 
 from __future__ import annotations
 
-from observability import catalog
+from dataclasses import fields
 
-# GPU gauges: (catalog metric, GpuSample attribute holding its value).
+from observability import catalog
+from poller.model import GpuSample
+from poller.nvml_fields import NVML_FIELDS, NvmlField
+
+_ORDER = {f.name: i for i, f in enumerate(fields(GpuSample))}
+_ROWS: tuple[NvmlField, ...] = tuple(
+    sorted((f for f in NVML_FIELDS if f.attribute is not None), key=lambda f: _ORDER[str(f.attribute)])
+)
+
+
+def _plain(kind: catalog.MetricType) -> tuple[tuple[catalog.Metric, str], ...]:
+    return tuple(
+        (f.metric, str(f.attribute))
+        for f in _ROWS
+        if f.metric is not None and f.metric.type is kind and f.metric.labels == catalog.GPU
+    )
+
+
+# GPU gauges: (catalog metric, GpuSample attribute holding its value); the NVML readings', then GPM's.
 GPU_GAUGES: tuple[tuple[catalog.Metric, str], ...] = (
-    (catalog.GPU_UTILIZATION_PERCENT, "utilization_percent"),
-    (catalog.GPU_MEMORY_UTILIZATION_PERCENT, "memory_utilization_percent"),
-    (catalog.GPU_MEMORY_USED_BYTES, "memory_used_bytes"),
-    (catalog.GPU_MEMORY_TOTAL_BYTES, "memory_total_bytes"),
-    (catalog.GPU_TEMPERATURE_CELSIUS, "temperature_celsius"),
-    (catalog.GPU_POWER_WATTS, "power_watts"),
-    (catalog.GPU_POWER_LIMIT_WATTS, "power_limit_watts"),
-    (catalog.GPU_SM_CLOCK_HERTZ, "sm_clock_hertz"),
-    (catalog.GPU_MEMORY_CLOCK_HERTZ, "memory_clock_hertz"),
+    *_plain(catalog.MetricType.GAUGE),
     (catalog.GPU_SM_ACTIVE_PERCENT, "sm_active_percent"),
     (catalog.GPU_SM_OCCUPANCY_PERCENT, "sm_occupancy_percent"),
     (catalog.GPU_TENSOR_ACTIVE_PERCENT, "tensor_active_percent"),
@@ -46,13 +59,21 @@ THROTTLE_REASONS: tuple[tuple[str, int], ...] = (
 )
 
 # `ecc_type` label values of ml_gpu_ecc_errors_total and the GpuSample attribute of each.
-ECC_TYPES: tuple[tuple[str, str], ...] = (
-    ("corrected", "ecc_corrected_total"),
-    ("uncorrected", "ecc_uncorrected_total"),
+ECC_TYPES: tuple[tuple[str, str], ...] = tuple(
+    (f.label[1], str(f.attribute)) for f in _ROWS if f.metric is catalog.GPU_ECC_ERRORS_TOTAL and f.label is not None
 )
 
 # GPU counters read from NVML each pass: (catalog metric, GpuSample attribute holding its value).
-GPU_COUNTERS: tuple[tuple[catalog.Metric, str], ...] = ((catalog.GPU_ENERGY_JOULES_TOTAL, "energy_joules_total"),)
+GPU_COUNTERS: tuple[tuple[catalog.Metric, str], ...] = _plain(catalog.MetricType.COUNTER)
+
+# Every row must become some series: a plain gauge or counter, an ECC type, or the throttle mask.
+_EXPORTED = {a for _, a in (*GPU_GAUGES, *GPU_COUNTERS, *ECC_TYPES)} | {"clock_event_reasons"}
+_UNEXPORTED = sorted(str(f.attribute) for f in _ROWS if f.attribute not in _EXPORTED)
+if _UNEXPORTED:
+    raise ImportError(
+        f"NVML_FIELDS rows {_UNEXPORTED} export nothing: give them a catalog metric with only the GPU's labels "
+        "(catalog.GPU), or teach exported_metrics their label"
+    )
 
 # `error_type` values of ml_gpu_errors_total, created at 0 for every GPU the poller sees.
 ERROR_TYPES: tuple[str, ...] = ("xid", "ecc_uncorrected", "gpu_lost")

@@ -1,10 +1,12 @@
-"""The NVML calls of a collection pass, bound once per GPU to their output buffers.
+"""The NVML calls of a collection pass, bound once per GPU to their output buffers, all derived
+from the table of fields (`poller.nvml_fields`).
 
 Calling the C functions of the library nvidia-ml-py loaded, with buffers made once, rather than
 through nvidia-ml-py's wrappers (a lookup, fresh ctypes objects and a result object on every
 call) halves the cost of a pass. Every call of a GPU writes into one `Readings` structure, so
 that after the calls one `struct` unpack reads them all and `sample_from` turns them into the
-GPU's sample in one step. Init, enumeration, strings and events still go through nvidia-ml-py.
+GPU's sample in one step (a function generated from the table, so the fast
+path has no loop). Init, enumeration, strings and events still go through nvidia-ml-py.
 A function the loaded library lacks (an older driver) raises FunctionMissingError when binding,
 and its field is left out for that session.
 """
@@ -17,103 +19,65 @@ import struct
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import pynvml
-
 from poller.model import GPM_FIELDS, GpuIdentity, GpuSample
+from poller.nvml_fields import NVML_FIELDS, NvmlField
 
 
-class _Utilization(ctypes.Structure):  # nvmlUtilization_t
-    _fields_ = (("gpu", ctypes.c_uint), ("memory", ctypes.c_uint))
+def _members(fields: Sequence[NvmlField]) -> tuple[str, ...]:
+    """The member of Readings each row writes: its call's name and its place within the call."""
+    return tuple(
+        f"{field.call}_{sum(1 for other in fields[:i] if other.call == field.call)}" for i, field in enumerate(fields)
+    )
 
 
-class _Memory(ctypes.Structure):  # nvmlMemory_t (v1)
-    _fields_ = (("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong))
+_MEMBERS = _members(NVML_FIELDS)
 
 
 class Readings(ctypes.Structure):
-    """One GPU's output buffers of every call of a pass, side by side."""
+    """One GPU's output buffers of every call of a pass, side by side (one member per row of
+    NVML_FIELDS; a call's rows are adjacent, laid out as NVML's C structure of that call)."""
 
-    _fields_ = (
-        ("utilization", _Utilization),
-        ("memory", _Memory),
-        ("temperature", ctypes.c_uint),
-        ("power", ctypes.c_uint),
-        ("power_limit", ctypes.c_uint),
-        ("sm_clock", ctypes.c_uint),
-        ("memory_clock", ctypes.c_uint),
-        ("clock_event_reasons", ctypes.c_ulonglong),
-        ("ecc_corrected", ctypes.c_ulonglong),
-        ("ecc_uncorrected", ctypes.c_ulonglong),
-        ("energy", ctypes.c_ulonglong),
-    )
+    _fields_ = tuple((member, field.ctype) for member, field in zip(_MEMBERS, NVML_FIELDS, strict=True))
 
 
-# Readings as one tuple of numbers (native alignment, as the C compiler lays the structure out):
-# utilization gpu, memory; memory total, free, used; temperature; power; power limit; SM clock;
-# memory clock; clock event reasons; ECC corrected, uncorrected; energy.
-READINGS_LAYOUT = struct.Struct("@IIQQQIIIIIQQQQ")
+# Readings as one tuple of numbers (native alignment, as the C compiler lays the structure out),
+# one per row of NVML_FIELDS.
+READINGS_LAYOUT = struct.Struct("@" + "".join("I" if field.ctype is ctypes.c_uint else "Q" for field in NVML_FIELDS))
 if READINGS_LAYOUT.size != ctypes.sizeof(Readings):
     raise ImportError("Readings and READINGS_LAYOUT disagree")
-READING_COUNT = len(READINGS_LAYOUT.unpack_from(bytes(READINGS_LAYOUT.size)))
+READING_COUNT = len(NVML_FIELDS)
 
 
-def sample_from(gpu: GpuIdentity, readings: Sequence[int | None], gpm: Sequence[Any]) -> GpuSample:
-    """The GPU's sample from its readings in READINGS_LAYOUT order (None where its call did not
-    answer), in the catalog's units, and its GPM figures (GPM_FIELDS order)."""
-    (
-        utilization,
-        memory_utilization,
-        memory_total,
-        _,
-        memory_used,
-        temperature,
-        power_mw,
-        power_limit_mw,
-        sm_mhz,
-        memory_mhz,
-        clock_event_reasons,
-        ecc_corrected,
-        ecc_uncorrected,
-        energy_mj,
-    ) = readings
-    return GpuSample(  # by position, in _SAMPLE_FIELDS order (checked below)
-        gpu,
-        utilization,
-        memory_utilization,
-        memory_used,
-        memory_total,
-        temperature,
-        None if power_mw is None else power_mw / 1000.0,
-        None if power_limit_mw is None else power_limit_mw / 1000.0,
-        None if sm_mhz is None else sm_mhz * 1_000_000,
-        None if memory_mhz is None else memory_mhz * 1_000_000,
-        clock_event_reasons,
-        ecc_corrected,
-        ecc_uncorrected,
-        None if energy_mj is None else energy_mj / 1000.0,
-        *gpm,
+def _sample_from_source() -> str:
+    """`sample_from` as Python source: one unpack of the readings, each scaled to the catalog's
+    unit, passed by position in GpuSample's field order (the fast path: no loop, no lookups)."""
+    position = {field.attribute: i for i, field in enumerate(NVML_FIELDS) if field.attribute is not None}
+    names = [f.name for f in dataclasses.fields(GpuSample)]
+    nvml_attributes = names[1 : names.index(GPM_FIELDS[0])] if GPM_FIELDS else names[1:]
+    if names[0] != "gpu" or set(nvml_attributes) != set(position):
+        missing = sorted(set(position) - set(nvml_attributes))
+        unread = sorted(set(nvml_attributes) - set(position))
+        raise ImportError(
+            "GpuSample and NVML_FIELDS disagree: "
+            + (f"add {', '.join(f'{a}: int | float | None = None' for a in missing)} to GpuSample (before its GPM "
+               "fields); " if missing else "")
+            + (f"no row of NVML_FIELDS fills {', '.join(unread)}" if unread else "")
+        )  # fmt: skip
+    readings = ", ".join(f"r{i}" for i in range(READING_COUNT))
+    arguments = ", ".join(NVML_FIELDS[position[a]].scale.expression(f"r{position[a]}") for a in nvml_attributes)
+    return (
+        "def sample_from(gpu, readings, gpm):\n"
+        f"    ({readings},) = readings\n"
+        f"    return GpuSample(gpu, {arguments}, *gpm)\n"
     )
 
 
-_SAMPLE_FIELDS = (
-    "gpu",
-    "utilization_percent",
-    "memory_utilization_percent",
-    "memory_used_bytes",
-    "memory_total_bytes",
-    "temperature_celsius",
-    "power_watts",
-    "power_limit_watts",
-    "sm_clock_hertz",
-    "memory_clock_hertz",
-    "clock_event_reasons",
-    "ecc_corrected_total",
-    "ecc_uncorrected_total",
-    "energy_joules_total",
-    *GPM_FIELDS,
-)
-if tuple(field.name for field in dataclasses.fields(GpuSample)) != _SAMPLE_FIELDS:
-    raise ImportError("GpuSample's fields are not in the order sample_from passes them")
+_namespace: dict[str, Any] = {"GpuSample": GpuSample}
+exec(compile(_sample_from_source(), f"<{__name__}.sample_from>", "exec"), _namespace)
+# The GPU's sample from its readings in READINGS_LAYOUT order (None where its call did not answer),
+# in the catalog's units, and its GPM figures (GPM_FIELDS order).
+sample_from: Callable[[GpuIdentity, Sequence[int | None], Sequence[Any]], GpuSample] = _namespace["sample_from"]
+sample_from.__doc__ = "The GPU's sample from its readings (READINGS_LAYOUT order) and its GPM figures."
 
 
 @dataclasses.dataclass(slots=True)
@@ -147,9 +111,9 @@ def nvml_function(lib: Any, *names: str) -> Callable[..., int]:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Field:
-    """How to bind one field's call: function name(s), the arguments between the device handle and
-    the output buffer, the Readings member it writes and the readings that member holds."""
+class _Call:
+    """How to bind one NVML call: its function name(s), the arguments between the device handle and
+    the output buffer, the Readings member its buffer starts at and the readings it fills."""
 
     name: str
     functions: tuple[str, ...]
@@ -163,39 +127,17 @@ class _Field:
         return FieldCall(self.name, function, (handle, *self.options, buffer), self.positions)
 
 
-# Every NVML field read per GPU per pass.
-FIELDS: tuple[_Field, ...] = (
-    _Field("utilization", ("nvmlDeviceGetUtilizationRates",), (), "utilization", (0, 1)),
-    _Field("memory", ("nvmlDeviceGetMemoryInfo",), (), "memory", (2, 3, 4)),
-    _Field("temperature", ("nvmlDeviceGetTemperature",), (pynvml.NVML_TEMPERATURE_GPU,), "temperature", (5,)),
-    _Field("power", ("nvmlDeviceGetPowerUsage",), (), "power", (6,)),
-    _Field("power_limit", ("nvmlDeviceGetEnforcedPowerLimit",), (), "power_limit", (7,)),
-    _Field("sm_clock", ("nvmlDeviceGetClockInfo",), (pynvml.NVML_CLOCK_SM,), "sm_clock", (8,)),
-    _Field("memory_clock", ("nvmlDeviceGetClockInfo",), (pynvml.NVML_CLOCK_MEM,), "memory_clock", (9,)),
-    # Drivers before 535 only have the older name of the same call.
-    _Field(
-        "clock_event_reasons",
-        ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"),
-        (),
-        "clock_event_reasons",
-        (10,),
-    ),
-    _Field(
-        "ecc_corrected",
-        ("nvmlDeviceGetTotalEccErrors",),
-        (pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_VOLATILE_ECC),
-        "ecc_corrected",
-        (11,),
-    ),
-    _Field(
-        "ecc_uncorrected",
-        ("nvmlDeviceGetTotalEccErrors",),
-        (pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC),
-        "ecc_uncorrected",
-        (12,),
-    ),
-    # Volta and newer; NOT_SUPPORTED elsewhere, and drivers before it lack the function.
-    _Field("energy", ("nvmlDeviceGetTotalEnergyConsumption",), (), "energy", (13,)),
-)
-if sorted(p for field in FIELDS for p in field.positions) != list(range(READING_COUNT)):
-    raise ImportError("FIELDS must fill every reading exactly once")
+def calls_of(fields: Sequence[NvmlField]) -> tuple[_Call, ...]:
+    members = _members(fields)
+    calls: list[_Call] = []
+    for i, field in enumerate(fields):
+        if calls and calls[-1].name == field.call:
+            last = calls[-1]
+            calls[-1] = dataclasses.replace(last, positions=(*last.positions, i))
+        else:
+            calls.append(_Call(field.call, field.functions, field.options, members[i], (i,)))
+    return tuple(calls)
+
+
+# Every NVML call made per GPU per pass, from the rows of NVML_FIELDS.
+FIELDS: tuple[_Call, ...] = calls_of(NVML_FIELDS)

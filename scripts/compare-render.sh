@@ -11,7 +11,7 @@ reference=${1:?usage: scripts/compare-render.sh [--save] DIR}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 for stack in $("$PY" -c 'from infra.settings import available_stacks; print(*available_stacks())'); do
-  "$PY" -m infra.render --stack "$stack" --out "$out" >/dev/null
+  "$PY" -m infra.offline.render --stack "$stack" --out "$out" >/dev/null
 done
 if $save; then
   rm -rf "$reference" && mkdir -p "$reference" && cp -r "$out"/. "$reference"/

@@ -24,10 +24,12 @@ from bench.fleet.series import (
     HistogramSpec,
     SeriesSpec,
     gpu_uuid,
+    holder_utilization,
     poller_series,
     service_series,
     tempo_series,
     training_job_series,
+    training_worker_series,
 )
 from bench.fleet.values import PLACEHOLDER, Patterns, body, le_text
 from observability.config import ObservabilityConfig
@@ -43,6 +45,16 @@ class FleetShape:
     training_jobs: int = 50
     duration_seconds: int = 3600
     interval_seconds: int = 15
+    # Multi-node jobs: (job index, node index) for each further node a job holds all GPUs of, with a
+    # worker pod of its own there (job i holds node i through its first pod).
+    spanning: tuple[tuple[int, int], ...] = ()
+
+    def holder_of(self, node: int) -> int | None:
+        """The job holding a node's GPUs (None: no job)."""
+        extra = {n: job for job, n in self.spanning}
+        if node in extra:
+            return extra[node]
+        return node if node < self.training_jobs else None
 
     @property
     def samples_per_series(self) -> int:
@@ -71,12 +83,19 @@ class WriteStats:
 
 def all_series(cfg: ObservabilityConfig, shape: FleetShape) -> Iterator[SeriesSpec | HistogramSpec]:
     for node in range(shape.nodes):
-        yield from poller_series(cfg, node, shape.gpus_per_node, shape.training_jobs)
+        holder = shape.holder_of(node)
+        yield from poller_series(cfg, node, shape.gpus_per_node, holder_utilization(holder))
     for index in range(shape.training_jobs):
         held = tuple(gpu_uuid(index, gpu) for gpu in range(shape.gpus_per_node)) if index < shape.nodes else ()
         plain, histograms = training_job_series(cfg, index, held)
         yield from plain
         yield from histograms
+    for worker, (index, node) in enumerate(shape.spanning, start=1):
+        if not (index < shape.training_jobs and shape.training_jobs <= node < shape.nodes):
+            raise ValueError(f"spanning job {index} on node {node}: expected a job and a node no other job holds")
+        yield from training_worker_series(
+            cfg, index, worker, tuple(gpu_uuid(node, g) for g in range(shape.gpus_per_node))
+        )
     for group in (service_series(cfg), tempo_series(cfg)):
         yield from group[0]
         yield from group[1]

@@ -20,6 +20,8 @@ from bench.fleet.values import has_rare_error
 from observability import catalog
 from observability.config import ObservabilityConfig
 from observability.instrument import TrainingMetrics, render_text
+from observability.instrument.collectives import ALL_REDUCE, track_rank
+from observability.instrument.hyperparameters import Hyperparameters
 from observability.scrape_config import JOB_NAME
 from poller.exported_metrics import (
     ECC_TYPES,
@@ -37,6 +39,9 @@ FLEET_XID = 79
 POLLER_PORT = 9400
 TRAINER_PORT = 9094
 MODEL_TYPES = ("dqn", "ppo", "tft", "mamba")
+# The model types whose jobs expose reinforcement-learning series, and the one that runs a search.
+RL_MODEL_TYPES = ("dqn", "ppo")
+SEARCH_MODEL_TYPE = "tft"
 FOLDS = 5
 
 
@@ -101,15 +106,18 @@ def job_is_idle(index: int) -> bool:
     return index % IDLE_JOB_EVERY == 0
 
 
-def holder_utilization(node_index: int, jobs: int) -> str | None:
-    """The utilization pattern of a node's GPUs when a job holds them (None: held by no job)."""
-    if node_index >= jobs:
+def holder_utilization(job: int | None) -> str | None:
+    """The utilization pattern of the GPUs job `job` holds (None: held by no job)."""
+    if job is None:
         return None
-    return "held:idle" if job_is_idle(node_index) else "held:busy"
+    return "held:idle" if job_is_idle(job) else "held:busy"
 
 
 # --- GPU pollers ---------------------------------------------------------------------------------
-def poller_series(cfg: ObservabilityConfig, node_index: int, gpus: int, jobs: int = 0) -> Iterator[SeriesSpec]:
+def poller_series(
+    cfg: ObservabilityConfig, node_index: int, gpus: int, held: str | None = None
+) -> Iterator[SeriesSpec]:
+    """A node's poller series; `held` is the utilization pattern of a job holding its GPUs (`holder_utilization`)."""
     node = node_name(node_index)
     target = _target(
         "monitoring", f"gpu-poller-{node_index:04d}", cfg.gpu_poller_service, _ip(node_index, 0), POLLER_PORT
@@ -134,7 +142,6 @@ def poller_series(cfg: ObservabilityConfig, node_index: int, gpus: int, jobs: in
             ("gpu_name", GPU_NAME),
         )
         key = stable_key(node_index, gpu)
-        held = holder_utilization(node_index, jobs)
         for metric, attribute in GPU_GAUGES:
             pattern = f"gpu:{attribute}"
             if held is not None and metric is catalog.GPU_UTILIZATION_PERCENT:
@@ -177,11 +184,35 @@ def _trainer_exposition(model_type: str, job: str, gpu_uuids: tuple[str, ...]) -
     handle.record_training_iteration(1, 1.0, 1.1, 1.0)
     handle.record_training_iteration(2, 0.9, 1.0, 1.0)
     handle.record_data_load(0.5, batches=10)
-    handle.record_checkpoint_save(True, 2.0, 500_000_000)
+    with handle.checkpoint("s3://checkpoints/step-2", step=2) as save:
+        save.size_bytes = 500_000_000
     handle.set_model_quality(0.9, 0.88, 0.9, 0.86)
     handle.set_resource_usage(4e9, 180.0)
+    handle.set_model_flops(5e13, "bf16")
+    handle.set_model_flops(5e13, "bf16")
+    handle.record_step(samples=64)
+    handle.record_step_loss(0.9)
+    handle.record_gradient_norm(1.5)
+    handle.set_learning_rates({"0": 1e-3})
+    handle.set_hyperparameters(Hyperparameters(64, "AdamW", "bf16", "LambdaLR"))
+    collectives = track_rank(handle, node="fleet-node", gpu_uuids=gpu_uuids)
+    collectives.launched(ALL_REDUCE)
+    collectives.completed(ALL_REDUCE, 4_000_000)
     for fold in range(FOLDS):
         handle.record_fold(fold, 0.5, 0.6, 20, 600.0)
+    if model_type in RL_MODEL_TYPES:  # the model-specific series of reinforcement learning
+        handle.rl.set_exploration_rate(0.5)
+        handle.rl.set_q_value(20.0)
+        handle.rl.record_policy_update(
+            entropy=0.6, value_loss=20.0, approx_kl=0.01, clip_fraction=0.1, explained_variance=0.8
+        )
+        handle.rl.record_episodes(10, mean_reward=100.0, mean_length=100.0)
+    if model_type == SEARCH_MODEL_TYPE:  # a hyperparameter search: one study
+        study = handle.study("search")
+        study.set_trial_counts({"running": 1, "waiting": 2, "complete": 10, "pruned": 5, "failed": 1})
+        study.set_best_value(0.2)
+        study.record_trial_end("complete", 20, 0.3)
+        study.record_trial_progress(17, 4, 0.5)
     return render_text(metrics.registry).decode()
 
 
@@ -212,15 +243,47 @@ def training_job_series(
                     histograms.append(HistogramSpec(metric, full, _job_pattern(metric.name), key))
                 continue
             pattern = _job_pattern(metric.name)
-            if metric is catalog.TRAINING_JOB_GPU_INFO:
+            if metric.type is catalog.MetricType.INFO:
                 pattern = "one"
+            if metric in (catalog.TRAINING_LAST_STEP_TIMESTAMP_SECONDS, catalog.CHECKPOINT_LAST_GOOD_TIMESTAMP_SECONDS):
+                pattern = "just_now"
+            if metric is catalog.TRAINING_JOB_START_TIMESTAMP_SECONDS:
+                pattern = "started"
+            if metric is catalog.TRAINING_PHASE_SECONDS_TOTAL:
+                pattern = f"phase:{dict(labels)['phase']}"
             if metric is catalog.TRAINING_JOBS_BY_STATUS:
                 pattern = f"status:{dict(labels)['status']}"
             named = dict(labels)
-            extra = named.get("tensor_type") or named.get("error_type") or named.get("fold") or named.get("uuid") or ""
+            extra = (
+                named.get("tensor_type")
+                or named.get("error_type")
+                or named.get("fold")
+                or named.get("uuid")
+                or named.get("phase")
+                or named.get("state")
+                or named.get("collective")
+                or ""
+            )
             yield_key = stable_key(key, extra)
             plain.append(SeriesSpec(metric.name, full, pattern, yield_key))
     return plain, histograms
+
+
+def training_worker_series(
+    cfg: ObservabilityConfig, index: int, worker: int, gpu_uuids: tuple[str, ...]
+) -> list[SeriesSpec]:
+    """A further pod of multi-node job `index` (on another node): the GPUs it was given. The job's
+    own series (loss, progress, ...) come from its first pod, where rank 0 runs."""
+    model_type = MODEL_TYPES[index % len(MODEL_TYPES)]
+    job = job_id(index)
+    pod = f"train-{job}-worker-{worker}"
+    target = _target("training", pod, cfg.training_job_service, _ip(worker, 3), TRAINER_PORT)
+    info = catalog.TRAINING_JOB_GPU_INFO.name
+    series = [SeriesSpec(catalog.UP.name, target, "up", 0)]
+    for uuid in gpu_uuids:
+        labels = (*target, ("job_id", job), ("model_type", model_type), ("uuid", uuid))
+        series.append(SeriesSpec(info, labels, "one", 0))
+    return series
 
 
 def _counter_name(parsed_family: str) -> str:

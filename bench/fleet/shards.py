@@ -17,10 +17,12 @@ the same paths (so each group is evaluated at the same phase on every server).
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import selectors
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from http.server import ThreadingHTTPServer
 from pathlib import Path
@@ -30,14 +32,19 @@ import yaml
 
 from bench._prometheus import PrometheusServer
 from bench.fleet.live import NO_JOB, text_page_handler
-from observability.config import ObservabilityConfig
-from observability.prometheus_config import REMOTE_WRITE_PATH, external_labels
+from bench.fleet.phases import rules_directory
+from dashboards import global_tier_series
+from observability.config import ObservabilityConfig, RemoteWrite
+from observability.prometheus_config import REMOTE_WRITE_PATH, external_labels, write_relabel_configs
 from observability.rules import Tier, tier_rules_yaml
 from observability.scrape_config import shard_relabel_configs
 
 Page = Callable[[int], bytes | None]  # None: 404
 
 RULE_FILES = {Tier.SHARD: "rules-shard.yaml", Tier.GLOBAL: "rules-global.yaml"}
+# How far apart a global group's evaluation and its shard namesake's are kept (remote write delivers
+# within 50 ms here: REMOTE_WRITE_QUEUE).
+PHASE_GAP_SECONDS = 0.5
 # Send what a shard appended within 50 ms (the default waits up to 5 s for a full batch): the
 # global tier then evaluates over data at most a fraction of a scrape interval old.
 REMOTE_WRITE_QUEUE = {"batch_send_deadline": "50ms", "max_samples_per_send": 5000, "capacity": 20000}
@@ -121,12 +128,18 @@ def scrape_configs(
 @dataclass
 class Topology:
     shards: list[PrometheusServer]
-    global_tier: PrometheusServer
+    # One global Prometheus per remote-write mode the shards write in (each gets its own stream).
+    global_tiers: dict[RemoteWrite, PrometheusServer]
     reference: PrometheusServer | None
 
     @property
+    def global_tier(self) -> PrometheusServer:
+        """The first global tier (the only one unless several modes were started)."""
+        return next(iter(self.global_tiers.values()))
+
+    @property
     def servers(self) -> list[PrometheusServer]:
-        return [*self.shards, self.global_tier, *([self.reference] if self.reference else [])]
+        return [*self.shards, *self.global_tiers.values(), *([self.reference] if self.reference else [])]
 
     def stop(self) -> None:
         for server in self.servers:
@@ -143,7 +156,7 @@ class Topology:
                  if not str(t.get("lastScrape", "")).startswith("0001-")]
                 for s in self.servers
             ]  # fmt: skip
-            sharded = sum(len(t) for t in tried[: len(self.shards) + 1])
+            sharded = sum(len(t) for t in tried[: len(self.shards) + 1])  # each global tier scrapes Tempo's stand-in
             if sharded == targets and (self.reference is None or len(tried[-1]) == targets):
                 return
             if time.monotonic() > deadline:
@@ -155,7 +168,8 @@ def _config(
     cfg: ObservabilityConfig,
     scrape: list[dict[str, Any]],
     rule_files: list[Path],
-    remote_write: str | None = None,
+    remote_write: Mapping[RemoteWrite, str] | None = None,
+    shard: int = 0,
 ) -> str:
     interval = f"{cfg.scrape_interval_seconds}s"
     document: dict[str, Any] = {
@@ -168,8 +182,15 @@ def _config(
         "rule_files": [str(p) for p in rule_files],
         "scrape_configs": scrape,
     }
-    if remote_write is not None:
-        document["remote_write"] = [{"url": remote_write, "queue_config": dict(REMOTE_WRITE_QUEUE)}]
+    if remote_write:
+        document["remote_write"] = []
+        for mode, url in remote_write.items():
+            moded = dataclasses.replace(cfg, remote_write=mode)
+            relabel = write_relabel_configs(moded, str(shard), global_tier_series(moded))
+            document["remote_write"].append(
+                {"url": url, "name": mode.value, "queue_config": dict(REMOTE_WRITE_QUEUE),
+                 "write_relabel_configs": relabel}
+            )  # fmt: skip
     return yaml.safe_dump(document, sort_keys=False)
 
 
@@ -182,14 +203,21 @@ def start_topology(
     reference: bool,
     rules: dict[Tier, str] | None = None,
     extra_args: tuple[str, ...] = (),
+    modes: Sequence[RemoteWrite] = (),
 ) -> Topology:
-    """Start the global tier, then `cfg.shards` shards writing to it (and the reference if asked)."""
+    """Start a global tier for each remote-write mode of `modes` (default: `cfg.remote_write`), then
+    `cfg.shards` shards writing to each in its mode (and the reference if asked)."""
     if not cfg.cluster:
         raise ValueError("the topology needs cfg.cluster: every server's external `cluster` label")
-    rules_dir = workdir / "rules"
-    rules_dir.mkdir(parents=True, exist_ok=True)
+    texts = rules or tier_rules_yaml(cfg)
+    both = set.intersection(*({str(g["name"]) for g in yaml.safe_load(t)["groups"]} for t in texts.values()))
+    # Every global group evaluates well after its shard namesake, whose partials it combines (phases.py).
+    rules_dir = rules_directory(
+        workdir, (RULE_FILES[Tier.SHARD], RULE_FILES[Tier.GLOBAL]), sorted(both),
+        cfg.evaluation_interval_seconds, PHASE_GAP_SECONDS,
+    )  # fmt: skip
     paths = {}
-    for tier, text in (rules or tier_rules_yaml(cfg)).items():
+    for tier, text in texts.items():
         paths[tier] = rules_dir / RULE_FILES[tier]
         paths[tier].write_text(text, encoding="utf-8")
     scraped = {t.get("job", NO_JOB) for t in labels} - {NO_JOB}
@@ -198,20 +226,23 @@ def start_topology(
     tempo = external_labels(cfg)
     started: list[PrometheusServer] = []
     try:
-        global_tier = PrometheusServer(
-            workdir / "global",
-            _config(cfg, scrape_configs(servers, labels, jobs=unscraped, tempo_labels=tempo), [paths[Tier.GLOBAL]]),
-            extra_args=("--web.enable-remote-write-receiver", *extra_args),
-        ).start()
-        started.append(global_tier)
-        write_url = global_tier.url + REMOTE_WRITE_PATH
+        global_tiers = {}
+        for mode in modes or (cfg.remote_write,):
+            global_tiers[mode] = PrometheusServer(
+                workdir / f"global-{mode.value}",
+                _config(cfg, scrape_configs(servers, labels, jobs=unscraped, tempo_labels=tempo), [paths[Tier.GLOBAL]]),
+                extra_args=("--web.enable-remote-write-receiver", *extra_args),
+            ).start()
+            started.append(global_tiers[mode])
+        write_urls = {mode: server.url + REMOTE_WRITE_PATH for mode, server in global_tiers.items()}
         shards = []
         for shard in range(cfg.shards):
             config = _config(
                 cfg,
                 scrape_configs(servers, labels, shard, cfg.shards, jobs=scraped),
                 [paths[Tier.SHARD]],
-                write_url,
+                write_urls,
+                shard,
             )
             shards.append(PrometheusServer(workdir / f"shard-{shard}", config, extra_args=extra_args).start())
             started.append(shards[-1])
@@ -228,4 +259,9 @@ def start_topology(
         for server in started:
             server.stop()
         raise
-    return Topology(shards, global_tier, ref)
+    return Topology(shards, global_tiers, ref)
+
+
+def hashmod(value: str, modulus: int) -> int:
+    """Prometheus' `hashmod` relabelling: the last 8 bytes of the MD5 of `value`, modulo `modulus`."""
+    return int.from_bytes(hashlib.md5(value.encode()).digest()[8:], "big") % modulus

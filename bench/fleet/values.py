@@ -49,6 +49,18 @@ def _counter(rng: random.Random, n: int, per_second: float, interval: int) -> Va
     return out
 
 
+# Seconds per second a running job spends in each phase (they sum to 1: the phases split wall time).
+PHASE_SHARES: dict[str, float] = {
+    "startup": 0.0,
+    "data_wait": 0.08,
+    "compute": 0.8,
+    "collective": 0.05,
+    "checkpoint": 0.03,
+    "evaluation": 0.02,
+    "lost_work": 0.0,
+    "idle": 0.02,
+}
+
 # The GPUs (1 in VARIANTS) whose `rare_errors` series step from 0 to 1 once within the hour.
 RARE_ERROR_VARIANT = 11
 
@@ -93,6 +105,12 @@ class Patterns:
             return [float(self.start - 6 * 3600)] * n  # refreshed six hours before the hour began
         if kind == "status":
             return [1.0 if arg == "running" else 0.0] * n
+        if pattern == "just_now":  # a timestamp that keeps up with the samples (a job still stepping)
+            return [float(self.start + i * interval) for i in range(n)]
+        if pattern == "started":  # a job's start time: some hours before the hour began
+            return [float(self.start - rng.randint(600, 12 * 3600))] * n
+        if kind == "phase":
+            return _counter(rng, n, PHASE_SHARES[arg], interval)
         simple = _SIMPLE.get(pattern)
         if simple is not None:
             return simple(rng, n, variant)
@@ -256,10 +274,63 @@ def _job_values(name: str, rng: random.Random, n: int, variant: int, interval: i
         return [5.0] * n
     if name == c.TRAINING_DATA_BATCHES_TOTAL.name:
         return _counter(rng, n, 10.0, interval)
+    if name == c.CHECKPOINT_LAST_GOOD_STEP.name:  # a good save every 5 minutes at 2 steps per second
+        return [float(600 * (i * interval // 300)) for i in range(n)]
+    if name == c.TRAINING_STEPS_TOTAL.name:
+        return _counter(rng, n, 2.0, interval)
+    if name == c.TRAINING_MODEL_FLOPS_TOTAL.name:  # 2 steps per second of ~50 TFLOPs each
+        return _counter(rng, n, 1e14, interval)
+    if name == c.CHECKPOINT_WRITTEN_BYTES_TOTAL.name:  # a 500 MB checkpoint every 5 minutes
+        return _counter(rng, n, 5e8 / 300, interval)
+    if name == c.TRAINING_COLLECTIVE_OPERATIONS_TOTAL.name:  # a few gradient buckets per step
+        return _counter(rng, n, 8.0, interval)
+    if name == c.TRAINING_COLLECTIVE_BYTES_TOTAL.name:  # ~100 MB of gradients per step
+        return _counter(rng, n, 2e8, interval)
+    if name == c.TRAINING_COLLECTIVE_BUSY_SECONDS_TOTAL.name:
+        return _counter(rng, n, 0.2, interval)
+    if name == c.TRAINING_SAMPLES_TOTAL.name:
+        return _counter(rng, n, 128.0, interval)
+    if name == c.TRAINING_TOKENS_TOTAL.name:  # tabular and RL models read no tokens
+        return [0.0] * n
     if name == c.CHECKPOINT_SAVES_TOTAL.name:
         return _counter(rng, n, 1 / 300, interval)
     if name == c.TRAINING_FOLDS_COMPLETED_TOTAL.name:
         return _counter(rng, n, 1 / 720, interval)
+    if name == c.TRAINING_STEP_LOSS.name:
+        return [round(x, 4) for x in _walk(rng, n, 0.1, 2.0, 0.02)]
+    if name == c.TRAINING_GRADIENT_NORM.name:
+        return [round(x, 3) for x in _walk(rng, n, 0.1, 10.0, 0.2)]
+    if name == c.TRAINING_LEARNING_RATE.name:  # a cosine schedule's slow decay
+        peak = rng.choice((1e-4, 3e-4, 1e-3))
+        return [peak * (0.5 + 0.5 * math.cos(math.pi * i / (4 * n))) for i in range(n)]
+    rl_walks = {
+        c.RL_Q_VALUE.name: (0.0, 50.0, 1.0),
+        c.RL_POLICY_ENTROPY.name: (0.2, 0.69, 0.01),
+        c.RL_VALUE_LOSS.name: (1.0, 100.0, 2.0),
+        c.RL_APPROX_KL.name: (0.0, 0.03, 0.002),
+        c.RL_CLIP_FRACTION.name: (0.0, 0.3, 0.01),
+        c.RL_EXPLAINED_VARIANCE.name: (-0.2, 0.95, 0.02),
+        c.RL_EPISODE_REWARD.name: (10.0, 500.0, 5.0),
+        c.RL_EPISODE_LENGTH.name: (10.0, 500.0, 5.0),
+        c.HPO_BEST_VALUE.name: (0.1, 0.3, 0.0),
+        c.HPO_OBJECTIVE_VALUE.name: (0.1, 0.6, 0.02),
+        c.HPO_TRIAL_LOSS.name: (0.1, 2.0, 0.05),
+    }
+    if name in rl_walks:
+        return [round(x, 4) for x in _walk(rng, n, *rl_walks[name])]
+    if name == c.RL_EXPLORATION_RATE.name:
+        return [round(max(0.05, 1.0 - i / n), 4) for i in range(n)]
+    if name == c.HPO_TRIALS.name:
+        return [float(rng.randint(0, 20))] * n
+    if name == c.HPO_TRIAL_NUMBER.name:
+        first = rng.randint(0, 100)
+        return [float(first + i // 20) for i in range(n)]
+    if name == c.HPO_TRIAL_EPOCH.name:
+        return [float(i % 20) for i in range(n)]
+    if name == c.RL_EPISODES_TOTAL.name:
+        return _counter(rng, n, 0.5, interval)
+    if name == c.HPO_TRIAL_EPOCHS_TOTAL.name:
+        return _counter(rng, n, 1 / 30, interval)
     if name == c.TRAINING_NAN_COUNT.name:
         return _step_once(rng, n) if variant == 13 else [0.0] * n
     if name in (
@@ -269,7 +340,37 @@ def _job_values(name: str, rng: random.Random, n: int, variant: int, interval: i
         c.FEATURE_ENGINEERING_ERRORS_TOTAL.name,
     ):
         return [0.0] * n
-    raise KeyError(f"no value pattern for training-job metric {name}")
+    if name in (c.TRAINING_RANK_INFO.name,):
+        return [1.0] * n
+    if name == c.TRAINING_STEPS_TOTAL.name:
+        return _counter(rng, n, 1.0, interval)
+    if name == c.TRAINING_SAMPLES_TOTAL.name:
+        return _counter(rng, n, 32.0, interval)
+    if name == c.TRAINING_TOKENS_TOTAL.name:
+        return _counter(rng, n, 32.0 * 2048, interval)
+    if name == c.TRAINING_PHASE_SECONDS_TOTAL.name:
+        return _counter(rng, n, 0.25, interval)
+    if name in (c.TRAINING_LAST_STEP_TIMESTAMP_SECONDS.name, c.CHECKPOINT_LAST_GOOD_TIMESTAMP_SECONDS.name):
+        start = 1.7e9 + rng.randint(0, 10_000)
+        return [start + i * interval for i in range(n)]
+    if name == c.CHECKPOINT_LAST_GOOD_STEP.name:
+        first = rng.randint(0, 5000)
+        return [float(first + 100 * (i // 20)) for i in range(n)]
+    return _generic_job_values(name, rng, n, interval)
+
+
+def _generic_job_values(name: str, rng: random.Random, n: int, interval: int) -> Values:
+    """Values for a training-job metric without a pattern of its own, by its type: a counter grows
+    slowly, a timestamp advances with the samples, any other gauge holds a value."""
+    metric = catalog.by_name(name)
+    if metric.type is catalog.MetricType.COUNTER:
+        return _counter(rng, n, 0.5, interval)
+    if name.endswith("_timestamp_seconds"):
+        start = 1.7e9 + rng.randint(0, 10_000)
+        return [start + i * interval for i in range(n)]
+    if metric.type is catalog.MetricType.INFO:
+        return [1.0] * n
+    return [round(rng.uniform(0.5, 5.0), 3)] * n
 
 
 def body(values: Sequence[str], timestamps: Sequence[str]) -> str:

@@ -254,15 +254,19 @@ def stat(
     calcs: Sequence[str] = ("lastNotNull",),
     background: bool = False,
     sparkline: bool = False,
+    name_only: bool = False,
 ) -> PanelBuilder:
-    """A big number per series; `background` colours the whole panel from the thresholds."""
+    """A big number per series; `background` colours the whole panel from the thresholds;
+    `name_only` shows each series' legend instead of its value (a verdict carried by a label)."""
     panel = _common(stat_builder.Panel(), c, PROMETHEUS).targets(prometheus_targets(queries))
     panel = panel.reduce_options(_reduce(calcs))
     panel = panel.color_mode(
         common_model.BigValueColorMode.BACKGROUND if background else common_model.BigValueColorMode.VALUE
     )
     panel = panel.graph_mode(common_model.BigValueGraphMode.AREA if sparkline else common_model.BigValueGraphMode.NONE)
-    panel = panel.text_mode(common_model.BigValueTextMode.VALUE_AND_NAME)
+    panel = panel.text_mode(
+        common_model.BigValueTextMode.NAME if name_only else common_model.BigValueTextMode.VALUE_AND_NAME
+    )
     panel = panel.color_scheme(dashboard_builder.FieldColor().mode(dashboard_model.FieldColorModeId.THRESHOLDS))
     built: PanelBuilder = panel
     return built

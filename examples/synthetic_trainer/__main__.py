@@ -76,7 +76,6 @@ def main(argv: list[str] | None = None) -> int:
 
     metrics = TrainingMetrics()
     host, port = args.listen
-    server = metrics.serve(port, host)
     job_id = args.job_id or str(uuid.uuid4())
     with tempfile.TemporaryDirectory(prefix="synthetic-trainer-") as scratch:
         settings = TrainerSettings(
@@ -92,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         settings.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         job = metrics.start_job(settings.model_type, job_id, folds_planned=settings.folds)
+        server = metrics.serve(port, host)  # after the job started: its first scrape has the job's series
         url = f"http://{host}:{server.port}/metrics"
         with log_context(job_id=job_id, model_type=settings.model_type):
             log.info("serving metrics", extra={"url": url})

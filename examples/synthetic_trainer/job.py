@@ -176,26 +176,22 @@ class SyntheticTrainer:
             self.job.record_data_load(time.monotonic() - started)
 
     def _save_checkpoint(self, fold: int) -> None:
+        """A checkpoint through `job.checkpoint`: timed, its error classified (a `RuntimeError` from
+        `torch.save` on a read-only path is an io_error too) and training goes on after a failure."""
         s = self.settings
-        with tracer.start_as_current_span("checkpoint_save") as span:
-            started = time.monotonic()
-            path = s.checkpoint_dir / f"{s.job_id}-fold{fold}-epoch{self.epoch}.ckpt"
-            try:
-                if self.faults.checkpoint_fails_now(self.epoch):
-                    raise OSError(f"injected checkpoint failure writing {path}")
-                payload = self.rng.randbytes(s.checkpoint_bytes)
-                partial = path.with_suffix(".partial")
-                partial.write_bytes(payload)
-                partial.replace(path)
-            except OSError as error:
-                span.record_exception(error)
-                span.set_status(trace.Status(trace.StatusCode.ERROR, str(error)))
-                self.job.record_checkpoint_save(False, time.monotonic() - started, 0, "io_error")
-                log.error("checkpoint save failed", extra={"epoch": self.epoch, "path": str(path), "error": str(error)})
-                return
-            seconds = time.monotonic() - started
-            self.job.record_checkpoint_save(True, seconds, len(payload))
-            log.info(
-                "checkpoint saved",
-                extra={"epoch": self.epoch, "path": str(path), "bytes": len(payload), "seconds": round(seconds, 3)},
-            )
+        path = s.checkpoint_dir / f"{s.job_id}-fold{fold}-epoch{self.epoch}.ckpt"
+        with (
+            tracer.start_as_current_span("checkpoint_save") as span,
+            self.job.checkpoint(path, step=self.epoch, suppress_errors=True) as save,
+        ):
+            if self.faults.checkpoint_fails_now(self.epoch):
+                raise OSError(f"injected checkpoint failure writing {path}")
+            payload = self.rng.randbytes(s.checkpoint_bytes)
+            partial = path.with_suffix(".partial")
+            partial.write_bytes(payload)
+            partial.replace(path)
+        if save.error is not None:  # counted and logged by the helper
+            span.record_exception(save.error)
+            span.set_status(trace.Status(trace.StatusCode.ERROR, str(save.error)))
+        elif save.good:
+            log.info("checkpoint saved", extra={"epoch": self.epoch, "path": str(path), "bytes": s.checkpoint_bytes})

@@ -11,6 +11,8 @@ from infra.components.alert_rules import AlertRules, AlertRulesArgs
 from infra.components.common import OtelExport
 from infra.components.gpu_poller import GpuPoller, GpuPollerArgs
 from infra.components.grafana import GrafanaProvisioning, GrafanaProvisioningArgs
+from infra.components.network_policies import NetworkIsolation, NetworkIsolationArgs, OwnedPods
+from infra.components.scrape_credentials import ScrapeCredentials, ScrapeCredentialsArgs
 from infra.components.scrape_discovery import ScrapeDiscovery, ScrapeDiscoveryArgs
 from infra.components.service_scrape import ServiceScrapeAnnotations, ServiceScrapeArgs
 from infra.components.training_job import TrainingJobArgs, TrainingJobTemplate
@@ -24,7 +26,12 @@ __all__ = [
     "GpuPollerArgs",
     "GrafanaProvisioning",
     "GrafanaProvisioningArgs",
+    "NetworkIsolation",
+    "NetworkIsolationArgs",
     "OtelExport",
+    "OwnedPods",
+    "ScrapeCredentials",
+    "ScrapeCredentialsArgs",
     "ScrapeDiscovery",
     "ScrapeDiscoveryArgs",
     "ServiceScrapeAnnotations",

@@ -161,3 +161,35 @@ def tolerations(items: Sequence[Toleration]) -> list[dict[str, Any]]:
 def scratch_volume(name: str = "tmp") -> dict[str, Any]:
     """A small memory-backed /tmp for containers with a read-only root filesystem."""
     return {"name": name, "emptyDir": {"medium": "Memory", "sizeLimit": "64Mi"}}
+
+
+# Where an exporter pod (the GPU poller, a training job) mounts its certificate and web config.
+METRICS_TLS_DIR = "/etc/foxhunt/metrics-tls"
+METRICS_WEB_DIR = "/etc/foxhunt/metrics-web"
+WEB_CONFIG_KEY = "web-config.yaml"
+
+
+@dataclass(frozen=True)
+class ExporterWeb:
+    """TLS and authentication of an exporter pod (`scrapeSecurity`): the kubernetes.io/tls Secret
+    of its certificate and the Secret of its web config, mounted read-only."""
+
+    tls_secret: str
+    web_config_secret: str
+    require_client_cert: bool
+
+    @property
+    def web_config_file(self) -> str:
+        return f"{METRICS_WEB_DIR}/{WEB_CONFIG_KEY}"
+
+    def volumes(self) -> list[dict[str, Any]]:
+        return [
+            {"name": "metrics-tls", "secret": {"secretName": self.tls_secret, "defaultMode": 0o440}},
+            {"name": "metrics-web", "secret": {"secretName": self.web_config_secret, "defaultMode": 0o440}},
+        ]
+
+    def mounts(self) -> list[dict[str, Any]]:
+        return [
+            {"name": "metrics-tls", "mountPath": METRICS_TLS_DIR, "readOnly": True},
+            {"name": "metrics-web", "mountPath": METRICS_WEB_DIR, "readOnly": True},
+        ]

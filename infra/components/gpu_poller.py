@@ -26,6 +26,7 @@ import pulumi_kubernetes as k8s
 from infra import REPO_ROOT
 from infra.components.common import (
     NVIDIA_RUNTIME_CLASS,
+    ExporterWeb,
     child,
     field_env,
     labels,
@@ -37,7 +38,7 @@ from infra.components.common import (
     tolerations,
 )
 from infra.settings import ImageBuild, PollerSettings
-from observability.scrape_config import pod_scrape_annotations
+from observability.scrape_config import SECURED_ANNOTATION, SECURED_VALUE, pod_scrape_annotations
 from policy.manifests import as_int
 
 TYPE = "foxhunt:observability:GpuPoller"
@@ -67,6 +68,7 @@ class GpuPollerArgs:
     # The poller is a source of critical alerts: scraped at the critical interval and timeout
     # (observability.scrape_config.critical_scrape_annotations).
     critical_scrape: Mapping[str, str]
+    web: ExporterWeb | None = None  # TLS and authentication of /metrics (scrapeSecurity)
 
 
 def selector_labels(args: GpuPollerArgs) -> dict[str, str]:
@@ -78,13 +80,31 @@ def _int_or_percent(value: str) -> int | str:
     return value if number is None else number
 
 
-def poller_container(poller: PollerSettings, image: pulumi.Input[str]) -> dict[str, Any]:
-    probe = {"httpGet": {"path": HEALTH_PATH, "port": PORT_NAME, "scheme": "HTTP"}}
+def probe_action(web: ExporterWeb | None) -> dict[str, Any]:
+    """GET /healthz (over HTTPS with TLS: /healthz needs no credential); a TCP connect when the
+    poller requires client certificates, which the kubelet has none of."""
+    if web is not None and web.require_client_cert:
+        return {"tcpSocket": {"port": PORT_NAME}}
+    return {"httpGet": {"path": HEALTH_PATH, "port": PORT_NAME, "scheme": "HTTPS" if web else "HTTP"}}
+
+
+def scrape_annotations(port: int, web: ExporterWeb | None) -> dict[str, str]:
+    if web is None:
+        return pod_scrape_annotations(port, METRICS_PATH)
+    return {**pod_scrape_annotations(port, METRICS_PATH, "https"), SECURED_ANNOTATION: SECURED_VALUE}
+
+
+def poller_container(
+    poller: PollerSettings, image: pulumi.Input[str], web: ExporterWeb | None = None
+) -> dict[str, Any]:
+    probe = probe_action(web)
+    web_args = ["--web-config-file", web.web_config_file] if web else []
     return {
         "name": CONTAINER,
         "image": image,
         "imagePullPolicy": "IfNotPresent",
-        "args": ["--listen", f"0.0.0.0:{poller.port}", "--min-interval", f"{poller.min_interval_seconds:g}"],
+        "args": ["--listen", f"0.0.0.0:{poller.port}", "--min-interval", f"{poller.min_interval_seconds:g}",
+                 *web_args],
         "ports": [{"name": PORT_NAME, "containerPort": poller.port, "protocol": "TCP"}],
         "env": [
             field_env("NODE_NAME", "spec.nodeName"),
@@ -96,7 +116,7 @@ def poller_container(poller: PollerSettings, image: pulumi.Input[str]) -> dict[s
         "livenessProbe": {**probe, "initialDelaySeconds": 10, "periodSeconds": 10, "timeoutSeconds": 3,
                           "failureThreshold": 3},
         "readinessProbe": {**probe, "periodSeconds": 5, "timeoutSeconds": 2, "failureThreshold": 2},
-        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}, *(web.mounts() if web else [])],
     }  # fmt: skip
 
 
@@ -111,7 +131,7 @@ def daemonset_spec(args: GpuPollerArgs, image: pulumi.Input[str]) -> dict[str, A
         "template": {
             "metadata": {
                 "labels": labels(args.common_labels, args.service, COMPONENT),
-                "annotations": {**pod_scrape_annotations(poller.port, METRICS_PATH), **args.critical_scrape},
+                "annotations": {**scrape_annotations(poller.port, args.web), **args.critical_scrape},
             },
             "spec": {
                 "runtimeClassName": NVIDIA_RUNTIME_CLASS,
@@ -122,8 +142,8 @@ def daemonset_spec(args: GpuPollerArgs, image: pulumi.Input[str]) -> dict[str, A
                 "enableServiceLinks": False,
                 "securityContext": restricted_pod_security_context(),
                 "terminationGracePeriodSeconds": 10,
-                "containers": [poller_container(poller, image)],
-                "volumes": [scratch_volume("tmp")],
+                "containers": [poller_container(poller, image, args.web)],
+                "volumes": [scratch_volume("tmp"), *(args.web.volumes() if args.web else [])],
             },
         },
     }

@@ -11,7 +11,7 @@ Per service the patch sets, on the pod template:
   (environment; namespace, pod and node from the downward API) and the three downward-API
   variables the attributes reference.
 
-Decisions (README "What `pulumi destroy` does"):
+Decisions (docs/outputs.md, "What `pulumi destroy` does"):
 - Conflicts are not forced (`pulumi.com/patchForce` is not set): if another field manager already
   owns one of these fields with a different value, `pulumi up` fails naming that manager instead of
   silently taking the field over. Fields the owner sets to the same value are shared, no conflict.

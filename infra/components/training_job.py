@@ -40,6 +40,7 @@ import pulumi_kubernetes as k8s
 from infra.components.common import (
     GPU_RESOURCE,
     NVIDIA_RUNTIME_CLASS,
+    ExporterWeb,
     OtelExport,
     child,
     field_env,
@@ -58,12 +59,15 @@ from observability.instrument.gpus import DRIVER_CAPABILITIES, DRIVER_CAPABILITI
 from observability.instrument.remediation import UNFIXABLE_EXIT_CODES
 from observability.scrape_config import (
     RANK_PORTS_ANNOTATION,
+    SECURED_ANNOTATION,
+    SECURED_VALUE,
     final_scrape_wait_seconds,
     pod_scrape_annotations,
     prometheus_requirement_annotations,
     rank_port_name,
 )
 from observability.trainer_env import FINAL_SCRAPE_WAIT_ENV, METRICS_BASE_PORT_ENV
+from observability.web_config import WEB_CONFIG_ENV
 
 TYPE = "foxhunt:observability:TrainingJobTemplate"
 COMPONENT = "training"
@@ -91,6 +95,19 @@ class TrainingJobArgs:
     namespace: str  # where training jobs run
     otel: OtelExport
     common_labels: Mapping[str, str]
+    web: ExporterWeb | None = None  # TLS and authentication of the trainers' /metrics (scrapeSecurity)
+
+
+def pod_labels(args: TrainingJobArgs) -> dict[str, str]:
+    return {
+        **labels(args.common_labels, args.cfg.training_job_service, COMPONENT),
+        MODEL_TYPE_LABEL: args.job.model_type,
+    }
+
+
+def pod_selector(args: TrainingJobArgs) -> dict[str, str]:
+    """Labels every pod of the template carries (whatever the model type of a run)."""
+    return {k: v for k, v in pod_labels(args).items() if k != MODEL_TYPE_LABEL}
 
 
 def rendezvous_service_name(job: TrainingJobSettings) -> str:
@@ -139,6 +156,8 @@ def training_env(args: TrainingJobArgs) -> list[dict[str, Any]]:
             # by UUID through NVML (ml_training_job_gpu_info) without any privilege.
             {"name": DRIVER_CAPABILITIES_ENV, "value": DRIVER_CAPABILITIES},
             *distributed_env(args),
+            # TLS and authentication of the metrics server (observability.web_config).
+            *([{"name": WEB_CONFIG_ENV, "value": args.web.web_config_file}] if args.web else []),
             *remediation_env(job),
         ],
     )
@@ -174,8 +193,12 @@ def container_ports(job: TrainingJobSettings) -> list[dict[str, Any]]:
     return ports
 
 
-def pod_annotations(job: TrainingJobSettings, cfg: ObservabilityConfig) -> dict[str, str]:
-    annotations = pod_scrape_annotations(job.metrics_port, critical=cfg)
+def pod_annotations(
+    job: TrainingJobSettings, cfg: ObservabilityConfig, web: ExporterWeb | None = None
+) -> dict[str, str]:
+    annotations = pod_scrape_annotations(job.metrics_port, scheme="https" if web else "http", critical=cfg)
+    if web:
+        annotations[SECURED_ANNOTATION] = SECURED_VALUE
     if job.command:
         annotations[RANK_PORTS_ANNOTATION] = "true"
     return annotations
@@ -185,12 +208,9 @@ def pod_template(args: TrainingJobArgs) -> dict[str, Any]:
     job = args.job
     return {
         "metadata": {
-            "labels": {
-                **labels(args.common_labels, args.cfg.training_job_service, COMPONENT),
-                MODEL_TYPE_LABEL: job.model_type,
-            },
+            "labels": pod_labels(args),
             # a source of critical alerts (NaN): scraped at the critical interval
-            "annotations": pod_annotations(job, args.cfg),
+            "annotations": pod_annotations(job, args.cfg, args.web),
         },
         "spec": {
             **({"subdomain": rendezvous_service_name(job)} if job.nodes > 1 else {}),
@@ -213,10 +233,16 @@ def pod_template(args: TrainingJobArgs) -> dict[str, Any]:
                     "env": training_env(args),
                     "resources": resources(job.resources, {GPU_RESOURCE: str(job.gpu_count)}),
                     "securityContext": restricted_container_security_context(),
-                    "volumeMounts": [{"name": "scratch", "mountPath": "/tmp"}],
+                    "volumeMounts": [
+                        {"name": "scratch", "mountPath": "/tmp"},
+                        *(args.web.mounts() if args.web else []),
+                    ],
                 }
             ],
-            "volumes": [{"name": "scratch", "emptyDir": {"sizeLimit": SCRATCH_SIZE}}],
+            "volumes": [
+                {"name": "scratch", "emptyDir": {"sizeLimit": SCRATCH_SIZE}},
+                *(args.web.volumes() if args.web else []),
+            ],
         },
     }
 

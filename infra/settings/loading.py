@@ -59,10 +59,39 @@ def check_plaintext_credentials(r: Reader) -> None:
                 )
 
 
+# The largest config value read (a stack's biggest, the services list, is about 1 KiB as JSON).
+MAX_VALUE_BYTES = 64 * 1024
+
+
+class _Without:
+    """A config source less the keys whose values are too big to read."""
+
+    def __init__(self, source: ConfigSource, dropped: set[str]) -> None:
+        self.stack = source.stack
+        self._source = source
+        self._dropped = dropped
+
+    def get(self, key: str) -> str | None:
+        return None if key in self._dropped else self._source.get(key)
+
+    def is_secret(self, key: str) -> bool:
+        return self._source.is_secret(key)
+
+    def keys(self) -> list[str]:
+        return [k for k in self._source.keys() if k not in self._dropped]  # noqa: SIM118
+
+
 def load_settings(source: ConfigSource, secret: SecretReader) -> Settings:
     """Read and validate the whole stack config; raise `SettingsError` listing every problem."""
-    r = Reader(source)
-    given = set(source.keys())
+    oversized = {k for k in source.keys() if len(source.get(k) or "") > MAX_VALUE_BYTES}  # noqa: SIM118
+    r = Reader(_Without(source, oversized) if oversized else source)
+    for key in sorted(oversized):
+        r.problems.append(
+            f"{key} is {len(source.get(key) or ''):,} characters as JSON: expected at most {MAX_VALUE_BYTES:,} "
+            "(is a YAML alias repeating a large value?)"
+        )
+        r.reported.add(key)
+    given = set(r.source.keys())
     for key in sorted(given - KNOWN_KEYS):
         close = difflib.get_close_matches(key, sorted(KNOWN_KEYS - given), n=1, cutoff=0.75)
         if close:

@@ -29,7 +29,11 @@ RECEIVER_KEYS = (
     "alertSlackApiUrl",  # a Slack incoming-webhook URL, where a severity goes to Slack
     "alertPagerDutyRoutingKey",  # the PagerDuty Events API v2 integration key, where one goes to PagerDuty
 )
-SECRET_KEYS = (*RECEIVER_KEYS, "registryPassword")
+# The credential Prometheus scrapes the poller and the training jobs with (`scrapeSecurity`).
+SCRAPE_CREDENTIAL_KEY = "scrapeCredential"
+# The Secret beside Prometheus that holds it (`token`, or `username` and `password`).
+SCRAPE_CREDENTIALS_SECRET = "foxhunt-scrape-credentials"
+SECRET_KEYS = (*RECEIVER_KEYS, "registryPassword", SCRAPE_CREDENTIAL_KEY)
 DIGEST_EXPECTED = "an image reference pinned by digest: REGISTRY/REPO@sha256:<64 hex>"
 # The kubeconfig a stack may carry as a Pulumi secret (`pulumi config set --secret kubeconfig ...`).
 KUBECONFIG_KEY = "kubeconfig"
@@ -83,6 +87,9 @@ class ScrapeSettings:
     object_name: str
     # Labels the Prometheus (operator) selects PodMonitors / PrometheusRules by.
     operator_selector: Mapping[str, str]
+    # The stack's Prometheus pods: the only peers the NetworkPolicies let reach a metrics port.
+    prometheus_namespace: str = "monitoring"
+    prometheus_pod_selector: Mapping[str, str] = field(default_factory=lambda: {"app.kubernetes.io/name": "prometheus"})
 
 
 @dataclass(frozen=True)
@@ -223,6 +230,8 @@ class Settings:
     kubernetes: KubernetesTarget = KubernetesTarget(context=None)
     common_labels: Mapping[str, str] = field(default_factory=dict)
     prometheus: PrometheusSettings = PrometheusSettings()
+    # The credential of the secured scrapes (with `observability.scrape_security`), a Pulumi secret.
+    scrape_credential: SecretValue | None = None
 
     @property
     def environment(self) -> str:

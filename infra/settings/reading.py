@@ -88,6 +88,8 @@ class Reader:
         if re.split(r"[.\[]", key, maxsplit=1)[0] in self.reported:
             return
         shown = json.dumps(value) if not isinstance(value, str) else repr(value)
+        if len(shown) > 200:  # a huge or repeated value: its start says enough
+            shown = shown[:200] + f"… ({len(shown):,} characters)"
         self.problems.append(f"{key} = {shown}: expected {expected}")
 
     def model_type(self, key: str, value: Any) -> str:

@@ -21,6 +21,8 @@ from infra.settings.model import (
     DIGEST_EXPECTED,
     KUBECONFIG_KEY,
     RECEIVER_KEYS,
+    SCRAPE_CREDENTIAL_KEY,
+    SCRAPE_CREDENTIALS_SECRET,
     SCRAPE_DELIVERIES,
     SCRAPE_MODES,
     SUPPORTED_KUBERNETES_MINORS,
@@ -51,6 +53,8 @@ from observability.config import (
     WEBHOOK,
     Notifications,
     ObservabilityConfig,
+    RemoteWrite,
+    ScrapeSecurity,
 )
 from observability.instrument.remediation import MAX_ROLLBACKS_LIMIT
 from observability.prometheus_config import REMOTE_WRITE_PATH
@@ -217,7 +221,7 @@ def scrape(r: Reader, s: Parsed) -> tuple[ScrapeSettings, int, int, int, int]:
         "scrape",
         r.required("scrape"),
         {"mode", "intervalSeconds", "evaluationIntervalSeconds", "criticalIntervalSeconds",
-         "criticalEvaluationIntervalSeconds", "delivery", "objectName", "operatorSelector"},
+         "criticalEvaluationIntervalSeconds", "delivery", "objectName", "operatorSelector", "prometheusPods"},
     )  # fmt: skip
     mode = r.choice("scrape.mode", sc.get("mode"), SCRAPE_MODES)
     example = ObservabilityConfig()
@@ -236,6 +240,7 @@ def scrape(r: Reader, s: Parsed) -> tuple[ScrapeSettings, int, int, int, int]:
         delivery=r.choice("scrape.delivery", sc.get("delivery", "configmap"), SCRAPE_DELIVERIES),
         object_name=r.dns_name("scrape.objectName", sc.get("objectName", "prometheus-annotation-scrape")),
         operator_selector=r.label_map("scrape.operatorSelector", sc.get("operatorSelector")),
+        **prometheus_pods(r, sc.get("prometheusPods"), s.namespaces),
     )
     # The promise for critical failures, within `criticalDetectionSeconds` (default 30) of the
     # failure: the rules module owns the check (it derives every critical `for` from the intervals).
@@ -254,6 +259,24 @@ def scrape(r: Reader, s: Parsed) -> tuple[ScrapeSettings, int, int, int, int]:
             "scrape.criticalIntervalSeconds", critical, f"intervals with which critical failures page in time: {exc}"
         )
     return settings, interval, evaluation, critical, critical_evaluation
+
+
+def prometheus_pods(r: Reader, value: Any, ns: Namespaces) -> dict[str, Any]:
+    """`scrape.prometheusPods`: the namespace (default: monitoring) and pod labels of the stack's
+    Prometheus servers, the only peers the NetworkPolicies admit to a metrics port."""
+    pp = r.mapping("scrape.prometheusPods", value, {"namespace", "podSelector"})
+    selector = r.label_map(
+        "scrape.prometheusPods.podSelector", pp.get("podSelector", {"app.kubernetes.io/name": "prometheus"})
+    )
+    if not selector:
+        r.problems.append(
+            "scrape.prometheusPods.podSelector is empty: expected the labels of the Prometheus pods "
+            "(an empty selector would admit every pod of the namespace to the metrics ports)"
+        )
+    return {
+        "prometheus_namespace": r.dns_name("scrape.prometheusPods.namespace", pp.get("namespace", ns.monitoring)),
+        "prometheus_pod_selector": selector,
+    }
 
 
 def tolerations(r: Reader, key: str, value: Any) -> tuple[Toleration, ...]:
@@ -541,15 +564,17 @@ def kubernetes_target(r: Reader, s: Parsed) -> KubernetesTarget:
     return KubernetesTarget(context=context or None, kubeconfig=s.secret(KUBECONFIG_KEY) if has_kubeconfig else None)
 
 
-@setting("cluster", "prometheus", into=("prometheus", "shards", "cluster", "clusters"))
-def prometheus(r: Reader, s: Parsed) -> tuple[PrometheusSettings, int, str, tuple[str, ...]]:
+@setting("cluster", "prometheus", into=("prometheus", "shards", "cluster", "clusters", "remote_write"))
+def prometheus(r: Reader, s: Parsed) -> tuple[PrometheusSettings, int, str, tuple[str, ...], RemoteWrite]:
     """`cluster` (the external label; default `foxhunt-<environment>`) and `prometheus.shards`,
     `prometheus.clusters`, `prometheus.remoteWriteUrl` (default: the remote-write receiver of the
-    Prometheus at `endpoints.prometheus`, the global tier) (docs/scaling.md)."""
+    Prometheus at `endpoints.prometheus`, the global tier), `prometheus.remoteWrite` (`all` or
+    `aggregates`: what the shards write there) (docs/scaling.md)."""
     environment_name: str = s.environment
     ep: Endpoints = s.endpoints
     cluster = r.dns_name("cluster", r.raw("cluster") or f"foxhunt-{environment_name or 'dev'}")
-    pr = r.mapping("prometheus", r.raw("prometheus"), {"shards", "clusters", "remoteWriteUrl"})
+    pr = r.mapping("prometheus", r.raw("prometheus"), {"shards", "clusters", "remoteWriteUrl", "remoteWrite"})
+    mode = RemoteWrite(r.choice("prometheus.remoteWrite", pr.get("remoteWrite", "all"), [m.value for m in RemoteWrite]))
     shards = r.integer("prometheus.shards", pr.get("shards", 1), 1, MAX_SHARDS)
     default_write = f"{ep.prometheus.rstrip('/')}{REMOTE_WRITE_PATH}" if ep.prometheus else ""
     given = pr.get("remoteWriteUrl")
@@ -557,13 +582,13 @@ def prometheus(r: Reader, s: Parsed) -> tuple[PrometheusSettings, int, str, tupl
     listed = pr.get("clusters", [cluster])
     if not isinstance(listed, list) or not listed:
         r.problem("prometheus.clusters", listed, "a non-empty list of cluster names (DNS-1123 labels)")
-        return PrometheusSettings(remote_write), shards, cluster, (cluster,)
+        return PrometheusSettings(remote_write), shards, cluster, (cluster,), mode
     clusters = tuple(r.dns_name(f"prometheus.clusters[{i}]", name) for i, name in enumerate(listed))
     if len(set(clusters)) != len(clusters):
         r.problem("prometheus.clusters", listed, "each cluster once")
     if cluster and cluster not in clusters:
         r.problem("prometheus.clusters", listed, f"a list that includes this stack's cluster {cluster!r}")
-    return PrometheusSettings(remote_write), shards, cluster, clusters
+    return PrometheusSettings(remote_write), shards, cluster, clusters, mode
 
 
 _CURRENCY = re.compile(r"^[A-Z]{3}$")
@@ -616,6 +641,82 @@ def cost(r: Reader, s: Parsed) -> Prices:
         r.problem("currency", currency, "an ISO 4217 currency code such as USD or EUR")
     listed = tuple(sorted((k, v) for k, v in prices.items() if k != GPU_HOURLY_COST_DEFAULT))
     return listed, prices.get(GPU_HOURLY_COST_DEFAULT, 0.0), energy, str(currency or "")
+
+
+MAX_CHECKPOINT_RETENTION_DAYS = 3650
+
+
+@setting(
+    "checkpointStoragePricePerGBMonth", "checkpointRetentionDays",
+    into=("checkpoint_storage_price_per_gb_month", "checkpoint_retention_days"),
+)  # fmt: skip
+def checkpoint_storage(r: Reader, s: Parsed) -> tuple[float, float]:
+    """`checkpointStoragePricePerGBMonth` (in `currency`, per GB kept for a month) and
+    `checkpointRetentionDays` (how long each checkpoint is kept): the price of the checkpoint
+    storage estimates. Both or neither (then ObservabilityConfig's example applies)."""
+    price, days = r.raw("checkpointStoragePricePerGBMonth"), r.raw("checkpointRetentionDays")
+    example = ObservabilityConfig()
+    if price is None and days is None:
+        return example.checkpoint_storage_price_per_gb_month, example.checkpoint_retention_days
+    for key, value in (("checkpointStoragePricePerGBMonth", price), ("checkpointRetentionDays", days)):
+        if value is None:
+            r.problems.append(
+                f"{key} is missing: checkpointStoragePricePerGBMonth and checkpointRetentionDays are set together"
+            )
+    per_gb = _price(r, "checkpointStoragePricePerGBMonth", price) if price is not None else 0.0
+    kept = example.checkpoint_retention_days
+    if days is not None:
+        if isinstance(days, bool) or not isinstance(days, int | float) or not 0 < days <= MAX_CHECKPOINT_RETENTION_DAYS:
+            r.problem(
+                "checkpointRetentionDays", days, f"a number of days above 0 and at most {MAX_CHECKPOINT_RETENTION_DAYS}"
+            )
+        else:
+            kept = float(days)
+    return per_gb, kept
+
+
+SCRAPE_SECURITY_KEYS = {"certificate", "serverName", "authentication", "clientCertificate", "username"}
+
+
+@setting("scrapeSecurity", SCRAPE_CREDENTIAL_KEY, into=("scrape_security", "scrape_credential"))
+def scrape_security(r: Reader, s: Parsed) -> tuple[ScrapeSecurity | None, Any]:
+    """`scrapeSecurity`: the poller and the training jobs serve TLS with authentication, and
+    Prometheus scrapes them with the credential `scrapeCredential` (a Pulumi secret).
+    `certificate`: a kubernetes.io/tls Secret (tls.crt, tls.key, ca.crt; a cert-manager Certificate)
+    in the monitoring and training namespaces, with `serverName` among its DNS names;
+    `authentication`: bearer (default) or basic (user `username`, default prometheus);
+    `clientCertificate` (optional): Prometheus' own client certificate (a kubernetes.io/tls Secret
+    beside Prometheus): the exporters then require a client certificate signed by ca.crt."""
+    value = r.raw("scrapeSecurity")
+    if value is None:
+        return None, None
+    sec = r.mapping("scrapeSecurity", value, SCRAPE_SECURITY_KEYS)
+    certificate = r.dns_name("scrapeSecurity.certificate", sec.get("certificate"))
+    server_name = r.string(
+        "scrapeSecurity.serverName",
+        sec.get("serverName"),
+        re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$"),
+        "a DNS name of the exporters' certificate, such as metrics.monitoring.svc",
+    )
+    authentication = r.choice("scrapeSecurity.authentication", sec.get("authentication", "bearer"), ("bearer", "basic"))
+    client = sec.get("clientCertificate")
+    client_secret = r.dns_name("scrapeSecurity.clientCertificate", client) if client is not None else None
+    username = r.string("scrapeSecurity.username", sec.get("username", "prometheus"), re.compile(r"^[^:\s]+$"),
+                        "a user name without colons or spaces")  # fmt: skip
+    if r.source.get(SCRAPE_CREDENTIAL_KEY) is None:
+        r.problems.append(
+            f"{SCRAPE_CREDENTIAL_KEY} is missing: scrapeSecurity needs the scrape credential, a random token "
+            f'(`pulumi config set --secret {SCRAPE_CREDENTIAL_KEY} "$(openssl rand -hex 32)"`)'
+        )
+    security = ScrapeSecurity(
+        server_name=server_name,
+        tls_secret=certificate,
+        credentials_secret=SCRAPE_CREDENTIALS_SECRET,
+        authentication=authentication,
+        username=username,
+        client_cert_secret=client_secret,
+    )
+    return security, s.secret(SCRAPE_CREDENTIAL_KEY)
 
 
 @setting("kubeStateMetrics", into="kube_state_metrics")

@@ -22,6 +22,26 @@ class StackFileError(ValueError):
     pass
 
 
+# A stack file is a few KiB; these bound what a mistaken (or hostile) one can make the loader do.
+MAX_STACK_FILE_BYTES = 1024 * 1024
+MAX_EXPANDED_VALUES = 100_000  # scalars, lists and mappings after YAML aliases are expanded
+
+
+def expanded_size(value: Any, limit: int) -> int:
+    """How many values `value` holds once its aliases (shared objects) are expanded, counting up
+    to just past `limit` (a YAML "billion laughs" document is small but expands exponentially)."""
+    count = 0
+    stack = [value]
+    while stack and count <= limit:
+        item = stack.pop()
+        count += 1
+        if isinstance(item, Mapping):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return count
+
+
 def stack_file(stack: str, root: Path = REPO_ROOT) -> Path:
     return root / f"Pulumi.{stack}.yaml"
 
@@ -78,10 +98,24 @@ def read_stack_config(stack: str, root: Path = REPO_ROOT, overrides: Mapping[str
         raise StackFileError(
             f"unknown stack {stack!r}: no {path.name}; expected one of {', '.join(available_stacks(root))}"
         )
+    size = path.stat().st_size
+    if size > MAX_STACK_FILE_BYTES:
+        raise StackFileError(
+            f"{path.name} is {size:,} bytes: expected a stack file of at most {MAX_STACK_FILE_BYTES:,}"
+        )
     try:
-        document = yaml.safe_load(path.read_text()) or {}
+        document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as exc:
         raise StackFileError(yaml_error(path, exc)) from exc
+    except UnicodeDecodeError as exc:
+        raise StackFileError(f"{path.name} is not UTF-8 text: {exc}") from exc
+    if not isinstance(document, Mapping):
+        raise StackFileError(f"{path.name}: expected a mapping with a `config` key, got {type(document).__name__}")
+    if expanded_size(document, MAX_EXPANDED_VALUES) > MAX_EXPANDED_VALUES:
+        raise StackFileError(
+            f"{path.name} expands to more than {MAX_EXPANDED_VALUES:,} values: YAML aliases (*name) repeat "
+            "content; write the values out or remove the aliases"
+        )
     raw = document.get("config") or {}
     if not isinstance(raw, Mapping):
         raise StackFileError(f"{path.name}: `config` must be a mapping of {PROJECT}:<key> to values")

@@ -10,7 +10,7 @@ The block is timed (the job's "checkpoint" phase), and its outcome is one of:
   `state_dict()`, a module, nested tensors) any NaN or infinity in it refuses the save and counts
   `ml_training_nan_count{tensor_type="weights"}`; `ckpt.finite` says so before the caller writes,
   so a trainer can skip writing bad weights. Without `state`, a save is refused when the job
-  counted a non-finite loss or gradient since its last good checkpoint;
+  counted a non-finite value after its latest finite loss and its latest good checkpoint;
 - good: counted in `ml_checkpoint_saves_total`, its duration and size recorded, and
   `job.last_good_checkpoint` set (path, step, Unix time): what a rollback restores.
 """
@@ -47,7 +47,7 @@ class CheckpointOwner(Protocol):
     """What a checkpoint save reports to: the job (`JobMetrics`)."""
 
     @property
-    def nonfinite_since_good_checkpoint(self) -> bool: ...
+    def suspect_state(self) -> bool: ...
 
     def phase(self, name: str) -> AbstractContextManager[object]: ...
 
@@ -144,8 +144,8 @@ class CheckpointSave:
         if self.nonfinite:
             self.refused_reason = f"non-finite values in {finite.describe(self.nonfinite)}"
             self._owner.record_nan_detection(WEIGHTS)
-        elif self.state is None and self._owner.nonfinite_since_good_checkpoint:
-            self.refused_reason = "the job counted non-finite values since its last good checkpoint"
+        elif self.state is None and self._owner.suspect_state:
+            self.refused_reason = "the job counted non-finite values after its latest finite loss"
         if self.refused_reason:
             self.good = False
             LOG.warning(

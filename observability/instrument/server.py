@@ -29,7 +29,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from observability.exposition import CollectorPage, Format, MetricsHTTPServer
 from observability.http_server import ServerLimits
-from observability.trainer_env import FINAL_SCRAPE_WAIT_ENV
+from observability.trainer_env import FINAL_SCRAPE_WAIT_ENV, METRICS_BASE_PORT_ENV
 from observability.web_config import WEB_CONFIG_ENV, WebConfig, load_web_config
 
 LOG = logging.getLogger(__name__)
@@ -165,6 +165,24 @@ def final_scrape_wait_from_env(environ: Mapping[str, str] | None = None) -> floa
     if not 0 <= seconds <= 3600:  # NaN fails too
         raise ValueError(f"{FINAL_SCRAPE_WAIT_ENV}={text!r}: expected seconds between 0 and 3600")
     return seconds
+
+
+def rank_metrics_port(local_rank: int, environ: Mapping[str, str] | None = None) -> int:
+    """The port a rank serves its metrics on: the base port (FOXHUNT_METRICS_BASE_PORT, which the
+    job template sets where torchrun runs; default 9094) plus its local rank, so every process of a
+    pod has its own port, declared as container port `metrics-<local rank>`."""
+    text = (os.environ if environ is None else environ).get(METRICS_BASE_PORT_ENV, "").strip()
+    try:
+        base = int(text) if text else METRICS_PORT
+    except ValueError:
+        base = -1
+    port = base + local_rank
+    if not base >= 1 or not port <= 65535:
+        raise ValueError(
+            f"{METRICS_BASE_PORT_ENV}={text!r} with local rank {local_rank}: expected a base port so that base + "
+            "local rank is a TCP port (1-65535)"
+        )
+    return port
 
 
 def start_metrics_server(registry: CollectorRegistry, port: int = METRICS_PORT, addr: str = "0.0.0.0") -> MetricsServer:

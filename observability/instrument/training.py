@@ -17,9 +17,10 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from types import TracebackType
+from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics_core import CounterMetricFamily
@@ -28,21 +29,35 @@ from prometheus_client.registry import Collector
 
 from observability import catalog
 from observability.catalog import Metric
-from observability.instrument import errors, families, gpus
+from observability.instrument import errors, families, gpus, hyperparameters
+from observability.instrument import flops as flops_module
 from observability.instrument.checkpoints import WEIGHTS, CheckpointSave, GoodCheckpoint
 from observability.instrument.errors import CHECKPOINT_ERROR_TYPES, FAILURE_ERROR_TYPES
 from observability.instrument.phases import COMPUTE, IDLE, LOST_WORK, STARTUP, PhaseClock
 from observability.instrument.ranks import RankInfo
-from observability.instrument.server import METRICS_PORT, MetricsServer
+from observability.instrument.reinforcement import RlFamilies, RlMetrics
+from observability.instrument.search import SearchFamilies, StudyMetrics
+from observability.instrument.server import METRICS_PORT, MetricsServer, rank_metrics_port
 from observability.instrument.trace_context import trace_exemplar
 
 LOG = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Label values created (at 0) when a job starts; others still work but appear at their first event.
 LOSS, VALIDATION_LOSS, GRADIENT = "loss", "validation_loss", "gradient"
 NAN_TENSOR_TYPES: tuple[str, ...] = (LOSS, VALIDATION_LOSS, GRADIENT, "activation", WEIGHTS)
 JOB_STATUSES: tuple[str, ...] = ("pending", "running", "completed", "failed", "stopped", "paused")
 FINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "stopped"})
+
+
+def _check_seconds(value: float, name: str) -> float:
+    """A duration to observe: finite and not negative. A NaN or infinity would make the histogram's
+    sum NaN for the rest of the job (and OpenMetrics parsers refuse the page), so it is refused."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number of seconds, got {value!r}")
+    if not 0 <= value < math.inf:  # NaN fails too
+        raise ValueError(f"{name} must be a finite number of seconds, at least 0, got {value!r}")
+    return float(value)
 
 
 def _check_status(status: str) -> str:
@@ -102,6 +117,8 @@ class TrainingMetrics:
         # H. lifecycle
         self.jobs_by_status = g(catalog.TRAINING_JOBS_BY_STATUS)
         self.job_duration = h(catalog.TRAINING_JOB_DURATION_SECONDS)
+        self.job_start_time = g(catalog.TRAINING_JOB_START_TIMESTAMP_SECONDS)
+        self.job_end_time = g(catalog.TRAINING_JOB_END_TIMESTAMP_SECONDS)
         self.job_gpu_info = self._info(catalog.TRAINING_JOB_GPU_INFO)
         # Steps and time accounting, per rank
         self.rank_info = self._info(catalog.TRAINING_RANK_INFO)
@@ -109,6 +126,13 @@ class TrainingMetrics:
         self.samples = c(catalog.TRAINING_SAMPLES_TOTAL)
         self.tokens = c(catalog.TRAINING_TOKENS_TOTAL)
         self.last_step_timestamp = g(catalog.TRAINING_LAST_STEP_TIMESTAMP_SECONDS)
+        self.model_flops = c(catalog.TRAINING_MODEL_FLOPS_TOTAL)
+        self.checkpoint_written = c(catalog.CHECKPOINT_WRITTEN_BYTES_TOTAL)
+        # Optimization (the PyTorch integration)
+        self.step_loss = g(catalog.TRAINING_STEP_LOSS)
+        self.learning_rate = g(catalog.TRAINING_LEARNING_RATE)
+        self.gradient_norm = g(catalog.TRAINING_GRADIENT_NORM)
+        self.hyperparameters = self._info(catalog.TRAINING_HYPERPARAMETERS_INFO)
         # Per-fold view
         self.fold_loss = g(catalog.TRAINING_FOLD_LOSS)
         self.fold_validation_loss = g(catalog.TRAINING_FOLD_VALIDATION_LOSS)
@@ -116,6 +140,9 @@ class TrainingMetrics:
         self.fold_duration = g(catalog.TRAINING_FOLD_DURATION_SECONDS)
         self.folds_planned = g(catalog.TRAINING_FOLDS_PLANNED)
         self.folds_completed = c(catalog.TRAINING_FOLDS_COMPLETED_TOTAL)
+        # Model-specific (reinforcement learning) and hyperparameter search: created at first use
+        self.rl = RlFamilies(g, c)
+        self.search = SearchFamilies(g, c)
 
         self.collector = families.CatalogCollector(self._pairs)
         self.registry.register(self.collector)
@@ -241,6 +268,12 @@ class TrainingMetrics:
         """Serve this registry on `addr:port` (`/metrics`, `/healthz`) from a daemon thread."""
         return MetricsServer(self.registry, port, addr)
 
+    def serve_rank(self, rank: RankInfo | None = None, addr: str = "0.0.0.0") -> MetricsServer:
+        """Serve this process's metrics on its rank's port (`rank_metrics_port`: base port plus
+        local rank; `rank` defaults to the launcher's environment)."""
+        where = RankInfo.from_env() if rank is None else rank
+        return MetricsServer(self.registry, rank_metrics_port(where.local_rank), addr)
+
 
 class JobMetrics:
     """Records one training job's metrics; every method is safe to call from any thread."""
@@ -258,9 +291,15 @@ class JobMetrics:
         self.phases = PhaseClock(STARTUP)
         self.steps_done = 0
         self._lost_work_until: int | None = None
+        self._rl: RlMetrics | None = None
+        self._studies: dict[str, StudyMetrics] = {}
         self.last_good_checkpoint: GoodCheckpoint | None = None
-        self._nonfinite_since_good_checkpoint = False
+        self._suspect_state = False
         self.failure: BaseException | None = None
+        # Model FLOPs of one step and the precision they run in (set_model_flops / measure_model_flops).
+        self.model_flops_per_step: int | None = None
+        self.model_flops_precision: str | None = None
+        self._hyperparameter_labels: dict[str, str] | None = None
 
     # --- the job as a context manager ---------------------------------------------------------
     def __enter__(self) -> JobMetrics:
@@ -300,9 +339,29 @@ class JobMetrics:
         return {"model_type": self.model_type, "job_id": self.job_id}
 
     @property
+    def registry(self) -> CollectorRegistry:
+        """The registry the job's metrics are on (collectors of the job's extensions register here)."""
+        return self._m.registry
+
+    @property
     def rank_labels(self) -> dict[str, str]:
         """The labels of this process's per-rank series (`catalog.RANK_JOB`)."""
         return {"model_type": self.model_type, "job_id": self.job_id, "rank": self.rank.label}
+
+    @property
+    def rl(self) -> RlMetrics:
+        """The job's reinforcement-learning series (exploration, Q-values, policy updates, episodes)."""
+        with self._lock:
+            if self._rl is None:
+                self._rl = RlMetrics(self._m.rl, self.model_type, self.job_id)
+            return self._rl
+
+    def study(self, name: str) -> StudyMetrics:
+        """The series of the hyperparameter-search study `name` this job runs trials of."""
+        with self._lock:
+            if name not in self._studies:
+                self._studies[name] = StudyMetrics(self._m.search, self.model_type, self.job_id, name)
+            return self._studies[name]
 
     def create_children(self, *, folds_planned: int, workers: int) -> None:
         m, job = self._m, self._job
@@ -319,12 +378,13 @@ class JobMetrics:
         for status in sorted(FINAL_STATUSES):
             # At count 0 from the start: the finished job's observation is an increase rate() sees.
             m.job_duration.labels(model_type=self.model_type, status=status)
+        m.job_start_time.labels(**job).set(time.time() - (time.monotonic() - self._started))
         m.progress_percent.labels(**job).set(0)
         m.current_epoch.labels(**job).set(0)
         m.folds_planned.labels(**job).set(folds_planned)
         m.active_workers.labels(**job).set(workers)
         ranked = self.rank_labels
-        for per_rank in (m.steps, m.samples, m.tokens):
+        for per_rank in (m.steps, m.samples, m.tokens, m.checkpoint_written):
             per_rank.labels(**ranked)
         m.rank_info.labels(
             **ranked,
@@ -354,8 +414,7 @@ class JobMetrics:
         (`tensor_type` "loss" or "validation_loss"): the script needs no NaN check of its own.
         `val_loss` None: no validation this epoch. Called inside a span, the duration's bucket
         carries that span's trace ID as an exemplar."""
-        if duration_secs < 0:
-            raise ValueError(f"duration_secs must not be negative, got {duration_secs}")
+        duration_secs = _check_seconds(duration_secs, "duration_secs")
         m, job = self._m, self._job
         m.loss.labels(**job).set(train_loss)
         self.check_finite(train_loss, LOSS)
@@ -375,17 +434,29 @@ class JobMetrics:
         """Counts a NaN or infinite `value` as a NaN detection of `tensor_type`; returns whether
         `value` is finite."""
         if math.isfinite(value):
+            if tensor_type == LOSS:
+                with self._lock:
+                    self._suspect_state = False  # training recovered (a skipped step)
             return True
         self.record_nan_detection(tensor_type)
         return False
 
-    def record_step(self, samples: int = 0, tokens: int = 0) -> int:
+    def record_step(self, samples: int = 0, tokens: int = 0, flops: float | None = None) -> int:
         """One optimizer step done by this rank (with the samples and tokens it consumed); returns
         the rank's step count. The first step ends the job's start-up: from then on, time in no
-        named phase counts as idle."""
+        named phase counts as idle.
+
+        The step's model FLOPs count in `ml_training_model_flops_total`: `flops` where the caller
+        knows them for this step (a step whose size varies), else the job's FLOPs per step
+        (`set_model_flops` or `measure_model_flops`), else none."""
         if samples < 0 or tokens < 0:
             raise ValueError(f"samples and tokens of a step are counts of at least 0, got {samples} and {tokens}")
         m, ranked = self._m, self.rank_labels
+        step_flops = self.model_flops_per_step if flops is None else flops_module.check_flops(flops)
+        if step_flops is not None:
+            if self.model_flops_precision is None:
+                raise ValueError("a step's FLOPs need the model's precision: call set_model_flops first")
+            m.model_flops.labels(**ranked, precision=self.model_flops_precision).inc(step_flops)
         m.steps.labels(**ranked).inc()
         if samples:
             m.samples.labels(**ranked).inc(samples)
@@ -403,6 +474,29 @@ class JobMetrics:
         if self.phases.base == STARTUP:
             self.phases.set_base(IDLE)
         return done
+
+    def set_model_flops(self, flops_per_step: float | None, precision: str) -> None:
+        """Declare the model FLOPs of one training step (forward and backward: about 6 x parameters x
+        tokens for a transformer) and the precision its matrix multiplies run in (fp32, tf32, bf16,
+        fp16, fp8): every `record_step` then counts them. None keeps the precision for per-step
+        FLOPs given to `record_step`."""
+        precision = flops_module.check_precision(precision)
+        per_step = None if flops_per_step is None else flops_module.check_flops(flops_per_step)
+        with self._lock:
+            self.model_flops_per_step, self.model_flops_precision = per_step, precision
+        self._m.model_flops.labels(**self.rank_labels, precision=precision)
+
+    def measure_model_flops(
+        self, step: Callable[..., T], *args: Any, precision: str | None = None, model: Any = None, **kwargs: Any
+    ) -> T:
+        """Run one real training step, `step(*args, **kwargs)`, under PyTorch's FLOP counter and take
+        what it counted as the job's FLOPs per step; returns the step's result. The precision is
+        `precision`, else that of `model`'s parameters (`flops.model_precision`)."""
+        if precision is None and model is None:
+            raise ValueError("measure_model_flops needs the precision or the model to read it from")
+        result, counted = flops_module.measure_step_flops(step, *args, **kwargs)
+        self.set_model_flops(counted.flops, precision or flops_module.model_precision(model))
+        return result
 
     def phase(self, phase: str) -> AbstractContextManager[None]:
         """`with job.phase("checkpoint"):` counts the block's wall time in that phase
@@ -438,7 +532,7 @@ class JobMetrics:
         activation, weights): counted in `ml_training_nan_count`."""
         self._m.nan_count.labels(**self._job, tensor_type=tensor_type).inc()
         with self._lock:
-            self._nonfinite_since_good_checkpoint = True
+            self._suspect_state = True
 
     def record_gradient_explosion(self) -> None:
         self._m.gradient_explosions.labels(**self._job).inc()
@@ -466,11 +560,13 @@ class JobMetrics:
 
         Called inside a span, a successful save's duration carries that span's trace ID as an exemplar."""
         m, job = self._m, self._job
+        duration = _check_seconds(duration, "duration")
         if success:
             m.checkpoint_saves.labels(**job).inc()
             m.checkpoint_duration.labels(**job).observe(duration, trace_exemplar())
             if size is not None:
                 m.checkpoint_size.labels(**job).set(size)
+                m.checkpoint_written.labels(**self.rank_labels).inc(size)
         else:
             error_type = error_type or errors.CHECKPOINT_IO
             if error_type not in CHECKPOINT_ERROR_TYPES:
@@ -484,19 +580,20 @@ class JobMetrics:
         as gauges."""
         with self._lock:
             self.last_good_checkpoint = checkpoint
-            self._nonfinite_since_good_checkpoint = False
+            self._suspect_state = False
         self._m.checkpoint_last_good_step.labels(**self._job).set(checkpoint.step)
         self._m.checkpoint_last_good_time.labels(**self._job).set(checkpoint.time)
 
     @property
-    def nonfinite_since_good_checkpoint(self) -> bool:
-        """Whether a NaN or infinity was counted since the last good checkpoint (or the start)."""
+    def suspect_state(self) -> bool:
+        """Whether the training state is suspect: a NaN or infinity was counted after the latest
+        finite loss and the latest good checkpoint (what judges a save made without its state)."""
         with self._lock:
-            return self._nonfinite_since_good_checkpoint
+            return self._suspect_state
 
     # --- data pipeline ------------------------------------------------------------------------------
     def record_data_load(self, seconds: float, batches: int = 0) -> None:
-        self._m.data_loading.labels(**self._job).observe(seconds)
+        self._m.data_loading.labels(**self._job).observe(_check_seconds(seconds, "seconds"))
         if batches:
             self.record_batches(batches)
 
@@ -505,6 +602,34 @@ class JobMetrics:
 
     def record_feature_engineering_error(self, error_type: str) -> None:
         self._m.feature_errors.labels(model_type=self.model_type, error_type=error_type).inc()
+
+    # --- optimization ----------------------------------------------------------------------------------
+    def record_step_loss(self, loss: float) -> bool:
+        """The mean training loss of the latest steps (`ml_training_step_loss`); a non-finite one
+        counts as a NaN detection of the loss. Returns whether it is finite."""
+        self._m.step_loss.labels(**self._job).set(loss)
+        return self.check_finite(loss, LOSS)
+
+    def record_gradient_norm(self, norm: float) -> bool:
+        """The global gradient norm at a check (`ml_training_gradient_norm`); a non-finite one
+        counts as a NaN detection of the gradient. Returns whether it is finite."""
+        self._m.gradient_norm.labels(**self._job).set(norm)
+        return self.check_finite(norm, GRADIENT)
+
+    def set_learning_rates(self, rates: Mapping[str, float]) -> None:
+        """Learning rate per optimizer parameter group (`param_group`: its name or index)."""
+        for group, rate in rates.items():
+            self._m.learning_rate.labels(**self._job, param_group=group).set(rate)
+
+    def set_hyperparameters(self, values: hyperparameters.Hyperparameters) -> None:
+        """The job's one `ml_training_hyperparameters_info` series (replacing an earlier one)."""
+        labels = values.labels()
+        info = self._m.hyperparameters
+        with self._lock:
+            previous, self._hyperparameter_labels = self._hyperparameter_labels, labels
+        if previous is not None and previous != labels:
+            info.remove(self.model_type, self.job_id, *previous.values())
+        info.labels(**self._job, **labels).set(1)
 
     # --- per fold -------------------------------------------------------------------------------------
     def record_fold(self, fold: int, train_loss: float, val_loss: float, epochs: int, duration_secs: float) -> None:
@@ -552,6 +677,7 @@ class JobMetrics:
         duration = time.monotonic() - self._started
         self.phases.stop()
         self._m.job_duration.labels(model_type=self.model_type, status=status).observe(duration)
+        self._m.job_end_time.labels(**self._job).set(time.time())
         self.set_active_workers(0)
         self.set_status(status)
         return duration

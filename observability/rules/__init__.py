@@ -6,10 +6,11 @@ Public interface:
 - `rule_groups(cfg)`: every rule group (recording groups, the dashboards' recording groups, the
   alert groups, the health group; `ml_gpu_resources` records its per-GPU inputs at its head) as
   plain dicts in Prometheus rule-file shape, in a fixed order.
-- `rules_file_yaml(cfg)`: the whole rules file as YAML (what `rendered/<stack>/prometheus/rules.yaml`
-  holds and `promtool check rules` loads).
+- `rules_file_yaml(cfg)` (`rules_yaml_of(groups)` for groups built already): the whole rules file
+  as YAML (what `rendered/<stack>/prometheus/rules.yaml` holds and `promtool check rules` loads).
 - `alert_groups(cfg)` / `alert_rules(cfg)`: the typed alerts, for runbooks, policies and tests.
-- `ALERT_NAMES`, `ALERT_GROUP_NAMES`, `ALERTS_BY_GROUP`: names to enumerate without a config.
+- `ALERT_NAMES`, `ALERT_GROUP_NAMES`, `ALERTS_BY_GROUP`: names to enumerate without a config (the
+  rules behind them are built on first use, not when the package is imported).
 - `tier_rule_groups(cfg)` / `tier_rules_yaml(cfg)`: the same rules split into the shard tier and
   the global tier (`observability.rules.tiers`: every rule's tier derived from its expression),
   what `rules-shard.yaml` and `rules-global.yaml` hold. Together they are exactly `rule_groups`,
@@ -18,16 +19,29 @@ Public interface:
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+import functools
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from observability.config import ObservabilityConfig
 from observability.prometheus_config import external_labels
 from observability.promql import duration
-from observability.rules import gpu, health, jobs, pipeline, quality, storage, training
+from observability.rules import (
+    distributed,
+    efficiency,
+    goodput,
+    gpu,
+    health,
+    jobs,
+    pipeline,
+    quality,
+    storage,
+    training,
+)
 from observability.rules.dashboard_recording import dashboard_recording_groups
 from observability.rules.detection import CRITICAL_DETECTION_ALERTS, detection_budget
 from observability.rules.model import AlertRule, RecordingRule, RunbookQuery, Severity
+from observability.rules.pushdown import push_down
 from observability.rules.recording import RECORDING_RULES as _ALERT_RECORDING_RULES
 from observability.rules.recording import recording_groups
 from observability.rules.render import dump_groups
@@ -47,11 +61,15 @@ __all__ = [
     "alert_groups",
     "alert_rules",
     "critical_group_names",
+    "distributed",
+    "efficiency",
+    "goodput",
     "gpu",
     "group_inputs",
     "jobs",
     "rule_groups",
     "rules_file_yaml",
+    "rules_yaml_of",
     "tier_rule_groups",
     "tier_rules_yaml",
 ]
@@ -63,6 +81,8 @@ _ALERT_GROUP_BUILDERS: tuple[tuple[str, Callable[[ObservabilityConfig], tuple[Al
     (quality.GROUP, quality.quality_alerts),
     (pipeline.GROUP, pipeline.pipeline_alerts),
     (storage.GROUP, storage.storage_alerts),
+    (efficiency.GROUP, efficiency.efficiency_alerts),
+    (distributed.GROUP, distributed.alerts),
     (health.GROUP, lambda cfg: health.health_alerts(cfg, project_group_names(cfg))),
 )
 
@@ -70,6 +90,7 @@ _ALERT_GROUP_BUILDERS: tuple[tuple[str, Callable[[ObservabilityConfig], tuple[Al
 # Recording rules at the head of an alert group, read by its alerts in the same evaluation.
 _GROUP_INPUTS: dict[str, Callable[[ObservabilityConfig], tuple[RecordingRule, ...]]] = {
     gpu.GROUP: gpu.input_rules,
+    distributed.GROUP: distributed.input_rules,
 }
 
 
@@ -84,6 +105,7 @@ def project_group_names(cfg: ObservabilityConfig) -> list[str]:
     return [
         *(group["name"] for group in recording_groups(cfg)),
         *(group["name"] for group in jobs.job_groups(cfg)),
+        *(group["name"] for group in goodput.goodput_groups(cfg)),
         *(group["name"] for group in dashboard_recording_groups(cfg)),
         *(name for name, _ in _ALERT_GROUP_BUILDERS),
     ]
@@ -99,7 +121,7 @@ def alert_groups(cfg: ObservabilityConfig) -> list[tuple[str, tuple[AlertRule, .
     groups = [(name, build(cfg)) for name, build in _ALERT_GROUP_BUILDERS]
     names = {alert.name for _, alerts in groups for alert in alerts}
     orphans = [f"{t.name} belongs to alert {t.alert}, which no rule group has" for t in cfg.thresholds
-               if t.alert not in names]  # fmt: skip
+               if t.alert and t.alert not in names]  # fmt: skip
     if orphans:
         raise ValueError(f"thresholds.yaml: {'; '.join(orphans)}: name the alert whose expression compares with it")
     return groups
@@ -136,7 +158,19 @@ def rule_groups(cfg: ObservabilityConfig) -> list[dict[str, Any]]:
         }
         for name, alerts in alert_groups(cfg)
     ]
-    return [*recording_groups(cfg), *jobs.job_groups(cfg), *dashboard_recording_groups(cfg), *alerting]
+    groups = [
+        *recording_groups(cfg),
+        *jobs.job_groups(cfg),
+        *goodput.goodput_groups(cfg),
+        *dashboard_recording_groups(cfg),
+        *alerting,
+    ]
+    records = {rule["record"] for group in groups for rule in group["rules"] if "record" in rule}
+    orphans = [f"{t.name} belongs to record {t.record}, which no rule group has" for t in cfg.thresholds
+               if t.record and t.record not in records]  # fmt: skip
+    if orphans:
+        raise ValueError(f"thresholds.yaml: {'; '.join(orphans)}: name the rule whose expression compares with it")
+    return groups
 
 
 def rules_file_yaml(cfg: ObservabilityConfig) -> str:
@@ -144,23 +178,18 @@ def rules_file_yaml(cfg: ObservabilityConfig) -> str:
     return dump_groups(rule_groups(cfg))
 
 
-# Every recording rule that alerts and the per-job views read (the dashboards' own are in
-# dashboard_recording); the price-dependent ones as the default config renders them.
-RECORDING_RULES: tuple[RecordingRule, ...] = (
-    *_ALERT_RECORDING_RULES,
-    *gpu.input_rules(ObservabilityConfig()),
-    *jobs.job_rules(ObservabilityConfig()),
-)
-
-
-def tier_rule_groups(cfg: ObservabilityConfig) -> dict[Tier, list[dict[str, Any]]]:
-    """The rule groups of each tier (a group with rules of both tiers is in both, same name).
+def tier_rule_groups(
+    cfg: ObservabilityConfig, groups: Sequence[dict[str, Any]] | None = None
+) -> dict[Tier, list[dict[str, Any]]]:
+    """The rule groups of each tier (a group with rules of both tiers is in both, same name), split
+    from `groups` (the config's `rule_groups`, built here when not given).
 
     The global tier's recording rules carry the stack's external labels (`cluster`) as rule
     labels: a Prometheus never adds its external labels to the series it records itself, while
     every series the shards remote-write to it carries them, so without the rule labels a
     dashboard filtered by `$cluster` would find the global tier's own records in no cluster."""
-    tiers = split_groups(rule_groups(cfg))
+    groups = list(groups) if groups is not None else rule_groups(cfg)
+    tiers = push_down(split_groups(groups), groups)
     labels = external_labels(cfg)
     if labels:
         tiers[Tier.GLOBAL] = [
@@ -176,8 +205,41 @@ def tier_rules_yaml(cfg: ObservabilityConfig) -> dict[Tier, str]:
     return {tier: dump_groups(groups) for tier, groups in tier_rule_groups(cfg).items()}
 
 
+def rules_yaml_of(groups: Sequence[dict[str, Any]]) -> str:
+    """A rules file (`groups:` ...) of `groups` as YAML: what `rules_file_yaml` writes for a config's."""
+    return dump_groups(list(groups))
+
+
 ALERT_GROUP_NAMES: tuple[str, ...] = tuple(name for name, _ in _ALERT_GROUP_BUILDERS)
-ALERTS_BY_GROUP: dict[str, tuple[str, ...]] = {
-    name: tuple(alert.name for alert in alerts) for name, alerts in alert_groups(ObservabilityConfig())
-}
-ALERT_NAMES: tuple[str, ...] = tuple(name for names in ALERTS_BY_GROUP.values() for name in names)
+
+if TYPE_CHECKING:  # built on first use (module __getattr__), not when the package is imported
+    # Every recording rule that alerts and the per-job views read (the dashboards' own are in
+    # dashboard_recording); the price-dependent ones as the default config renders them.
+    RECORDING_RULES: tuple[RecordingRule, ...]
+    # The alerts of each group and every alert's name, as the default config builds them.
+    ALERTS_BY_GROUP: dict[str, tuple[str, ...]]
+    ALERT_NAMES: tuple[str, ...]
+
+
+@functools.cache
+def _default_names() -> dict[str, Any]:
+    """The names to enumerate without a config, from the default config's rules (built once)."""
+    cfg = ObservabilityConfig()
+    by_group = {name: tuple(alert.name for alert in alerts) for name, alerts in alert_groups(cfg)}
+    return {
+        "RECORDING_RULES": (
+            *_ALERT_RECORDING_RULES,
+            *gpu.input_rules(cfg),
+            *distributed.input_rules(cfg),
+            *jobs.job_rules(cfg),
+            *goodput.goodput_rules(cfg),
+        ),
+        "ALERTS_BY_GROUP": by_group,
+        "ALERT_NAMES": tuple(name for names in by_group.values() for name in names),
+    }
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("RECORDING_RULES", "ALERTS_BY_GROUP", "ALERT_NAMES"):
+        return _default_names()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -35,6 +35,7 @@ import promql_parser as pp
 
 from observability import catalog
 from observability.catalog import Producer
+from observability.partials import is_partial
 
 
 class Tier(enum.Enum):
@@ -285,6 +286,11 @@ def derive(expr: str, records: Mapping[str, Locality] | None = None) -> tuple[Lo
     return deriver.visit(pp.parse(expr)), frozenset(deriver.unknown)
 
 
+def locality_of(node: pp.Expr, records: Mapping[str, Locality]) -> Locality:
+    """The locality of a parsed sub-expression's results (`derive` for a node of a parsed rule)."""
+    return _Deriver(records).visit(node)
+
+
 def rule_name(rule: Mapping[str, Any]) -> str:
     return str(rule.get("alert") or rule.get("record"))
 
@@ -330,6 +336,22 @@ def recorded_localities(
     return _place(groups, DECLARED if declared is None else declared)[1]
 
 
+# Partials (`observability.partials`, written by `observability.rules.pushdown`): each is one of
+# these aggregations over series of one shard.
+PARTIAL_AGGREGATIONS = frozenset({"sum", "count", "min", "max", "group", "topk", "bottomk", "count_values"})
+
+
+def _partial_problem(rule: Mapping[str, Any], records: Mapping[str, Locality]) -> str:
+    """Why a partial is not one shard's part of a composable aggregation (empty: it is)."""
+    node = pp.parse(str(rule["expr"]))
+    if not isinstance(node, pp.AggregateExpr) or str(node.op) not in PARTIAL_AGGREGATIONS:
+        return f"is named as a partial but is not one of {', '.join(sorted(PARTIAL_AGGREGATIONS))}"
+    inner = _Deriver(records).visit(node.expr)
+    if not inner.local:
+        return f"is named as a partial but what it aggregates is not one shard's: {_tier_of(inner)[1]}"
+    return ""
+
+
 def shard_tier_problems(
     shard_groups: Sequence[Mapping[str, Any]],
     all_groups: Sequence[Mapping[str, Any]],
@@ -338,13 +360,19 @@ def shard_tier_problems(
     """Every rule of a shard-tier rules file that combines scrape targets (empty: none).
 
     Checks the file as it will be loaded, independently of how it was split: each rule is derived
-    again, reading the records of `all_groups` as the tiers record them."""
+    again, reading the records of `all_groups` as the tiers record them. A partial must aggregate
+    one shard's series with an aggregation that composes."""
     declared = DECLARED if declared is None else declared
     records = recorded_localities(all_groups, declared)
     problems = []
     for group in shard_groups:
         for rule in group["rules"]:
             name = rule_name(rule)
+            if "record" in rule and is_partial(name):
+                problem = _partial_problem(rule, records)
+                if problem:
+                    problems.append(f"{group['name']}/{name} {problem}")
+                continue
             locality, unknown = _derive_rule(rule, records)
             if unknown and name in declared and declared[name].tier is Tier.SHARD:
                 continue

@@ -19,12 +19,20 @@ _ON_SERVICE = "{{ $labels.service }} (namespace {{ $labels.namespace }})"
 _ONE_JOB = '{job_id="<job_id>"}'
 
 SERVICE_DOWN_FOR_SECONDS = 30
+SLOWDOWN_FOR_SECONDS = 300
+SLOWDOWN_BASELINE_SECONDS = 3600  # a job's own speed: its median over this long
 LOADING_FAILURES_WINDOW_SECONDS = 120
 
 
 def performance_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
     window = event_window_seconds(cfg)
-    slowdown, inference_p99 = cfg.thresholds.training_slowdown_epochs_per_second, cfg.thresholds.inference_p99_seconds
+    floor, ratio = cfg.thresholds.training_slowdown_epochs_per_second, cfg.thresholds.training_slowdown_ratio
+    inference_p99 = cfg.thresholds.inference_p99_seconds
+    speed = gauge_by(catalog.TRAINING_EPOCHS_PER_SECOND, JOB_LABELS)
+    baseline = (
+        f"max {by(JOB_LABELS)} (quantile_over_time(0.5, "
+        f"{catalog.TRAINING_EPOCHS_PER_SECOND.name}[{duration(SLOWDOWN_BASELINE_SECONDS)}]))"
+    )
     nan_labels = (*JOB_LABELS, "tensor_type")
     return (
         AlertRule(
@@ -69,11 +77,16 @@ def performance_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             name="TrainingSlowdown",
             group=PERFORMANCE_GROUP,
             severity=Severity.WARNING,
-            expr=f"{gauge_by(catalog.TRAINING_EPOCHS_PER_SECOND, JOB_LABELS)} < {slowdown.promql}",
-            for_seconds=300,
-            summary=f"A training job has been running slower than {slowdown.text} for 5 minutes.",
+            expr=(f"{speed}\n< {ratio.promql} * {baseline}\nor\n{speed} < {floor.promql}"),
+            for_seconds=SLOWDOWN_FOR_SECONDS,
+            summary=(
+                f"A training job has run below {ratio.text} of its own speed over the last "
+                f"{duration(SLOWDOWN_BASELINE_SECONDS)} for 5 minutes."
+            ),
             description=(
-                f'{_JOB} runs at {{{{ printf "%.3f" $value }}}} epochs per second, below {slowdown.short} for 5m.'
+                f'{_JOB} runs at {{{{ printf "%.4f" $value }}}} epochs per second for 5m: below {ratio.short} of '
+                f"its median over the last {duration(SLOWDOWN_BASELINE_SECONDS)}"
+                + f", or below the floor of {floor.short}."
             ),
             impact="Training will take much longer than expected",
             action=("Check GPU utilization", "Profile data loading", "Review batch size"),
@@ -88,10 +101,22 @@ def performance_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
                     f"(rate({catalog.TRAINING_ITERATION_SECONDS.bucket}{_ONE_JOB}[5m])))",
                 ),
                 RunbookQuery(
+                    "Where the job's time goes (data wait, compute, checkpoints ...)",
+                    f"sum by (phase) (rate({catalog.TRAINING_PHASE_SECONDS_TOTAL.name}{_ONE_JOB}[5m]))",
+                ),
+                RunbookQuery(
                     "GPU utilization on every GPU", gauge_by(catalog.GPU_UTILIZATION_PERCENT, recording.GPU_LABELS)
                 ),
             ),
-            rationale="Inhibited while MLTrainingServiceDown fires (Alertmanager).",
+            rationale=(
+                "Epochs of different models last milliseconds or hours, so no fixed speed is slow for all: the "
+                "job is judged against its own median speed of the last hour (a job whose epochs always take "
+                "20 s is healthy at 0.05 epochs/s; the same job at 0.02 is not). One slow epoch does not fire "
+                "(5m `for`), and a job that stays slower becomes its own new normal once it has run so for half "
+                "the hour. The absolute floor (trainingSlowdownEpochsPerSecond) catches a job that was never "
+                "fast; it is low by default (raise it for a fleet whose epochs are known to be short). "
+                "Inhibited while MLTrainingServiceDown fires (Alertmanager)."
+            ),
         ),
         AlertRule(
             name="MLInferenceLatencyHigh",
@@ -130,7 +155,47 @@ def performance_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
 def availability_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
     up = f'{catalog.UP.name}{{service="{cfg.training_service}"}}'
     loading, cache_miss = cfg.thresholds.model_loading_failures_per_second, cfg.thresholds.model_cache_miss_ratio
+    window = event_window_seconds(cfg)
+    failure_labels = (*JOB_LABELS, "error_type")
     return (
+        AlertRule(
+            name="TrainingJobFailed",
+            group=AVAILABILITY_GROUP,
+            severity=Severity.HIGH,
+            expr=counter_increased(catalog.TRAINING_FAILURES_TOTAL, window, failure_labels),
+            for_seconds=0,
+            summary="A training job ended with an error.",
+            description=(
+                f"{_JOB} failed with a {{{{ $labels.error_type }}}} error within the last {duration(window)}."
+            ),
+            impact="The job stopped: its work since the last good checkpoint is lost until it is restarted",
+            action=(
+                "Read the job's last log lines (the error and its traceback)",
+                "oom: lower the batch size or use gradient accumulation; nan: lower the learning rate",
+                "io or timeout: check storage, the network and the data source, then restart from the last "
+                "good checkpoint",
+            ),
+            locating_labels=failure_labels,
+            queries=(
+                RunbookQuery(
+                    "Failures by error type in the last day",
+                    f"sum by (model_type, job_id, error_type) (increase({catalog.TRAINING_FAILURES_TOTAL.name}[1d]))",
+                ),
+                RunbookQuery(
+                    "The job's last good checkpoint (step)",
+                    f"{catalog.CHECKPOINT_LAST_GOOD_STEP.name}{_ONE_JOB}",
+                ),
+                RunbookQuery(
+                    "NaN values before the failure", f"increase({catalog.TRAINING_NAN_COUNT.name}{_ONE_JOB}[1h])"
+                ),
+            ),
+            rationale=(
+                "The trainer library counts the exception that ends a job (`with metrics.job(...)`) by its error "
+                "type and flushes it to Prometheus before the process exits. An event, not a level: it fires "
+                f"once per failure and resolves {duration(window)} later; the job's restart is the operator's "
+                "(or the remediation's) call."
+            ),
+        ),
         AlertRule(
             name="MLTrainingServiceDown",
             group=AVAILABILITY_GROUP,

@@ -11,6 +11,7 @@ from policy.rules.alerting import ALERT_RULE_ANNOTATIONS
 from policy.rules.containers import CONTAINER_PROBES, CONTAINER_RESOURCES, IMAGE_NOT_LATEST, IMAGE_PINNED_BY_DIGEST
 from policy.rules.grafana import DASHBOARD_CONFIGMAPS, DASHBOARD_UIDS_UNIQUE, DATASOURCE_LINKS_RESOLVE
 from policy.rules.metadata import COMMON_LABELS, EXPLICIT_NAMESPACE
+from policy.rules.network import NETWORK_POLICY_COVERAGE
 from policy.rules.plaintext import NO_PLAINTEXT_SECRETS
 from policy.rules.pod_security import POD_SECURITY_RESTRICTED
 from policy.rules.telemetry import OTEL_ENDPOINT_POLICY, SCRAPE_ANNOTATIONS, SCRAPE_COVERAGE, TRAINING_JOB_OTEL
@@ -24,6 +25,7 @@ ALL_POLICIES: tuple[Policy, ...] = (
     IMAGE_PINNED_BY_DIGEST,
     SCRAPE_ANNOTATIONS,
     SCRAPE_COVERAGE,
+    NETWORK_POLICY_COVERAGE,
     OTEL_ENDPOINT_POLICY,
     TRAINING_JOB_OTEL,
     TRAINING_FAILURE_POLICY,

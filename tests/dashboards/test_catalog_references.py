@@ -14,7 +14,7 @@ import pytest
 from dashboards.promql_ast import selector_uses, series_names
 from dashboards.queries import panel_queries
 from observability import catalog
-from observability.rules import dashboard_recording, jobs, recording
+from observability.rules import dashboard_recording, distributed, goodput, jobs, recording
 from observability.rules.dashboard_recording import dashboard_recording_groups
 
 RECORD_NAME = re.compile(r"^[a-z][a-z0-9_]*:[a-z][a-z0-9_]*:[a-z][a-z0-9_]*$")
@@ -25,9 +25,17 @@ CATALOG_FAMILIES = {m.name for m in catalog.ALL_METRICS}
 
 
 def recording_rules(cfg) -> dict[str, str]:
-    """record -> expr of every recording rule a dashboard may read: its own and the alert engineer's."""
-    groups = [*dashboard_recording_groups(cfg), *recording.recording_groups(cfg), *jobs.job_groups(cfg)]
-    return {r["record"]: r["expr"] for g in groups for r in g["rules"] if "record" in r}
+    """record -> expr of every recording rule a dashboard may read: its own and the alert engineer's,
+    the goodput group's, and the distributed group's inputs (complete per rank and job, unlike the
+    GPU group's subsets)."""
+    groups = [
+        *dashboard_recording_groups(cfg),
+        *recording.recording_groups(cfg),
+        *jobs.job_groups(cfg),
+        *goodput.goodput_groups(cfg),
+    ]
+    records = {r["record"]: r["expr"] for g in groups for r in g["rules"] if "record" in r}
+    return {**records, **{r.record: r.expr for r in distributed.input_rules(cfg)}}
 
 
 def prometheus_exprs(dashboards: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:

@@ -44,12 +44,17 @@ TRAINING_COCKPIT = [
     ("Timing", "Data Load Seconds Histogram"),
 ]
 TRAINING_COCKPIT_ROWS = [
+    "Is the GPU Maxed Out?",  # added: the job's bottleneck verdict, MFU, goodput and badput first
     "Active Jobs",
     "Training Progress",
     "Steps and Time",  # added: per-rank steps and where the wall time goes
+    "Distributed Ranks",  # added: stragglers, hangs, bandwidth and communication of distributed jobs
+    "Optimization",  # added: per-step loss, learning rate, gradient norm, data wait vs compute, hyperparameters
     "This Job's GPUs",  # added: the GPUs of the selected job
     "GPU Resources",
     "Model Quality",
+    "Reinforcement Learning (DQN, PPO)",  # added: the model-specific values of DQN and PPO
+    "Hyperparameter Search",  # added: trials by state, best value, the trial in progress
     "Checkpoints",
     "Data Pipeline",
     "Errors",
@@ -98,6 +103,8 @@ COMPREHENSIVE = [
 # Panels added since: real busyness (GPM) beside NVML utilization.
 COMPREHENSIVE_ADDED = [
     ("GPU Monitoring", "True Utilization", "timeseries"),
+    ("GPU Cost and Energy", "Badput cost per job", "bargauge"),
+    ("GPU Cost and Energy", "Checkpoint storage cost per model type (24 h)", "bargauge"),
 ]
 
 
@@ -159,13 +166,24 @@ def test_training_cockpit_has_the_expected_rows_in_order_and_its_variables(defau
     assert v["interval"]["type"] == "interval"
     # The rate-interval variable drives every Prometheus panel's minimum interval.
     assert {p.get("interval") for _, p in rows_and_panels(d)} == {"$interval"}
-    fold_panel = panel(d, "Training Progress", "Epoch Loss and Validation Loss")
+    # Per-epoch loss from the first epoch on (a job that dies in fold 0 still shows it), the folds' best apart.
+    epoch_panel = panel(d, "Training Progress", "Epoch Loss and Validation Loss")
+    assert reads(epoch_panel, d) == {catalog.TRAINING_LOSS.name, catalog.TRAINING_VALIDATION_LOSS.name}
+    fold_panel = panel(d, "Training Progress", "Best Loss per Fold")
     assert all('fold=~"$fold"' in t["expr"] and 'model_type=~"$model"' in t["expr"] for t in fold_panel["targets"])
     assert reads(fold_panel, d) == {catalog.TRAINING_FOLD_LOSS.name, catalog.TRAINING_FOLD_VALIDATION_LOSS.name}
+    # CPU-only jobs are jobs too: the job list comes from a series every job's process exports.
+    assert catalog.TRAINING_RANK_INFO.name in v["job_id"]["query"]
     # One job at a time: its GPUs only, never a node's.
     assert v["job_id"]["type"] == "query" and not v["job_id"].get("includeAll") and not v["job_id"].get("multi")
-    for _, job_panel in (rp for rp in rows_and_panels(d) if rp[0] == "This Job's GPUs"):
+    for _, job_panel in (rp for rp in rows_and_panels(d) if rp[0] in ("This Job's GPUs", "Is the GPU Maxed Out?")):
         assert all('job_id=~"$job_id"' in t["expr"] for t in job_panel["targets"]), job_panel["title"]
+    # It opens with the verdict in words: the stat shows the series' `verdict` label, not its value.
+    verdict = panel(d, "Is the GPU Maxed Out?", "Verdict")
+    assert verdict["options"]["textMode"] == "name" and verdict["targets"][0]["legendFormat"] == "{{verdict}}"
+    assert [p["title"] for r, p in rows_and_panels(d) if r == "Is the GPU Maxed Out?"] == [
+        "Verdict", "MFU", "Goodput", "GPU Busy", "Time by Phase", "MFU and Goodput"
+    ]  # fmt: skip
 
 
 def test_traces_dashboard_has_service_map_search_histogram_errors_and_logs_link(default_dashboards, dev_cfg):

@@ -102,6 +102,10 @@ def test_instant_table_targets_are_marked_instant(default_dashboards):
         "GPUs with XID Errors",
         "GPUs with Hardware Errors",
         "Highest Power Draw",
+        "GPU-Hours by Verdict (24 h)",
+        "Jobs Wasting the Most GPU-Hours",
+        "GPU Models Without a Peak",
     }
     tables = {p["title"] for p in infra["panels"] if p["type"] == "table"}
-    assert tables | {"Nodes with NVML Down", "GPUs per Node"} == instant, "tables and fleet counts show the state now"
+    fleet_counts = {"Nodes with NVML Down", "GPUs per Node", "GPU-Hours by Verdict (24 h)"}
+    assert tables | fleet_counts == instant, "tables and fleet counts show the state now"

@@ -42,7 +42,15 @@ from bench.fleet.query_timing import (
 )
 from bench.fleet.report import BEGIN, END, GROUPS_BEGIN, GROUPS_END, ScaleResult, render, render_rule_groups
 from bench.fleet.run import PROMETHEUS_ARGS
-from bench.fleet.series import HistogramSpec, SeriesSpec, gpu_uuid, job_id, poller_series, training_job_series
+from bench.fleet.series import (
+    MODEL_TYPES,
+    HistogramSpec,
+    SeriesSpec,
+    gpu_uuid,
+    job_id,
+    poller_series,
+    training_job_series,
+)
 from bench.fleet.values import Patterns
 from dashboards import build_all
 from dashboards.queries import PanelQuery
@@ -79,10 +87,14 @@ def test_synthesized_poller_series_are_exactly_what_the_real_poller_exports(tmp_
 def test_synthesized_training_job_series_cover_every_training_metric_a_running_job_exposes():
     plain, histograms = training_job_series(CFG, 3, (gpu_uuid(3, 0), gpu_uuid(3, 1)))
     names = {s.name for s in plain} | {h.metric.name for h in histograms}
+    # Reinforcement-learning and search series come from the jobs of the model types that have them.
+    for index in range(len(MODEL_TYPES)):
+        more, _ = training_job_series(CFG, index)
+        names |= {s.name for s in more}
     held = [dict(s.labels)["uuid"] for s in plain if s.name == catalog.TRAINING_JOB_GPU_INFO.name]
     assert held == [gpu_uuid(3, 0), gpu_uuid(3, 1)]
-    # A running job has no duration yet, and feature-engineering errors appear at the first one.
-    not_yet = {catalog.TRAINING_JOB_DURATION_SECONDS.name, catalog.FEATURE_ENGINEERING_ERRORS_TOTAL.name}
+    # Feature-engineering errors appear at the first one; the end time when the job finishes.
+    not_yet = {catalog.FEATURE_ENGINEERING_ERRORS_TOTAL.name, catalog.TRAINING_JOB_END_TIMESTAMP_SECONDS.name}
     assert names == {m.name for m in catalog.by_producer(Producer.TRAINING_JOB)} - not_yet | {catalog.UP.name}
     for spec in plain:
         labels = dict(spec.labels)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import threading
 import time
 from collections import Counter
@@ -36,21 +37,28 @@ from bench.fleet.data import FleetShape
 from bench.fleet.live import NO_JOB, Target, targets
 from bench.fleet.query_timing import first_label_values
 from bench.fleet.series import MODEL_TYPES, job_id, node_name
-from bench.fleet.shards import TargetServers, Topology, start_topology
+from bench.fleet.shards import TargetServers, Topology, hashmod, start_topology
 from bench.fleet.values import GPU_MEMORY_BYTES, Patterns
 from dashboards import build_all
 from dashboards.clusters import CLUSTER_LABEL, CLUSTER_VARIABLE
+from dashboards.global_tier import is_drilldown
 from dashboards.queries import panel_queries
 from observability import catalog
 from observability.catalog import MetricType
-from observability.config import ObservabilityConfig
+from observability.config import ObservabilityConfig, RemoteWrite
+from observability.partials import SHARD_LABEL, is_partial
 from observability.rules import Tier, rule_groups, tier_rule_groups
 from observability.scrape_config import SHARD_KEY
 
 INTERVAL = 5
 CFG = ObservabilityConfig(scrape_interval_seconds=INTERVAL, evaluation_interval_seconds=INTERVAL, shards=2,
                           cluster="e2e", clusters=("e2e",))  # fmt: skip
-SHAPE = FleetShape(nodes=16, gpus_per_node=2, training_jobs=8, interval_seconds=INTERVAL)
+# A multi-node job: job 1 holds node 1 and, through a worker pod, a node that the other shard scrapes.
+SPANNING_JOB = 1
+SPANNING_NODE = next(n for n in range(8, 15) if hashmod(node_name(n), 2) != hashmod(node_name(SPANNING_JOB), 2))
+SHAPE = FleetShape(nodes=16, gpus_per_node=2, training_jobs=8, interval_seconds=INTERVAL,
+                   spanning=((SPANNING_JOB, SPANNING_NODE),))  # fmt: skip
+MODES = (RemoteWrite.ALL, RemoteWrite.AGGREGATES)
 # Counters grow by their first value every RAMP_SECONDS from the moment the fleet opens.
 RAMP_SECONDS = 300.0
 # Scrapes and evaluations before answers are compared: every rate window of a dashboard
@@ -165,7 +173,7 @@ def topology(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Topolog
     steady.set_all(catalog.TRAINING_DATA_LAST_UPDATE_TIMESTAMP_SECONDS.name, time.time() - 2 * 86400)
     with TargetServers(len(fleet), steady.page) as servers:
         running = start_topology(
-            tmp_path_factory.mktemp("sharded"), CFG, servers, [t.labels for t in fleet], reference=True
+            tmp_path_factory.mktemp("sharded"), CFG, servers, [t.labels for t in fleet], reference=True, modes=MODES
         )
         try:
             running.wait_scraping(len(fleet))
@@ -225,30 +233,49 @@ SERVER_MEASURED = (
 )
 
 
+def _differs(want: dict[Any, float], got: dict[Any, float], expr: str) -> bool:
+    measured = any(name in expr for name in SERVER_MEASURED)
+    return want.keys() != got.keys() or (not measured and not all(_same(want[k], got[k]) for k in want))
+
+
+@pytest.mark.parametrize("mode", MODES, ids=[m.value for m in MODES])
 def test_every_dashboard_query_of_the_global_tier_answers_like_one_server(
-    topology: tuple[Topology, list[Target]],
+    topology: tuple[Topology, list[Target]], mode: RemoteWrite
 ) -> None:
+    """With `remoteWrite: all` every query; with `aggregates` every query but the per-GPU
+    drill-downs, each of which the shards answer instead (every series the one server answers,
+    a shard answers with the same value)."""
     running, _ = topology
     assert running.reference is not None
-    reference, global_api = running.reference.api, running.global_tier.api
+    reference, global_api = running.reference.api, running.global_tiers[mode].api
     at = time.time() - INTERVAL  # everything the shards wrote by then has arrived
-    compared, non_empty, mismatches = 0, 0, []
+    compared, non_empty, drilldowns, mismatches = 0, 0, 0, []
     for dashboard in build_all(CFG).values():
         chosen = first_label_values(dashboard, reference)
         for query in panel_queries(dashboard):
             if query.datasource_type != "prometheus":
                 continue
             expr = dataclasses.replace(query, variables={**query.variables, **chosen}).substituted
-            want, got = _answers(reference, expr, at), _answers(global_api, expr, at)
+            want = _answers(reference, expr, at)
             compared += 1
             non_empty += bool(want)
-            measured = any(name in expr for name in SERVER_MEASURED)
-            if want.keys() != got.keys() or (not measured and not all(_same(want[k], got[k]) for k in want)):
-                mismatches.append(
-                    f"{query.dashboard_uid}/{query.panel_title}: {expr}\n  one server: {want}\n  sharded: {got}"
+            where = f"{query.dashboard_uid}/{query.panel_title}: {expr}\n  one server: {want}"
+            if mode is RemoteWrite.AGGREGATES and is_drilldown(query, CFG):
+                drilldowns += bool(want)
+                answered = [_answers(shard.api, expr, at) for shard in running.shards]
+                for key, value in want.items():
+                    if not any(key in a and _same(a[key], value) for a in answered):
+                        mismatches.append(f"{where}\n  no shard answers {dict(key)} = {value}: {answered}")
+                assert not _answers(global_api, expr, at) or not want, (
+                    f"{where}: the aggregates tier has per-GPU series"
                 )
+                continue
+            got = _answers(global_api, expr, at)
+            if _differs(want, got, expr):
+                mismatches.append(f"{where}\n  sharded: {got}")
     assert not mismatches, f"{len(mismatches)} of {compared} queries differ:\n" + "\n".join(mismatches)
     assert compared > 50 and non_empty > compared * 0.6, (compared, non_empty)
+    assert (drilldowns > 10) is (mode is RemoteWrite.AGGREGATES), drilldowns
 
 
 def _alerts(api: PrometheusApi) -> list[tuple[tuple[str, str], ...]]:
@@ -263,15 +290,17 @@ def _alerts(api: PrometheusApi) -> list[tuple[tuple[str, str], ...]]:
     return out
 
 
+@pytest.mark.parametrize("mode", MODES, ids=[m.value for m in MODES])
 def test_each_alert_is_active_on_exactly_one_server_and_as_on_one_server(
-    topology: tuple[Topology, list[Target]],
+    topology: tuple[Topology, list[Target]], mode: RemoteWrite
 ) -> None:
     running, _ = topology
     assert running.reference is not None
+    global_tier = running.global_tiers[mode]
     deadline = time.monotonic() + 6 * INTERVAL
     while True:  # the global tier sees a change up to one evaluation later: wait until they agree
         want = Counter(_alerts(running.reference.api))
-        got = Counter(a for server in (*running.shards, running.global_tier) for a in _alerts(server.api))
+        got = Counter(a for server in (*running.shards, global_tier) for a in _alerts(server.api))
         if want == got or time.monotonic() > deadline:
             break
         time.sleep(1)
@@ -296,7 +325,57 @@ def test_each_alert_is_active_on_exactly_one_server_and_as_on_one_server(
     for server in running.shards:
         names = {dict(a)["alertname"] for a in _alerts(server.api)}
         assert {tier_of[n] for n in names} <= {Tier.SHARD}
-    assert {tier_of[dict(a)["alertname"]] for a in _alerts(running.global_tier.api)} <= {Tier.GLOBAL}
+    assert {tier_of[dict(a)["alertname"]] for a in _alerts(global_tier.api)} <= {Tier.GLOBAL}
+
+
+def test_a_job_spanning_two_shards_has_the_per_job_values_of_one_server(
+    topology: tuple[Topology, list[Target]],
+) -> None:
+    """The multi-node job's pods are scraped by different shards; each shard records its partial of
+    the job's GPUs, and every per-job record of both global tiers equals one server's."""
+    running, fleet = topology
+    assert running.reference is not None
+    job = job_id(SPANNING_JOB)
+    pods = {t.labels["pod"] for t in fleet if t.labels.get("pod", "").startswith(f"train-{job}")}
+    per_shard = [{t["labels"]["pod"] for t in _active_targets(s.api)} & pods for s in running.shards]
+    assert len(pods) == 2 and all(len(p) == 1 for p in per_shard), per_shard
+    partial = f'shard_model_type_job_id:ml_training_job_gpu_info:count{{job_id="{job}"}}'
+    for tier in running.global_tiers.values():
+        shards = {a["metric"][SHARD_LABEL]: float(a["value"][1]) for a in tier.api.query(partial)}
+        assert shards == {"0": SHAPE.gpus_per_node, "1": SHAPE.gpus_per_node}, shards
+    at = time.time() - INTERVAL
+    # The per-job records of the global tier: each combines the job's partials from both shards.
+    records = sorted({str(r["record"]) for g in tier_rule_groups(CFG)[Tier.GLOBAL] for r in g["rules"]
+                      if str(r.get("record", "")).startswith("model_type_job_id:")})  # fmt: skip
+    mismatches, compared = [], 0
+    for record in records:
+        expr = f'{record}{{job_id="{job}"}}'
+        want = _answers(running.reference.api, expr, at)
+        compared += bool(want)
+        for mode, tier in running.global_tiers.items():
+            got = _answers(tier.api, expr, at)
+            if _differs(want, got, expr):
+                mismatches.append(f"{mode.value}: {expr}\n  one server: {want}\n  sharded: {got}")
+    assert not mismatches, "\n".join(mismatches)
+    assert compared > 10, compared
+    gpus = _answers(
+        running.global_tiers[RemoteWrite.AGGREGATES].api,
+        f'model_type_job_id:ml_training_job_gpu_info:count{{job_id="{job}"}}',
+        at,
+    )
+    assert list(gpus.values()) == [2 * SHAPE.gpus_per_node], gpus
+
+
+def test_the_aggregates_tier_receives_no_per_gpu_series(topology: tuple[Topology, list[Target]]) -> None:
+    running, _ = topology
+    everything = running.global_tiers[RemoteWrite.ALL].api
+    aggregates = running.global_tiers[RemoteWrite.AGGREGATES].api
+    gpu = catalog.GPU_UTILIZATION_PERCENT.name
+    assert everything.query(f"count({gpu})") and not aggregates.query(f"count({gpu})")
+    # Only the few GPUs the top/bottom-k partials and records pick, and the alerts, carry a GPU's labels there.
+    per_gpu = {s["metric"]["__name__"] for s in aggregates.query('count by (__name__) ({uuid!=""})')}
+    assert per_gpu and all(re.search(r":(top|bottom)\d+$", n) for n in per_gpu - {"ALERTS"}), per_gpu
+    assert len(everything.query('count by (__name__) ({uuid!=""})')) > 20
 
 
 def test_shards_and_global_tier_load_only_their_groups(topology: tuple[Topology, list[Target]]) -> None:
@@ -308,7 +387,9 @@ def test_shards_and_global_tier_load_only_their_groups(topology: tuple[Topology,
         assert all(r["health"] == "ok" for g in groups for r in g["rules"]), [
             (g["name"], r["name"], r.get("lastError")) for g in groups for r in g["rules"] if r["health"] != "ok"
         ]
-    assert sum(len(g["rules"]) for t in tiers.values() for g in t) == sum(len(g["rules"]) for g in rule_groups(CFG))
+    # Every rule once, plus the partials the shards record for the global rules to combine.
+    own = [r for t in tiers.values() for g in t for r in g["rules"] if not is_partial(str(r.get("record", "")))]
+    assert len(own) == sum(len(g["rules"]) for g in rule_groups(CFG))
 
 
 def test_the_cluster_variable_selects_this_cluster_on_the_live_global_tier(

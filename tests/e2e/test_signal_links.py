@@ -36,7 +36,8 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
 from bench._prometheus import PrometheusServer, config_yaml, free_port
 from dashboards.queries import builtin_values, substitute_variables
-from infra import REPO_ROOT, render
+from infra import REPO_ROOT
+from infra.offline import render
 from observability import catalog
 from observability.datasources import TRACE_ID_REGEX
 from observability.scrape_config import EXEMPLAR_STORAGE_FEATURE, PROMETHEUS_REQUIRES_ANNOTATION

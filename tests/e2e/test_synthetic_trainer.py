@@ -186,7 +186,7 @@ def test_the_local_prometheus_config_is_valid_for_promtool(tmp_path):
 
 
 def test_the_local_try_out_fires_ml_training_service_down_after_30_seconds(tmp_path):
-    """README: in the local try-out MLTrainingServiceDown fires after 30 s (no training service is
+    """docs/trainer.md: in the local try-out MLTrainingServiceDown fires after 30 s (no training service is
     scraped there, so `absent(up{service="ml-training-service"})` holds for the alert's `for`)."""
     from examples.local_prometheus import main
 

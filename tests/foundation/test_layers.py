@@ -1,5 +1,5 @@
-"""The code flows one way. In `infra/`: settings -> components -> generated content -> program ->
-rendered result -> files -> checks -> render CLI, with no import pointing back up; and no package
+"""The code flows one way. In `infra/`: settings -> components -> generated content -> program; then
+the offline tooling in `infra/offline/`: rendered result -> files -> checks -> render CLI, with no import pointing back up; and no package
 hides a cycle behind an import inside a function."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from infra import REPO_ROOT
 # Lower layers first; a module may import only modules of earlier layers (or, inside the
 # settings and components packages, earlier modules of the same package).
 INFRA_LAYERS: list[list[str]] = [
-    ["infra", "infra.mock_engine", "infra.stacks"],
+    ["infra", "infra.offline", "infra.offline.mock_engine", "infra.stacks"],
     [
         "infra.settings.model",
         "infra.settings.reading",
@@ -29,18 +29,20 @@ INFRA_LAYERS: list[list[str]] = [
         "infra.components.alert_rules",
         "infra.components.gpu_poller",
         "infra.components.grafana",
+        "infra.components.network_policies",
+        "infra.components.scrape_credentials",
         "infra.components.scrape_discovery",
         "infra.components.service_scrape",
         "infra.components.training_job",
         "infra.components",
     ],
-    ["infra.generated", "infra.kube_provider", "infra.outputs"],
+    ["infra.generated_content", "infra.kube_provider", "infra.outputs"],
     ["infra.program"],
-    ["infra.result"],
-    ["infra.artifacts"],
-    ["infra.kube_validate", "infra.policy_context"],
-    ["infra.checks"],
-    ["infra.render", "infra.generate", "infra.__main__", "infra.review_diff"],
+    ["infra.offline.result"],
+    ["infra.offline.artifacts"],
+    ["infra.offline.schema_check", "infra.offline.policy_context"],
+    ["infra.offline.checks"],
+    ["infra.offline.render", "infra.offline.regenerate", "infra.__main__", "infra.offline.review_diff"],
 ]
 ORDERED_PACKAGES = ("infra.settings", "infra.components")
 PACKAGES = ("infra", "observability", "dashboards", "poller", "policy")
@@ -118,3 +120,13 @@ def test_no_project_import_inside_a_function(package: str) -> None:
         for where in function_level_imports(ast.parse(path.read_text()), known)
     ]
     assert not problems, "an import inside a function hides a cycle; move it to the top:\n" + "\n".join(problems)
+
+
+def test_the_pulumi_program_imports_no_offline_tooling() -> None:
+    """`infra/` is the program; `infra/offline/` renders, checks and diffs it and is never deployed."""
+    known = set(modules("infra"))
+    for name, path in modules("infra").items():
+        if name.startswith("infra.offline"):
+            continue
+        for target in imported(ast.parse(path.read_text()), known):
+            assert not target.startswith("infra.offline"), f"{name} imports {target}: the program needs no tooling"

@@ -1,6 +1,10 @@
-"""README says what Tempo and the log shipper must provide, in the names the project reads."""
+"""The README starts with what to run and links the reference pages, every link resolves, and the
+reference pages say what Tempo and the log shipper must provide, in the names the project reads."""
 
 from __future__ import annotations
+
+import re
+from pathlib import Path
 
 from infra import REPO_ROOT
 from observability import catalog
@@ -9,16 +13,48 @@ from observability.instrument.logs import LOG_FORMATS
 from observability.scrape_config import EXEMPLAR_STORAGE_FEATURE
 
 README = (REPO_ROOT / "README.md").read_text()
+DOCS = sorted((REPO_ROOT / "docs").glob("*.md"))
+# The first screen of the README: what a newcomer sees before scrolling.
+FIRST_SCREEN_LINES = 50
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
-def section(title: str) -> str:
-    start = README.index(f"\n## {title}\n")
-    end = README.find("\n## ", start + 1)
-    return README[start:end]
+def section(title: str, page: str) -> str:
+    text = (REPO_ROOT / page).read_text()
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start:end]
+
+
+def _anchors(path: Path) -> set[str]:
+    """GitHub's anchors of a page's headings (lower case, punctuation dropped, spaces to '-')."""
+    headings = re.findall(r"(?m)^#+ (.+)$", path.read_text())
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+def test_the_readme_starts_with_the_two_commands_and_deploying_for_real() -> None:
+    first = "\n".join(README.splitlines()[:FIRST_SCREEN_LINES])
+    assert "make render" in first and "make test" in first
+    assert "## Deploying for real" in first and "pulumi up --policy-pack policy" in first
+
+
+def test_every_relative_link_of_the_readme_and_the_docs_resolves() -> None:
+    for page in (REPO_ROOT / "README.md", *DOCS):
+        for target in _LINK.findall(page.read_text()):
+            if target.startswith(("http://", "https://", "mailto:")):
+                continue
+            path, _, anchor = target.partition("#")
+            resolved = (page.parent / path).resolve() if path else page
+            assert resolved.exists(), f"{page.relative_to(REPO_ROOT)}: link {target} points nowhere"
+            if anchor and resolved.suffix == ".md" and resolved.name != "runbooks.md":
+                assert anchor in _anchors(resolved), f"{page.relative_to(REPO_ROOT)}: no heading #{anchor} in {path}"
+    linked = set(_LINK.findall(README))
+    for page in DOCS:
+        assert f"docs/{page.name}" in linked, f"the README does not link docs/{page.name}"
 
 
 def test_the_configuration_section_names_every_tempo_series_and_label_the_dashboards_read() -> None:
-    text = section("What Prometheus, Alertmanager and Grafana must be configured with")
+    text = section("What Prometheus, Alertmanager and Grafana must be configured with", "docs/configuration.md")
     for metric in catalog.by_producer(catalog.Producer.TEMPO_METRICS_GENERATOR):
         assert f"`{metric.name}`" in text, metric.name
         assert all(f"`{label}`" in text for label in metric.labels), (metric.name, metric.labels)
@@ -29,6 +65,6 @@ def test_the_configuration_section_names_every_tempo_series_and_label_the_dashbo
 
 
 def test_the_trainer_section_documents_the_log_formats() -> None:
-    text = section("Trainer instrumentation and the synthetic trainer")
+    text = section("Trainer instrumentation and the synthetic trainer", "docs/trainer.md")
     assert all(f"`{fmt}`" in text for fmt in LOG_FORMATS)
     assert "trace_id=" in text and f"--enable-feature={EXEMPLAR_STORAGE_FEATURE}" in text

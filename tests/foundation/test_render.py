@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from infra import REPO_ROOT, artifacts, checks, render
-from infra.mock_engine import normalize
-from infra.result import kubernetes_manifest
+from infra import REPO_ROOT
+from infra.offline import artifacts, checks, render
+from infra.offline.mock_engine import normalize
+from infra.offline.result import kubernetes_manifest
 from infra.settings import SettingsError, available_stacks
 
 STACKS = available_stacks()
@@ -28,7 +29,11 @@ def tree_digest(root: Path) -> dict[str, str]:
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "infra.render", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "infra.offline.render", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 

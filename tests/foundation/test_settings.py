@@ -25,7 +25,8 @@ from infra.settings import (
 )
 from infra.settings.sections import CONFIG_FIELDS, SETTINGS, SETTINGS_FIELDS, setting
 from infra.stacks import STACKS
-from observability.rules import rules_file_yaml
+from observability.config import RemoteWrite
+from observability.rules import goodput, rules_file_yaml
 
 
 def stack_entries(stack: str) -> dict[str, Any]:
@@ -119,6 +120,7 @@ BAD_CONFIGS = [
     ("shards-too-many", {"prometheus": {"shards": 65}}, "prometheus.shards = 65: expected a whole number from 1 to 64"),
     ("shards-fraction", {"prometheus": {"shards": 2.5}}, "prometheus.shards = 2.5: expected a whole number from 1 to 64"),
     ("shards-typo", {"prometheus": {"shard": 2}}, "prometheus.shard is not a known setting"),
+    ("remote-write-mode", {"prometheus": {"shards": 2, "remoteWrite": "partials"}}, "prometheus.remoteWrite = 'partials': expected one of 'all', 'aggregates'"),
     ("cluster-not-a-dns-label", {"cluster": "EU_1"}, "cluster = 'EU_1': expected a DNS-1123 label"),
     ("clusters-without-this-one", {"cluster": "eu-1", "prometheus": {"clusters": ["us-1"]}}, "prometheus.clusters = [\"us-1\"]: expected a list that includes this stack's cluster 'eu-1'"),
     ("remote-write-not-a-url", {"prometheus": {"shards": 2, "remoteWriteUrl": "global:9090"}}, "prometheus.remoteWriteUrl = 'global:9090': expected a URL"),
@@ -130,6 +132,10 @@ BAD_CONFIGS = [
     ("energy-price-negative", {"energyPricePerKWh": -0.1}, "energyPricePerKWh = -0.1: expected a price: a number of at least 0"),
     ("currency-not-iso", {"currency": "dollars"}, "currency = 'dollars': expected an ISO 4217 currency code"),
     ("cost-typo", {"gpuHourlyPrice": {"default": 1}}, "gpuHourlyPrice is not a known setting"),
+    ("checkpoint-price-text", {"checkpointStoragePricePerGBMonth": "cheap"}, "checkpointStoragePricePerGBMonth = 'cheap': expected a price"),
+    ("checkpoint-price-negative", {"checkpointStoragePricePerGBMonth": -0.02}, "checkpointStoragePricePerGBMonth = -0.02: expected a price: a number of at least 0"),
+    ("checkpoint-retention-zero", {"checkpointRetentionDays": 0}, "checkpointRetentionDays = 0: expected a number of days above 0 and at most 3650"),
+    ("checkpoint-retention-alone", {"checkpointStoragePricePerGBMonth": None, "checkpointRetentionDays": 7}, "checkpointStoragePricePerGBMonth is missing: checkpointStoragePricePerGBMonth and checkpointRetentionDays are set together"),
 ]  # fmt: skip
 
 
@@ -304,9 +310,10 @@ def test_one_shard_and_the_environment_s_cluster_by_default() -> None:
 
 
 def test_shards_and_clusters_reach_the_observability_config() -> None:
-    settings = load(cluster="eu-1", prometheus={"shards": 4, "clusters": ["eu-1", "us-1"]})
+    settings = load(cluster="eu-1", prometheus={"shards": 4, "clusters": ["eu-1", "us-1"], "remoteWrite": "aggregates"})
     cfg = settings.observability_config()
     assert (cfg.shards, cfg.cluster, cfg.clusters) == (4, "eu-1", ("eu-1", "us-1"))
+    assert cfg.remote_write is RemoteWrite.AGGREGATES and load().observability_config().remote_write is RemoteWrite.ALL
 
 
 def test_prices_reach_the_observability_config() -> None:
@@ -323,6 +330,14 @@ def test_prices_reach_the_observability_config() -> None:
     )
     rules = rules_file_yaml(cfg)
     assert '{gpu_name="NVIDIA L4"} * 0 + 0.5' in rules and "EUR" not in rules
+
+
+def test_checkpoint_storage_prices_reach_the_config_and_the_rules() -> None:
+    cfg = load("prod").observability_config()
+    assert (cfg.checkpoint_storage_price_per_gb_month, cfg.checkpoint_retention_days) == (0.021, 30.0)
+    kept = load(checkpointStoragePricePerGBMonth=0.05, checkpointRetentionDays=60).observability_config()
+    per_byte = 0.05 / goodput.BYTES_PER_GB * (60 * 86400 / goodput.SECONDS_PER_MONTH)
+    assert f"model_type_job_id:ml_checkpoint_written_bytes:sum * {per_byte:.17g}" in rules_file_yaml(kept)
 
 
 def test_every_field_is_filled_by_one_registered_parser_and_the_known_keys_are_the_parsers_keys() -> None:

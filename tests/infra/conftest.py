@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 import yaml
 
-from infra import render
-from infra.result import RenderResult
+from infra.offline import render
+from infra.offline.result import RenderResult
 from tests.infra.support import STACKS
 
 

@@ -14,8 +14,8 @@ from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
 from infra import program
-from infra.mock_engine import MockRun, RecordingMocks, RecordingMonitor
-from infra.result import RenderResult
+from infra.offline.mock_engine import MockRun, RecordingMocks, RecordingMonitor
+from infra.offline.result import RenderResult
 from infra.settings import PROJECT, available_stacks, read_stack_config
 
 STACKS = available_stacks()

@@ -11,23 +11,27 @@ from typing import Any
 import pytest
 import yaml
 
-from infra import REPO_ROOT, artifacts, components, generated, program, render
-from infra.checks import ALL_CHECKS
+from infra import REPO_ROOT, components, generated_content, program
 from infra.components import alert_routing, common, gpu_poller, grafana, training_job
 from infra.components.service_scrape import PATCH_FIELD_MANAGER_ANNOTATION
 from infra.kube_provider import PROVIDER_TYPE
-from infra.mock_engine import run_program
-from infra.result import RenderResult
+from infra.offline import artifacts, render
+from infra.offline.checks import ALL_CHECKS
+from infra.offline.mock_engine import run_program
+from infra.offline.result import RenderResult
 from infra.settings import (
     PROJECT,
     RECEIVER_KEYS,
     ImageBuild,
     PinnedImage,
+    Settings,
     placeholder_secret,
     read_stack_config,
     validate_stack,
 )
-from observability import alertmanager, notifications, scrape_config, trainer_env
+from observability import alertmanager, catalog, notifications, scrape_config, trainer_env
+from observability.config import ObservabilityConfig
+from observability.partials import PARTIAL_SERIES_REGEX, is_partial
 from observability.rules import Tier
 from observability.scrape_config import PATH_ANNOTATION, PORT_ANNOTATION, SCRAPE_ANNOTATION, SERVICE_LABEL
 from tests.infra.support import STACKS, is_secret, objects, one, run_raw
@@ -40,7 +44,25 @@ COMPONENT_TYPES = {
     "foxhunt:observability:AlertRules",
     "foxhunt:observability:AlertRouting",
     "foxhunt:observability:GrafanaProvisioning",
+    "foxhunt:observability:NetworkIsolation",
 }
+# Only in stacks with scrapeSecurity.
+SECURED_COMPONENT_TYPES = {"foxhunt:observability:ScrapeCredentials"}
+
+
+def component_types(settings: Settings) -> set[str]:
+    return COMPONENT_TYPES | (SECURED_COMPONENT_TYPES if settings.observability.scrape_security else set())
+
+
+def expected_scrape_annotations(port: int, path: str, secured: bool, cfg: ObservabilityConfig) -> dict[str, str]:
+    if not secured:
+        return scrape_config.pod_scrape_annotations(port, path, critical=cfg)
+    return {
+        **scrape_config.pod_scrape_annotations(port, path, "https", critical=cfg),
+        scrape_config.SECURED_ANNOTATION: scrape_config.SECURED_VALUE,
+    }
+
+
 COMMON_LABEL_KEYS = {
     "app.kubernetes.io/name",
     "app.kubernetes.io/part-of",
@@ -95,11 +117,12 @@ def check_otel_env(container: dict[str, Any], endpoint: str, service: str, envir
 @pytest.mark.parametrize("stack", STACKS)
 def test_every_resource_is_a_child_of_one_component(rendered: dict[str, RenderResult], stack: str) -> None:
     resources = rendered[stack].run.resources
-    components = {r.urn: r for r in resources if r.type in COMPONENT_TYPES}
-    assert {r.type for r in components.values()} == COMPONENT_TYPES
+    expected = component_types(rendered[stack].settings)
+    components = {r.urn: r for r in resources if r.type in expected}
+    assert {r.type for r in components.values()} == expected
     assert all(not r.custom for r in components.values())
     for resource in resources:
-        if resource.type in COMPONENT_TYPES or resource.type == PROVIDER_TYPE:
+        if resource.type in expected or resource.type == PROVIDER_TYPE:
             assert resource.parent_urn.endswith(f"pulumi:pulumi:Stack::{PROJECT}-{stack}")
         else:
             assert resource.parent_urn in components, f"{resource.type} {resource.name} is not parented to a component"
@@ -228,9 +251,23 @@ def test_operator_mode_uses_a_podmonitor_the_prometheus_selects(rendered: dict[s
     assert spec["namespaceSelector"]["matchNames"] == sorted(
         [settings.namespaces.platform, settings.namespaces.training, settings.namespaces.monitoring]
     )
-    (endpoint,) = spec["podMetricsEndpoints"]
+    security = settings.observability.scrape_security
+    endpoints = spec["podMetricsEndpoints"]
+    assert len(endpoints) == (2 if security else 1)
+    endpoint = endpoints[0]
     assert endpoint["interval"] == f"{settings.observability.scrape_interval_seconds}s"
-    keep = endpoint["relabelings"][0]
+    if security:
+        # the plain endpoint leaves the secured pods to the second, which speaks TLS with the credential
+        drop, secured = scrape_config.secured_selection(False), scrape_config.secured_selection(True)
+        assert endpoint["relabelings"][0] == scrape_config.to_operator_relabeling(drop)
+        assert endpoints[1]["relabelings"][0] == scrape_config.to_operator_relabeling(secured)
+        assert endpoints[1]["scheme"] == "https"
+        assert endpoints[1]["tlsConfig"]["serverName"] == security.server_name
+        assert endpoints[1]["authorization"]["credentials"] == {
+            "name": security.credentials_secret,
+            "key": security.credential_key,
+        }
+    keep = endpoint["relabelings"][1 if security else 0]
     assert keep == {
         "sourceLabels": [scrape_config.annotation_label(SCRAPE_ANNOTATION)],
         "regex": "true",
@@ -266,7 +303,8 @@ def test_training_cronjob_is_a_suspended_template_with_otel_env_for_the_stacks_t
     pod = job["template"]
     annotations = dict(pod["metadata"]["annotations"])
     annotations.pop(scrape_config.RANK_PORTS_ANNOTATION, None)
-    assert annotations == scrape_config.pod_scrape_annotations(9094, critical=cfg)
+    secured = settings.observability.scrape_security is not None
+    assert annotations == expected_scrape_annotations(9094, "/metrics", secured, cfg)
     assert pod["metadata"]["labels"][SERVICE_LABEL] == cfg.training_job_service
     pod_spec = pod["spec"]
     assert pod_spec["restartPolicy"] == "Never"
@@ -375,8 +413,9 @@ def test_poller_daemonset_runs_restricted_on_gpu_nodes_only(rendered: dict[str, 
     assert strategy["rollingUpdate"]["maxUnavailable"] == expected_unavailable
     template = spec["template"]
     assert set(spec["selector"]["matchLabels"].items()) <= set(template["metadata"]["labels"].items())
-    assert template["metadata"]["annotations"] == scrape_config.pod_scrape_annotations(
-        poller.port, "/metrics", critical=result.settings.observability_config()
+    security = settings.observability.scrape_security
+    assert template["metadata"]["annotations"] == expected_scrape_annotations(
+        poller.port, "/metrics", bool(security), result.settings.observability_config()
     )
     pod_spec = template["spec"]
     assert pod_spec["nodeSelector"] == dict(poller.node_selector) == {"nvidia.com/gpu.present": "true"}
@@ -387,18 +426,19 @@ def test_poller_daemonset_runs_restricted_on_gpu_nodes_only(rendered: dict[str, 
     assert pod_spec["automountServiceAccountToken"] is False
     assert_pss_restricted(pod_spec)
     (container,) = pod_spec["containers"]
-    assert container["args"] == [
-        "--listen",
-        f"0.0.0.0:{poller.port}",
-        "--min-interval",
-        f"{poller.min_interval_seconds:g}",
-    ]
+    web_args = ["--web-config-file", "/etc/foxhunt/metrics-web/web-config.yaml"] if security else []
+    assert container["args"] == ["--listen", f"0.0.0.0:{poller.port}", "--min-interval",
+                                 f"{poller.min_interval_seconds:g}", *web_args]  # fmt: skip
     assert env_value(container, "NVIDIA_VISIBLE_DEVICES") == "all"
     assert env_value(container, "NVIDIA_DRIVER_CAPABILITIES") == "utility"
     assert field_ref(container, "NODE_NAME") == "spec.nodeName"
     assert "nvidia.com/gpu" not in container["resources"]["limits"], "the poller observes GPUs, it must not claim one"
     for probe in ("livenessProbe", "readinessProbe"):
-        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "metrics", "scheme": "HTTP"}
+        if security and security.client_cert_secret:  # the kubelet has no client certificate
+            assert container[probe]["tcpSocket"] == {"port": "metrics"}
+        else:
+            scheme = "HTTPS" if security else "HTTP"
+            assert container[probe]["httpGet"] == {"path": "/healthz", "port": "metrics", "scheme": scheme}
     assert container["ports"] == [{"name": "metrics", "containerPort": poller.port, "protocol": "TCP"}]
     if stack == "prod":
         assert len(pod_spec["tolerations"]) == 2
@@ -599,14 +639,14 @@ def test_grafana_datasources_and_one_configmap_per_dashboard(rendered: dict[str,
 
 
 def test_a_dashboard_over_the_object_limit_fails_before_registering(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = generated.generated
+    real = generated_content.generated
 
-    def huge(cfg: Any) -> generated.Generated:
+    def huge(cfg: Any) -> generated_content.Generated:
         gen = real(cfg)
         big = json.dumps({"uid": "huge", "panels": ["x" * 1024] * 1100})
         return dataclasses.replace(gen, dashboards={**gen.dashboards, "huge": big})
 
-    monkeypatch.setattr(generated, "generated", huge)
+    monkeypatch.setattr(generated_content, "generated", huge)
     with pytest.raises(Exception, match=r"dashboard 'huge'.*over the 1 MiB"):
         render.render_stack("dev")
 
@@ -654,6 +694,9 @@ def test_two_instances_of_every_component_register_without_colliding(
             components.AlertRules(f"alert-rules-{suffix}", args.alert_rules)
             components.AlertRouting(f"alert-routing-{suffix}", args.alert_routing)
             components.GrafanaProvisioning(f"grafana-{suffix}", args.grafana)
+            components.NetworkIsolation(f"network-{suffix}", args.network)
+            if args.scrape_credentials is not None:
+                components.ScrapeCredentials(f"scrape-credentials-{suffix}", args.scrape_credentials)
 
     run = run_program(twice, project=PROJECT, stack=stack, config={}, secret_keys=[])
     # (the stack's one Kubernetes provider is the program's, not a component's)
@@ -669,8 +712,12 @@ def test_two_instances_of_every_component_register_without_colliding(
 
 @pytest.fixture(scope="module")
 def sharded() -> dict[str, RenderResult]:
-    """dev (annotations mode, ConfigMap) and prod (operator mode) rendered with 3 scrape shards."""
-    return {stack: render.render_stack(stack, overrides={"prometheus": {"shards": 3}}) for stack in ("dev", "prod")}
+    """dev (annotations mode, ConfigMap) and prod (operator mode, the global tier receiving the
+    aggregates only) rendered with 3 scrape shards."""
+    return {
+        "dev": render.render_stack("dev", overrides={"prometheus": {"shards": 3}}),
+        "prod": render.render_stack("prod", overrides={"prometheus": {"shards": 3, "remoteWrite": "aggregates"}}),
+    }
 
 
 def test_sharded_annotations_mode_delivers_one_scrape_config_and_the_rule_tiers_per_key(
@@ -712,12 +759,15 @@ def test_sharded_operator_mode_labels_a_prometheus_rule_per_tier_and_the_pod_mon
     # The operator shards the PodMonitor itself; the PodMonitor's last relabeling gives it the pod's
     # node name to hash, so a node's poller and the training pods holding its GPUs share a shard.
     sharded_spec, one_spec = one(result, "PodMonitor")["spec"], one(rendered["prod"], "PodMonitor")["spec"]
-    (sharded_endpoint,), (one_endpoint,) = sharded_spec["podMetricsEndpoints"], one_spec["podMetricsEndpoints"]
-    assert sharded_endpoint["relabelings"] == [
-        *one_endpoint["relabelings"],
-        {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "__tmp_hash", "action": "replace"},
-    ]
-    assert {**sharded_endpoint, "relabelings": []} == {**one_endpoint, "relabelings": []}
+    assert len(sharded_spec["podMetricsEndpoints"]) == len(one_spec["podMetricsEndpoints"])
+    for sharded_endpoint, one_endpoint in zip(
+        sharded_spec["podMetricsEndpoints"], one_spec["podMetricsEndpoints"], strict=True
+    ):
+        assert sharded_endpoint["relabelings"] == [
+            *one_endpoint["relabelings"],
+            {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "__tmp_hash", "action": "replace"},
+        ]
+        assert {**sharded_endpoint, "relabelings": []} == {**one_endpoint, "relabelings": []}
     assert {k: v for k, v in sharded_spec.items() if k != "podMetricsEndpoints"} == {
         k: v for k, v in one_spec.items() if k != "podMetricsEndpoints"
     }
@@ -731,9 +781,9 @@ def test_one_shard_renders_the_single_rules_object_and_both_tier_files(
     whole = yaml.safe_load(result.files[artifacts.RULES_PATH])["groups"]
     tiers = [yaml.safe_load(result.files[artifacts.TIER_RULES_PATHS[t]])["groups"] for t in Tier]
     names = sorted(str(r.get("alert") or r.get("record")) for g in whole for r in g["rules"])
-    assert names == sorted(
-        str(r.get("alert") or r.get("record")) for groups in tiers for g in groups for r in g["rules"]
-    )
+    # The tier files hold every rule, and the shard tier's partials besides (the global rules combine them).
+    split = [str(r.get("alert") or r.get("record")) for groups in tiers for g in groups for r in g["rules"]]
+    assert names == sorted(n for n in split if not is_partial(n)) and any(is_partial(n) for n in split)
     assert artifacts.scrape_config_paths(1) == [artifacts.SCRAPE_CONFIG_PATH]
     assert all("foxhunt.io/rule-tier" not in r["metadata"]["labels"] for r in objects(result, "PrometheusRule"))
 
@@ -771,7 +821,13 @@ def test_every_server_of_a_sharded_stack_gets_a_config_promtool_accepts(
             shard = int(name.removesuffix(".yml").rsplit("-", 1)[1])
             assert document["rule_files"] == ["foxhunt-rules-shard.yaml"]
             assert document["scrape_configs"] == yaml.safe_load(result.files[scrape_files[shard]])["scrape_configs"]
-            assert document["remote_write"] == [{"url": settings.prometheus.remote_write_url, "send_exemplars": True}]
+            (remote,) = document["remote_write"]
+            assert (remote["url"], remote["send_exemplars"]) == (settings.prometheus.remote_write_url, True)
+            # Every partial gets this shard's number as `shard`; with `remoteWrite: all` nothing is dropped.
+            assert remote["write_relabel_configs"] == [
+                {"source_labels": ["__name__"], "regex": PARTIAL_SERIES_REGEX, "target_label": "shard",
+                 "replacement": str(shard)},
+            ]  # fmt: skip
             assert settings.prometheus.remote_write_url == f"{settings.endpoints.prometheus}/api/v1/write"
         proc = subprocess.run(
             ["promtool", "check", "config", str(_checkable(text, tmp_path))], capture_output=True, text=True, timeout=60
@@ -794,6 +850,14 @@ def test_sharded_operator_stack_says_what_the_prometheus_resources_set(sharded: 
     assert shards["shards"] == 3 and global_tier["enableRemoteWriteReceiver"] is True
     assert shards["enableFeatures"] == global_tier["enableFeatures"] == ["exemplar-storage"]
     assert shards["remoteWrite"][0]["sendExemplars"] is True
+    # The operator's config reloader puts each shard's number in for $(SHARD); `aggregates` keeps the
+    # partials and what the global rules and fleet-wide panels read, nothing per GPU.
+    label, keep = shards["remoteWrite"][0]["writeRelabelConfigs"]
+    assert label == {"sourceLabels": ["__name__"], "regex": PARTIAL_SERIES_REGEX, "targetLabel": "shard",
+                     "replacement": "$(SHARD)"}  # fmt: skip
+    kept = set(keep["regex"].split("|"))
+    assert keep["action"] == "keep" and {"ALERTS", "up", "ml_training_loss"} <= kept
+    assert catalog.GPU_UTILIZATION_PERCENT.name not in kept and "job_gpu:ml_gpu_utilization_percent:held" not in kept
     assert shards["externalLabels"] == global_tier["externalLabels"] == {"cluster": "foxhunt-prod"}
     for spec, rule in ((shards, "foxhunt-ml-rules-shard"), (global_tier, "foxhunt-ml-rules-global")):
         (selected,) = [

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from infra import artifacts
-from infra.result import RenderResult
+from infra.offline import artifacts
+from infra.offline.result import RenderResult
 from observability import catalog
 from observability.config import DatasourceUids, ObservabilityConfig
 from observability.datasources import (

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import yaml
 
-from infra import render
-from infra.render import STACK_OUTPUTS_PATH
-from infra.result import RenderResult
+from infra.offline import render
+from infra.offline.render import STACK_OUTPUTS_PATH
+from infra.offline.result import RenderResult
 from infra.stacks import STACKS
 
 EXPECTED = {"namespaces", "pollerImage", "dashboards", "rules", "alertmanager", "scrape", "trainingJobCommand"}

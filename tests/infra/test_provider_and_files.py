@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra import REPO_ROOT, render
-from infra.artifacts import ALERTMANAGER_PATH, secret_placeholder
-from infra.checks import check_provider as check_render
+from infra import REPO_ROOT
 from infra.kube_provider import PROVIDER_TYPE, ProviderContextError, context_problem, guard_live_run
+from infra.offline import render
+from infra.offline.artifacts import ALERTMANAGER_PATH, secret_placeholder
+from infra.offline.checks import check_provider as check_render
 from infra.settings import SettingsError, read_stack_config, validate_stack
 from infra.stacks import STACKS
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from infra import render
 from infra.components import common, grafana
-from infra.result import RenderResult
+from infra.offline import render
+from infra.offline.result import RenderResult
 
 BEFORE = Path(__file__).parent / "data" / "resources-before-rename.txt"
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from infra import checks, kube_validate
-from infra.result import RenderResult, kubernetes_manifest
+from infra.offline import checks, schema_check
+from infra.offline.result import RenderResult, kubernetes_manifest
 from tests.infra.support import STACKS
 
 # Keys whose values are free-form maps (any key is valid there), so a stray key proves nothing.
@@ -54,16 +54,16 @@ def validated_objects(result: RenderResult) -> list[tuple[str, dict[str, Any], b
 @pytest.mark.parametrize("stack", STACKS)
 def test_every_object_of_every_stack_validates_strictly(rendered: dict[str, RenderResult], stack: str) -> None:
     result = rendered[stack]
-    assert kube_validate.check_render(result) == []
+    assert schema_check.check_render(result) == []
     kinds = {m["kind"] for _, m, _ in validated_objects(result)}
-    expected = {"ConfigMap", "CronJob", "DaemonSet", "Deployment", "Job", "Secret", "Service"}
+    expected = {"ConfigMap", "CronJob", "DaemonSet", "Deployment", "Job", "NetworkPolicy", "Secret", "Service"}
     if result.settings.scrape.mode == "operator":
         expected |= {"PodMonitor", "PrometheusRule", "AlertmanagerConfig"}
     assert kinds == expected
 
 
 def test_the_render_runs_the_schema_check() -> None:
-    assert ("kubernetes-schema", kube_validate.check_render) in checks.ALL_CHECKS
+    assert ("kubernetes-schema", schema_check.check_render) in checks.ALL_CHECKS
 
 
 @pytest.mark.parametrize("stack", ["dev", "staging"])
@@ -73,11 +73,11 @@ def test_a_misspelled_field_anywhere_in_any_object_fails(rendered: dict[str, Ren
     version = rendered[stack].settings.kubernetes_version
     checked = 0
     for label, manifest, patch in validated_objects(rendered[stack]):
-        assert kube_validate.validate_manifest(manifest, version, patch=patch) == [], label
+        assert schema_check.validate_manifest(manifest, version, patch=patch) == [], label
         for path, _ in list(dict_nodes(manifest, manifest["kind"])):
             broken = copy.deepcopy(manifest)
             at(broken, path)[TYPO] = "x"
-            problems = kube_validate.validate_manifest(broken, version, patch=patch)
+            problems = schema_check.validate_manifest(broken, version, patch=patch)
             assert problems, f"{label}: an unknown field at {path} was accepted"
             assert any(TYPO in p for p in problems), problems
             checked += 1
@@ -110,7 +110,7 @@ def test_realistic_typos_are_rejected(
     node = at(broken, path)
     right, wrong = typo
     node[wrong] = node.pop(right)
-    problems = kube_validate.validate_manifest(broken, result.settings.kubernetes_version, patch=patch)
+    problems = schema_check.validate_manifest(broken, result.settings.kubernetes_version, patch=patch)
     assert any(wrong in p for p in problems), (label, problems)
 
 
@@ -137,7 +137,7 @@ def test_custom_resources_are_checked_strictly(
     result = rendered["staging"]
     manifest = copy.deepcopy(next(m for m in result.manifests.values() if m["kind"] == kind))
     mutate(manifest)
-    problems = kube_validate.validate_manifest(manifest, result.settings.kubernetes_version)
+    problems = schema_check.validate_manifest(manifest, result.settings.kubernetes_version)
     assert any(needle in p for p in problems), problems
 
 
@@ -146,29 +146,29 @@ def test_patches_are_checked_for_the_fields_they_set_only(rendered: dict[str, Re
     version = result.settings.kubernetes_version
     patch = next(m for m in result.manifests.values() if m["kind"] == "Deployment")
     # As a full Deployment it is incomplete (no selector, no image) ...
-    full = kube_validate.validate_manifest(patch, version)
+    full = schema_check.validate_manifest(patch, version)
     assert any("selector" in p for p in full)
     # ... as a patch it is fine, but a wrong type or a bad value still fails.
-    assert kube_validate.validate_manifest(patch, version, patch=True) == []
+    assert schema_check.validate_manifest(patch, version, patch=True) == []
     broken = copy.deepcopy(patch)
     broken["spec"]["template"]["spec"]["containers"][0]["env"][0]["name"] = 42
-    assert kube_validate.validate_manifest(broken, version, patch=True)
+    assert schema_check.validate_manifest(broken, version, patch=True)
     empty = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x", "namespace": "y"}}
-    assert kube_validate.validate_manifest(empty, version, patch=True) == ["the patch sets nothing besides metadata"]
+    assert schema_check.validate_manifest(empty, version, patch=True) == ["the patch sets nothing besides metadata"]
 
 
 def test_an_unknown_kind_is_a_problem_not_a_pass() -> None:
     manifest = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w", "namespace": "n"}}
-    (problem,) = kube_validate.validate_manifest(manifest, "1.30.0")
+    (problem,) = schema_check.validate_manifest(manifest, "1.30.0")
     assert "no schema for example.com/v1 Widget" in problem
-    assert kube_validate.validate_manifest({"kind": "ConfigMap"}, "1.30.0") == ["apiVersion and kind must be set"]
+    assert schema_check.validate_manifest({"kind": "ConfigMap"}, "1.30.0") == ["apiVersion and kind must be set"]
 
 
 def test_the_stacks_kubernetes_version_picks_the_schema() -> None:
-    assert kube_validate.schema_version("1.30.0") == "1.30.0"
-    assert kube_validate.schema_version("1.32.7") == "1.32.0"
-    newest = kube_validate.available_versions()[-1]
-    assert kube_validate.schema_version("1.99.0") == newest
+    assert schema_check.schema_version("1.30.0") == "1.30.0"
+    assert schema_check.schema_version("1.32.7") == "1.32.0"
+    newest = schema_check.available_versions()[-1]
+    assert schema_check.schema_version("1.99.0") == newest
     # a field that only exists in newer Kubernetes (container resizePolicy, 1.27) fails against an older schema
     pod_template = {
         "spec": {
@@ -180,20 +180,20 @@ def test_the_stacks_kubernetes_version_picks_the_schema() -> None:
     }
     job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": "n"},
            "spec": {"template": pod_template}}  # fmt: skip
-    assert kube_validate.validate_manifest(job, "1.30.0") == []
-    assert any("resizePolicy" in p for p in kube_validate.validate_manifest(job, "1.26.0"))
+    assert schema_check.validate_manifest(job, "1.30.0") == []
+    assert any("resizePolicy" in p for p in schema_check.validate_manifest(job, "1.26.0"))
 
 
 def test_validators_are_cached_and_fast(rendered: dict[str, RenderResult]) -> None:
     result = rendered["prod"]
-    version = kube_validate.schema_version(result.settings.kubernetes_version)
-    first = kube_validate.validator(version, "apps/v1", "DaemonSet")
-    assert kube_validate.validator(version, "apps/v1", "DaemonSet") is first
+    version = schema_check.schema_version(result.settings.kubernetes_version)
+    first = schema_check.validator(version, "apps/v1", "DaemonSet")
+    assert schema_check.validator(version, "apps/v1", "DaemonSet") is first
     objects = validated_objects(result)
     started = time.perf_counter()
     rounds = 5
     for _ in range(rounds):
         for _, manifest, patch in objects:
-            kube_validate.validate_manifest(manifest, result.settings.kubernetes_version, patch=patch)
+            schema_check.validate_manifest(manifest, result.settings.kubernetes_version, patch=patch)
     per_manifest = (time.perf_counter() - started) / (rounds * len(objects))
     assert per_manifest < 0.05, f"{per_manifest * 1000:.1f} ms per manifest"

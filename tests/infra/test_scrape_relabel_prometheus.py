@@ -60,11 +60,12 @@ def pod_target(
     phase: str = "Running",
     node: str = "gpu-node-1",
     port_name: str = "http",
+    namespace: str = NAMESPACE,
 ) -> dict[str, Any]:
     """One target group as Kubernetes pod-role discovery would produce it (one container port)."""
     address = f"[{ip}]:{declared_port}" if ":" in ip else f"{ip}:{declared_port}"
     labels = {
-        "__meta_kubernetes_namespace": NAMESPACE,
+        "__meta_kubernetes_namespace": namespace,
         "__meta_kubernetes_pod_name": pod,
         "__meta_kubernetes_pod_ip": ip,
         "__meta_kubernetes_pod_phase": phase,

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
-from infra import render
 from infra.components import training_job
-from infra.result import RenderResult
+from infra.offline import render
+from infra.offline.result import RenderResult
 from infra.settings import SettingsError, read_stack_config
 from observability import scrape_config, trainer_env
 from tests.infra.support import STACKS, one

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from infra import render
-from infra.result import RenderResult
+from infra.offline import render
+from infra.offline.result import RenderResult
 from infra.settings import available_stacks
 
 

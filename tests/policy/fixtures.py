@@ -280,6 +280,26 @@ def service() -> dict[str, Any]:
     }
 
 
+def network_policy(name: str, namespace: str, app: str, port: int, *, egress: bool) -> dict[str, Any]:
+    prometheus = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring-dev"}},
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+    }
+    spec: dict[str, Any] = {
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": app}},
+        "policyTypes": ["Ingress"] if egress else ["Ingress", "Egress"],
+        "ingress": [{"from": [prometheus], "ports": [{"protocol": "TCP", "port": port}]}],
+    }
+    if not egress:
+        spec["egress"] = []
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels(app)},
+        "spec": spec,
+    }
+
+
 Stack = dict[str, dict[str, Any]]
 PATCH_KEYS = frozenset({"api-gateway-patch"})
 
@@ -288,6 +308,8 @@ def compliant_stack() -> Stack:
     return {
         "gpu-poller": gpu_poller_daemonset(),
         "gpu-poller-service": service(),
+        "gpu-poller-network": network_policy("gpu-poller", "monitoring-dev", "gpu-poller", 9400, egress=False),
+        "training-network": network_policy("training-job", "training-dev", "training-job", 9094, egress=True),
         "training-job": training_cronjob(),
         "api-gateway-patch": api_gateway_patch(),
         "dashboard-training": dashboard_configmap("grafana-dashboard-training", "foxhunt-training-cockpit"),
@@ -479,7 +501,8 @@ CASES: tuple[Case, ...] = (
          "annotations.prometheus.io/scrape", "keeps only pods whose value is the string \"true\""),
     Case("scrape-unknown-service", "scrape-annotations",
          _do(lambda s: s["gpu-poller"]["spec"]["template"]["metadata"]["labels"].update({"app.kubernetes.io/name": "dcgm"})),
-         "spec.template.metadata.annotations", "the stack declares no such service"),
+         "spec.template.metadata.annotations", "the stack declares no such service",
+         frozenset({"network-policy-coverage"})),  # the relabelled pods leave their NetworkPolicy too
     Case("scrape-wrong-path", "scrape-annotations",
          _do(lambda s: _template_annotations(s, "api-gateway-patch").update({"prometheus.io/path": "/stats"})),
          "prometheus.io/path", "serves metrics on /metrics"),
@@ -574,11 +597,29 @@ CASES: tuple[Case, ...] = (
     Case("secret-cli-flag", "no-plaintext-secrets",
          _do(lambda s: _container(s)["args"].extend(["--api-token", "abc123def456"])),
          "containers[0].args[2]", "argument --api-token is given a literal credential"),
+    # --- network policies ----------------------------------------------------------------------------
+    Case("network-uncovered-poller", "network-policy-coverage", _do(lambda s: s.pop("gpu-poller-network")),
+         "spec.template.metadata.labels", "no NetworkPolicy in monitoring-dev selects them"),
+    Case("network-selector-misses-training", "network-policy-coverage",
+         _set(["spec", "podSelector", "matchLabels", "app.kubernetes.io/name"], "trainer", key="training-network"),
+         "spec.jobTemplate.spec.template.metadata.labels", "serve port 9094 but no NetworkPolicy"),
+    Case("network-egress-only", "network-policy-coverage", _set(["spec", "policyTypes"], ["Egress"], key="gpu-poller-network"),
+         "spec.template.metadata.labels", "every pod of the cluster can reach it"),
+    Case("network-open-ingress", "network-policy-coverage",
+         _do(lambda s: s["training-network"]["spec"]["ingress"].append({"ports": [{"port": 9094}]})),
+         "spec.ingress[1].from", "from anywhere"),
+    Case("network-whole-namespace", "network-policy-coverage",
+         _do(lambda s: s["gpu-poller-network"]["spec"]["ingress"][0]["from"][0].pop("podSelector")),
+         "spec.ingress[0].from[0]", "admits every pod of the namespace it names"),
+    Case("network-ip-block", "network-policy-coverage",
+         _set(["spec", "ingress", 0, "from"], [{"ipBlock": {"cidr": "0.0.0.0/0"}}], key="gpu-poller-network"),
+         "spec.ingress[0].from[0]", "admits an IP block"),
     # --- namespaces and labels ------------------------------------------------------------------------
     Case("namespace-missing", "explicit-namespace", _delete(["metadata", "namespace"], key="gpu-poller-service"),
          "metadata.namespace", "Service gpu-poller has no namespace"),
     Case("namespace-foreign", "explicit-namespace", _set(["metadata", "namespace"], "default", key="training-job"),
-         "metadata.namespace", "'default' is not one of this stack's namespaces"),
+         "metadata.namespace", "'default' is not one of this stack's namespaces",
+         frozenset({"network-policy-coverage"})),  # its NetworkPolicy stays behind in training-dev
     Case("label-missing", "common-labels", _delete(["metadata", "labels", "app.kubernetes.io/part-of"]),
          "metadata.labels.app.kubernetes.io/part-of", "the common label app.kubernetes.io/part-of is missing"),
 )  # fmt: skip

@@ -24,7 +24,7 @@ from google.protobuf import empty_pb2, struct_pb2  # type: ignore[import-untyped
 from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc
 
 from infra import REPO_ROOT
-from infra.policy_context import PACK_CONFIG_PATH
+from infra.offline.policy_context import PACK_CONFIG_PATH
 from infra.stacks import STACKS
 from policy.engine import evaluate
 from policy.model import Enforcement, KubeObject

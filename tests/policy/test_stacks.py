@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from infra import REPO_ROOT
-from infra.policy_context import PACK_CONFIG_PATH, context_from_settings, rendered_objects
+from infra.offline.policy_context import PACK_CONFIG_PATH, context_from_settings, rendered_objects
 from infra.stacks import STACKS
 from policy.engine import check_files, check_stack_file, evaluate, mandatory
 from policy.pack_config import context_from_config, context_to_config

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from infra import REPO_ROOT
-from infra.policy_context import PACK_CONFIG_PATH
+from infra.offline.policy_context import PACK_CONFIG_PATH
 from infra.stacks import STACKS, github_matrix
 
 WORKFLOWS = REPO_ROOT / ".github" / "workflows"
@@ -79,7 +79,7 @@ def _stacks_job(jobs: dict[str, Any]) -> None:
 
 def _renders_pack_config_before(job: dict[str, Any], action_step: dict[str, Any]) -> None:
     steps = job["steps"]
-    render = [i for i, s in enumerate(steps) if "-m infra.render --stack" in str(s.get("run", ""))]
+    render = [i for i, s in enumerate(steps) if "-m infra.offline.render --stack" in str(s.get("run", ""))]
     assert render and render[0] < steps.index(action_step), "the pack config must be rendered before the pack runs"
     assert action_step["with"]["policyPackConfigs"] == PACK_CONFIG
 

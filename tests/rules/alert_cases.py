@@ -15,6 +15,8 @@ from observability.promql import duration
 from observability.rules import gpu as gpu_rules
 from observability.rules import jobs, recording
 from observability.thresholds import DEFAULT_THRESHOLDS, Thresholds
+from tests.rules.distributed_cases import DISTRIBUTED_RECORD_CASES, distributed_cases
+from tests.rules.goodput_cases import efficiency_alert_cases, goodput_record_cases
 from tests.rules.health_cases import HEALTH_CASES, threshold_health_cases
 from tests.rules.promtool_harness import (
     Case,
@@ -140,9 +142,25 @@ def _flat_then_growing(step: float, flat: int = 21, growing: int = 45) -> str:
     return join([0.0] * flat, counter(step, step, growing))
 
 
+def _speed(values_text: str) -> dict[str, str]:
+    return {series(catalog.TRAINING_EPOCHS_PER_SECOND, {**TRAINING_POD, **SLOW_JOB}): values_text}
+
+
+def _job_failures(values_text: str) -> dict[str, str]:
+    """A training job's failure counter (out of memory)."""
+    labels = {**TRAINING_POD, "model_type": "dqn", "job_id": "job-1", "error_type": "oom"}
+    return {series(catalog.TRAINING_FAILURES_TOTAL, labels): values_text}
+
+
+JOB_FAILURE = Firing({"namespace": "training", "model_type": "dqn", "job_id": "job-1", "error_type": "oom"})
+
+
 def alert_cases(th: Thresholds = DEFAULT_THRESHOLDS) -> tuple[Case, ...]:
     """Every case, its threshold edges taken from `th` (the same values the rules are rendered with)."""
     slow = th.training_slowdown_epochs_per_second.value
+    ratio = th.training_slowdown_ratio.value
+    pace = 0.2  # epochs/s the job had (5-s epochs); `slower` is half the alert's edge below it
+    slower = pace * ratio / 2
     p99 = th.inference_p99_seconds.value
     loading = th.model_loading_failures_per_second.value
     miss = th.model_cache_miss_ratio.value
@@ -215,6 +233,54 @@ def alert_cases(th: Thresholds = DEFAULT_THRESHOLDS) -> tuple[Case, ...]:
             },
             (*silent(300, 450), fires(465, Firing({"namespace": "training", **SLOW_JOB}, slow / 2))),
         ),  # 165s + 5m
+        Case(
+            "TrainingSlowdown",
+            "a job with long epochs (20 s) that keeps its pace stays silent",
+            _speed(values((0.05, 81))),
+            silent(300, 1200),
+        ),
+        Case(
+            "TrainingSlowdown",
+            f"below {ratio:g} of its own median for 5m fires",
+            _speed(values((pace, 80), (slower, 40))),  # slower from 20m
+            (*silent(1485), fires(1500, Firing({"namespace": "training", **SLOW_JOB}, slower))),
+        ),
+        Case(
+            "TrainingSlowdown",
+            f"exactly {ratio:g} of its own median stays silent",
+            _speed(values((pace, 80), (pace * ratio, 40))),
+            silent(1500, 1785),
+        ),
+        Case(
+            "TrainingSlowdown",
+            "one slow epoch (a CPU-contended 40 s instead of 20 s) stays silent",
+            _speed(values((0.05, 40), (0.025, 3), (0.05, 40))),
+            silent(600, 645, 1200),
+        ),
+        Case(
+            "TrainingSlowdown",
+            "a job that stays slower becomes its own new normal once it has run so for half the hour",
+            _speed(values((pace, 80), (slower, 100))),  # from 40m the slow samples are the median
+            (fires(2385, Firing({"namespace": "training", **SLOW_JOB}, slower)), *silent(2400, 2685)),
+        ),
+        Case(
+            "TrainingJobFailed",
+            "a failure fires at the first evaluation that sees it",
+            _job_failures(values((0, 3), (1, 20))),
+            (*silent(30), fires(45, JOB_FAILURE)),
+        ),
+        Case(
+            "TrainingJobFailed",
+            "a job whose first series carries its failure (it failed before the first scrape) fires",
+            _job_failures(values((None, 3), (1, 20))),
+            (*silent(30), fires(45, JOB_FAILURE)),
+        ),
+        Case(
+            "TrainingJobFailed",
+            "resolves 10m after the failure",
+            _job_failures(values((0, 2), (1, 60))),
+            (fires(615, JOB_FAILURE), *silent(630)),
+        ),
         Case(
             "MLInferenceLatencyHigh",
             f"p99 in the bucket {p99_over} above {p99:g}s for 2m fires",
@@ -851,6 +917,8 @@ def alert_cases(th: Thresholds = DEFAULT_THRESHOLDS) -> tuple[Case, ...]:
         # --- ml_monitoring_health (and the lost-at-first-pass GPU): tests/rules/health_cases.py -------
         *HEALTH_CASES,
         *threshold_health_cases(th),
+        *efficiency_alert_cases(th),
+        *distributed_cases(th),
     )
 
 
@@ -1112,4 +1180,12 @@ GPU_INPUT_RECORD_CASES: tuple[RecordCase, ...] = (
         ((GPU0, 1),),
     ),
 )
-RECORD_CASES = (*RECORD_CASES, *JOB_RECORD_CASES, *GPU_INPUT_RECORD_CASES)
+_STATIC_RECORD_CASES = (*RECORD_CASES, *JOB_RECORD_CASES, *GPU_INPUT_RECORD_CASES, *DISTRIBUTED_RECORD_CASES)
+
+
+def record_cases(th: Thresholds = DEFAULT_THRESHOLDS) -> tuple[RecordCase, ...]:
+    """Every recording rule's cases; those at the edges of a threshold take it from `th`."""
+    return (*_STATIC_RECORD_CASES, *goodput_record_cases(th))
+
+
+RECORD_CASES = record_cases()

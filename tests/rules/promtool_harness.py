@@ -21,7 +21,8 @@ import yaml
 
 from observability.catalog import Metric
 from observability.config import ObservabilityConfig
-from observability.rules import rule_groups, rules_file_yaml
+from observability.promql import identifiers
+from observability.rules import efficiency, goodput, rule_groups
 from observability.rules.render import dump_groups
 
 # ------------------------------------------------------------------------------------------------
@@ -146,16 +147,39 @@ class Case:
         return any(not check.firing for check in self.checks)
 
 
+Samples = tuple[tuple[Mapping[str, str], float], ...]
+
+
 @dataclass(frozen=True)
 class RecordCase:
-    """A recording rule evaluated at one time: expected samples as (labels, value)."""
+    """A recording rule evaluated at one time: expected samples as (labels, value).
+
+    `also`: more records checked on the same input at the same time (one promtool group).
+    `round_to`: compare values rounded to this step (a power of two, so the rounding itself is
+    exact) where a rate's extrapolation leaves the last bit of an otherwise exact value to chance."""
 
     record: str
     name: str
     input: Mapping[str, str]
     at: str
-    samples: tuple[tuple[Mapping[str, str], float], ...]
+    samples: Samples
     interval: str | None = None
+    also: tuple[tuple[str, Samples], ...] = ()
+    round_to: float | None = None
+
+    @property
+    def checks(self) -> tuple[tuple[str, Samples], ...]:
+        return ((self.record, self.samples), *self.also)
+
+    @property
+    def records(self) -> tuple[str, ...]:
+        return tuple(record for record, _ in self.checks)
+
+
+def rounded(value: float, step: float) -> float:
+    """PromQL's `round(value, step)`, computed as Prometheus computes it."""
+    inverse = 1.0 / step
+    return math.floor(value * inverse + 0.5) / inverse
 
 
 # ------------------------------------------------------------------------------------------------
@@ -273,26 +297,50 @@ def alert_test_group(case: Case, cfg: ObservabilityConfig, rules: Mapping[str, M
     }
 
 
+def _expr_test(record: str, samples: Samples, at: str, step: float | None) -> dict[str, Any]:
+    if step is None:
+        expected = [{"labels": series(record, labels), "value": value} for labels, value in samples]
+        return {"expr": record, "eval_time": at, "exp_samples": expected}
+    expected = [{"labels": series("", labels), "value": rounded(value, step)} for labels, value in samples]
+    return {"expr": f"round({record}, {step!r})", "eval_time": at, "exp_samples": expected}
+
+
 def record_group(case: RecordCase, cfg: ObservabilityConfig) -> dict[str, Any]:
     return {
         "name": f"{case.record}: {case.name}",
         "interval": case.interval or f"{cfg.scrape_interval_seconds}s",
         "input_series": [{"series": s, "values": v} for s, v in case.input.items()],
-        "promql_expr_test": [
-            {
-                "expr": case.record,
-                "eval_time": case.at,
-                "exp_samples": [
-                    {"labels": series(case.record, labels), "value": value} for labels, value in case.samples
-                ],
-            }
-        ],
+        "promql_expr_test": [_expr_test(record, samples, case.at, case.round_to) for record, samples in case.checks],
     }
+
+
+def groups_needed(groups: list[dict[str, Any]], alerts: set[str], records: set[str]) -> list[dict[str, Any]]:
+    """The rendered groups (unchanged, in order) that hold one of `alerts` or `records`, and every
+    group that records a series they read, transitively: promtool evaluates every group of its
+    rules file at every step of every test, and a group no case can observe only costs time."""
+    recorded_in = {rule["record"]: group["name"] for group in groups for rule in group["rules"] if "record" in rule}
+    reads = {
+        group["name"]: {
+            recorded_in[n] for rule in group["rules"] for n in identifiers(rule["expr"]) if n in recorded_in
+        }
+        for group in groups
+    }
+    needed = {
+        group["name"]
+        for group in groups
+        if any(rule.get("alert") in alerts or rule.get("record") in records for rule in group["rules"])
+    }
+    frontier = set(needed)
+    while frontier:
+        frontier = set().union(*(reads[name] for name in frontier)) - needed
+        needed |= frontier
+    return [group for group in groups if group["name"] in needed]
 
 
 @dataclass
 class Suite:
-    """One promtool test file (its own rules file, rendered for `cfg`)."""
+    """One promtool test file: its own rules file, the groups of the rules rendered for `cfg` that
+    its cases can observe (`groups_needed`), each group as rendered."""
 
     name: str
     cfg: ObservabilityConfig
@@ -308,20 +356,43 @@ class Suite:
         groups = rule_groups(self.cfg)
         if self.mutate is not None:
             self.mutate(groups)
-        rules_path.write_text(dump_groups(groups) if self.mutate else rules_file_yaml(self.cfg), encoding="utf-8")
+        alerts, records = {c.alert for c in self.cases}, {r for c in self.records for r in c.records}
+        groups = groups_needed(groups, alerts, records)
+        rules_path.write_text(dump_groups(groups), encoding="utf-8")
         rules = alert_rule_dicts(self.cfg)
         document = {
             "rule_files": [rules_path.name],
             "evaluation_interval": f"{self.cfg.evaluation_interval_seconds}s",
             # promtool otherwise evaluates groups in random order at each timestamp, and an alert
             # reading a recorded series would see it one evaluation late at random.
-            "group_eval_order": [group["name"] for group in rule_groups(self.cfg)],
+            "group_eval_order": [group["name"] for group in groups],
             "tests": [alert_test_group(c, self.cfg, rules) for c in self.cases]
             + [record_group(r, self.cfg) for r in self.records],
         }
         test_path = directory / f"{self.name}.test.yaml"
         test_path.write_text(yaml.safe_dump(document, sort_keys=False, width=10_000), encoding="utf-8")
         return test_path
+
+
+# Groups whose cases run in a suite of their own: no other group's alert reads them, so the other
+# suites leave them out of their rules files (`groups_needed`) and evaluate faster.
+OWN_SUITE_GROUPS: tuple[str, ...] = (goodput.GROUP, efficiency.GROUP)
+
+
+def split_suites(
+    name: str, cfg: ObservabilityConfig, cases: Sequence[Case], records: Sequence[RecordCase]
+) -> tuple[Suite, Suite]:
+    """The suite of `cases` and `records`, and the suite of those whose rules are in `OWN_SUITE_GROUPS`."""
+    own = {
+        rule.get("alert") or rule.get("record")
+        for group in rule_groups(cfg)
+        if group["name"] in OWN_SUITE_GROUPS
+        for rule in group["rules"]
+    }
+    return (
+        Suite(name, cfg, [c for c in cases if c.alert not in own], [r for r in records if r.record not in own]),
+        Suite(f"{name}-goodput", cfg, [c for c in cases if c.alert in own], [r for r in records if r.record in own]),
+    )
 
 
 @dataclass(frozen=True)

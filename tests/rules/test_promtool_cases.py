@@ -36,7 +36,7 @@ def test_cases_name_only_existing_alerts():
 
 
 def test_every_recording_rule_has_a_case():
-    missing = {r.record for r in RECORDING_RULES} - {c.record for c in RECORD_CASES}
+    missing = {r.record for r in RECORDING_RULES} - {r for c in RECORD_CASES for r in c.records}
     assert not missing
 
 

@@ -19,7 +19,9 @@ from observability.rules import (
     RECORDING_RULES,
     Severity,
     alert_rules,
+    distributed,
     gpu,
+    group_inputs,
     jobs,
     project_group_names,
     recording,
@@ -36,7 +38,12 @@ CFG = ObservabilityConfig()
 # checks below enumerate the registry (ALERTS_BY_GROUP), never a count.
 EXPECTED_GROUPS = {
     "ml_training_performance": ("TrainingNaNDetected", "TrainingSlowdown", "MLInferenceLatencyHigh"),
-    "ml_training_availability": ("MLTrainingServiceDown", "ModelLoadingFailures", "ModelCacheMissesHigh"),
+    "ml_training_availability": (
+        "TrainingJobFailed",
+        "MLTrainingServiceDown",
+        "ModelLoadingFailures",
+        "ModelCacheMissesHigh",
+    ),
     "ml_gpu_resources": (
         "GPUUtilizationLow",
         "GPUUtilizationCritical",
@@ -54,6 +61,10 @@ EXPECTED_GROUPS = {
     ),
     "ml_data_pipeline": ("TrainingDataStale", "FeatureEngineeringErrors", "FeatureExtractionLatencyHigh"),
     "ml_storage": ("S3ConnectionErrors", "CheckpointSaveFailures", "ModelStorageUsageHigh"),
+    # Beyond the report: a job losing its time to a cause it can fix.
+    "ml_training_efficiency": ("TrainingInputBound", "TrainingCheckpointBound"),
+    # the ranks of distributed jobs compared with each other
+    "ml_training_distributed": ("TrainingRankStraggler", "TrainingJobHung", "TrainingCommunicationBound"),
 }
 # The severity each of these alerts must keep (pages and tickets are routed by it).
 EXPECTED_SEVERITY = {
@@ -62,11 +73,16 @@ EXPECTED_SEVERITY = {
          "MLModelAccuracyDegraded", "GPUErrorsDetected"),
         Severity.CRITICAL,
     ),
-    **dict.fromkeys(("MLTrainingServiceDown", "ModelLoadingFailures"), Severity.HIGH),
+    **dict.fromkeys(("MLTrainingServiceDown", "ModelLoadingFailures", "TrainingJobFailed"), Severity.HIGH),
     # optimisation opportunities, not problems
-    **dict.fromkeys(("GPUUtilizationLow", "GPUUtilizationCritical"), Severity.INFO),
+    **dict.fromkeys(
+        ("GPUUtilizationLow", "GPUUtilizationCritical", "TrainingInputBound", "TrainingCheckpointBound"), Severity.INFO
+    ),
     **dict.fromkeys(("TrainingSlowdown", "GPUMemoryUsageHigh", "ModelDriftDetected", "TrainingDataStale"),
                     Severity.WARNING),
+    # a hung distributed job idles all its GPUs until the collective watchdog kills it: it pages
+    "TrainingJobHung": Severity.CRITICAL,
+    **dict.fromkeys(("TrainingRankStraggler", "TrainingCommunicationBound"), Severity.WARNING),
 }  # fmt: skip
 REQUIRED_ANNOTATIONS = ("summary", "description", "impact", "action", "runbook_url")
 # The monitoring's own health: who watches the watchers (at least these, last of the groups).
@@ -117,10 +133,11 @@ def test_the_expected_alerts_are_in_their_groups_in_order_then_the_health_group(
     assert list(ALERTS_BY_GROUP) == list(ALERT_GROUP_NAMES)
     alert_groups = [g for g in rule_groups(CFG) if any("alert" in r for r in g["rules"])]
     assert [g["name"] for g in alert_groups] == list(ALERT_GROUP_NAMES)
-    # an alert group holds alerts, except the inputs ml_gpu_resources records at its head
+    # an alert group holds alerts, except the inputs some groups record at their head
     for g in alert_groups:
         records = [r["record"] for r in g["rules"] if "record" in r]
-        assert records == [r.record for r in gpu.input_rules(CFG)] if g["name"] == gpu.GROUP else not records, g["name"]
+        assert records == [r.record for r in group_inputs(g["name"], CFG)], g["name"]
+        assert g["name"] not in (gpu.GROUP, distributed.GROUP) or records, g["name"]
         assert all("record" in r for r in g["rules"][: len(records)]), g["name"]
 
 
@@ -207,17 +224,23 @@ def test_aggregations_keep_the_locating_labels(alert):
     """Never `sum` away what locates the problem: every aggregation is `by` a superset of them.
 
     The job join (`jobs.HOLDER`, one job per GPU uuid) adds `model_type` and `job_id` to a
-    per-GPU expression; the aggregations before it keep the GPU's labels."""
+    per-GPU expression; the aggregations before it keep the GPU's labels. The rank placement join
+    adds `node` and `uuid` to a per-rank expression, whose job-level conditions (matched `on` the
+    job) aggregate by the job."""
     expr = alert.expr.replace(jobs.HOLDER, "HOLDER")
     required = set(alert.locating_labels)
     if "group_left (model_type, job_id)\nHOLDER" in expr:
         required -= set(jobs.JOB_LABELS)
+    job_level: set[str] = set()
+    if f"group_left (node, uuid)\nmax by ({', '.join(distributed.PLACED)})" in expr:
+        required -= {"node", "uuid"}
+        job_level = set(distributed.JOB)
     assert " without" not in expr
     bare = re.findall(r"\b(sum|max|min|avg|count)\s*\(", expr)
     assert not bare, f"aggregation without `by` in {alert.name}"
     for clause in re.findall(r"\bby \(([^)]*)\)", expr):
         kept = {label.strip() for label in clause.split(",")}
-        assert required <= kept, (alert.name, clause)
+        assert required <= kept or kept == job_level, (alert.name, clause)
 
 
 def test_health_alerts_watch_exactly_the_projects_rule_groups():
@@ -252,7 +275,13 @@ def test_gpu_alerts_locate_the_gpu_and_the_job_holding_it():
 
 
 def test_training_alerts_locate_the_job():
-    for name in ("TrainingNaNDetected", "TrainingSlowdown", "MLModelAccuracyDegraded", "CheckpointSaveFailures"):
+    for name in (
+        "TrainingNaNDetected",
+        "TrainingSlowdown",
+        "TrainingJobFailed",
+        "MLModelAccuracyDegraded",
+        "CheckpointSaveFailures",
+    ):
         alert = next(a for a in alert_rules(CFG) if a.name == name)
         assert {"model_type", "job_id"} <= set(alert.locating_labels)
 

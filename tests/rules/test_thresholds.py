@@ -17,7 +17,8 @@ import pytest
 
 import dashboards
 from observability.config import ObservabilityConfig
-from observability.rules import ALERT_NAMES, alert_groups, alert_rules
+from observability.rules import ALERT_NAMES, alert_groups, alert_rules, rule_groups
+from observability.rules.goodput import goodput_rules
 from observability.rules.runbooks import render_runbooks
 from observability.thresholds import (
     DEFAULT_THRESHOLDS,
@@ -30,8 +31,8 @@ from observability.thresholds import (
     load_thresholds,
     parse_thresholds,
 )
-from tests.rules.alert_cases import RECORD_CASES, alert_cases
-from tests.rules.promtool_harness import Suite, run_promtool_tests
+from tests.rules.alert_cases import alert_cases, record_cases
+from tests.rules.promtool_harness import Suite, run_promtool_tests, split_suites
 
 FACTORS = (0.9, 1.05)
 # Dashboard panels whose threshold steps show an alert threshold: (uid, row, title) per threshold.
@@ -94,8 +95,9 @@ def _steps(p: dict[str, Any]) -> list[float]:
 
 def test_every_threshold_names_an_alert_that_exists_and_reads_back_as_written():
     assert len(DEFAULT_THRESHOLDS) > 0
+    records = {r["record"] for g in rule_groups(ObservabilityConfig()) for r in g["rules"] if "record" in r}
     for t in DEFAULT_THRESHOLDS:
-        assert t.alert in ALERT_NAMES, f"{t.name}: no alert {t.alert}"
+        assert t.alert in ALERT_NAMES or (t.record in records and not t.alert), f"{t.name}: no alert {t.alert}"
         assert getattr(DEFAULT_THRESHOLDS, attribute_name(t.name)) is t
     assert parse_thresholds(dump_thresholds(DEFAULT_THRESHOLDS)) == DEFAULT_THRESHOLDS == load_thresholds()
 
@@ -107,6 +109,17 @@ def test_a_threshold_of_no_alert_fails_the_rules_naming_it():
         ValueError, match=r"gpuFanSpeedHighPercent belongs to alert GPUFanSpeedHigh, which no rule group has"
     ):
         alert_groups(cfg)
+
+
+def test_a_threshold_of_no_recording_rule_fails_the_rules_naming_it():
+    orphan = Threshold("trainingIdleRatio", 0.5, "ratio", "", "model_type_job_id:ml_training_idle:ratio")
+    cfg = replace(ObservabilityConfig(), thresholds=Thresholds([*DEFAULT_THRESHOLDS, orphan]))
+    with pytest.raises(ValueError, match=r"trainingIdleRatio belongs to record model_type_job_id:ml_training_idle"):
+        rule_groups(cfg)
+    with pytest.raises(ThresholdsError, match=r"trainingIdleRatio names both an alert and a record"):
+        parse_thresholds({"trainingIdleRatio": {"value": 0.5, "unit": "ratio", "alert": "X", "record": "a:b:c"}})
+    with pytest.raises(ThresholdsError, match=r"trainingIdleRatio.record = 'idle': expected the level:metric"):
+        parse_thresholds({"trainingIdleRatio": {"value": 0.5, "unit": "ratio", "record": "idle"}})
 
 
 def test_reading_a_threshold_with_no_record_names_the_records_there_are():
@@ -121,10 +134,16 @@ def test_expressions_texts_and_runbooks_follow_every_threshold(factor):
     old = {a.name: a for a in alert_rules(ObservabilityConfig())}
     new = {a.name: a for a in alert_rules(cfg)}
     runbooks = render_runbooks(cfg)
+    records = {r.record: r for r in goodput_rules(cfg)}
     for before in DEFAULT_THRESHOLDS:
         name = attribute_name(before.name)
         after = getattr(cfg.thresholds, name)
         assert before.value != after.value, name
+        if before.record:
+            rule = records[before.record]
+            assert _compares_with(rule.expr, after) and not _compares_with(rule.expr, before), rule.record
+            assert any(s in rule.help for s in _spellings(name, after)), f"{rule.record} does not say {after}"
+            continue
         alert = new[before.alert]
         assert _compares_with(alert.expr, after) and not _compares_with(alert.expr, before), (
             f"{alert.name}: expression does not compare with {after.promql}: {alert.expr}"
@@ -154,8 +173,8 @@ def test_boundary_cases_follow_the_thresholds_and_pass_promtool(factor, tmp_path
     default_names = {(c.alert, c.name) for c in alert_cases()}
     cases = alert_cases(cfg.thresholds)
     assert {(c.alert, c.name) for c in cases} != default_names, "the cases did not move with the thresholds"
-    suite = Suite(f"thresholds-x{factor:g}", cfg, list(cases), list(RECORD_CASES))
-    result = run_promtool_tests([suite.write(tmp_path)], cwd=tmp_path)
+    suites = split_suites(f"thresholds-x{factor:g}", cfg, cases, record_cases(cfg.thresholds))
+    result = run_promtool_tests([suite.write(tmp_path) for suite in suites], cwd=tmp_path)
     assert result.returncode == 0, result.output[-20000:]
 
 

@@ -15,6 +15,7 @@ import yaml
 
 from observability import catalog
 from observability.config import ObservabilityConfig
+from observability.partials import is_partial
 from observability.rules import (
     CRITICAL_DETECTION_ALERTS,
     Tier,
@@ -23,6 +24,7 @@ from observability.rules import (
     tier_rule_groups,
     tier_rules_yaml,
 )
+from observability.rules.pushdown import push_down
 from observability.rules.tiers import (
     DECLARED,
     Declared,
@@ -144,13 +146,19 @@ def test_the_known_cross_target_rules_are_global_and_the_per_target_alerts_are_o
         assert tier[name] is want, name
 
 
-def test_the_two_tier_files_hold_every_rule_once_in_order() -> None:
+def test_the_two_tier_files_hold_every_rule_once_in_order_and_the_partials_on_the_shards() -> None:
     groups = rule_groups(CFG)
     tiers = tier_rule_groups(CFG)
     for tier_groups in tiers.values():
         names = [g["name"] for g in tier_groups]
         assert len(names) == len(set(names))
         assert all(g["rules"] for g in tier_groups)
+    partials = [r for g in tiers[Tier.SHARD] for r in g["rules"] if is_partial(rule_name(r))]
+    assert len(partials) > 40 and not any(is_partial(rule_name(r)) for g in groups for r in g["rules"])
+    assert not any(is_partial(rule_name(r)) for g in tiers[Tier.GLOBAL] for r in g["rules"])
+    tiers = {t: [{**g, "rules": [r for r in g["rules"] if not is_partial(rule_name(r))]} for g in tier_groups]
+             for t, tier_groups in tiers.items()}  # fmt: skip
+    tiers = {t: [g for g in tier_groups if g["rules"]] for t, tier_groups in tiers.items()}
     split = Counter((g["name"], rule_name(r)) for t in tiers.values() for g in t for r in g["rules"])
     whole = Counter((g["name"], rule_name(r)) for g in groups for r in g["rules"])
     assert split == whole and set(split.values()) == {1}
@@ -245,7 +253,7 @@ def test_the_global_tiers_records_carry_the_cluster_and_nothing_else_changes() -
     """A Prometheus never adds its external labels to what it records itself: the global tier's
     records say their cluster through a rule label, as everything the shards remote-write does."""
     sharded = ObservabilityConfig(shards=2, cluster="eu-1", clusters=("eu-1", "us-1"))
-    plain, labelled = split_groups(rule_groups(sharded)), tier_rule_groups(sharded)
+    plain, labelled = push_down(split_groups(rule_groups(sharded)), rule_groups(sharded)), tier_rule_groups(sharded)
     assert labelled[Tier.SHARD] == plain[Tier.SHARD]
     records = 0
     for before, after in zip(plain[Tier.GLOBAL], labelled[Tier.GLOBAL], strict=True):
@@ -256,4 +264,5 @@ def test_the_global_tiers_records_carry_the_cluster_and_nothing_else_changes() -
             else:
                 assert new == old
     assert records > 20
-    assert tier_rule_groups(ObservabilityConfig(shards=2)) == split_groups(rule_groups(ObservabilityConfig(shards=2)))
+    unlabelled = ObservabilityConfig(shards=2)
+    assert tier_rule_groups(unlabelled) == push_down(split_groups(rule_groups(unlabelled)), rule_groups(unlabelled))

@@ -78,7 +78,13 @@ def test_without_a_state_a_save_after_a_nan_loss_is_not_good_until_one_is(tmp_pa
     with job.checkpoint(tmp_path / "c.pt", step=3) as ckpt:
         (tmp_path / "c.pt").write_bytes(b"xyz")
     assert ckpt.good
-    assert value(metrics, catalog.CHECKPOINT_SAVES_TOTAL.name, **JOB) == 2
+    # A NaN step the trainer skipped, then finite losses again: the state is no longer suspect.
+    job.record_training_iteration(4, float("nan"), None, 0.1)
+    job.record_training_iteration(5, 0.3, None, 0.1)
+    with job.checkpoint(tmp_path / "d.pt", step=5) as ckpt:
+        (tmp_path / "d.pt").write_bytes(b"xyzw")
+    assert ckpt.good
+    assert value(metrics, catalog.CHECKPOINT_SAVES_TOTAL.name, **JOB) == 3
 
 
 def _without_dac_override() -> None:

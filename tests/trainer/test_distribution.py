@@ -26,7 +26,17 @@ DEPENDENCIES = {"prometheus_client", "opentelemetry"}
 OPTIONAL = {
     "pynvml": ("observability/instrument/gpus.py",),
     "yaml": ("observability/web_config.py",),
-    "torch": ("observability/instrument/integrations/torch.py",),
+    "torch": (
+        "observability/instrument/integrations/torch.py",
+        "observability/instrument/integrations/sb3.py",
+        "observability/instrument/integrations/lightning.py",
+        "observability/instrument/integrations/torch_distributed.py",
+        "observability/instrument/integrations/optimizers.py",
+    ),
+    "numpy": ("observability/instrument/integrations/sb3.py",),
+    "stable_baselines3": ("observability/instrument/integrations/sb3.py",),
+    "pytorch_lightning": ("observability/instrument/integrations/lightning.py",),
+    "optuna": ("observability/instrument/integrations/optuna.py",),
 }
 FORBIDDEN_DISTRIBUTIONS = {
     "pulumi",

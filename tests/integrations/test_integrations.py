@@ -1,0 +1,128 @@
+"""The integrations without Prometheus: optional imports, bad input, bounded series."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.callbacks import ModelCheckpoint
+from stable_baselines3 import SAC
+from torch.utils.data import DataLoader, TensorDataset
+
+from observability import catalog
+from observability.instrument import JobMetrics, TrainingMetrics, render_text
+from observability.instrument.integrations.lightning import MetricsCallback as LightningCallback
+from observability.instrument.integrations.sb3 import MetricsCallback as Sb3Callback
+from observability.instrument.search import TRIAL_STATES
+
+FRAMEWORKS = ("stable_baselines3", "pytorch_lightning", "optuna", "torch", "gymnasium")
+
+
+def imported_frameworks(statement: str) -> list[str]:
+    code = f"import sys; {statement}; import json; print(json.dumps([m for m in {FRAMEWORKS!r} if m in sys.modules]))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=".")
+    return list(json.loads(out.stdout.splitlines()[-1]))
+
+
+def test_the_trainer_library_imports_no_framework():
+    assert imported_frameworks("import observability.instrument, observability.instrument.integrations") == []
+
+
+def test_the_optuna_integration_imports_optuna_and_no_other_framework():
+    assert imported_frameworks("import observability.instrument.integrations.optuna") == ["optuna"]
+
+
+def job() -> JobMetrics:
+    return TrainingMetrics().start_job("dqn", "j", gpu_uuids=[])
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda j: j.rl.set_exploration_rate(1.5), r"exploration rate is a ratio 0-1, got 1.5"),
+        (lambda j: j.rl.set_exploration_rate(float("nan")), r"exploration rate is a ratio 0-1, got nan"),
+        (lambda j: j.rl.record_policy_update(clip_fraction=-0.1), r"clip fraction is a ratio 0-1"),
+        (lambda j: j.rl.record_episodes(-1), r"finished episodes are a count of at least 0, got -1"),
+        (lambda j: j.rl.record_episodes(1, mean_length=-3.0), r"mean episode length .* got -3.0"),
+        (lambda j: j.study(""), r"a study needs a name"),
+        (lambda j: j.study("s").set_trial_counts({"done": 1}), r"unknown trial state 'done'; expected one of"),
+        (lambda j: j.study("s").set_trial_counts({"complete": -1}), r"trials complete is a count of at least 0"),
+        (lambda j: j.study("s").record_trial_end("running", 3), r"unknown trial state 'running'"),
+        (lambda j: j.study("s").record_trial_progress(1, -2, 0.5), r"an epoch is a count of at least 0, got -2"),
+    ],
+)
+def test_bad_values_are_refused_with_what_is_expected(call, message):
+    with pytest.raises(ValueError, match=message):
+        call(job())
+
+
+def test_a_study_has_every_state_at_zero_from_the_start_and_one_series_per_study():
+    metrics = TrainingMetrics()
+    handle = metrics.start_job("mlp", "hpo", gpu_uuids=[])
+    study = handle.study("lr")
+    assert handle.study("lr") is study
+    for number in range(50):
+        study.trial_started(number)
+        study.record_trial_progress(number, 3, 0.5)
+        study.record_trial_end("pruned", 4)
+    text = render_text(metrics.registry).decode()
+    lines = [line for line in text.splitlines() if line.startswith(catalog.HPO_TRIALS.name + "{")]
+    assert sorted(line.split('state="')[1].split('"')[0] for line in lines) == sorted(TRIAL_STATES)
+    for metric in (catalog.HPO_TRIAL_LOSS, catalog.HPO_TRIAL_EPOCH, catalog.HPO_TRIAL_NUMBER):
+        assert sum(line.startswith(metric.name + "{") for line in text.splitlines()) == 1
+    assert (
+        f'{catalog.HPO_TRIAL_EPOCHS_TOTAL.name}{{job_id="hpo",model_type="mlp",state="pruned",study="lr"}} 200.0'
+        in text
+    )
+
+
+def test_the_sb3_callback_refuses_an_algorithm_without_a_policy_optimizer():
+    # SAC has an actor and a critic optimizer, no policy optimizer.
+    model = SAC("MlpPolicy", "Pendulum-v1", learning_starts=10, device="cpu")
+    with pytest.raises(TypeError, match=r"SAC: MetricsCallback counts the steps of the policy's optimizer"):
+        model.learn(20, callback=Sb3Callback(job()))
+
+
+def test_callback_settings_are_checked():
+    with pytest.raises(ValueError, match=r"q_value_every is a number of environment steps of at least 1, got 0"):
+        Sb3Callback(job(), q_value_every=0)
+    with pytest.raises(ValueError, match=r"check_every is a number of optimizer steps of at least 1, got 0"):
+        LightningCallback(job(), check_every=0)
+
+
+class Tiny(pl.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(2, 1)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.layer(x).squeeze(1), y)
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def test_a_lightning_checkpoint_that_cannot_be_written_counts_as_a_failed_save(tmp_path):
+    (tmp_path / "not-a-directory").write_text("")
+    metrics = TrainingMetrics()
+    handle = metrics.start_job("tft", "j", gpu_uuids=[])
+    trainer = pl.Trainer(
+        max_epochs=1,
+        callbacks=[LightningCallback(handle), ModelCheckpoint(dirpath=tmp_path / "not-a-directory" / "ckpt")],
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+    )
+    data = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8)), batch_size=4)
+    with pytest.raises(OSError):
+        trainer.fit(Tiny(), data)
+    text = render_text(metrics.registry).decode()
+    assert 'ml_checkpoint_save_failures_total{error_type="io_error",job_id="j",model_type="tft"} 1.0' in text
+    assert 'ml_checkpoint_saves_total{job_id="j",model_type="tft"} 0.0' in text
