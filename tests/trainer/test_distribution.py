@@ -27,6 +27,7 @@ OPTIONAL = {
     "pynvml": ("observability/instrument/gpus.py",),
     "yaml": ("observability/web_config.py",),
     "torch": (
+        "observability/instrument/flops.py",  # only when a step's FLOPs are measured
         "observability/instrument/integrations/torch.py",
         "observability/instrument/integrations/sb3.py",
         "observability/instrument/integrations/lightning.py",
