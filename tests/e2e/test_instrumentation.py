@@ -26,6 +26,7 @@ from observability.instrument import (
     render_openmetrics,
     render_text,
 )
+from observability.instrument.collectives import CollectiveCollector, track_rank
 from observability.instrument.server import final_scrape_wait_from_env
 from observability.trainer_env import FINAL_SCRAPE_WAIT_ENV
 
@@ -55,6 +56,9 @@ def exercised() -> TrainingMetrics:
     job.set_model_quality(accuracy=0.9, f1=0.85, precision=0.88, recall=0.82)
     job.set_resource_usage(2e9, 150.0)
     job.record_step(samples=32, tokens=4096)
+    collectives = track_rank(job, node="node-1")  # a distributed rank: its placement and collectives
+    collectives.launched("all_reduce")
+    collectives.completed("all_reduce", 4096)
     job.rl.set_exploration_rate(0.4)
     job.rl.set_q_value(12.5)
     job.rl.record_policy_update(entropy=0.6, value_loss=3.0, approx_kl=0.01, clip_fraction=0.1, explained_variance=0.5)
@@ -125,7 +129,11 @@ def test_parsed_back_every_family_and_label_set_is_the_catalogs():
 
 
 def test_every_training_job_metric_of_the_catalog_has_a_recorder():
-    assert {m.name for m in TrainingMetrics().catalog_metrics} == {m.name for m in TRAINING_METRICS}
+    """The job's registry records every training-job family but the distributed rank's, which
+    `collectives.track_rank` adds for a rank that takes part in collectives."""
+    distributed = {*CollectiveCollector.FAMILIES, catalog.TRAINING_RANK_PLACEMENT_INFO}
+    recorded = {m.name for m in (*TrainingMetrics().catalog_metrics, *distributed)}
+    assert recorded == {m.name for m in TRAINING_METRICS}
 
 
 def test_histograms_use_the_catalog_buckets():
