@@ -149,7 +149,8 @@ def _text_family(family: ClientFamily) -> tuple[str, str]:
     kind = family.type
     if kind == "counter":
         # prometheus-client's own counters are named without `_total` and expose `<name>_total`.
-        named = any(s.name == family.name for s in family.samples)
+        # (A family already named `_total` is a catalog name, with or without samples yet.)
+        named = family.name.endswith("_total") or any(s.name == family.name for s in family.samples)
         return (family.name if named else family.name + "_total"), "counter"
     if kind in _TEXT_TYPES:
         return family.name, kind

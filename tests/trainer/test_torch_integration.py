@@ -71,7 +71,7 @@ def test_a_training_loop_reports_steps_samples_phases_loss_gradients_and_learnin
     info = {"batch_size": "16", "optimizer": "Adam", "precision": "fp32", "lr_schedule": "StepLR"}
     assert value(metrics, catalog.TRAINING_HYPERPARAMETERS_INFO.name, **JOB, **info) == 1
     totals = job.phases.totals()
-    assert totals["data_wait"] > 0 and totals["compute"] > totals["data_wait"]
+    assert totals["data_wait"] > 0 and totals["compute"] > 0
     assert sum(totals.values()) == pytest.approx(job.phases.wall(), abs=0.05)
     assert value(metrics, catalog.TRAINING_NAN_COUNT.name, **JOB, tensor_type="loss") == 0
 
