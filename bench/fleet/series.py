@@ -22,6 +22,7 @@ from observability.config import ObservabilityConfig
 from observability.instrument import TrainingMetrics, render_text
 from observability.instrument.collectives import ALL_REDUCE, track_rank
 from observability.instrument.hyperparameters import Hyperparameters
+from observability.instrument.remediation import Remediation, RemediationPolicy
 from observability.scrape_config import JOB_NAME
 from poller.exported_metrics import (
     ECC_TYPES,
@@ -195,6 +196,10 @@ def _trainer_exposition(model_type: str, job: str, gpu_uuids: tuple[str, ...]) -
     handle.record_gradient_norm(1.5)
     handle.set_learning_rates({"0": 1e-3})
     handle.set_hyperparameters(Hyperparameters(64, "AdamW", "bf16", "LambdaLR"))
+    # Remediation on, its rollback budget untouched (the budget is published when it is set up).
+    Remediation(
+        handle, RemediationPolicy(enabled=True, max_rollbacks=3), restore=lambda _: None, lower_lr=lambda _: None
+    )
     collectives = track_rank(handle, node="fleet-node", gpu_uuids=gpu_uuids)
     collectives.launched(ALL_REDUCE)
     collectives.completed(ALL_REDUCE, 4_000_000)

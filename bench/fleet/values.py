@@ -296,6 +296,10 @@ def _job_values(name: str, rng: random.Random, n: int, variant: int, interval: i
         return _counter(rng, n, 1 / 300, interval)
     if name == c.TRAINING_FOLDS_COMPLETED_TOTAL.name:
         return _counter(rng, n, 1 / 720, interval)
+    if name == c.TRAINING_ROLLBACK_BUDGET.name:
+        return [3.0] * n
+    if name == c.TRAINING_ROLLBACKS_TOTAL.name:
+        return [0.0] * n
     if name == c.TRAINING_STEP_LOSS.name:
         return [round(x, 4) for x in _walk(rng, n, 0.1, 2.0, 0.02)]
     if name == c.TRAINING_GRADIENT_NORM.name:
