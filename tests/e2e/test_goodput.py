@@ -271,3 +271,22 @@ def test_gpu_hours_are_counted_by_verdict(judged: Judged) -> None:
     )  # fmt: skip
     assert by_verdict == {goodput.VERDICT_COMPUTE: 1, goodput.VERDICT_UNDERUTILIZED: 1}
     assert judged.value(f'{goodput.VERDICT_GPU_HOURS_24H}{{verdict="{goodput.VERDICT_COMPUTE}"}}')
+
+
+def test_the_phases_of_every_real_run_add_up_to_its_wall_time(judged: Judged) -> None:
+    """Every second of each job is in one phase: at a scrape, the phase seconds of a run sum to the
+    time since it started (the scrape's own timestamp minus the job's start time) within 2 %.
+    Compared on the wall clock the job's start time is read from, not the phases' own clock."""
+    phases, started = catalog.TRAINING_PHASE_SECONDS_TOTAL.name, catalog.TRAINING_JOB_START_TIMESTAMP_SECONDS.name
+    jobs = {job.split(":")[1] for runs in PROCESSES.values() for job in runs}
+    expr = (
+        f"sum by (job_id) ({phases}) / on (job_id) "
+        f"((max by (job_id) (timestamp({started})) - max by (job_id) ({started})) > 10)"
+    )  # runs older than 10 s, so the few milliseconds between a scrape's start and its render do not count
+    ratios = wait_until(
+        "every run scraped with its phases and start time",
+        lambda: answer if len(answer := {s["metric"]["job_id"]: float(s["value"][1]) for s in judged.query(expr)}) == len(jobs) else None,
+        WAIT,
+    )  # fmt: skip
+    assert set(ratios) == jobs
+    assert all(0.98 <= ratio <= 1.02 for ratio in ratios.values()), ratios
