@@ -301,6 +301,9 @@ FED_BY_REAL_RUNS = {
     # a job that ends after Prometheus first scraped it (the done trainer ends before)
     ("foxhunt-training-cockpit", "Training Job Duration", "B"),
     ("foxhunt-training-cockpit", "Training Job Duration", "C"),
+    # a rank's compute per step between its collectives: the ranks of a DDP job
+    # (tests/e2e/test_distributed_training.py)
+    ("foxhunt-training-cockpit", "Compute per Step by Rank", "A"),
 }
 
 
