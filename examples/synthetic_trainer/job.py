@@ -180,18 +180,19 @@ class SyntheticTrainer:
         `torch.save` on a read-only path is an io_error too) and training goes on after a failure."""
         s = self.settings
         path = s.checkpoint_dir / f"{s.job_id}-fold{fold}-epoch{self.epoch}.ckpt"
-        with (
-            tracer.start_as_current_span("checkpoint_save") as span,
-            self.job.checkpoint(path, step=self.epoch, suppress_errors=True) as save,
-        ):
-            if self.faults.checkpoint_fails_now(self.epoch):
-                raise OSError(f"injected checkpoint failure writing {path}")
-            payload = self.rng.randbytes(s.checkpoint_bytes)
-            partial = path.with_suffix(".partial")
-            partial.write_bytes(payload)
-            partial.replace(path)
-        if save.error is not None:  # counted and logged by the helper
-            span.record_exception(save.error)
-            span.set_status(trace.Status(trace.StatusCode.ERROR, str(save.error)))
-        elif save.good:
-            log.info("checkpoint saved", extra={"epoch": self.epoch, "path": str(path), "bytes": s.checkpoint_bytes})
+        # The outcome is logged inside the span (before it ends), so the line carries its trace_id/span_id.
+        with tracer.start_as_current_span("checkpoint_save") as span:
+            with self.job.checkpoint(path, step=self.epoch, suppress_errors=True) as save:
+                if self.faults.checkpoint_fails_now(self.epoch):
+                    raise OSError(f"injected checkpoint failure writing {path}")
+                payload = self.rng.randbytes(s.checkpoint_bytes)
+                partial = path.with_suffix(".partial")
+                partial.write_bytes(payload)
+                partial.replace(path)
+            if save.error is not None:  # counted and logged by the helper
+                span.record_exception(save.error)
+                span.set_status(trace.Status(trace.StatusCode.ERROR, str(save.error)))
+            elif save.good:
+                log.info(
+                    "checkpoint saved", extra={"epoch": self.epoch, "path": str(path), "bytes": s.checkpoint_bytes}
+                )
