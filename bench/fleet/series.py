@@ -178,8 +178,8 @@ def job_id(index: int) -> str:
     return f"job-{index:04d}-{stable_key('job', index):08x}"
 
 
-def _trainer_exposition(model_type: str, job: str, gpu_uuids: tuple[str, ...]) -> str:
-    """The `/metrics` text of a trainer running `job` after it has done a bit of everything."""
+def _trainer_exposition(model_type: str, job: str, gpu_uuids: tuple[str, ...], node: str) -> str:
+    """The `/metrics` text of a trainer running `job` on `node` after it has done a bit of everything."""
     metrics = TrainingMetrics()
     handle = metrics.start_job(model_type, job, folds_planned=FOLDS, workers=4, gpu_uuids=gpu_uuids)
     handle.record_training_iteration(1, 1.0, 1.1, 1.0)
@@ -200,7 +200,7 @@ def _trainer_exposition(model_type: str, job: str, gpu_uuids: tuple[str, ...]) -
     Remediation(
         handle, RemediationPolicy(enabled=True, max_rollbacks=3), restore=lambda _: None, lower_lr=lambda _: None
     )
-    collectives = track_rank(handle, node="fleet-node", gpu_uuids=gpu_uuids)
+    collectives = track_rank(handle, node=node, gpu_uuids=gpu_uuids)
     collectives.launched(ALL_REDUCE)
     collectives.completed(ALL_REDUCE, 4_000_000)
     for fold in range(FOLDS):
@@ -237,7 +237,10 @@ def training_job_series(
     histograms: list[HistogramSpec] = []
     seen_histograms: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
     key = stable_key("job", index)
-    for family in text_string_to_metric_families(_trainer_exposition(model_type, job, gpu_uuids)):
+    # The pod runs on the node of the GPUs it holds (job i holds node i's), and its per-rank placement
+    # says so: the placement's `node` is what the fleet's targets hash to a shard.
+    node = node_name(index)
+    for family in text_string_to_metric_families(_trainer_exposition(model_type, job, gpu_uuids, node)):
         metric = catalog.by_name(family.name if family.type != "counter" else _counter_name(family.name))
         for sample in family.samples:
             labels = tuple(sorted((k, v) for k, v in sample.labels.items() if k != "le"))
