@@ -301,9 +301,13 @@ FED_BY_REAL_RUNS = {
     # a job that ends after Prometheus first scraped it (the done trainer ends before)
     ("foxhunt-training-cockpit", "Training Job Duration", "B"),
     ("foxhunt-training-cockpit", "Training Job Duration", "C"),
-    # a rank's compute per step between its collectives: the ranks of a DDP job
+    # a rank's compute and collective time per step, against the job's other ranks: the ranks of a DDP job
     # (tests/e2e/test_distributed_training.py)
     ("foxhunt-training-cockpit", "Compute per Step by Rank", "A"),
+    ("foxhunt-training-cockpit", "Collective Wait by Rank", "A"),
+    ("foxhunt-training-cockpit", "Straggler Status: Compute above the Median Rank", "A"),
+    ("foxhunt-training-cockpit", "Ranks and Where They Run", "A"),
+    ("foxhunt-training-cockpit", "Communication Share of the Step", "A"),
 }
 
 
