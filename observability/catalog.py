@@ -650,8 +650,9 @@ TRAINING_RANK_PLACEMENT_INFO = Metric(
     "ml_training_rank_placement_info",
     MetricType.INFO,
     "",
-    "1 for each process of a job: the Kubernetes node it runs on and the GPU (NVML UUID, empty without one) it "
-    "computes on; names the node and GPU of a straggling or stopped rank.",
+    "1 for each process of a job: the Kubernetes node it runs on and the GPU it computes on (NVML UUID, empty "
+    "without one; comma-separated UUIDs for a rank on several GPUs); names the node and GPU of a straggling or "
+    "stopped rank.",
     (*RANK_JOB, "node", "uuid"),
     _T,
 )

@@ -154,12 +154,14 @@ class CollectiveCollector(Collector):
 
 
 class PlacementCollector(Collector):
-    """`ml_training_rank_placement_info`: the node and GPU(s) of one rank (uuid empty without a GPU)."""
+    """`ml_training_rank_placement_info`: one series per rank, its node and GPU(s) (uuid empty without
+    a GPU; the UUIDs joined by commas for a rank that computes on several), so the rules that name a
+    rank's node and GPU find exactly one placement per rank."""
 
     def __init__(self, job: JobMetrics, node: str, uuids: Sequence[str]) -> None:
         if not node:
             raise ValueError("a rank's node name must not be empty")
-        self._job, self._node, self._uuids = job, node, tuple(uuids) or ("",)
+        self._job, self._node, self._uuids = job, node, (",".join(dict.fromkeys(uuids)),)
 
     def describe(self) -> list[ClientFamily]:
         m = catalog.TRAINING_RANK_PLACEMENT_INFO
