@@ -60,7 +60,10 @@ def test_stack_outputs_name_what_was_deployed_and_where(rendered: dict[str, Rend
     assert rules["kind"] == ("PrometheusRule" if settings.scrape.mode == "operator" else "ConfigMap")
 
     kinds = [_file(result, ref)["kind"] for ref in outputs["alertmanager"]]
-    assert kinds == (["Secret", "AlertmanagerConfig"] if settings.scrape.mode == "operator" else ["Secret"])
+    # operator mode: the receivers' Secret, the message templates' ConfigMap, the AlertmanagerConfig
+    assert kinds == (
+        ["Secret", "ConfigMap", "AlertmanagerConfig"] if settings.scrape.mode == "operator" else ["Secret"]
+    )
 
     scrape = outputs["scrape"]
     assert (

@@ -33,6 +33,7 @@ OPTIONAL = {
         "observability/instrument/integrations/lightning.py",
         "observability/instrument/integrations/torch_distributed.py",
         "observability/instrument/integrations/optimizers.py",
+        "observability/instrument/integrations/torch_remediation.py",
     ),
     "numpy": ("observability/instrument/integrations/sb3.py",),
     "stable_baselines3": ("observability/instrument/integrations/sb3.py",),
