@@ -96,9 +96,13 @@ def test_alertmanager_config_is_written_readably_with_secret_placeholders(render
     result = rendered[stack]
     text = result.files[ALERTMANAGER_PATH]
     document = yaml.safe_load(text)
-    urls = {c["url"] for r in document["receivers"] for c in r["webhook_configs"]}
-    assert urls == {secret_placeholder(k) for k in ("alertPageWebhookUrl", "alertChatWebhookUrl",
-                                                    "alertLowPriorityWebhookUrl", "alertHeartbeatUrl")}  # fmt: skip
+    kinds = {"webhook_configs": "url", "slack_configs": "api_url", "pagerduty_configs": "routing_key"}
+    credentials = {c[field] for r in document["receivers"] for kind, field in kinds.items() for c in r.get(kind, [])}
+    known = ("alertPageWebhookUrl", "alertChatWebhookUrl", "alertLowPriorityWebhookUrl", "alertHeartbeatUrl",
+             "alertSlackApiUrl", "alertPagerDutyRoutingKey")  # fmt: skip
+    assert secret_placeholder("alertHeartbeatUrl") in credentials
+    # (a PagerDuty routing key is not a URL: its placeholder is the host and key without the scheme)
+    assert all(any(c.endswith(f"pulumi-secret.invalid/{k}") for k in known) for c in credentials), credentials
     assert "alerts.invalid" not in text
     path = tmp_path / "alertmanager.yaml"
     path.write_text(text)
