@@ -38,6 +38,7 @@ from observability.instrument.ranks import RankInfo
 from observability.instrument.reinforcement import RlFamilies, RlMetrics
 from observability.instrument.search import SearchFamilies, StudyMetrics
 from observability.instrument.server import METRICS_PORT, MetricsServer, rank_metrics_port
+from observability.instrument.tallies import TALLIED, StepTally, TallyCollector
 from observability.instrument.trace_context import trace_exemplar
 
 LOG = logging.getLogger(__name__)
@@ -58,6 +59,12 @@ def _check_seconds(value: float, name: str) -> float:
     if not 0 <= value < math.inf:  # NaN fails too
         raise ValueError(f"{name} must be a finite number of seconds, at least 0, got {value!r}")
     return float(value)
+
+
+def _check_count(value: int, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} is a count of at least 0, got {value!r}")
+    return value
 
 
 def _check_status(status: str) -> str:
@@ -111,8 +118,6 @@ class TrainingMetrics:
         self.cpu_usage = g(catalog.TRAINING_CPU_USAGE_PERCENT)
         self.active_workers = g(catalog.TRAINING_ACTIVE_WORKERS)
         # G. data pipeline
-        self.data_batches = c(catalog.TRAINING_DATA_BATCHES_TOTAL)
-        self.data_loading = h(catalog.TRAINING_DATA_LOADING_SECONDS)
         self.feature_errors = c(catalog.FEATURE_ENGINEERING_ERRORS_TOTAL)
         # H. lifecycle
         self.jobs_by_status = g(catalog.TRAINING_JOBS_BY_STATUS)
@@ -122,11 +127,8 @@ class TrainingMetrics:
         self.job_gpu_info = self._info(catalog.TRAINING_JOB_GPU_INFO)
         # Steps and time accounting, per rank
         self.rank_info = self._info(catalog.TRAINING_RANK_INFO)
-        self.steps = c(catalog.TRAINING_STEPS_TOTAL)
-        self.samples = c(catalog.TRAINING_SAMPLES_TOTAL)
-        self.tokens = c(catalog.TRAINING_TOKENS_TOTAL)
-        self.last_step_timestamp = g(catalog.TRAINING_LAST_STEP_TIMESTAMP_SECONDS)
-        self.model_flops = c(catalog.TRAINING_MODEL_FLOPS_TOTAL)
+        # Steps, samples, tokens, model FLOPs, the last step's time and data loading are tallied per
+        # job (`tallies`, read at scrape time): they change every step.
         self.checkpoint_written = c(catalog.CHECKPOINT_WRITTEN_BYTES_TOTAL)
         # Optimization (the PyTorch integration)
         self.step_loss = g(catalog.TRAINING_STEP_LOSS)
@@ -149,13 +151,14 @@ class TrainingMetrics:
         self._lock = threading.Lock()
         self._jobs: dict[tuple[str, str], JobMetrics] = {}
         self.registry.register(PhaseCollector(self._started_jobs))
+        self.registry.register(TallyCollector(lambda: [job.tally for job in self._started_jobs()]))
         for status in JOB_STATUSES:
             self.jobs_by_status.labels(status=status).set(0)
 
     @property
     def catalog_metrics(self) -> tuple[Metric, ...]:
         """Every catalog family this registry exposes."""
-        return (*self.collector.catalog_metrics, catalog.TRAINING_PHASE_SECONDS_TOTAL)
+        return (*self.collector.catalog_metrics, catalog.TRAINING_PHASE_SECONDS_TOTAL, *TALLIED)
 
     def _counter(self, metric: Metric) -> Counter:
         client = families.counter(metric)
@@ -289,6 +292,8 @@ class JobMetrics:
         self._previous_loss: float | None = None
         self.gpu_uuids: tuple[str, ...] = ()
         self.phases = PhaseClock(STARTUP)
+        self.tally = StepTally(self._job, self.rank_labels)
+        self._past_startup = False
         self.steps_done = 0
         self._lost_work_until: int | None = None
         self._rl: RlMetrics | None = None
@@ -371,9 +376,9 @@ class JobMetrics:
             m.checkpoint_failures.labels(**job, error_type=error_type)
         for error_type in FAILURE_ERROR_TYPES:
             m.failures.labels(**job, error_type=error_type)
-        for per_job in (m.gradient_explosions, m.checkpoint_saves, m.data_batches, m.folds_completed, m.rollbacks):
+        for per_job in (m.gradient_explosions, m.checkpoint_saves, m.folds_completed, m.rollbacks):
             per_job.labels(**job)
-        for histogram in (m.iteration_seconds, m.checkpoint_duration, m.data_loading):
+        for histogram in (m.iteration_seconds, m.checkpoint_duration):
             histogram.labels(**job)
         for status in sorted(FINAL_STATUSES):
             # At count 0 from the start: the finished job's observation is an increase rate() sees.
@@ -384,8 +389,7 @@ class JobMetrics:
         m.folds_planned.labels(**job).set(folds_planned)
         m.active_workers.labels(**job).set(workers)
         ranked = self.rank_labels
-        for per_rank in (m.steps, m.samples, m.tokens, m.checkpoint_written):
-            per_rank.labels(**ranked)
+        m.checkpoint_written.labels(**ranked)
         m.rank_info.labels(
             **ranked,
             local_rank=str(self.rank.local_rank),
@@ -451,27 +455,21 @@ class JobMetrics:
         (`set_model_flops` or `measure_model_flops`), else none."""
         if samples < 0 or tokens < 0:
             raise ValueError(f"samples and tokens of a step are counts of at least 0, got {samples} and {tokens}")
-        m, ranked = self._m, self.rank_labels
         step_flops = self.model_flops_per_step if flops is None else flops_module.check_flops(flops)
-        if step_flops is not None:
-            if self.model_flops_precision is None:
-                raise ValueError("a step's FLOPs need the model's precision: call set_model_flops first")
-            m.model_flops.labels(**ranked, precision=self.model_flops_precision).inc(step_flops)
-        m.steps.labels(**ranked).inc()
-        if samples:
-            m.samples.labels(**ranked).inc(samples)
-        if tokens:
-            m.tokens.labels(**ranked).inc(tokens)
-        m.last_step_timestamp.labels(**ranked).set(time.time())
+        precision = self.model_flops_precision
+        if step_flops is not None and precision is None:
+            raise ValueError("a step's FLOPs need the model's precision: call set_model_flops first")
+        self.tally.step(samples, tokens, step_flops, precision)
         with self._lock:
             self.steps_done += 1
             done = self.steps_done
             redone = self._lost_work_until is not None and done >= self._lost_work_until
             if redone:
                 self._lost_work_until = None
+            first, self._past_startup = not self._past_startup, True
         if redone:
             self.phases.substitute(COMPUTE, None)
-        if self.phases.base == STARTUP:
+        if first and self.phases.base == STARTUP:
             self.phases.set_base(IDLE)
         return done
 
@@ -484,7 +482,7 @@ class JobMetrics:
         per_step = None if flops_per_step is None else flops_module.check_flops(flops_per_step)
         with self._lock:
             self.model_flops_per_step, self.model_flops_precision = per_step, precision
-        self._m.model_flops.labels(**self.rank_labels, precision=precision)
+        self.tally.declare_precision(precision)
 
     def measure_model_flops(
         self, step: Callable[..., T], *args: Any, precision: str | None = None, model: Any = None, **kwargs: Any
@@ -593,12 +591,12 @@ class JobMetrics:
 
     # --- data pipeline ------------------------------------------------------------------------------
     def record_data_load(self, seconds: float, batches: int = 0) -> None:
-        self._m.data_loading.labels(**self._job).observe(_check_seconds(seconds, "seconds"))
-        if batches:
-            self.record_batches(batches)
+        """One data load that took `seconds` (`ml_training_data_loading_seconds`) and delivered
+        `batches` batches (`ml_training_data_batches_total`)."""
+        self.tally.data_load(_check_seconds(seconds, "seconds"), _check_count(batches, "batches"))
 
     def record_batches(self, count: int = 1) -> None:
-        self._m.data_batches.labels(**self._job).inc(count)
+        self.tally.add_batches(_check_count(count, "count"))
 
     def record_feature_engineering_error(self, error_type: str) -> None:
         self._m.feature_errors.labels(model_type=self.model_type, error_type=error_type).inc()

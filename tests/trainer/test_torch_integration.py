@@ -130,3 +130,20 @@ def test_batch_sizes_and_bad_options():
     model, optimizer = model_and_optimizer()
     with pytest.raises(ValueError, match="check_every is a number of steps of at least 1"):
         watch(job, model, optimizer, check_every=0)
+
+
+def test_losses_of_any_shape_of_one_value_and_plain_numbers_average_at_the_check():
+    metrics = TrainingMetrics()
+    job = metrics.start_job("mlp", "run-1", gpu_uuids=[])
+    model, optimizer = model_and_optimizer()
+    recorded = [torch.tensor(1.0), torch.tensor([2.0]), 3.0, torch.tensor(4.0, dtype=torch.float64)]
+    with watch(job, model, optimizer, check_every=len(recorded), check_every_seconds=3600) as watcher:
+        for loss in recorded:
+            watcher.record_loss(loss)
+            model(torch.zeros(1, 8)).sum().backward()  # type: ignore[no-untyped-call]
+            optimizer.step()
+            optimizer.zero_grad()
+        assert watcher.checks == 1
+        assert value(metrics, catalog.TRAINING_STEP_LOSS.name, **JOB) == pytest.approx(2.5)
+        with pytest.raises(ValueError, match=r"the step's loss, one value; got a tensor of shape \(4,\)"):
+            watcher.record_loss(torch.ones(4))
