@@ -171,9 +171,10 @@ def test_tallied_step_and_data_load_series_are_what_prometheus_client_would_expo
         }
 
     assert samples(metrics.registry, loading.name) == samples(reference, loading.name)
-    assert value(metrics, catalog.TRAINING_DATA_BATCHES_TOTAL.name, model_type="mlp", job_id="tally") == sum(
-        i % 3 for i in range(len(waits))
-    ) + 2
+    assert (
+        value(metrics, catalog.TRAINING_DATA_BATCHES_TOTAL.name, model_type="mlp", job_id="tally")
+        == sum(i % 3 for i in range(len(waits))) + 2
+    )
     with pytest.raises(ValueError, match="batches is a count of at least 0, got -1"):
         job.record_data_load(0.1, batches=-1)
     with pytest.raises(ValueError, match="finite number of seconds"):
