@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from types import TracebackType
 
 STARTUP = "startup"
 DATA_WAIT = "data_wait"
@@ -105,32 +106,23 @@ class PhaseClock:
         with self._lock:
             return self._stack[0]
 
-    @contextmanager
-    def phase(self, phase: str) -> Iterator[None]:
-        """Count the time of the block in `phase`; the previous phase resumes after it."""
-        check_phase(phase)
-        with self._lock:
-            self._stack.append(phase)
-            depth = len(self._stack)
-            self._recount()
-        try:
-            yield
-        finally:
-            with self._lock:
-                # Blocks close in order; a block left open by another thread's misuse is closed too.
-                del self._stack[max(depth - 1, 1) :]
-                self._recount()
+    def phase(self, phase: str) -> AbstractContextManager[None]:
+        """`with clock.phase(name):` counts the block's time in `name`; the previous phase resumes
+        after it. Blocks nest; closing one closes any left open inside it."""
+        return _PhaseScope(self, check_phase(phase))
 
     def block(self, phase: str) -> PhaseBlock:
         """Open a block in `phase` whose owner switches its phase in place (`block.switch`) and
         closes it (`block.close()`): what a loop that alternates two phases uses instead of a
         `with` block per phase (one clock reading per switch, which the switch returns)."""
-        check_phase(phase)
+        depth, now = self._push(check_phase(phase))
+        return PhaseBlock(self, depth, now)
+
+    def _push(self, phase: str) -> tuple[int, float]:
+        """Push `phase` (checked by the caller); returns the stack depth and the clock reading."""
         with self._lock:
             self._stack.append(phase)
-            depth = len(self._stack)
-            now = self._recount_now()
-        return PhaseBlock(self, depth, now)
+            return len(self._stack), self._recount_now()
 
     def _switch_block(self, depth: int, phase: str) -> float:
         check_phase(phase)
@@ -141,6 +133,7 @@ class PhaseClock:
 
     def _close_block(self, depth: int) -> None:
         with self._lock:
+            # Blocks close in order; a block left open by another thread's misuse is closed too.
             del self._stack[max(depth - 1, 1) :]
             self._recount()
 
@@ -207,3 +200,20 @@ class PhaseBlock:
         if not self._closed:
             self._closed = True
             self._clock._close_block(self._depth)
+
+
+class _PhaseScope(AbstractContextManager[None]):
+    """The `with clock.phase(name):` block (a class, not a generator: it runs twice a step)."""
+
+    __slots__ = ("_clock", "_depth", "_phase")
+
+    def __init__(self, clock: PhaseClock, phase: str) -> None:
+        self._clock, self._phase, self._depth = clock, phase, 0
+
+    def __enter__(self) -> None:
+        self._depth, _ = self._clock._push(self._phase)
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._clock._close_block(self._depth)
