@@ -39,6 +39,7 @@ from observability.instrument.reinforcement import RlFamilies, RlMetrics
 from observability.instrument.search import SearchFamilies, StudyMetrics
 from observability.instrument.server import METRICS_PORT, MetricsServer, rank_metrics_port
 from observability.instrument.tallies import TALLIED, StepTally, TallyCollector
+from observability.instrument.termination import HANDLER as SIGTERM_HANDLER
 from observability.instrument.trace_context import trace_exemplar
 
 LOG = logging.getLogger(__name__)
@@ -154,6 +155,7 @@ class TrainingMetrics:
         self.registry.register(TallyCollector(lambda: [job.tally for job in self._started_jobs()]))
         for status in JOB_STATUSES:
             self.jobs_by_status.labels(status=status).set(0)
+        SIGTERM_HANDLER.watch_jobs(self)
 
     @property
     def catalog_metrics(self) -> tuple[Metric, ...]:
@@ -240,6 +242,16 @@ class TrainingMetrics:
     def _started_jobs(self) -> list[JobMetrics]:
         with self._lock:
             return list(self._jobs.values())
+
+    def stop_running_jobs(self) -> int:
+        """Finish every job not finished yet as "stopped" (the process is being stopped from
+        outside: SIGTERM); returns how many."""
+        stopped = 0
+        for job in self._started_jobs():
+            if not job.finished:
+                job.finish("stopped")
+                stopped += 1
+        return stopped
 
     def _refresh_status_counts(self) -> None:
         with self._lock:
