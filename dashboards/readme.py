@@ -18,8 +18,10 @@ INTRO = """\
 
 Four Grafana dashboards written in Python with grafana-foundation-sdk, one module each
 (`training_cockpit.py`, `traces.py`, `infra_cockpit.py`, `ml_training_comprehensive.py`),
-sharing `panels/` (panel shapes in `panels/__init__.py`; panels by topic, each written once, in
-`panels/gpu.py`, `gpm.py`, `training.py`, `checkpoint.py`, `traces.py`), `variables.py`,
+sharing `panels/` (panel shapes in `panels/__init__.py`; panels by topic, one function each,
+written once: `panels/gpu.py`, `gpm.py`, `job_gpus.py`, `training.py`, `steps.py`, `folds.py`,
+`learning.py`, `data.py`, `errors.py`, `checkpoint.py`, `efficiency.py`, `distributed.py`,
+`rl.py`, `hpo.py`, `traces.py`), `variables.py`,
 `observability/promql.py` (catalog-typed PromQL) and
 `layout.py` (grid, ids, serialisation). Every query is built from `observability/catalog.py`;
 heavy expressions read the recording rules of `observability/rules/dashboard_recording.py`.
