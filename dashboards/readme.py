@@ -7,9 +7,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from dashboards import build_all
-from dashboards.promql_ast import series_names
 from dashboards.queries import PanelQuery, panel_queries
 from observability.config import ObservabilityConfig
+from observability.promql.syntax import series_names
 
 INTRO = """\
 # Dashboards
@@ -22,7 +22,7 @@ sharing `panels/` (panel shapes in `panels/__init__.py`; panels by topic, one fu
 written once: `panels/gpu.py`, `gpm.py`, `job_gpus.py`, `training.py`, `steps.py`, `folds.py`,
 `learning.py`, `data.py`, `errors.py`, `checkpoint.py`, `efficiency.py`, `distributed.py`,
 `rl.py`, `hpo.py`, `traces.py`), `variables.py`,
-`observability/promql.py` (catalog-typed PromQL) and
+`observability/promql/` (catalog-typed PromQL, and reading it with a parser) and
 `layout.py` (grid, ids, serialisation). Every query is built from `observability/catalog.py`;
 heavy expressions read the recording rules of `observability/rules/dashboard_recording.py`.
 
