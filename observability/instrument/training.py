@@ -46,8 +46,8 @@ LOG = logging.getLogger(__name__)
 T = TypeVar("T")
 
 # Label values created (at 0) when a job starts; others still work but appear at their first event.
-LOSS, VALIDATION_LOSS, GRADIENT = "loss", "validation_loss", "gradient"
-NAN_TENSOR_TYPES: tuple[str, ...] = (LOSS, VALIDATION_LOSS, GRADIENT, "activation", WEIGHTS)
+LOSS, VALIDATION_LOSS, GRADIENT, ACTIVATION = "loss", "validation_loss", "gradient", "activation"
+NAN_TENSOR_TYPES: tuple[str, ...] = (LOSS, VALIDATION_LOSS, GRADIENT, ACTIVATION, WEIGHTS)
 JOB_STATUSES: tuple[str, ...] = ("pending", "running", "completed", "failed", "stopped", "paused")
 FINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "stopped"})
 
@@ -114,6 +114,9 @@ class TrainingMetrics:
         self.f1_score = g(catalog.MODEL_F1_SCORE)
         self.precision = g(catalog.MODEL_PRECISION)
         self.recall = g(catalog.MODEL_RECALL)
+        self.rmse = g(catalog.MODEL_RMSE)
+        self.mae = g(catalog.MODEL_MAE)
+        self.r2_score = g(catalog.MODEL_R2_SCORE)
         # F. resources
         self.memory_used = g(catalog.TRAINING_MEMORY_USED_BYTES)
         self.cpu_usage = g(catalog.TRAINING_CPU_USAGE_PERCENT)
@@ -665,6 +668,35 @@ class JobMetrics:
                 if not 0 <= value <= 1:
                     raise ValueError(f"model quality values are ratios 0-1, got {value}")
                 gauge.labels(**job).set(value)
+
+    def set_regression_quality(
+        self, rmse: float | None = None, mae: float | None = None, r2: float | None = None
+    ) -> None:
+        """A regression model's quality on the validation set: RMSE and MAE (in the target's unit,
+        at least 0), R squared (at most 1). None leaves a value as it was. A NaN (the model
+        predicted non-finite values) is recorded and counts as a NaN detection of the model's
+        output (`tensor_type` "activation"); `integrations.torch.record_regression_quality`
+        computes all three from prediction and target tensors."""
+        m, job = self._m, self._job
+        given = [
+            (name, gauge, value, low, high)
+            for name, gauge, value, low, high in (
+                ("rmse", m.rmse, rmse, 0.0, math.inf),
+                ("mae", m.mae, mae, 0.0, math.inf),
+                ("r2", m.r2_score, r2, -math.inf, 1.0),
+            )
+            if value is not None
+        ]
+        for name, _, value, low, high in given:  # all checked before any is set
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise TypeError(f"{name} must be a number, got {value!r}")
+            if not math.isnan(value) and not low <= value <= high:
+                expected = "at least 0 (an error in the target's unit)" if high == math.inf else "at most 1"
+                raise ValueError(f"{name} must be {expected}, got {value!r}")
+        for _, gauge, value, _, _ in given:
+            gauge.labels(**job).set(value)
+        if any(not math.isfinite(value) for _, _, value, _, _ in given):
+            self.record_nan_detection(ACTIVATION)  # one evaluation, one detection
 
     def set_resource_usage(self, memory_bytes: float, cpu_percent: float) -> None:
         self._m.memory_used.labels(**self._job).set(memory_bytes)

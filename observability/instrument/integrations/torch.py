@@ -30,8 +30,10 @@ calls the optimizer, so it is neither counted nor checked.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
@@ -256,6 +258,52 @@ class TimedLoader(Generic[T]):
                 waiting_since = block.switch(DATA_WAIT)
         finally:
             block.close()
+
+
+@dataclass(frozen=True)
+class RegressionQuality:
+    rmse: float
+    mae: float
+    r2: float | None  # None: a target without variance (R squared undefined)
+
+
+def regression_quality(predictions: torch.Tensor, targets: torch.Tensor) -> RegressionQuality:
+    """RMSE, MAE and R squared of `predictions` against `targets` (the same shape: one row per
+    sample, a column per output), computed on their device in float64 and read in one device
+    sync. RMSE and MAE are over every element; R squared is each output's, averaged (as
+    scikit-learn's `r2_score` does by default; an output whose target is constant scores 1 when
+    predicted exactly, else 0)."""
+    if not isinstance(predictions, torch.Tensor) or not isinstance(targets, torch.Tensor):
+        raise TypeError("regression_quality takes the predictions and targets as tensors")
+    if predictions.shape != targets.shape:
+        shapes = f"{tuple(predictions.shape)} and {tuple(targets.shape)}"
+        raise ValueError(f"predictions and targets must have the same shape, got {shapes}")
+    if predictions.numel() == 0:
+        raise ValueError("regression_quality needs at least one prediction")
+    rows = predictions.shape[0] if predictions.dim() > 0 else 1
+    p = predictions.detach().reshape(rows, -1).to(torch.float64)
+    t = targets.detach().reshape(rows, -1).to(device=p.device, dtype=torch.float64)
+    error = p - t
+    residual = error.square().sum(dim=0)
+    spread = (t - t.mean(dim=0)).square().sum(dim=0)
+    values = torch.cat([torch.stack([error.square().mean(), error.abs().mean()]), residual, spread]).tolist()
+    mse, mae = values[0], values[1]
+    outputs = p.shape[1]
+    per_output = []
+    for res, tot in zip(values[2 : 2 + outputs], values[2 + outputs :], strict=True):
+        if tot > 0:
+            per_output.append(1.0 - res / tot)
+        else:
+            per_output.append(1.0 if res == 0 else 0.0)
+    r2 = sum(per_output) / outputs if rows > 1 else None
+    return RegressionQuality(rmse=math.sqrt(mse) if mse >= 0 else math.nan, mae=mae, r2=r2)
+
+
+def record_regression_quality(job: JobMetrics, predictions: torch.Tensor, targets: torch.Tensor) -> RegressionQuality:
+    """`regression_quality` of the validation predictions, set on the job (`set_regression_quality`)."""
+    quality = regression_quality(predictions, targets)
+    job.set_regression_quality(rmse=quality.rmse, mae=quality.mae, r2=quality.r2)
+    return quality
 
 
 def watch(job: JobMetrics, model: torch.nn.Module, optimizer: torch.optim.Optimizer, **options: Any) -> Watcher:
