@@ -141,11 +141,11 @@ def test_losses_of_any_shape_of_one_value_and_plain_numbers_average_at_the_check
     metrics = TrainingMetrics()
     job = metrics.start_job("mlp", "run-1", gpu_uuids=[])
     model, optimizer = model_and_optimizer()
-    recorded = [torch.tensor(1.0), torch.tensor([2.0]), 3.0, torch.tensor(4.0, dtype=torch.float64)]
+    recorded: list[torch.Tensor | float] = [torch.tensor(1.0), torch.tensor([2.0]), 3.0, torch.tensor(4.0).double()]
     with watch(job, model, optimizer, check_every=len(recorded), check_every_seconds=3600) as watcher:
         for loss in recorded:
             watcher.record_loss(loss)
-            model(torch.zeros(1, 8)).sum().backward()  # type: ignore[no-untyped-call]
+            model(torch.zeros(1, 8)).sum().backward()
             optimizer.step()
             optimizer.zero_grad()
         assert watcher.checks == 1
