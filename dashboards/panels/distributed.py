@@ -13,12 +13,12 @@ from observability.rules import distributed as d
 from observability.thresholds import Threshold
 
 RANK_LEGEND = "rank {{rank}}"
-_PLACEMENT = catalog.TRAINING_RANK_PLACEMENT_INFO.name
 
 
 def _with_placement(expr: str) -> str:
-    """A per-rank expression with each rank's node and GPU."""
-    return f"({expr})\n* {promql.on(d.RANK)} group_left (node, uuid)\nmax {promql.by(d.PLACED)} ({_PLACEMENT})"
+    """A per-rank expression with each rank's node and GPUs."""
+    placement = f"max {promql.by(d.RANK_PLACED)} ({d.RANK_PLACEMENT})"
+    return f"({expr})\n* {promql.on(d.RANK)} group_left (node, {d.GPUS_LABEL})\n{placement}"
 
 
 def _placement_table(c: Common, expr: str, legend: str) -> PanelBuilder:
