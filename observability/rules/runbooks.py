@@ -11,7 +11,7 @@ from observability.config import ObservabilityConfig
 from observability.promql import duration
 from observability.promql.syntax import series_names
 from observability.rules import alert_groups, group_inputs
-from observability.rules.model import AlertRule, RecordingRule, alert_heading, github_anchor
+from observability.rules.rule_types import AlertRule, RecordingRule, alert_heading, github_anchor
 
 
 def _for_text(alert: AlertRule) -> str:
