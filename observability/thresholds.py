@@ -22,9 +22,7 @@ import yaml
 
 THRESHOLDS_FILE = Path(__file__).with_name("thresholds.yaml")
 
-Unit = Literal[
-    "percent", "ratio", "celsius", "seconds", "per_second", "epochs_per_second", "score", "factor", "count"
-]
+Unit = Literal["percent", "ratio", "celsius", "seconds", "per_second", "epochs_per_second", "score", "factor", "count"]
 
 # Inclusive lower, inclusive upper bound per unit (a ratio or factor is a fraction, a percent 0-100).
 _RANGES: dict[str, tuple[float, float]] = {
@@ -180,7 +178,7 @@ class Thresholds:
 def _scaled(record: Threshold, factor: float) -> float:
     """`record`'s value times `factor`; a count moves to the next whole number in that direction."""
     value = round(record.value * factor, 6)
-    if record.unit not in WHOLE_UNITS or value.is_integer() and value != record.value or factor == 1:
+    if record.unit not in WHOLE_UNITS or (value.is_integer() and value != record.value) or factor == 1:
         return value
     return float(math.floor(value) if factor < 1 else math.ceil(value))
 
