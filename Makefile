@@ -9,8 +9,8 @@ BASE ?= HEAD
 DIFF_FORMAT ?= text
 STACKS := $(shell python3 -m infra.stacks)
 # Two test processes (pytest-xdist): the suite takes about half the time on two cores. Override with
-# PYTEST_ARGS= (one process) or PYTEST_ARGS="-n 4 -k rules".
-PYTEST_ARGS ?= -n 2
+# PYTEST_ARGS= (one process) or PYTEST_ARGS="-n 4 -k rules". The 30 slowest tests are listed at the end.
+PYTEST_ARGS ?= -n 2 --durations=30
 
 .PHONY: render render-all diff generate check test lint bench clean sysdeps venv device-check device-check-deps wheel
 

@@ -75,7 +75,7 @@ def _self_metrics(api: PrometheusApi) -> dict[str, float]:
     if status != 200:
         raise RuntimeError(f"/metrics answered HTTP {status}")
     wanted = {"prometheus_remote_storage_samples_total", "prometheus_tsdb_head_series",
-              "prometheus_remote_storage_bytes_total"}  # fmt: skip
+              "prometheus_remote_storage_bytes_total", "process_resident_memory_bytes"}  # fmt: skip
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(body.decode()):
         for sample in family.samples:
@@ -99,6 +99,8 @@ class ShardRun:
     global_by_mode: tuple[tuple[GroupTiming, ...], ...] = ()
     samples_per_second: tuple[float, ...] = ()
     head_series: tuple[int, ...] = ()
+    resident_bytes: tuple[int, ...] = ()  # per mode: the global tier's resident memory
+    shard_resident_bytes: tuple[int, ...] = ()  # each shard's
 
     @property
     def fleet_read_ms(self) -> float:
@@ -155,23 +157,24 @@ def run_shards(
                 / elapsed
                 for m in topology.global_tiers
             )
-            heads = tuple(
-                int(_self_metrics(g.api).get("prometheus_tsdb_head_series/", 0)) for g in topology.global_tiers.values()
-            )
+            global_self = [_self_metrics(g.api) for g in topology.global_tiers.values()]
+            heads = tuple(int(m.get("prometheus_tsdb_head_series/", 0)) for m in global_self)
+            resident = tuple(int(m.get("process_resident_memory_bytes/", 0)) for m in global_self)
+            shard_resident = tuple(int(m.get("process_resident_memory_bytes/", 0)) for m in after)
             counts = [len(s.api.get("/api/v1/targets", {"state": "active"})["activeTargets"]) for s in topology.shards]
         finally:
             topology.stop()
     run = ShardRun(shards, tuple(counts), tuple(per_shard), by_mode[0], shape.nodes, interval,
-                   tuple(topology.global_tiers), by_mode, rates, heads)  # fmt: skip
+                   tuple(topology.global_tiers), by_mode, rates, heads, resident, shard_resident)  # fmt: skip
     for i, timed in enumerate(run.per_shard):
         total = sum(g.total.median_ms for g in timed if not g.total.error)
         print(f"    shard {i}: {run.targets_per_shard[i]} targets, shard tier {total:.0f} ms an evaluation", flush=True)
-    for mode, timed, rate, head in zip(
-        run.modes, run.global_by_mode, run.samples_per_second, run.head_series, strict=True
+    for mode, timed, rate, head, rss in zip(
+        run.modes, run.global_by_mode, run.samples_per_second, run.head_series, run.resident_bytes, strict=True
     ):
         total = _global_ms(timed)
         print(f"    global tier ({mode.value}) {total:.0f} ms an evaluation, {rate:.0f} samples/s written to it, "
-              f"{head} head series", flush=True)  # fmt: skip
+              f"{head} head series, {rss / 2**20:.0f} MiB resident", flush=True)  # fmt: skip
     print(f"    whole-fleet read {run.fleet_read_ms:.0f} ms", flush=True)
     return run
 
@@ -274,14 +277,16 @@ def render_scaling(runs: list[ShardRun], shape: FleetShape, command: str, machin
         "",
         "| nodes (GPUs) | shards | targets per shard | slowest / fastest shard tier | global tier, all | "
         "global tier, aggregates | share of interval (aggregates) | samples/s written, all | "
-        "samples/s, aggregates | all / aggregates | head series, all / aggregates |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        "samples/s, aggregates | all / aggregates | head series, all / aggregates | "
+        "resident memory, all / aggregates / largest shard |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for r in runs:
         totals = [sum(t.total.median_ms for t in shard if not t.total.error) for shard in r.per_shard]
         by = dict(zip(r.modes, r.global_by_mode, strict=True))
         rate = dict(zip(r.modes, r.samples_per_second, strict=True))
         head = dict(zip(r.modes, r.head_series, strict=True))
+        rss = dict(zip(r.modes, r.resident_bytes, strict=True))
         g_all = _global_ms(by[RemoteWrite.ALL]) if RemoteWrite.ALL in by else math.nan
         g_agg = _global_ms(by[RemoteWrite.AGGREGATES]) if RemoteWrite.AGGREGATES in by else math.nan
         r_all, r_agg = rate.get(RemoteWrite.ALL, math.nan), rate.get(RemoteWrite.AGGREGATES, math.nan)
@@ -290,7 +295,8 @@ def render_scaling(runs: list[ShardRun], shape: FleetShape, command: str, machin
             f"{', '.join(map(str, r.targets_per_shard))} | {_ms(max(totals))} / {_ms(min(totals))} ms | "
             f"{_ms(g_all)} ms | {_ms(g_agg)} ms | {100 * g_agg / (1000 * r.interval):.1f} % | {r_all:,.0f} | "
             f"{r_agg:,.0f} | {r_all / r_agg:.1f}x | {head.get(RemoteWrite.ALL, 0):,} / "
-            f"{head.get(RemoteWrite.AGGREGATES, 0):,} |"
+            f"{head.get(RemoteWrite.AGGREGATES, 0):,} | {_mib(rss.get(RemoteWrite.ALL, 0))} / "
+            f"{_mib(rss.get(RemoteWrite.AGGREGATES, 0))} / {_mib(max(r.shard_resident_bytes, default=0))} |"
         )
     if len(runs) > 1:
         first, last = runs[0], runs[-1]
@@ -309,8 +315,57 @@ def render_scaling(runs: list[ShardRun], shape: FleetShape, command: str, machin
             + ", ".join(f"{v:.2f}x ({k})" for k, v in growth.items())
             + f"; the slowest shard's tier {shard_growth:.2f}x for {targets:.2f}x the targets of its shard.",
         ]
+    if len(runs) > 1:
+        lines += ["", *sizing(runs, shape)]
     lines += ["", SCALING_END]
     return "\n".join(lines) + "\n"
+
+
+SIZING_NODES = (1_000, 4_000, 10_000)
+
+
+def _fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """Least-squares line through the measured points: (intercept, slope per node)."""
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+    return my - slope * mx, slope
+
+
+def sizing(runs: list[ShardRun], shape: FleetShape) -> list[str]:
+    """A global Prometheus at 1,000, 4,000 and 10,000 nodes in each remote-write mode: a straight line
+    through the measured sizes (head series, ingest and resident memory grow with what the shards
+    write; evaluation with what the global rules read), marked as measured where a run had that size."""
+    nodes = [float(r.nodes) for r in runs]
+    lines = [
+        "Sizing a global Prometheus: a least-squares line through the sizes measured above "
+        f"({', '.join(f'{r.nodes:,}' for r in runs)} nodes, {shape.gpus_per_node} GPUs a node), evaluated at "
+        "each size; values at a measured size are the fit, not the measurement. Resident memory is the "
+        "server's own `process_resident_memory_bytes` after the warm-up (it grows further with retention "
+        "and queries: leave headroom).",
+        "",
+        "| mode | nodes | head series | samples/s ingested | rule evaluation (ms, share of interval) | "
+        "resident memory |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for i, mode in enumerate(runs[0].modes):
+        fits = [
+            _fit(nodes, [float(r.head_series[i]) for r in runs]),
+            _fit(nodes, [r.samples_per_second[i] for r in runs]),
+            _fit(nodes, [_global_ms(r.global_by_mode[i]) for r in runs]),
+            _fit(nodes, [float(r.resident_bytes[i]) for r in runs]),
+        ]
+        for size in SIZING_NODES:
+            head, ingest, ms, rss = (max(0.0, a + b * size) for a, b in fits)
+            lines.append(
+                f"| {mode.value} | {size:,} | {head:,.0f} | {ingest:,.0f} | {ms:,.0f} "
+                f"({100 * ms / (1000 * runs[0].interval):.1f} %) | {_mib(int(rss))} |"
+            )
+    return lines
+
+
+def _mib(value: int) -> str:
+    return f"{value / 2**20:,.0f} MiB" if value else "n/a"
 
 
 def _machine() -> str:

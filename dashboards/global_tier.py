@@ -19,40 +19,17 @@ import functools
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import promql_parser as pp
-
 from dashboards.queries import PanelQuery, panel_queries
 from observability import catalog
 from observability.config import ObservabilityConfig, RemoteWrite
 from observability.partials import is_partial
+from observability.promql.syntax import series_names
 from observability.rules import Tier, rule_groups, tier_rule_groups
 from observability.rules.tiers import recorded_localities
 
 ALERTS_SERIES = "ALERTS"
 # Labels that tell one GPU from another: a series keeping one of them has a sample per GPU.
 PER_GPU_LABELS = frozenset({"uuid", "gpu_id"})
-
-
-def _names(expr: str) -> set[str]:
-    found = set()
-    stack: list[Any] = [pp.parse(expr)]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, pp.VectorSelector):
-            if node.name:
-                found.add(str(node.name))
-            found |= {str(m.value) for m in node.matchers.matchers if m.name == "__name__"}
-        elif isinstance(node, pp.MatrixSelector):
-            stack.append(node.vector_selector)
-        elif isinstance(node, pp.AggregateExpr):
-            stack += [c for c in (node.expr, node.param) if isinstance(c, pp.Expr)]
-        elif isinstance(node, pp.BinaryExpr):
-            stack += [node.lhs, node.rhs]
-        elif isinstance(node, pp.Call):
-            stack += [a for a in node.args if isinstance(a, pp.Expr)]
-        elif isinstance(node, pp.ParenExpr | pp.UnaryExpr | pp.SubqueryExpr):
-            stack.append(node.expr)
-    return found
 
 
 @functools.lru_cache(maxsize=8)
@@ -69,7 +46,7 @@ def per_gpu_series(cfg: ObservabilityConfig) -> frozenset[str]:
 
 
 def _query_names(query: PanelQuery) -> set[str]:
-    return _names(query.substituted)
+    return series_names(query.substituted)
 
 
 def is_drilldown(query: PanelQuery, cfg: ObservabilityConfig) -> bool:
@@ -90,7 +67,7 @@ def aggregates_series(cfg: ObservabilityConfig, dashboards: Iterable[Mapping[str
     read: set[str] = {ALERTS_SERIES}
     for group in tiers[Tier.GLOBAL]:
         for rule in group["rules"]:
-            read |= _names(str(rule["expr"]))
+            read |= series_names(str(rule["expr"]))
     for dashboard in dashboards:
         for query in panel_queries(dashboard):
             if query.datasource_type == "prometheus" and not is_drilldown(query, cfg):

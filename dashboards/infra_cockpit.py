@@ -20,7 +20,7 @@ from typing import Any
 
 from dashboards import panels, variables
 from dashboards.layout import DashboardSpec, Row, assemble
-from dashboards.panels import GREEN, RED, YELLOW, Common, Query, Thresholds, efficiency, traces
+from dashboards.panels import ERRORS, GREEN, RED, YELLOW, Common, Query, Thresholds, efficiency, traces
 from observability import alert_links, catalog, promql
 from observability.config import ObservabilityConfig
 from observability.rules import dashboard_recording as rec
@@ -33,7 +33,6 @@ TITLE = "Foxhunt Infra Cockpit"
 NODE = promql.variable_matcher("node", "node")
 UP_DOWN = {"1": ("UP", GREEN), "0": ("DOWN", RED)}
 ALL_UP = Thresholds(RED, ((1, GREEN),))
-ERRORS = Thresholds(GREEN, ((1e-3, RED),))
 # How many members a "worst" table lists.
 WORST = 10
 

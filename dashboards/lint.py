@@ -12,14 +12,17 @@ from collections.abc import Callable, Iterator, Mapping
 from datetime import timedelta
 from typing import Any
 
-import promql_parser as pp
-
-from dashboards.fleet_bound import MAX_TOPK, FleetBound
-from dashboards.promql_ast import SelectorUse, aggregation_keeps, selector_uses
 from dashboards.queries import VARIABLE, builtin_values, dashboard_variables, panel_queries, substitute_variables
-from observability import catalog
-from observability.catalog import MetricType
 from observability.config import ObservabilityConfig
+from observability.promql.fleet_bound import MAX_TOPK, FleetBound
+from observability.promql.syntax import (
+    SelectorUse,
+    is_bucket_series,
+    is_counter_series,
+    keeps_le,
+    quantile_depth,
+    selector_uses,
+)
 from observability.rules import dashboard_recording, jobs, recording
 
 Dashboard = Mapping[str, Any]
@@ -174,25 +177,6 @@ def template_variables(d: Dashboard) -> list[str]:
     return found
 
 
-def _is_counter_series(name: str) -> bool:
-    try:
-        metric = catalog.by_name(name)
-    except KeyError:
-        return False
-    return metric.type is MetricType.COUNTER or (metric.type is MetricType.HISTOGRAM and name != metric.name)
-
-
-def _is_bucket_series(name: str) -> bool:
-    """Raw `_bucket` series of a catalog histogram, or a recording of bucket rates."""
-    if ":" in name:
-        return name.split(":")[1].endswith("_bucket")
-    return name.endswith("_bucket") and _is_counter_series(name)
-
-
-def _keeps_le_to(use: SelectorUse, stop: int) -> bool:
-    return all(aggregation_keeps(a, "le") for a in use.ancestors[stop:] if isinstance(a, pp.AggregateExpr))
-
-
 def _promql_uses(d: Dashboard) -> Iterator[tuple[str, Mapping[str, Any], SelectorUse]]:
     panels_by_id = {p.get("id"): p for p in _content_panels(d)}
     defaults = dashboard_variables(d)
@@ -230,7 +214,7 @@ def counters_under_rate(d: Dashboard) -> list[str]:
     return [
         f"{where}: counter {use.name} outside rate/increase"
         for where, _, use in _promql_uses(d)
-        if _is_counter_series(use.name) and (use.direct_function() not in RATE_FUNCTIONS or use.range is None)
+        if is_counter_series(use.name) and (use.direct_function() not in RATE_FUNCTIONS or use.range is None)
     ]
 
 
@@ -238,16 +222,13 @@ def histograms_by_le(d: Dashboard) -> list[str]:
     """Bucket series reach `histogram_quantile` (or a heatmap) with `le` kept by every aggregation."""
     found = []
     for where, target, use in _promql_uses(d):
-        if not _is_bucket_series(use.name):
+        if not is_bucket_series(use.name):
             continue
-        quantile_at = next(
-            (i for i, a in enumerate(use.ancestors) if isinstance(a, pp.Call) and a.func.name == "histogram_quantile"),
-            None,
-        )
+        quantile_at = quantile_depth(use)
         heatmap = target.get("panelType") == "heatmap" and target.get("format") == "heatmap"
         if quantile_at is None and not heatmap:
             found.append(f"{where}: {use.name} is not under histogram_quantile nor in a heatmap")
-        elif not _keeps_le_to(use, 0 if quantile_at is None else quantile_at):
+        elif not keeps_le(use, 0 if quantile_at is None else quantile_at):
             found.append(f"{where}: an aggregation over {use.name} drops the le label")
     return found
 
@@ -266,7 +247,7 @@ def recorded_expressions() -> dict[str, str]:
 
 
 def fleet_bounded(d: Dashboard) -> list[str]:
-    """No Prometheus target returns one series per GPU or node (see `dashboards.fleet_bound`)."""
+    """No Prometheus target returns one series per GPU or node (see `observability.promql.fleet_bound`)."""
     bound = FleetBound(recorded_expressions())
     found = []
     for q in panel_queries(d):

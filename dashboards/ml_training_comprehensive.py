@@ -18,6 +18,7 @@ from dashboards.layout import DashboardSpec, Row, assemble
 from dashboards.panels import (
     BLUE,
     GREEN,
+    JOB_LEGEND,
     RED,
     YELLOW,
     Common,
@@ -29,6 +30,7 @@ from dashboards.panels import (
     gpu,
     training,
 )
+from dashboards.panels.gpu import GPU_LEGEND
 from dashboards.threshold_steps import (
     GOOD_TRAINING_SPEED,
     gpu_memory_steps,
@@ -47,8 +49,6 @@ TITLE = "ML Training Comprehensive"
 
 MODEL = promql.variable_matcher("model_type", "model_type")
 JOB = promql.variable_matcher("job_id", "job_id")
-JOB_LEGEND = "{{model_type}} {{job_id}}"
-GPU_LEGEND = "{{node}} GPU {{gpu_id}}"
 # GPUs a per-GPU panel draws at most per target (the recorded topk / bottomk lists).
 TOP = rec.GPU_EXTREMES
 

@@ -7,9 +7,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from dashboards import build_all
-from dashboards.promql_ast import series_names
 from dashboards.queries import PanelQuery, panel_queries
 from observability.config import ObservabilityConfig
+from observability.promql.syntax import series_names
 
 INTRO = """\
 # Dashboards
@@ -18,9 +18,11 @@ INTRO = """\
 
 Four Grafana dashboards written in Python with grafana-foundation-sdk, one module each
 (`training_cockpit.py`, `traces.py`, `infra_cockpit.py`, `ml_training_comprehensive.py`),
-sharing `panels/` (panel shapes in `panels/__init__.py`; panels by topic, each written once, in
-`panels/gpu.py`, `gpm.py`, `training.py`, `checkpoint.py`, `traces.py`), `variables.py`,
-`observability/promql.py` (catalog-typed PromQL) and
+sharing `panels/` (panel shapes in `panels/__init__.py`; panels by topic, one function each,
+written once: `panels/gpu.py`, `gpm.py`, `job_gpus.py`, `training.py`, `steps.py`, `folds.py`,
+`learning.py`, `data.py`, `errors.py`, `checkpoint.py`, `efficiency.py`, `distributed.py`,
+`rl.py`, `hpo.py`, `traces.py`), `variables.py`,
+`observability/promql/` (catalog-typed PromQL, and reading it with a parser) and
 `layout.py` (grid, ids, serialisation). Every query is built from `observability/catalog.py`;
 heavy expressions read the recording rules of `observability/rules/dashboard_recording.py`.
 

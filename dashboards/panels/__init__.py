@@ -36,6 +36,9 @@ from grafana_foundation_sdk.models import heatmap as heatmap_model
 from grafana_foundation_sdk.models import prometheus as prometheus_model
 from grafana_foundation_sdk.models import tempo as tempo_model
 
+from observability import catalog, promql
+from observability.config import ObservabilityConfig
+
 PanelBuilder = cogbuilder.Builder[dashboard_model.Panel]
 
 # Datasource variables every dashboard declares (see dashboards.variables).
@@ -351,3 +354,34 @@ def logs(c: Common, query: LogQuery) -> PanelBuilder:
     panel = panel.sort_order(common_model.LogsSortOrder.DESCENDING).dedup_strategy(common_model.LogsDedupStrategy.NONE)
     built: PanelBuilder = panel
     return built
+
+
+# --- what several topic modules' queries share ------------------------------------------------------
+JOB_LEGEND = "{{model_type}} {{job_id}}"
+# Red from the first error per second: any error is worth a look.
+ERRORS = Thresholds(GREEN, ((1e-3, RED),))
+
+
+def legend_of(labels: Sequence[str]) -> str:
+    """The legend naming each series by `labels`' values: `{{model_type}} {{job_id}}`."""
+    return " ".join(f"{{{{{label}}}}}" for label in labels)
+
+
+def sum_rate(metric: catalog.Metric, labels: tuple[str, ...], matchers: tuple[str, ...]) -> str:
+    """The per-second rate of a counter, summed by `labels`."""
+    return promql.aggregate("sum", labels, promql.rate(metric, matchers))
+
+
+def currency_unit(cfg: ObservabilityConfig) -> str:
+    """Grafana unit of the cost estimates: the stack's currency code after the number."""
+    return f"suffix: {cfg.currency}"
+
+
+def duration_heatmap(
+    title: str, description: str, metric: catalog.Metric, matchers: tuple[str, ...], *, w: int, exemplar: bool = False
+) -> PanelBuilder:
+    """A duration histogram's buckets over time (seconds); `exemplar` links the samples' traces."""
+    return heatmap(
+        Common(title, description, "s", w=w),
+        [Query(promql.bucket_increase(metric, matchers), "{{le}}", format="heatmap", exemplar=exemplar)],
+    )

@@ -3,22 +3,15 @@ returns to. `model` is the dashboard's model-type matcher."""
 
 from __future__ import annotations
 
-from dashboards.panels import GREEN, RED, Common, PanelBuilder, Query, Thresholds, timeseries
+from dashboards.panels import ERRORS, GREEN, JOB_LEGEND, RED, Common, PanelBuilder, Query, sum_rate, timeseries
 from observability import catalog, promql
 from observability.rules import dashboard_recording as rec
-
-JOB_LEGEND = "{{model_type}} {{job_id}}"
-ERRORS = Thresholds(GREEN, ((1e-3, RED),))
-
-
-def _sum_rate(metric: catalog.Metric, labels: tuple[str, ...], matchers: tuple[str, ...]) -> str:
-    return promql.aggregate("sum", labels, promql.rate(metric, matchers))
 
 
 def saves(model: str, *, w: int) -> PanelBuilder:
     return timeseries(
         Common("Checkpoint Saves", "Successful checkpoint saves per second.", "cps", w=w, min=0),
-        [Query(_sum_rate(catalog.CHECKPOINT_SAVES_TOTAL, ("model_type",), (model,)), "{{model_type}}")],
+        [Query(sum_rate(catalog.CHECKPOINT_SAVES_TOTAL, ("model_type",), (model,)), "{{model_type}}")],
     )
 
 
@@ -30,7 +23,7 @@ def failures(model: str, *, w: int) -> PanelBuilder:
         ),
         [
             Query(
-                _sum_rate(catalog.CHECKPOINT_SAVE_FAILURES_TOTAL, ("model_type", "error_type"), (model,)),
+                sum_rate(catalog.CHECKPOINT_SAVE_FAILURES_TOTAL, ("model_type", "error_type"), (model,)),
                 "{{model_type}} {{error_type}}",
             )
         ],
@@ -42,7 +35,7 @@ def saves_and_failures(matchers: tuple[str, ...], *, w: int) -> PanelBuilder:
     """Saves (green) and failures (red) per second in one panel, per model type."""
 
     def per_model(metric: catalog.Metric) -> str:
-        return _sum_rate(metric, ("model_type",), matchers)
+        return sum_rate(metric, ("model_type",), matchers)
 
     return timeseries(
         Common(

@@ -10,14 +10,33 @@ from dashboards.panels import timeseries as _timeseries
 from observability import catalog, promql
 from observability.config import ObservabilityConfig
 from observability.rules import distributed as d
+from observability.thresholds import Threshold as AlertThreshold
 
 RANK_LEGEND = "rank {{rank}}"
-_PLACEMENT = catalog.TRAINING_RANK_PLACEMENT_INFO.name
 
 
 def _with_placement(expr: str) -> str:
-    """A per-rank expression with each rank's node and GPU."""
-    return f"({expr})\n* {promql.on(d.RANK)} group_left (node, uuid)\nmax {promql.by(d.PLACED)} ({_PLACEMENT})"
+    """A per-rank expression with each rank's node and GPUs."""
+    placement = f"max {promql.by(d.RANK_PLACED)} ({d.RANK_PLACEMENT})"
+    return f"({expr})\n* {promql.on(d.RANK)} group_left (node, {d.GPUS_LABEL})\n{placement}"
+
+
+def _placement_table(c: Common, expr: str, legend: str) -> PanelBuilder:
+    """A table of ranks now, each with its node and GPU beside the value of `expr`."""
+    return prometheus_table(
+        c, [Query(_with_placement(expr), legend, instant=True, format="table")], hidden_columns=("__name__",)
+    )
+
+
+def _compute_excess(matchers: tuple[str, ...]) -> str:
+    """How much more compute per step each rank takes than its job's median rank (0.25: 25% more)."""
+    median = promql.selector(d.JOB_MEDIAN_COMPUTE_PER_STEP, matchers)
+    return f"({promql.selector(d.RANK_COMPUTE_PER_STEP, matchers)}\n/ {promql.on(d.JOB)} group_left () {median}) - 1"
+
+
+def _red_from(threshold: AlertThreshold) -> Thresholds:
+    """Green below an alert's threshold, red from it: the panel shows where the alert starts."""
+    return Thresholds(GREEN, ((threshold.value, RED),))
 
 
 def compute_per_step(job: tuple[str, ...], *, w: int) -> PanelBuilder:
@@ -52,7 +71,6 @@ def collective_wait(job: tuple[str, ...], *, w: int) -> PanelBuilder:
 
 def straggler_excess(cfg: ObservabilityConfig, job: tuple[str, ...], *, w: int) -> PanelBuilder:
     share = cfg.thresholds.training_straggler_compute_excess_ratio
-    median = promql.selector(d.JOB_MEDIAN_COMPUTE_PER_STEP, job)
     return _timeseries(
         Common(
             "Straggler Status: Compute above the Median Rank",
@@ -60,14 +78,9 @@ def straggler_excess(cfg: ObservabilityConfig, job: tuple[str, ...], *, w: int) 
             "(red) for two scrape intervals, TrainingRankStraggler names the rank.",
             "percentunit",
             w=w,
-            thresholds=Thresholds(GREEN, ((share.value, RED),)),
+            thresholds=_red_from(share),
         ),
-        [
-            Query(
-                f"({promql.selector(d.RANK_COMPUTE_PER_STEP, job)}\n/ {promql.on(d.JOB)} group_left () {median}) - 1",
-                RANK_LEGEND,
-            )
-        ],
+        [Query(_compute_excess(job), RANK_LEGEND)],
     )
 
 
@@ -87,22 +100,15 @@ def hang_status(cfg: ObservabilityConfig, job: tuple[str, ...], *, w: int) -> Pa
 
 
 def ranks_table(job: tuple[str, ...], *, w: int) -> PanelBuilder:
-    return prometheus_table(
+    return _placement_table(
         Common(
             "Ranks and Where They Run",
             "Each rank of the job with its node and GPU, and its compute per step now (the value).",
             "s",
             w=w,
         ),
-        [
-            Query(
-                _with_placement(promql.selector(d.RANK_COMPUTE_PER_STEP, job)),
-                RANK_LEGEND,
-                instant=True,
-                format="table",
-            )
-        ],
-        hidden_columns=("__name__",),
+        promql.selector(d.RANK_COMPUTE_PER_STEP, job),
+        RANK_LEGEND,
     )
 
 
@@ -149,7 +155,7 @@ def communication_share(cfg: ObservabilityConfig, job: tuple[str, ...], *, w: in
             w=w,
             min=0,
             max=1,
-            thresholds=Thresholds(GREEN, ((share.value, RED),)),
+            thresholds=_red_from(share),
         ),
         [Query(promql.selector(d.JOB_COMMUNICATION_SHARE, job), "{{job_id}}")],
     )
@@ -157,9 +163,7 @@ def communication_share(cfg: ObservabilityConfig, job: tuple[str, ...], *, w: in
 
 def fleet_stragglers(cfg: ObservabilityConfig, model: tuple[str, ...], *, w: int) -> PanelBuilder:
     share = cfg.thresholds.training_straggler_compute_excess_ratio
-    median = promql.selector(d.JOB_MEDIAN_COMPUTE_PER_STEP, model)
-    excess = f"({promql.selector(d.RANK_COMPUTE_PER_STEP, model)}\n/ {promql.on(d.JOB)} group_left () {median}) - 1"
-    return prometheus_table(
+    return _placement_table(
         Common(
             "Jobs with Stragglers",
             f"Every rank of any job whose compute per step is more than {share.short} above its job's median rank "
@@ -167,13 +171,6 @@ def fleet_stragglers(cfg: ObservabilityConfig, model: tuple[str, ...], *, w: int
             "percentunit",
             w=w,
         ),
-        [
-            Query(
-                _with_placement(f"({excess}) > {share.promql}"),
-                "{{job_id}} rank {{rank}}",
-                instant=True,
-                format="table",
-            )
-        ],
-        hidden_columns=("__name__",),
+        f"({_compute_excess(model)}) > {share.promql}",
+        "{{job_id}} rank {{rank}}",
     )

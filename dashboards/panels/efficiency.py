@@ -6,7 +6,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dashboards.panels import Common, PanelBuilder, Query, bar_gauge, prometheus_table, stat, timeseries
+from dashboards.panels import (
+    JOB_LEGEND,
+    Common,
+    PanelBuilder,
+    Query,
+    bar_gauge,
+    currency_unit,
+    prometheus_table,
+    stat,
+    timeseries,
+)
 from observability import promql
 from observability.config import ObservabilityConfig
 from observability.rules import goodput
@@ -20,16 +30,20 @@ VERDICT_HELP = (
     f"a better kernel, precision or more GPUs make it faster); {goodput.VERDICT_UNDERUTILIZED}: its GPUs are "
     "mostly idle for another reason (start-up, evaluation, redone work, small kernels, host overhead)."
 )
-JOB_LEGEND = "{{model_type}} {{job_id}}"
 
 
 def _one(record: str, job: Sequence[str]) -> str:
     return promql.selector(record, tuple(job))
 
 
+def _now(c: Common, queries: Sequence[tuple[str, str]], job: Sequence[str], *, name_only: bool = False) -> PanelBuilder:
+    """A headline of the job now: each (recorded series, legend) as one instant value."""
+    return stat(c, [Query(_one(record, job), legend, instant=True) for record, legend in queries], name_only=name_only)
+
+
 def verdict(th: Thresholds, job: Sequence[str]) -> PanelBuilder:
     """The job's verdict in words (the `verdict` label of its one series)."""
-    return stat(
+    return _now(
         Common(
             "Verdict",
             "What holds $job_id back, judged over the last 5 minutes from where its time goes and how busy its GPUs "
@@ -42,13 +56,14 @@ def verdict(th: Thresholds, job: Sequence[str]) -> PanelBuilder:
             w=8,
             h=5,
         ),
-        [Query(_one(goodput.VERDICT, job), "{{verdict}}", instant=True)],
+        [(goodput.VERDICT, "{{verdict}}")],
+        job,
         name_only=True,
     )
 
 
 def mfu(job: Sequence[str]) -> PanelBuilder:
-    return stat(
+    return _now(
         Common(
             "MFU",
             "Model FLOPs utilization over the last 5 minutes: the model FLOP/s $job_id achieves over the dense peak of "
@@ -61,12 +76,13 @@ def mfu(job: Sequence[str]) -> PanelBuilder:
             max=1,
             decimals=1,
         ),
-        [Query(_one(goodput.MFU.record, job), "MFU", instant=True)],
+        [(goodput.MFU.record, "MFU")],
+        job,
     )
 
 
 def goodput_now_and_so_far(job: Sequence[str]) -> PanelBuilder:
-    return stat(
+    return _now(
         Common(
             "Goodput",
             "Share of $job_id's time (all ranks) in productive training steps: over the last 5 minutes, and over its "
@@ -78,15 +94,13 @@ def goodput_now_and_so_far(job: Sequence[str]) -> PanelBuilder:
             max=1,
             decimals=1,
         ),
-        [
-            Query(_one(goodput.GOODPUT.record, job), "last 5m", instant=True),
-            Query(_one(goodput.GOODPUT_SO_FAR.record, job), "so far", instant=True),
-        ],
+        [(goodput.GOODPUT.record, "last 5m"), (goodput.GOODPUT_SO_FAR.record, "so far")],
+        job,
     )
 
 
 def gpu_busy(job: Sequence[str]) -> PanelBuilder:
-    return stat(
+    return _now(
         Common(
             "GPU Busy",
             "How busy $job_id's GPUs are: mean SM activity where they have GPM, else NVML utilization (which only "
@@ -97,7 +111,8 @@ def gpu_busy(job: Sequence[str]) -> PanelBuilder:
             min=0,
             max=100,
         ),
-        [Query(_one(goodput.GPU_BUSY.record, job), "{{source}}", instant=True)],
+        [(goodput.GPU_BUSY.record, "{{source}}")],
+        job,
     )
 
 
@@ -189,32 +204,29 @@ def gpus_by_verdict() -> PanelBuilder:
 
 
 # --- cost -------------------------------------------------------------------------------------------
+def _cost(cfg: ObservabilityConfig, title: str, description: str, query: Query) -> PanelBuilder:
+    """Estimated cost in the stack's currency, one bar per series."""
+    return bar_gauge(Common(title, description, currency_unit(cfg), w=12, min=0), [query])
+
+
 def badput_cost_per_job(cfg: ObservabilityConfig, model: str) -> PanelBuilder:
-    return bar_gauge(
-        Common(
-            "Badput cost per job",
-            f"Estimated cost ({cfg.currency}) each job has spent so far outside productive training steps (waiting "
-            "for data, checkpoints, collectives, evaluation, start-up, redone work, idle): its cost times its badput "
-            "share. An estimate from the stack's prices, not an invoice.",
-            f"suffix: {cfg.currency}",
-            w=12,
-            min=0,
-        ),
-        [Query(promql.selector(goodput.BADPUT_COST, (model,)), JOB_LEGEND, instant=True)],
+    return _cost(
+        cfg,
+        "Badput cost per job",
+        f"Estimated cost ({cfg.currency}) each job has spent so far outside productive training steps (waiting "
+        "for data, checkpoints, collectives, evaluation, start-up, redone work, idle): its cost times its badput "
+        "share. An estimate from the stack's prices, not an invoice.",
+        Query(promql.selector(goodput.BADPUT_COST, (model,)), JOB_LEGEND, instant=True),
     )
 
 
 def checkpoint_storage_cost_24h(cfg: ObservabilityConfig, model: str) -> PanelBuilder:
-    return bar_gauge(
-        Common(
-            "Checkpoint storage cost per model type (24 h)",
-            f"Estimated storage cost ({cfg.currency}) of the checkpoints each model type's jobs saved over the last "
-            f"24 hours, each kept {cfg.checkpoint_retention_days:g} days at "
-            f"{cfg.checkpoint_storage_price_per_gb_month:g} {cfg.currency} per GB-month (checkpointRetentionDays, "
-            "checkpointStoragePricePerGBMonth). An estimate, not an invoice.",
-            f"suffix: {cfg.currency}",
-            w=12,
-            min=0,
-        ),
-        [Query(promql.selector(goodput.MODEL_CHECKPOINT_STORAGE_COST_24H, (model,)), "{{model_type}}", instant=True)],
+    return _cost(
+        cfg,
+        "Checkpoint storage cost per model type (24 h)",
+        f"Estimated storage cost ({cfg.currency}) of the checkpoints each model type's jobs saved over the last "
+        f"24 hours, each kept {cfg.checkpoint_retention_days:g} days at "
+        f"{cfg.checkpoint_storage_price_per_gb_month:g} {cfg.currency} per GB-month (checkpointRetentionDays, "
+        "checkpointStoragePricePerGBMonth). An estimate, not an invoice.",
+        Query(promql.selector(goodput.MODEL_CHECKPOINT_STORAGE_COST_24H, (model,)), "{{model_type}}", instant=True),
     )

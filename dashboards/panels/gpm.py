@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dashboards.panels import Common, PanelBuilder, Query, timeseries
-from observability import promql
+from observability import catalog, promql
 from observability.rules import jobs
 
 
@@ -28,4 +28,29 @@ def true_utilization(description: str, fleet: Sequence[str], job: Sequence[str],
             Query(promql.selector(jobs.JOB_TENSOR_ACTIVE_AVG.record, tuple(job)), f"{job_legend} tensor active"),
         ],
         dashed_refs=("A", "E"),
+    )
+
+
+def true_utilization_of_selected(gpus: tuple[str, ...], job: tuple[str, ...]) -> PanelBuilder:
+    """True Utilization as means over the GPUs `gpus` selects that report GPM, NVML's figure over
+    the same GPUs: one series per target whatever the selection; then the GPUs of the job `job`
+    selects."""
+
+    def mean(metric: catalog.Metric) -> str:
+        return promql.aggregate("avg", (), promql.gauge(metric, gpus))
+
+    nvml, sm = (promql.gauge(m, gpus) for m in (catalog.GPU_UTILIZATION_PERCENT, catalog.GPU_SM_ACTIVE_PERCENT))
+    nvml_where_gpm = promql.aggregate("avg", (), f"{nvml} and {sm}")
+    return true_utilization(
+        "NVML utilization (a kernel was running, dashed) against what the selected GPUs really did: SM "
+        "activity, tensor-core activity and DRAM bandwidth (GPM, Hopper and newer; GPUs without GPM are "
+        "left out). A GPU at 100% utilization with low SM activity runs small kernels or waits.",
+        fleet=(
+            nvml_where_gpm,
+            mean(catalog.GPU_SM_ACTIVE_PERCENT),
+            mean(catalog.GPU_TENSOR_ACTIVE_PERCENT),
+            mean(catalog.GPU_DRAM_BANDWIDTH_UTILIZATION_PERCENT),
+        ),
+        job=job,
+        job_legend="{{job_id}}",
     )

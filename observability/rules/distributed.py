@@ -27,6 +27,11 @@ GROUP = "ml_training_distributed"
 JOB: tuple[str, ...] = ("namespace", "model_type", "job_id")
 RANK: tuple[str, ...] = (*JOB, "rank")
 PLACED: tuple[str, ...] = (*RANK, "node", "uuid")
+# A rank's GPUs as one label of the rank (the NVML UUIDs, comma-separated for a rank on several):
+# not a GPU's `uuid`, so the per-rank placement is one series per rank, which the global tier of a
+# sharded stack receives even with `remoteWrite: aggregates`; the alerts name it `uuid` again.
+GPUS_LABEL = "gpus"
+RANK_PLACED: tuple[str, ...] = (*RANK, "node", GPUS_LABEL)
 COLLECTIVE: tuple[str, ...] = (*RANK, "collective")
 JOB_COLLECTIVE: tuple[str, ...] = (*JOB, "collective")
 
@@ -64,6 +69,7 @@ JOB_COMMUNICATION_SHARE = "job:ml_training_communication_share:ratio"
 RANK_ALGBW = "rank_collective:ml_training_collective_algbw_bytes_per_second:ratio_rate"
 JOB_ALGBW = "job_collective:ml_training_collective_algbw_bytes_per_second:max"
 JOB_BUSBW = "job_collective:ml_training_collective_busbw_bytes_per_second:max"
+RANK_PLACEMENT = "rank:ml_training_rank_placement:info"
 
 _JOB_TEXT = "{{ $labels.model_type }} job {{ $labels.job_id }} (namespace {{ $labels.namespace }})"
 _ONE_JOB = '{job_id="<job_id>"}'
@@ -98,6 +104,12 @@ def input_rules(cfg: ObservabilityConfig) -> tuple[RecordingRule, ...]:
         for kind, factor in BUS_FACTORS
     )
     return (
+        RecordingRule(
+            RANK_PLACEMENT,
+            f'max {by(RANK_PLACED)} (label_replace({_PLACEMENT}, "{GPUS_LABEL}", "$1", "uuid", "(.*)"))',
+            f"1 for each rank: the node it runs on and its GPUs (`{GPUS_LABEL}`: the NVML UUIDs, comma-separated for "
+            "a rank on several; absent without one), one series per rank.",
+        ),
         RecordingRule(
             RANK_PHASE_RATE,
             f"sum {by((*RANK, 'phase'))} ({_rate(_PHASE, w)})",
@@ -157,14 +169,15 @@ def recorded_inputs() -> tuple[str, ...]:
 
 
 def _placed(expr: str, lookback: str | None = None) -> str:
-    """`expr` (per rank) with the node and GPU of each rank, "unknown" where the rank published
-    no placement (a trainer without `track_rank`)."""
-    placement = f"last_over_time({_PLACEMENT}[{lookback}])" if lookback else _PLACEMENT
-    unknown = f'label_replace(label_replace(\n({expr}),\n"node", "unknown", "", ""), "uuid", "unknown", "", "")'
-    return (
-        f"(\n({expr})\n* {on(RANK)} group_left (node, uuid)\nmax {by(PLACED)} ({placement})\n)\n"
-        f"or {on(RANK)}\n{unknown}"
+    """`expr` (per rank) with the node and GPU (`uuid`: the rank's GPUs) of each rank, "unknown"
+    where the rank published no placement (a trainer without `track_rank`)."""
+    placement = f"last_over_time({RANK_PLACEMENT}[{lookback}])" if lookback else RANK_PLACEMENT
+    joined = f"({expr})\n* {on(RANK)} group_left (node, {GPUS_LABEL})\nmax {by(RANK_PLACED)} ({placement})"
+    named = (
+        f'label_replace(label_replace(\n{joined},\n"uuid", "$1", "{GPUS_LABEL}", "(.*)"), "{GPUS_LABEL}", "", "", "")'
     )
+    unknown = f'label_replace(label_replace(\n({expr}),\n"node", "unknown", "", ""), "uuid", "unknown", "", "")'
+    return f"(\n{named}\n)\nor {on(RANK)}\n{unknown}"
 
 
 def straggler_expr(cfg: ObservabilityConfig) -> str:
@@ -251,7 +264,7 @@ def alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             queries=(
                 RunbookQuery("Compute seconds per step of every rank of the job", f"{RANK_COMPUTE_PER_STEP}{_ONE_JOB}"),
                 RunbookQuery("Time per phase of every rank", f"{RANK_PHASE_RATE}{_ONE_JOB}"),
-                RunbookQuery("Where each rank runs", f"{_PLACEMENT}{_ONE_JOB}"),
+                RunbookQuery("Where each rank runs", f"{RANK_PLACEMENT}{_ONE_JOB}"),
             ),
             rationale=(
                 "In synchronous data parallelism every rank reports the same step time, so step time cannot "

@@ -20,14 +20,14 @@ composes through its summed buckets. A quantile over series does not compose: a 
 over a metric in percent, Celsius or hertz is estimated from the shards' value histograms
 (`distribution.py`: within one bucket of the exact value), any other is reported.
 
-What is rewritten is derived from each rule's expression (`tiers.derive` says which sub-expressions
-read series of one shard only), never declared: `push_down(tiers, groups)` takes the two tiers of
-`tiers.split_groups` and returns them with the partials added to the shard tier (in the group of
-the rule that reads them, after that group's shard-tier rules, whose records they may read) and
-the global rules reading them. A partial is named `shard_<labels>:<metric>:<operation>` (`shard:`
-when it keeps no label): the shards' remote write gives every partial a `shard` label
-(`observability.partials`, `prometheus_config`), so the partials of two shards are two series, and
-the global rules aggregate that label away.
+What is rewritten is derived from each rule's expression (`observability.promql.locality.derive`
+says which sub-expressions read series of one shard only), never declared: `push_down(tiers,
+groups)` takes the two tiers of `tiers.split_groups` and returns them with the partials added to
+the shard tier (in the group of the rule that reads them, after that group's shard-tier rules,
+whose records they may read) and the global rules reading them. A partial is named
+`shard_<labels>:<metric>:<operation>` (`shard:` when it keeps no label): the shards' remote write
+gives every partial a `shard` label (`observability.partials`, `prometheus_config`), so the
+partials of two shards are two series, and the global rules aggregate that label away.
 
 `composability_problems(groups)` names every global rule that still reads per-GPU series itself
 after the rewrite, and says how to write it so that it composes; the tests fail on
@@ -45,8 +45,9 @@ import promql_parser as pp
 
 from observability import catalog
 from observability.partials import PARTIAL_LEVEL, SHARD_LABEL, is_partial
+from observability.promql.locality import Locality, locality_of
 from observability.rules.distribution import GRIDS_BY_UNIT, ValueGrid, fleet_quantile, value_histogram
-from observability.rules.tiers import PARTIAL_AGGREGATIONS, Locality, Tier, locality_of, recorded_localities, rule_name
+from observability.rules.tiers import PARTIAL_AGGREGATIONS, Tier, recorded_localities, rule_name
 
 # Aggregation -> the aggregation that combines the partials.
 _COMBINE: Mapping[str, str] = {

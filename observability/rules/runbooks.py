@@ -8,7 +8,8 @@ changes (`make check` fails while it is stale).
 from __future__ import annotations
 
 from observability.config import ObservabilityConfig
-from observability.promql import duration, identifiers
+from observability.promql import duration
+from observability.promql.syntax import series_names
 from observability.rules import alert_groups, group_inputs
 from observability.rules.detection import CRITICAL_DETECTION_ALERTS, promise_text
 from observability.rules.model import AlertRule, RecordingRule, alert_heading, github_anchor
@@ -20,12 +21,12 @@ def _for_text(alert: AlertRule) -> str:
 
 def _recorded_before(expr: str, inputs: tuple[RecordingRule, ...]) -> list[RecordingRule]:
     """The records of the group's head that `expr` reads, directly or through each other, in order."""
-    wanted = identifiers(expr)
+    wanted = series_names(expr)
     read: list[RecordingRule] = []
     for rule in reversed(inputs):
         if rule.record in wanted:
             read.insert(0, rule)
-            wanted |= identifiers(rule.expr)
+            wanted |= series_names(rule.expr)
     return read
 
 

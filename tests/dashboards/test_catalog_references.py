@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from dashboards.promql_ast import selector_uses, series_names
 from dashboards.queries import panel_queries
 from observability import catalog
+from observability.promql.syntax import selector_uses, series_names
 from observability.rules import dashboard_recording, distributed, goodput, jobs, recording
 from observability.rules.dashboard_recording import dashboard_recording_groups
 

@@ -11,9 +11,9 @@ import pytest
 
 from dashboards import build_all
 from dashboards.clusters import CLUSTER_VARIABLE, filter_by_cluster
-from dashboards.promql_ast import children, selector_uses
 from dashboards.queries import panel_queries, substitute_variables
 from observability.config import ObservabilityConfig
+from observability.promql.syntax import children, selector_uses
 from tests.dashboards.test_promtool import LABEL_VALUES, dashboard_query_groups, promtool_check, write_groups
 
 ONE = ObservabilityConfig(cluster="eu-1", clusters=("eu-1",))

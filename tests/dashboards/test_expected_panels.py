@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from dashboards.promql_ast import series_names
 from dashboards.queries import panel_queries, substitute_variables
 from observability import catalog
 from observability.config import ObservabilityConfig
+from observability.promql.syntax import series_names
 from observability.rules import dashboard_recording as rec
 
 # (row, panel title) in the order users expect them.

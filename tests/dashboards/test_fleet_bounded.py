@@ -1,6 +1,6 @@
 """No dashboard target can return one series per GPU or per node: panels stay bounded at fleet scale.
 
-The rule (`dashboards.fleet_bound`, also the `fleet-bounded` lint rule): parse each Prometheus
+The rule (`observability.promql.fleet_bound`, also the `fleet-bounded` lint rule): parse each Prometheus
 target with the real PromQL parser (variables at their defaults, so `$node` is "All") and compute
 which member labels (`node`, `uuid`, `pod`, `instance`: the labels that tell one of 1,000 nodes or
 8,000 GPUs apart) its answer can keep. A selector of a GPU poller metric keeps them; a recorded
@@ -17,10 +17,10 @@ from __future__ import annotations
 import pytest
 
 from dashboards import lint
-from dashboards.fleet_bound import MAX_TOPK, FleetBound, fleet_sized
 from dashboards.queries import panel_queries
 from observability import catalog
 from observability.promql import gauge_by
+from observability.promql.fleet_bound import MAX_TOPK, FleetBound, fleet_sized
 from observability.rules import dashboard_recording as rec
 
 RECORDS = lint.recorded_expressions()
@@ -95,7 +95,7 @@ def test_no_dashboard_target_returns_one_series_per_gpu_or_node(stack_dashboards
 def test_every_gpu_poller_metric_is_still_read_by_some_target(default_dashboards):
     """Bounding must not drop a metric: each poller metric still reaches a panel (directly or
     through a recording rule)."""
-    from dashboards.promql_ast import series_names
+    from observability.promql.syntax import series_names
 
     names: set[str] = set()
     pending = [

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from dashboards import infra_cockpit
-from dashboards.fleet_bound import fleet_sized
 from dashboards.lint import recorded_expressions
 from dashboards.queries import panel_queries
 from observability import catalog
 from observability.config import ObservabilityConfig
+from observability.promql.fleet_bound import fleet_sized
 from observability.rules import project_group_names
 
 ROW = "Monitoring Health"

@@ -48,3 +48,29 @@ def test_every_dashboard_says_whom_it_is_for() -> None:
     for builder in dashboards.BUILDERS.values():
         doc = importlib.import_module(builder.__module__).__doc__ or ""
         assert "\nFor " in doc, f"{builder.__module__}: the docstring does not say whom the dashboard is for"
+
+
+# Dashboards whose modules only compose rows: every panel they show is a topic function.
+COMPOSED_ONLY = ("training_cockpit",)
+# What building a panel in a dashboard module looks like: a panel factory or a panel's common part.
+PANEL_BUILDERS = frozenset(
+    {"Common", "timeseries", "stat", "gauge", "bar_gauge", "prometheus_table", "heatmap", "trace_table", "logs"}
+)
+
+
+def _called_names(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Name):
+                names.add(func.id)
+            elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "panels":
+                names.add(func.attr)
+    return names
+
+
+def test_the_training_cockpit_builds_no_panel_itself() -> None:
+    for module in COMPOSED_ONLY:
+        built_here = _called_names(PACKAGE / f"{module}.py") & PANEL_BUILDERS
+        assert not built_here, f"{module}.py builds panels inline ({sorted(built_here)}): move them to a topic module"

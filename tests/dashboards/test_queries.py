@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dashboards.promql_ast import selector_uses
 from dashboards.queries import builtin_values, format_duration, panel_queries, substitute_variables, variable_names
+from observability.promql.syntax import selector_uses
 
 
 @pytest.mark.parametrize(

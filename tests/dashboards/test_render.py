@@ -11,9 +11,9 @@ from grafana_foundation_sdk.models.dashboard import Dashboard as SdkDashboard
 
 import dashboards
 from dashboards import readme
-from dashboards.promql_ast import selector_uses
 from dashboards.queries import panel_queries
 from infra import REPO_ROOT
+from observability.promql.syntax import selector_uses
 
 UIDS = ["foxhunt-training-cockpit", "foxhunt-traces", "foxhunt-infra-cockpit", "ml-training-comprehensive"]
 

@@ -39,6 +39,7 @@ from infra import REPO_ROOT
 from infra.offline import render
 from observability import catalog
 from observability.config import ObservabilityConfig
+from observability.promql import duration
 from observability.rules import distributed, rules_file_yaml
 from observability.scrape_config import (
     INTERVAL_ANNOTATION,
@@ -72,6 +73,7 @@ def distributed_config() -> ObservabilityConfig:
 
 
 CFG = distributed_config()
+WINDOW = duration(distributed.window_seconds(CFG))
 
 
 def gpu_uuid(node: int, local: int) -> str:
@@ -223,13 +225,15 @@ def test_1_balanced_run_reports_bandwidth_and_communication_share_and_no_alert(r
     for r in per_step:
         assert float(r["value"][1]) == pytest.approx(gradient_bytes + 4, rel=0.05), r
     # bandwidth: the best rank's bytes over busy seconds; bus bandwidth 2(n-1)/n of it for all_reduce
-    algbw = float(run.query(f'{distributed.JOB_ALGBW}{{collective="all_reduce"}}', now)[0]["value"][1])
-    busbw = float(run.query(f'{distributed.JOB_BUSBW}{{collective="all_reduce"}}', now)[0]["value"][1])
+    # (read at the evaluation that recorded them, where the raw rates see the same samples)
+    evaluated = float(run.query(f'timestamp({distributed.JOB_ALGBW}{{collective="all_reduce"}})', now)[0]["value"][1])
+    algbw = float(run.query(f'{distributed.JOB_ALGBW}{{collective="all_reduce"}}', evaluated)[0]["value"][1])
+    busbw = float(run.query(f'{distributed.JOB_BUSBW}{{collective="all_reduce"}}', evaluated)[0]["value"][1])
     assert algbw > 0 and busbw == pytest.approx(algbw * 2 * (WORLD - 1) / WORLD, rel=1e-9)
     raw = run.query(
-        f'max(sum by (rank) (rate({catalog.TRAINING_COLLECTIVE_BYTES_TOTAL.name}{{collective="all_reduce"}}[4s]))'
-        f' / sum by (rank) (rate({catalog.TRAINING_COLLECTIVE_BUSY_SECONDS_TOTAL.name}{{collective="all_reduce"}}[4s])))',
-        now,
+        f'max(sum by (rank) (rate({catalog.TRAINING_COLLECTIVE_BYTES_TOTAL.name}{{collective="all_reduce"}}[{WINDOW}]))'
+        f' / sum by (rank) (rate({catalog.TRAINING_COLLECTIVE_BUSY_SECONDS_TOTAL.name}{{collective="all_reduce"}}[{WINDOW}])))',
+        evaluated,
     )
     assert float(raw[0]["value"][1]) == pytest.approx(algbw, rel=0.25)
     # communication share: the exposed wait over the step time, between 0 and 1

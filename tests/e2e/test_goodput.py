@@ -40,7 +40,7 @@ from observability.rules.render import dump_groups
 
 from .conftest import load_harness
 from .test_live_prometheus import annotated_pods_prometheus, pod_target, wait_until
-from .test_monitoring_health import Alertmanager, Sink, _sink_server
+from .test_monitoring_health import Sink, _sink_server, start_alertmanager
 
 pytestmark = pytest.mark.slow
 
@@ -161,7 +161,7 @@ def judged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Judged]:
             low_priority=f"{sink_url}/low-priority",
             heartbeat=f"{sink_url}/heartbeat",
         )
-        alertmanager = Alertmanager(work / "alertmanager", alertmanager_config_without_waits(receivers))
+        alertmanager = start_alertmanager(work / "alertmanager", alertmanager_config_without_waits(receivers))
         stoppers.append(alertmanager.stop)
 
         poller.wait_ready()

@@ -16,10 +16,7 @@ their edges by the promtool cases (tests/rules/health_cases.py: silent just befo
 from __future__ import annotations
 
 import json
-import subprocess
 import threading
-import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -28,11 +25,12 @@ from typing import Any
 
 import pytest
 
-from bench._prometheus import PrometheusServer, free_port
+from bench._prometheus import PrometheusServer
 from observability.alertmanager import ReceiverUrls, alertmanager_config_yaml
 from observability.config import ObservabilityConfig
 from observability.rules import health, rule_groups
 from observability.rules.render import dump_groups
+from tests.alertmanager_server import AlertmanagerServer
 
 from .conftest import load_harness
 from .test_live_prometheus import annotated_pods_prometheus, pod_target, wait_until
@@ -86,47 +84,11 @@ def _short_for_rules() -> str:
     return dump_groups(groups)
 
 
-class Alertmanager:
-    """`prometheus-alertmanager` on a free loopback port, its data in a temp dir; stopped by PID."""
-
-    def __init__(self, work: Path, config_text: str) -> None:
-        work.mkdir(parents=True, exist_ok=True)
-        (work / "alertmanager.yml").write_text(config_text, encoding="utf-8")
-        self.port = free_port()
-        self._log = (work / "alertmanager.log").open("wb")
-        self.log_path = work / "alertmanager.log"
-        self.process = subprocess.Popen(
-            [
-                "prometheus-alertmanager",
-                f"--config.file={work / 'alertmanager.yml'}",
-                f"--storage.path={work / 'data'}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
-                "--cluster.listen-address=",
-            ],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/-/ready", timeout=1) as response:
-                    if response.status == 200:
-                        return
-            except OSError:
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError(self.log_path.read_text(errors="replace")) from None
-                time.sleep(0.1)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self._log.close()
+def start_alertmanager(work: Path, config_text: str) -> AlertmanagerServer:
+    """A real Alertmanager serving `config_text`, its files under `work`."""
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "alertmanager.yml").write_text(config_text, encoding="utf-8")
+    return AlertmanagerServer(work / "alertmanager.yml", work)
 
 
 @dataclass
@@ -188,7 +150,7 @@ def monitored(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Health]:
             low_priority=f"{sink_url}/low-priority",
             heartbeat=f"{sink_url}/heartbeat",
         )
-        alertmanager = Alertmanager(work / "alertmanager", alertmanager_config_yaml(CFG, receivers))
+        alertmanager = start_alertmanager(work / "alertmanager", alertmanager_config_yaml(CFG, receivers))
         stoppers.append(alertmanager.stop)
 
         targets = [

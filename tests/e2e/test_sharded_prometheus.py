@@ -50,13 +50,6 @@ from observability.partials import SHARD_LABEL, is_partial
 from observability.rules import Tier, rule_groups, tier_rule_groups
 from observability.scrape_config import SHARD_KEY
 
-# Known bug, open: the hung-job rule's placement partial carries `uuid` (a rank's GPUs) into the
-# aggregates tier, which should receive no per-GPU series; the dashboard queries that read it differ
-# there. Until placement reaches the global tier without `uuid`, these tests fail in that mode.
-RANK_PLACEMENT_BUG = pytest.mark.xfail(
-    reason="the hung-job rule's placement partial carries uuid into the aggregates tier", strict=False
-)
-
 INTERVAL = 5
 CFG = ObservabilityConfig(scrape_interval_seconds=INTERVAL, evaluation_interval_seconds=INTERVAL, shards=2,
                           cluster="e2e", clusters=("e2e",))  # fmt: skip
@@ -245,7 +238,6 @@ def _differs(want: dict[Any, float], got: dict[Any, float], expr: str) -> bool:
     return want.keys() != got.keys() or (not measured and not all(_same(want[k], got[k]) for k in want))
 
 
-@RANK_PLACEMENT_BUG
 @pytest.mark.parametrize("mode", MODES, ids=[m.value for m in MODES])
 def test_every_dashboard_query_of_the_global_tier_answers_like_one_server(
     topology: tuple[Topology, list[Target]], mode: RemoteWrite
@@ -374,7 +366,6 @@ def test_a_job_spanning_two_shards_has_the_per_job_values_of_one_server(
     assert list(gpus.values()) == [2 * SHAPE.gpus_per_node], gpus
 
 
-@RANK_PLACEMENT_BUG
 def test_the_aggregates_tier_receives_no_per_gpu_series(topology: tuple[Topology, list[Target]]) -> None:
     running, _ = topology
     everything = running.global_tiers[RemoteWrite.ALL].api

@@ -130,3 +130,56 @@ def test_the_pulumi_program_imports_no_offline_tooling() -> None:
             continue
         for target in imported(ast.parse(path.read_text()), known):
             assert not target.startswith("infra.offline"), f"{name} imports {target}: the program needs no tooling"
+
+
+# PromQL is read in one package; outside it, the parser is imported only to rewrite expressions.
+PROMQL_PACKAGE = "observability.promql"
+PROMQL_REWRITERS = frozenset({"dashboards.clusters", "observability.rules.pushdown"})
+# What the PromQL package may import of the project: the metric catalog it types expressions by.
+PROMQL_MAY_IMPORT = frozenset({"observability", "observability.catalog"})
+
+
+def _imports_promql_parser(tree: ast.AST) -> bool:
+    return any(
+        (isinstance(node, ast.Import) and any(a.name == "promql_parser" for a in node.names))
+        or (isinstance(node, ast.ImportFrom) and node.module == "promql_parser")
+        for node in ast.walk(tree)
+    )
+
+
+def test_promql_is_read_in_one_package() -> None:
+    readers = [
+        name
+        for package in PACKAGES
+        for name, path in modules(package).items()
+        if not name.startswith(PROMQL_PACKAGE) and _imports_promql_parser(ast.parse(path.read_text()))
+    ]
+    assert set(readers) <= PROMQL_REWRITERS, (
+        f"{sorted(set(readers) - PROMQL_REWRITERS)} parse PromQL themselves: use observability.promql.syntax "
+        "(or add the analysis there)"
+    )
+
+
+def test_the_promql_package_imports_only_the_catalog() -> None:
+    known = {name for p in PACKAGES for name in modules(p)}
+    for name, path in modules("observability").items():
+        if not name.startswith(PROMQL_PACKAGE):
+            continue
+        outside = {t for t in imported(ast.parse(path.read_text()), known) if not t.startswith(PROMQL_PACKAGE)}
+        assert outside <= PROMQL_MAY_IMPORT, (
+            f"{name} imports {sorted(outside - PROMQL_MAY_IMPORT)}: it must stay below them"
+        )
+
+
+def test_no_module_imports_a_private_name_of_another_package() -> None:
+    """`from pkg.mod import _helper` across top-level packages borrows what the other package does not offer."""
+    problems = []
+    for package in PACKAGES:
+        for name, path in modules(package).items():
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not isinstance(node, ast.ImportFrom) or node.level or not node.module:
+                    continue
+                other = node.module.split(".")[0]
+                if other in PACKAGES and other != package:
+                    problems += [f"{name}: {node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
+    assert not problems, "private names used across packages:\n" + "\n".join(problems)

@@ -248,7 +248,31 @@ def _ranked(rank: int, **extra: str) -> dict[str, str]:
     return {**JOB_LABELS, "rank": str(rank), **extra}
 
 
+# Rank 2 computes on two GPUs (their UUIDs comma-separated), rank 3 on none (its `uuid` empty).
+_PLACEMENT_GPUS = {0: uuid(0), 1: uuid(1), 2: f"{uuid(2)},{uuid(3)}", 3: ""}
+
+
+def _placement_job() -> dict[str, str]:
+    return {
+        series(
+            catalog.TRAINING_RANK_PLACEMENT_INFO,
+            {**pod(r), **JOB, "rank": str(r), "node": node(r), "uuid": gpus},
+        ): values((1, 10))
+        for r, gpus in _PLACEMENT_GPUS.items()
+    }
+
+
 DISTRIBUTED_RECORD_CASES: tuple[RecordCase, ...] = (
+    RecordCase(
+        distributed.RANK_PLACEMENT,
+        "each rank's node and GPUs in one series, the GPUs a label of the rank (none for a rank without a GPU)",
+        _placement_job(),
+        "2m",
+        tuple(
+            (_ranked(r, node=node(r), **({distributed.GPUS_LABEL: gpus} if gpus else {})), 1.0)
+            for r, gpus in _PLACEMENT_GPUS.items()
+        ),
+    ),
     RecordCase(
         distributed.RANK_PHASE_RATE,
         "seconds per second in each phase, per rank",

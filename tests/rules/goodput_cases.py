@@ -300,6 +300,12 @@ def verdict_edge_cases(th: Thresholds = DEFAULT_THRESHOLDS) -> tuple[RecordCase,
     def cause(phase: str, share: float) -> dict[str, float]:
         return {phase: share, "compute": (1 - share) / 2, "idle": (1 - share) / 2}
 
+    def between_steps(step_share: float, evaluating: float = 0.25) -> dict[str, float]:
+        """Collectives at `step_share` of the step time (every phase but evaluation)."""
+        collective = step_share * (1 - evaluating)
+        rest = (1 - evaluating - collective) / 2
+        return {"collective": collective, "evaluation": evaluating, "compute": rest, "idle": rest}
+
     def saturated(share: float) -> dict[str, float]:
         return {"compute": share, "idle": 1 - share}
 
@@ -327,6 +333,20 @@ def verdict_edge_cases(th: Thresholds = DEFAULT_THRESHOLDS) -> tuple[RecordCase,
             {**phases(above, cause("collective", comm + EDGE)), **phases(below, cause("collective", comm - EDGE))},
             "5m",
             (_verdict(above, v.VERDICT_COMMUNICATION), _verdict(below, v.VERDICT_UNDERUTILIZED)),
+        ),
+        RecordCase(
+            v.VERDICT,
+            f"the recorded communication share (collectives over the step) just above {comm:g} is "
+            "communication-bound, just below is not, with a quarter of the time evaluating between steps (the "
+            "collective phase's share of all the time stays far below the threshold in both)",
+            {
+                **phases(above, between_steps(comm + EDGE)),
+                **phases(below, between_steps(comm - EDGE)),
+            },
+            "5m",
+            (_verdict(above, v.VERDICT_COMMUNICATION), _verdict(below, v.VERDICT_UNDERUTILIZED)),
+            also=((v.CAUSES, (({**above, "verdict": v.VERDICT_COMMUNICATION}, comm + EDGE),)),),
+            round_to=ROUND_TO,
         ),
         RecordCase(
             v.VERDICT,

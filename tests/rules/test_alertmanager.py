@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
-import socket
 import subprocess
 import time
 import urllib.request
@@ -27,6 +25,7 @@ from observability.alertmanager import (
 from observability.config import ObservabilityConfig
 from observability.notifications import TEMPLATE_FILE, template_text
 from observability.rules import alert_rules
+from tests.alertmanager_server import AlertmanagerServer, alertmanager_tool, running_alertmanager
 
 CFG = ObservabilityConfig()
 RECEIVERS = ReceiverUrls(
@@ -42,13 +41,6 @@ def expected_receiver(alert_name: str, severity: str) -> str:
     return "heartbeat" if alert_name == "Watchdog" else EXPECTED_RECEIVER[severity]
 
 
-def _tool(name: str) -> str:
-    path = shutil.which(name) or (f"/usr/bin/{name}" if Path(f"/usr/bin/{name}").exists() else None)
-    if path is None:
-        raise RuntimeError(f"{name} not found: install the Debian package prometheus-alertmanager (.ci/run does)")
-    return path
-
-
 @pytest.fixture(scope="module")
 def config_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path: Path = tmp_path_factory.mktemp("alertmanager") / "alertmanager.yml"
@@ -59,7 +51,7 @@ def config_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _routes_test(config_file: Path, expected: str, labels: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [
-            _tool("amtool"),
+            alertmanager_tool("amtool"),
             "config",
             "routes",
             "test",
@@ -75,7 +67,7 @@ def _routes_test(config_file: Path, expected: str, labels: dict[str, str]) -> su
 
 def test_amtool_check_config_passes(config_file):
     proc = subprocess.run(
-        [_tool("amtool"), "check-config", str(config_file)], capture_output=True, text=True, check=False
+        [alertmanager_tool("amtool"), "check-config", str(config_file)], capture_output=True, text=True, check=False
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"{len(am.INHIBITIONS)} inhibit rules" in proc.stdout and "4 receivers" in proc.stdout
@@ -96,7 +88,9 @@ def test_amtool_check_config_passes_for_every_stack(tmp_path):
         path = tmp_path / f"{stack}.yml"
         path.write_text(alertmanager_config_yaml(settings.observability_config(), receivers), encoding="utf-8")
         (tmp_path / TEMPLATE_FILE).write_text(template_text(), encoding="utf-8")
-        proc = subprocess.run([_tool("amtool"), "check-config", str(path)], capture_output=True, text=True, check=False)
+        proc = subprocess.run(
+            [alertmanager_tool("amtool"), "check-config", str(path)], capture_output=True, text=True, check=False
+        )
         assert proc.returncode == 0, f"{stack}: {proc.stdout}{proc.stderr}"
 
 
@@ -258,50 +252,10 @@ def test_crd_spec_can_reference_the_urls_from_a_secret():
 # --- a real Alertmanager: inhibition ---------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
-def alertmanager_url(config_file, tmp_path_factory) -> Iterator[str]:
-    port = _free_port()
-    storage = tmp_path_factory.mktemp("alertmanager-data")
-    log = (storage / "alertmanager.log").open("w")
-    proc = subprocess.Popen(
-        [
-            _tool("prometheus-alertmanager"),
-            f"--config.file={config_file}",
-            f"--storage.path={storage}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--cluster.listen-address=",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    log.flush()
-                    raise RuntimeError((storage / "alertmanager.log").read_text()) from None
-                time.sleep(0.1)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+def alertmanager_url(config_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with running_alertmanager(config_file, tmp_path_factory.mktemp("alertmanager-data")) as server:
+        yield server.url
 
 
 GPU_A = {"node": "gpu-node-1", "gpu_id": "0", "uuid": "GPU-a", "gpu_name": "NVIDIA H100"}
@@ -377,3 +331,11 @@ def test_a_real_alertmanager_applies_the_inhibitions(alertmanager_url):
     assert len(got) == len(SCENARIO)
     for alert_key, should_be_muted in expected.items():
         assert muted[alert_key] is should_be_muted, alert_key
+
+
+def test_an_alertmanager_that_cannot_start_fails_with_its_log(tmp_path):
+    config = tmp_path / "alertmanager.yml"
+    config.write_text("route:\n  receiver: nowhere\nreceivers: []\n", encoding="utf-8")
+    with pytest.raises(RuntimeError, match=r"(?s)exited with .*nowhere") as failure:
+        AlertmanagerServer(config, tmp_path / "work")
+    assert "Alertmanager on port" in str(failure.value)

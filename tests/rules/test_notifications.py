@@ -27,8 +27,8 @@ import yaml
 from observability import alertmanager as am
 from observability.config import Notifications, ObservabilityConfig
 from observability.notifications import SHOWN_ALERTS, TEMPLATE_FILE, template_text
+from tests.alertmanager_server import alertmanager_tool, running_alertmanager
 from tests.rules.promtool_harness import alert_rule_dicts, render_template
-from tests.rules.test_alertmanager import _free_port, _tool
 
 NOTIFY = Notifications(
     critical="pagerduty",
@@ -117,42 +117,9 @@ def config_dir(sink: Sink, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def alertmanager(config_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = _free_port()
-    storage = tmp_path_factory.mktemp("alertmanager-native-data")
-    log_path = storage / "alertmanager.log"
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(
-            [
-                _tool("prometheus-alertmanager"),
-                f"--config.file={config_dir / 'alertmanager.yml'}",
-                f"--storage.path={storage}",
-                f"--web.listen-address=127.0.0.1:{port}",
-                f"--web.external-url=http://127.0.0.1:{port}",
-                "--cluster.listen-address=",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        url = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 20
-            while True:
-                try:
-                    with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as response:
-                        if response.status == 200:
-                            break
-                except OSError:
-                    if proc.poll() is not None or time.monotonic() > deadline:
-                        raise RuntimeError(log_path.read_text()) from None
-                    time.sleep(0.1)
-            yield url
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    work = tmp_path_factory.mktemp("alertmanager-native-data")
+    with running_alertmanager(config_dir / "alertmanager.yml", work) as server:
+        yield server.url
 
 
 def _alert(
@@ -197,7 +164,9 @@ def _dashboard_query(url: str) -> dict[str, list[str]]:
 
 def test_amtool_checks_the_config_with_its_templates_and_routes_to_the_native_receivers(config_dir):
     config = config_dir / "alertmanager.yml"
-    proc = subprocess.run([_tool("amtool"), "check-config", str(config)], capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [alertmanager_tool("amtool"), "check-config", str(config)], capture_output=True, text=True, check=False
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "1 templates" in proc.stdout and "4 receivers" in proc.stdout, proc.stdout
     document = yaml.safe_load(config.read_text())
@@ -215,7 +184,7 @@ def test_amtool_checks_the_config_with_its_templates_and_routes_to_the_native_re
         ("info", am.LOW_PRIORITY),
     ):
         proc = subprocess.run(
-            [_tool("amtool"), "config", "routes", "test", f"--config.file={config}", f"--verify.receivers={receiver}",
+            [alertmanager_tool("amtool"), "config", "routes", "test", f"--config.file={config}", f"--verify.receivers={receiver}",
              "alertname=GPUErrorsDetected", f"severity={severity}", "node=gpu-node-1"],
             capture_output=True, text=True, check=False,
         )  # fmt: skip

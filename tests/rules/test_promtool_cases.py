@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 
 from observability.config import ObservabilityConfig
-from observability.rules import ALERT_NAMES, RECORDING_RULES
+from observability.rules import ALERT_NAMES, RECORDING_RULES, distributed, goodput
 from tests.rules.alert_cases import CASES, RECORD_CASES
 from tests.rules.health_cases import KSM_CASES
 from tests.rules.promtool_harness import Suite, run_promtool_tests
@@ -116,3 +117,26 @@ def test_the_cases_catch_broken_rules(tmp_path):
         expected = MUTATIONS[label][2]
         assert result.returncode != 0, f"{label}: promtool passed the mutated rules"
         assert expected <= result.failed_groups(), f"{label}: {result.failed_groups()}"
+
+
+def _verdict_ignores_the_recorded_communication_share(groups: list[dict[str, Any]]) -> None:
+    # the verdict judged on the collective phase's share of all the time, as without the distributed group
+    (rule,) = [r for g in groups for r in g["rules"] if r.get("record") == goodput.CAUSES]
+    assert distributed.JOB_COMMUNICATION_SHARE in rule["expr"]
+    rule["expr"] = rule["expr"].replace(distributed.JOB_COMMUNICATION_SHARE, "absent_communication_share")
+
+
+def test_the_verdict_cases_catch_a_verdict_that_ignores_the_recorded_communication_share(tmp_path):
+    """The communication-bound verdict reads the share of the step the distributed group records
+    (collectives over the step's phases), not the collective phase's share of all the time: the
+    edge case with time between steps fails when the verdict reads the phase instead."""
+    cases = [r for r in RECORD_CASES if r.record == goodput.VERDICT and "communication" in r.name]
+    suite = Suite("mutation-communication", ObservabilityConfig(), [], cases)
+    intact = run_promtool_tests([suite.write(tmp_path)], cwd=tmp_path)
+    assert intact.returncode == 0, intact.output[-5000:]
+    suite.name, suite.mutate = "mutation-communication-broken", _verdict_ignores_the_recorded_communication_share
+    broken = run_promtool_tests([suite.write(tmp_path)], cwd=tmp_path)
+    # promtool names no group for a failed expression test: its expressions are the new case's (the
+    # only one that checks the causes' record; the phase's share of the time case passes either way)
+    failed = re.findall(r'expr: "(.*?)", time:', broken.output)
+    assert broken.returncode != 0 and any(goodput.CAUSES in f for f in failed), broken.output[-5000:]

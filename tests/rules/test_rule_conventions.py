@@ -225,14 +225,15 @@ def test_aggregations_keep_the_locating_labels(alert):
 
     The job join (`jobs.HOLDER`, one job per GPU uuid) adds `model_type` and `job_id` to a
     per-GPU expression; the aggregations before it keep the GPU's labels. The rank placement join
-    adds `node` and `uuid` to a per-rank expression, whose job-level conditions (matched `on` the
-    job) aggregate by the job."""
+    adds `node` and the rank's GPUs (named `uuid` in the alert) to a per-rank expression, whose
+    job-level conditions (matched `on` the job) aggregate by the job."""
     expr = alert.expr.replace(jobs.HOLDER, "HOLDER")
     required = set(alert.locating_labels)
     if "group_left (model_type, job_id)\nHOLDER" in expr:
         required -= set(jobs.JOB_LABELS)
     job_level: set[str] = set()
-    if f"group_left (node, uuid)\nmax by ({', '.join(distributed.PLACED)})" in expr:
+    placement = f"group_left (node, {distributed.GPUS_LABEL})\nmax by ({', '.join(distributed.RANK_PLACED)})"
+    if placement in expr:
         required -= {"node", "uuid"}
         job_level = set(distributed.JOB)
     assert " without" not in expr

@@ -16,6 +16,7 @@ import yaml
 from observability import catalog
 from observability.config import ObservabilityConfig
 from observability.partials import is_partial
+from observability.promql.locality import Locality, derive
 from observability.rules import (
     CRITICAL_DETECTION_ALERTS,
     Tier,
@@ -28,9 +29,7 @@ from observability.rules.pushdown import push_down
 from observability.rules.tiers import (
     DECLARED,
     Declared,
-    Locality,
     TierError,
-    derive,
     place,
     rule_name,
     shard_tier_problems,

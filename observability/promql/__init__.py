@@ -1,11 +1,19 @@
-"""PromQL building blocks over the metric catalog, shared by the rules and the dashboards.
+"""PromQL over the metric catalog: writing it (this module) and reading it (the submodules), for
+the rules, the dashboards, the rule tiers and the runbooks alike.
 
-Each helper that takes a catalog metric checks its type, so a counter cannot end up outside
+Reading, with a real parser (promql-parser), never with regular expressions:
+- `syntax`: which series an expression reads and in which context (`selector_uses`,
+  `series_names`, `metric_name`), aggregations, and what the catalog says about a series name.
+- `fleet_bound`: whether an expression can return one series per GPU or node (`fleet_sized`).
+- `locality`: which scrape target each result comes from, for sharded scraping (`derive`).
+
+Writing: each helper that takes a catalog metric checks its type, so a counter cannot end up outside
 `rate`/`increase` or a histogram outside a quantile or a heatmap by accident: the mistake raises
 `TypeError` while the rules or dashboards are built, long before a test reads the output.
 
 - Durations and clauses: `duration`, `by`, `on`.
-- Reading expressions: `identifiers` (every name an expression mentions).
+- Names in a text: `identifiers` (every name a text mentions, valid PromQL or not; to read
+  an expression use `syntax.series_names`).
 - Selectors: `matcher`, `regex_matcher`, `variable_matcher`, `any_of`, `selector`, `gauge`.
 - Aggregations: `aggregate`, `gauge_by` (a gauge reduced to some labels).
 - Counters: `rate`, `increase` (dashboards, Grafana's `$__rate_interval` by default),

@@ -28,6 +28,7 @@ from collections.abc import Mapping
 import promql_parser as pp
 
 from observability import catalog
+from observability.promql.syntax import metric_name
 
 # Labels that tell one GPU or node (or the poller pod on it) from another. `gpu_id` alone is not
 # one (it runs 0-7 on every node), `node` is.
@@ -39,13 +40,8 @@ SET_SUBSET = frozenset({"and", "unless"})
 COMPARISONS = frozenset({"==", "!=", ">", "<", ">=", "<="})
 
 
-def _selector_name(node: pp.VectorSelector) -> str:
-    if node.name:
-        return str(node.name)
-    for m in node.matchers.matchers:
-        if m.name == "__name__" and m.op == pp.MatchOp.Equal:
-            return str(m.value)
-    return ""
+def _series_name(node: pp.VectorSelector) -> str:
+    return metric_name(node) or ""
 
 
 def _is_scalar(node: pp.Expr) -> bool:
@@ -111,7 +107,7 @@ class FleetBound:
 
     def _labels(self, node: pp.Expr) -> frozenset[str]:
         if isinstance(node, pp.VectorSelector):
-            return self._series_labels(_selector_name(node))
+            return self._series_labels(_series_name(node))
         if isinstance(node, pp.MatrixSelector):
             return self._labels(node.vector_selector)
         if isinstance(node, pp.ParenExpr | pp.UnaryExpr | pp.SubqueryExpr):

@@ -1,7 +1,8 @@
 """Reading PromQL with a real parser (promql-parser, bindings of the Rust crate).
 
-Used by the README generator and the tests to find which series an expression reads and in
-which context (inside `rate`, under `histogram_quantile`, ...), never with regular expressions.
+Which series an expression reads and in which context (inside `rate`, under
+`histogram_quantile`, ...), never with regular expressions: the dashboards' lint and README, the
+rule tiers (`observability.promql.locality`), the runbooks and the tests read expressions with it.
 Expressions must be plain PromQL: substitute Grafana variables first (`dashboards.queries`).
 """
 
@@ -11,6 +12,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 import promql_parser as pp
+
+from observability import catalog
+from observability.catalog import MetricType
 
 
 @dataclass(frozen=True)
@@ -49,13 +53,21 @@ def children(node: pp.Expr) -> list[pp.Expr]:
     return []
 
 
-def _selector_name(selector: pp.VectorSelector) -> str:
+def metric_name(selector: pp.VectorSelector) -> str | None:
+    """The series name a selector reads (`name{...}` or `{__name__="name"}`); None without one."""
     if selector.name:
-        return selector.name
+        return str(selector.name)
     for m in selector.matchers.matchers:
         if m.name == "__name__" and m.op == pp.MatchOp.Equal:
-            return m.value
-    raise ValueError(f"selector without a metric name: {selector}")
+            return str(m.value)
+    return None
+
+
+def _named(selector: pp.VectorSelector) -> str:
+    name = metric_name(selector)
+    if name is None:
+        raise ValueError(f"selector without a metric name: {selector}")
+    return name
 
 
 def selector_uses(expr: str) -> list[SelectorUse]:
@@ -67,7 +79,7 @@ def selector_uses(expr: str) -> list[SelectorUse]:
             parent = ancestors[-1] if ancestors else None
             window = parent.range if isinstance(parent, pp.MatrixSelector) else None
             labels = tuple(m.name for m in node.matchers.matchers if m.name != "__name__")
-            found.append(SelectorUse(_selector_name(node), ancestors, window, labels))
+            found.append(SelectorUse(_named(node), ancestors, window, labels))
             return
         for child in children(node):
             visit(child, (*ancestors, node))
@@ -89,3 +101,42 @@ def aggregation_keeps(node: pp.AggregateExpr, label: str) -> bool:
     if modifier.type == pp.AggModifierType.By:
         return label in modifier.labels
     return label not in modifier.labels
+
+
+def outer_aggregation(expr: str) -> tuple[str, pp.Expr] | None:
+    """The operator and the argument of an expression that is one aggregation at its top
+    (`sum by (job) (rate(x[5m]))` -> ("sum", `rate(x[5m])`)); None for any other expression."""
+    node = pp.parse(expr)
+    if not isinstance(node, pp.AggregateExpr):
+        return None
+    return str(node.op), node.expr
+
+
+def quantile_depth(use: SelectorUse) -> int | None:
+    """How many nodes above the selector its `histogram_quantile` sits (None when under none)."""
+    return next(
+        (i for i, a in enumerate(use.ancestors) if isinstance(a, pp.Call) and a.func.name == "histogram_quantile"),
+        None,
+    )
+
+
+def keeps_le(use: SelectorUse, outermost: int = 0) -> bool:
+    """Whether every aggregation between the selector and `ancestors[outermost]` keeps `le`."""
+    return all(aggregation_keeps(a, "le") for a in use.ancestors[outermost:] if isinstance(a, pp.AggregateExpr))
+
+
+# --- what the catalog says about a series name ------------------------------------------------------
+def is_counter_series(name: str) -> bool:
+    """A catalog counter, or a series of a catalog histogram (`_bucket`, `_sum`, `_count`)."""
+    try:
+        metric = catalog.by_name(name)
+    except KeyError:
+        return False
+    return metric.type is MetricType.COUNTER or (metric.type is MetricType.HISTOGRAM and name != metric.name)
+
+
+def is_bucket_series(name: str) -> bool:
+    """Raw `_bucket` series of a catalog histogram, or a recording of bucket rates."""
+    if ":" in name:
+        return name.split(":")[1].endswith("_bucket")
+    return name.endswith("_bucket") and is_counter_series(name)

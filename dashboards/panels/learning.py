@@ -1,0 +1,99 @@
+"""Learning panels: loss, validation loss, the optimizer's state and the model's quality scores,
+per job. `model` is the dashboard's model-type matcher; `job` the matchers of one job."""
+
+from __future__ import annotations
+
+from dashboards.panels import JOB_LEGEND, Common, PanelBuilder, Query, prometheus_table, timeseries
+from dashboards.panels.training import per_job
+from observability import catalog, promql
+
+
+def epoch_loss(model: str, *, w: int) -> PanelBuilder:
+    return timeseries(
+        Common(
+            "Epoch Loss and Validation Loss",
+            "Training loss (solid) and validation loss (dashed) of each job's latest epoch: there from the "
+            "first epoch, also for a job that dies in its first fold.",
+            "none",
+            w=w,
+        ),
+        [
+            Query(promql.gauge(catalog.TRAINING_LOSS, (model,)), f"{JOB_LEGEND} loss"),
+            Query(promql.gauge(catalog.TRAINING_VALIDATION_LOSS, (model,)), f"{JOB_LEGEND} validation"),
+        ],
+        dashed_refs=("B",),
+    )
+
+
+def loss_per_step(job: tuple[str, ...], *, w: int) -> PanelBuilder:
+    return per_job(
+        "Loss per Step",
+        "Mean training loss of $job_id over the steps between two checks of the PyTorch integration "
+        "(per epoch: Epoch Loss and Validation Loss).",
+        catalog.TRAINING_STEP_LOSS,
+        "none",
+        job,
+        w=w,
+        legend="{{job_id}} step loss",
+    )
+
+
+def learning_rate(job: tuple[str, ...], *, w: int) -> PanelBuilder:
+    return per_job(
+        "Learning Rate",
+        "Learning rate of each optimizer parameter group of $job_id.",
+        catalog.TRAINING_LEARNING_RATE,
+        "none",
+        job,
+        w=w,
+        min=0,
+        legend="{{job_id}} {{param_group}}",
+    )
+
+
+def gradient_norm(job: tuple[str, ...], *, w: int) -> PanelBuilder:
+    return per_job(
+        "Gradient Norm",
+        "Global L2 norm of $job_id's gradients at each check: spikes precede divergence, a collapse "
+        "to zero means vanishing gradients.",
+        catalog.TRAINING_GRADIENT_NORM,
+        "none",
+        job,
+        w=w,
+        min=0,
+        legend="{{job_id}}",
+    )
+
+
+def hyperparameters(model: str, *, w: int) -> PanelBuilder:
+    return prometheus_table(
+        Common(
+            "Hyperparameters",
+            "Batch size, optimizer, precision and learning-rate schedule of the jobs: compare throughput "
+            "and loss across them.",
+            "none",
+            w=w,
+        ),
+        [Query(promql.gauge(catalog.TRAINING_HYPERPARAMETERS_INFO, (model,)), instant=True, format="table")],
+        hidden_columns=("Value", "__name__", "instance", "job", "pod", "service"),
+    )
+
+
+def _quality(title: str, metric: catalog.Metric, model: str, w: int) -> PanelBuilder:
+    return per_job(title, f"{metric.help} Per job.", metric, "percentunit", (model,), w=w, min=0, max=1)
+
+
+def accuracy(model: str, *, w: int) -> PanelBuilder:
+    return _quality("Accuracy", catalog.MODEL_ACCURACY, model, w)
+
+
+def f1_score(model: str, *, w: int) -> PanelBuilder:
+    return _quality("F1 Score", catalog.MODEL_F1_SCORE, model, w)
+
+
+def precision(model: str, *, w: int) -> PanelBuilder:
+    return _quality("Precision", catalog.MODEL_PRECISION, model, w)
+
+
+def recall(model: str, *, w: int) -> PanelBuilder:
+    return _quality("Recall", catalog.MODEL_RECALL, model, w)
