@@ -12,7 +12,7 @@ from observability.promql import duration
 from observability.promql.syntax import series_names
 from observability.rules import alert_groups, group_inputs
 from observability.rules.detection import CRITICAL_DETECTION_ALERTS, promise_text
-from observability.rules.model import AlertRule, RecordingRule, alert_heading, github_anchor
+from observability.rules.rule_types import AlertRule, RecordingRule, alert_heading, github_anchor
 
 
 def _for_text(alert: AlertRule) -> str:

@@ -7,7 +7,7 @@ from observability.config import ObservabilityConfig
 from observability.promql import by, counter_increased, counter_rate, duration, gauge_by
 from observability.rules import recording
 from observability.rules.detection import critical_for_seconds, event_window_seconds
-from observability.rules.model import AlertRule, RunbookQuery, Severity
+from observability.rules.rule_types import AlertRule, RunbookQuery, Severity
 
 PERFORMANCE_GROUP = "ml_training_performance"
 AVAILABILITY_GROUP = "ml_training_availability"
