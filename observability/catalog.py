@@ -421,6 +421,14 @@ TRAINING_ROLLBACKS_TOTAL = Metric(
     JOB,
     _T,
 )
+TRAINING_RESUMES_TOTAL = Metric(
+    "ml_training_resumes_total",
+    MetricType.COUNTER,
+    "",
+    "Resumes of the job from its latest good checkpoint by this process (1 in a restarted pod, 0 in a fresh start).",
+    JOB,
+    _T,
+)
 TRAINING_ROLLBACK_BUDGET = Metric(
     "ml_training_rollback_budget",
     MetricType.GAUGE,

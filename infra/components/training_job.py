@@ -11,11 +11,13 @@ The same Job (kind Job, same pod template) is written to `rendered/<stack>/kuber
 `kubectl create -f` (it uses `generateName`, so it can be created repeatedly).
 
 Distributed jobs (`trainingJob.command` set): the container runs `torchrun` with one process per
-GPU, and each process (rank) serves its own metrics on `metricsPort + LOCAL_RANK`, declared as
-container port `metrics-<local rank>`; the pod annotation `foxhunt.io/scrape-rank-ports: "true"`
-makes the scrape config take every such port as its own target, so every rank is scraped and a
-stopped rank shows as its own target (one exporter per pod would hide which rank stopped and
-repeat the pod's GPU series once per rank). `trainingJob.nodes` > 1 makes the Job Indexed
+GPU, through `foxhunt-torchrun` (`observability.launcher`: the trainer's documented exit code
+becomes the pod's, which torchrun's own would hide from the podFailurePolicy), and each process
+(rank) serves its own metrics on `metricsPort + LOCAL_RANK`, declared as container port
+`metrics-<local rank>`; the pod annotation `foxhunt.io/scrape-rank-ports: "true"` makes the
+scrape config take every such port as its own target, so every rank is scraped and a stopped
+rank shows as its own target (one exporter per pod would hide which rank stopped and repeat the
+pod's GPU series once per rank). `trainingJob.nodes` > 1 makes the Job Indexed
 (`completions` = `parallelism` = nodes, one pod per node rank): its completion index is torchrun's
 `--node-rank`, and index 0, reached by its stable hostname `<job>-0.<rendezvous Service>`, hosts
 the static rendezvous (`--master-addr`). The rendezvous Service is headless, shared by every job of
@@ -82,8 +84,10 @@ HISTORY_LIMIT = 50
 TERMINATION_GRACE_PERIOD_SECONDS = 120
 DELETION_POLICY_ANNOTATION = "pulumi.com/deletionPropagationPolicy"
 # torchrun's static rendezvous: node rank from the Indexed Job's completion index, the TCP store
-# on index 0 (torchrun's default port).
-TORCHRUN = "torchrun"
+# on index 0 (torchrun's default port). The container runs torchrun through the trainer library's
+# launcher, which exits with the trainer's documented code (torchrun's own is 1 for any failed
+# worker), so the podFailurePolicy sees it.
+LAUNCHER = "foxhunt-torchrun"
 RENDEZVOUS_PORT = 29500
 NODE_RANK_ENV = "TORCHRUN_NODE_RANK"
 MASTER_ADDR_ENV = "TORCHRUN_MASTER_ADDR"
@@ -233,7 +237,7 @@ def pod_template(args: TrainingJobArgs) -> dict[str, Any]:
                     "name": CONTAINER,
                     "image": job.image,
                     "imagePullPolicy": "IfNotPresent",
-                    **({"command": [TORCHRUN], "args": torchrun_args(job)} if job.command else {}),
+                    **({"command": [LAUNCHER], "args": torchrun_args(job)} if job.command else {}),
                     "ports": container_ports(job),
                     "env": training_env(args),
                     "resources": resources(job.resources, {GPU_RESOURCE: str(job.gpu_count)}),

@@ -109,6 +109,7 @@ class TrainingMetrics:
         self.checkpoint_last_good_time = g(catalog.CHECKPOINT_LAST_GOOD_TIMESTAMP_SECONDS)
         self.rollbacks = c(catalog.TRAINING_ROLLBACKS_TOTAL)
         self.rollback_budget = g(catalog.TRAINING_ROLLBACK_BUDGET)
+        self.resumes = c(catalog.TRAINING_RESUMES_TOTAL)
         # E. model quality
         self.accuracy = g(catalog.MODEL_ACCURACY)
         self.f1_score = g(catalog.MODEL_F1_SCORE)
@@ -391,7 +392,7 @@ class JobMetrics:
             m.checkpoint_failures.labels(**job, error_type=error_type)
         for error_type in FAILURE_ERROR_TYPES:
             m.failures.labels(**job, error_type=error_type)
-        for per_job in (m.gradient_explosions, m.checkpoint_saves, m.folds_completed, m.rollbacks):
+        for per_job in (m.gradient_explosions, m.checkpoint_saves, m.folds_completed, m.rollbacks, m.resumes):
             per_job.labels(**job)
         for histogram in (m.iteration_seconds, m.checkpoint_duration):
             histogram.labels(**job)
@@ -596,6 +597,14 @@ class JobMetrics:
             self._suspect_state = False
         self._m.checkpoint_last_good_step.labels(**self._job).set(checkpoint.step)
         self._m.checkpoint_last_good_time.labels(**self._job).set(checkpoint.time)
+
+    def record_resume(self, checkpoint: GoodCheckpoint) -> None:
+        """This process resumed the job from `checkpoint` (a restarted pod): its step count goes
+        to the checkpoint's, it is the last good checkpoint, and the resume is counted
+        (`ml_training_resumes_total`, what the alert on a job that keeps restarting counts)."""
+        self.rewind_steps(checkpoint.step)
+        self.record_good_checkpoint(checkpoint)
+        self._m.resumes.labels(**self._job).inc()
 
     @property
     def suspect_state(self) -> bool:
