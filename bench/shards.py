@@ -106,7 +106,8 @@ def _self_metrics(api: PrometheusApi) -> dict[str, float]:
     if status != 200:
         raise RuntimeError(f"/metrics answered HTTP {status}")
     wanted = {"prometheus_remote_storage_samples_total", "prometheus_tsdb_head_series",
-              "prometheus_remote_storage_bytes_total", "process_resident_memory_bytes"}  # fmt: skip
+              "prometheus_remote_storage_bytes_total", "process_resident_memory_bytes",
+              "process_cpu_seconds_total"}  # fmt: skip
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(body.decode()):
         for sample in family.samples:
@@ -136,6 +137,9 @@ class ShardRun:
     sunk_modes: tuple[RemoteWrite, ...] = ()
     sunk_samples_per_second: tuple[float, ...] = ()
     shard_head_series: tuple[int, ...] = ()  # each shard's
+    # CPU over the timed minutes, in cores (CPU seconds a second): per mode's global tier, each shard.
+    global_cpu_cores: tuple[float, ...] = ()
+    shard_cpu_cores: tuple[float, ...] = ()
 
     @property
     def fleet_read_ms(self) -> float:
@@ -174,6 +178,7 @@ def run_shards(
             global_names = [str(g["name"]) for g in global_groups]
             # Every server's evaluations are recorded over the same minutes (one thread each).
             before, started = [_self_metrics(s.api) for s in topology.shards], time.monotonic()
+            global_before = [_self_metrics(g.api) for g in topology.global_tiers.values()]
             with ThreadPoolExecutor(max_workers=len(topology.servers)) as pool:
                 shard_seen = [
                     pool.submit(collect_group_evaluations, s.api, shard_names, EVALUATIONS, collect_wait)
@@ -199,6 +204,13 @@ def run_shards(
                 for m in (*topology.global_tiers, *sunk)
             )
             global_self = [_self_metrics(g.api) for g in topology.global_tiers.values()]
+            cpu = "process_cpu_seconds_total/"
+            global_cores = tuple(
+                (a.get(cpu, 0.0) - b.get(cpu, 0.0)) / elapsed for a, b in zip(global_self, global_before, strict=True)
+            )
+            shard_cores = tuple(
+                (a.get(cpu, 0.0) - b.get(cpu, 0.0)) / elapsed for a, b in zip(after, before, strict=True)
+            )
             heads = tuple(int(m.get("prometheus_tsdb_head_series/", 0)) for m in global_self)
             resident = tuple(int(m.get("process_resident_memory_bytes/", 0)) for m in global_self)
             shard_resident = tuple(int(m.get("process_resident_memory_bytes/", 0)) for m in after)
@@ -208,16 +220,18 @@ def run_shards(
             topology.stop()
     run = ShardRun(shards, tuple(counts), tuple(per_shard), by_mode[0], shape.nodes, interval,
                    tuple(topology.global_tiers), by_mode, rates[: len(modes)], heads, resident, shard_resident,
-                   sunk, rates[len(modes) :], shard_heads)  # fmt: skip
+                   sunk, rates[len(modes) :], shard_heads, global_cores, shard_cores)  # fmt: skip
     for i, timed in enumerate(run.per_shard):
         total = sum(g.total.median_ms for g in timed if not g.total.error)
-        print(f"    shard {i}: {run.targets_per_shard[i]} targets, shard tier {total:.0f} ms an evaluation", flush=True)
-    for mode, timed, rate, head, rss in zip(
-        run.modes, run.global_by_mode, run.samples_per_second, run.head_series, run.resident_bytes, strict=True
-    ):
+        print(f"    shard {i}: {run.targets_per_shard[i]} targets, shard tier {total:.0f} ms an evaluation, "
+              f"{run.shard_cpu_cores[i]:.2f} cores", flush=True)  # fmt: skip
+    for mode, timed, rate, head, rss, cores in zip(
+        run.modes, run.global_by_mode, run.samples_per_second, run.head_series, run.resident_bytes,
+        run.global_cpu_cores, strict=True,
+    ):  # fmt: skip
         total = _global_ms(timed)
         print(f"    global tier ({mode.value}) {total:.0f} ms an evaluation, {rate:.0f} samples/s written to it, "
-              f"{head} head series, {rss / 2**20:.0f} MiB resident", flush=True)  # fmt: skip
+              f"{head} head series, {rss / 2**20:.0f} MiB resident, {cores:.3f} cores", flush=True)  # fmt: skip
     for mode, rate in zip(run.sunk_modes, run.sunk_samples_per_second, strict=True):
         print(f"    {mode.value} stream: {rate:.0f} samples/s written to a discarding receiver", flush=True)
     print(f"    whole-fleet read {run.fleet_read_ms:.0f} ms", flush=True)
@@ -338,8 +352,8 @@ def render_scaling(runs: list[ShardRun], shape: FleetShape, command: str, machin
         "global tier, aggregates | share of interval (aggregates) | samples/s written, all | "
         "samples/s, aggregates | all / aggregates | head series, all (without a global `all` tier: the "
         "shards' together) / aggregates | "
-        "resident memory, all / aggregates / largest shard |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
+        "resident memory, all / aggregates / largest shard | CPU (cores), global aggregates / busiest shard |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|",
     ]
     for r in runs:
         totals = [sum(t.total.median_ms for t in shard if not t.total.error) for shard in r.per_shard]
@@ -349,6 +363,7 @@ def render_scaling(runs: list[ShardRun], shape: FleetShape, command: str, machin
         )
         head = dict(zip(r.modes, r.head_series, strict=True))
         rss = dict(zip(r.modes, r.resident_bytes, strict=True))
+        cores = dict(zip(r.modes, r.global_cpu_cores, strict=True))
         g_all = _global_ms(by[RemoteWrite.ALL]) if RemoteWrite.ALL in by else math.nan
         g_agg = _global_ms(by[RemoteWrite.AGGREGATES]) if RemoteWrite.AGGREGATES in by else math.nan
         r_all, r_agg = rate.get(RemoteWrite.ALL, math.nan), rate.get(RemoteWrite.AGGREGATES, math.nan)
@@ -359,7 +374,8 @@ def render_scaling(runs: list[ShardRun], shape: FleetShape, command: str, machin
             f"{r_all:,.0f} | {r_agg:,.0f} | {r_all / r_agg:.1f}x | "
             f"{head.get(RemoteWrite.ALL, 0) or sum(r.shard_head_series):,} / "
             f"{head.get(RemoteWrite.AGGREGATES, 0):,} | {_mib(rss.get(RemoteWrite.ALL, 0))} / "
-            f"{_mib(rss.get(RemoteWrite.AGGREGATES, 0))} / {_mib(max(r.shard_resident_bytes, default=0))} |"
+            f"{_mib(rss.get(RemoteWrite.AGGREGATES, 0))} / {_mib(max(r.shard_resident_bytes, default=0))} | "
+            f"{cores.get(RemoteWrite.AGGREGATES, math.nan):.3f} / {max(r.shard_cpu_cores, default=math.nan):.2f} |"
         )
     if len(runs) > 1:
         first, last = runs[0], runs[-1]
@@ -408,8 +424,8 @@ def sizing(runs: list[ShardRun], shape: FleetShape) -> list[str]:
         "and queries: leave headroom).",
         "",
         "| mode | nodes | head series | samples/s ingested | rule evaluation (ms, share of interval) | "
-        "resident memory |",
-        "|---|---:|---:|---:|---:|---:|",
+        "resident memory | CPU (cores) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for i, mode in enumerate(runs[0].modes):
         fits = [
@@ -417,12 +433,13 @@ def sizing(runs: list[ShardRun], shape: FleetShape) -> list[str]:
             _fit(nodes, [r.samples_per_second[i] for r in runs]),
             _fit(nodes, [_global_ms(r.global_by_mode[i]) for r in runs]),
             _fit(nodes, [float(r.resident_bytes[i]) for r in runs]),
+            _fit(nodes, [r.global_cpu_cores[i] for r in runs]),
         ]
         for size in SIZING_NODES:
-            head, ingest, ms, rss = (max(0.0, a + b * size) for a, b in fits)
+            head, ingest, ms, rss, cores = (max(0.0, a + b * size) for a, b in fits)
             lines.append(
                 f"| {mode.value} | {size:,} | {head:,.0f} | {ingest:,.0f} | {ms:,.0f} "
-                f"({100 * ms / (1000 * runs[0].interval):.1f} %) | {_mib(int(rss))} |"
+                f"({100 * ms / (1000 * runs[0].interval):.1f} %) | {_mib(int(rss))} | {cores:.2f} |"
             )
     return lines
 
