@@ -114,6 +114,10 @@ def overhead(work: Path, rounds: int, cycles: int, device_seconds: float, scrape
             per_round[label][1].append((cpu[variant] - cpu[baseline]) / wall[baseline])
         for name in names:
             pooled[name] += [w for w, _ in steps[name]]
+    # The Python hook's CPU per gradient bucket: the whole cost over plain DDP, per bucket reduced.
+    plain_cpu = statistics.median(c for steps in result["rounds"] for _, c in steps["plain"])
+    instrumented_cpu = statistics.median(c for steps in result["rounds"] for _, c in steps["instrumented"])
+    per_bucket = (instrumented_cpu - plain_cpu) / result["buckets"]
     keys = ("world_size", "cycles", "device_seconds", "gradient_bytes", "buckets", "bucket_cap_mb", "scrapes")
     return {
         **{k: result[k] for k in keys},
@@ -122,6 +126,9 @@ def overhead(work: Path, rounds: int, cycles: int, device_seconds: float, scrape
         "comparisons": {
             label: {"wall": _spread(walls), "cpu": _spread(cpus)} for label, (walls, cpus) in per_round.items()
         },
+        "cpu_per_bucket_us": per_bucket * 1e6,
+        # buckets reduced per second of training at which that cost is 1 % of the time
+        "buckets_per_second_at_one_percent": 0.01 / per_bucket if per_bucket > 0 else None,
         "scrape_cpu_ms": result["scrape_cpu_seconds"] * 1000,
         "scrape_interval_seconds": scrape_interval,
         "scrape_share": result["scrape_cpu_seconds"] / scrape_interval,
@@ -249,7 +256,16 @@ def section(over: dict[str, Any] | None, detect: dict[str, Any] | None, command:
                 f"| {label} | **{w * 100:+.2f} %** ({w1 * 100:+.2f} % to {w3 * 100:+.2f} %) | "
                 f"**{c * 100:+.2f} %** ({c1 * 100:+.2f} % to {c3 * 100:+.2f} %) |"
             )
+        at_one = over["buckets_per_second_at_one_percent"]
         lines += [
+            "",
+            f"Per gradient bucket, the instrumented step computes {over['cpu_per_bucket_us']:.0f} µs more than plain "
+            "DDP's (median CPU per step over the buckets of a step)"
+            + (
+                f": the whole cost reaches 1 % of the time at {at_one:.0f} buckets reduced per second."
+                if at_one is not None
+                else "."
+            ),
             "",
             f"Serving the metrics: {over['scrape_cpu_ms']:.2f} ms of the process's CPU per scrape (both ends of "
             f"the request, mean of {over['scrapes']}), at the stack's {over['scrape_interval_seconds']} s interval "
