@@ -39,10 +39,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from bench._report import BENCHMARKS, write_section
 from observability import catalog
-from poller.collector import SharedPass
 from poller.error_counters import ErrorCounters
-from poller.exposition import TextPageWriter
+from poller.metrics_page import TextPageWriter
 from poller.nvml_source import NvmlSource
+from poller.shared_pass import SharedPass
 from tests.poller import image_harness as images
 from tests.poller.fake_nvml import fake_nvml_harness
 from tests.poller.reference_collector import GpuCollector

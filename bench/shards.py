@@ -4,7 +4,7 @@
 for each shard count, the synthetic fleet (the same series and values as the fleet benchmark's
 live half) listens on one port per target; that many Prometheus shards scrape it by `hashmod`,
 evaluate the shard tier of the rules (`rules-shard.yaml`) and remote-write to a global Prometheus
-that evaluates the global tier (`rules-global.yaml`, `bench.fleet.shards`). After a warm-up, every
+that evaluates the global tier (`rules-global.yaml`, `bench.fleet.sharded_topology`). After a warm-up, every
 group's evaluation time is read from each server's rule manager, and expressed in whole-fleet
 reads: the baseline group (`count()` over every GPU's series of one metric) evaluated by the
 global tier, which holds the whole fleet, in the same run. Writes the "Sharded fleet" section of
@@ -39,7 +39,7 @@ from bench.fleet.live import (
     targets,
 )
 from bench.fleet.query_timing import GroupTiming
-from bench.fleet.shards import TargetServers, start_topology
+from bench.fleet.sharded_topology import TargetServers, start_topology
 from bench.fleet.values import Patterns
 from observability.config import ObservabilityConfig, RemoteWrite
 from observability.rules import Tier, tier_rule_groups

@@ -20,19 +20,19 @@ from typing import Any
 
 from dashboards import panels, variables
 from dashboards.layout import DashboardSpec, Row, assemble
-from dashboards.panels import ERRORS, GREEN, RED, YELLOW, Common, Query, Thresholds, efficiency, traces
+from dashboards.panels import ERRORS, GREEN, RED, YELLOW, ColourSteps, Common, Query, efficiency, traces
 from observability import alert_links, catalog, promql
 from observability.config import ObservabilityConfig
 from observability.rules import dashboard_recording as rec
 from observability.rules import health, jobs, project_group_names
-from observability.rules.model import RecordingRule
+from observability.rules.rule_types import RecordingRule
 
 UID = alert_links.INFRA_COCKPIT_UID
 TITLE = "Foxhunt Infra Cockpit"
 
 NODE = promql.variable_matcher("node", "node")
 UP_DOWN = {"1": ("UP", GREEN), "0": ("DOWN", RED)}
-ALL_UP = Thresholds(RED, ((1, GREEN),))
+ALL_UP = ColourSteps(RED, ((1, GREEN),))
 # How many members a "worst" table lists.
 WORST = 10
 
@@ -45,7 +45,7 @@ def _targets_up(title: str, description: str, service: str) -> panels.PanelBuild
     """Scrape targets of one service: how many answer and how many do not."""
     up = promql.gauge(catalog.UP, (promql.matcher("service", service),))
     return panels.stat(
-        Common(title, description, "short", w=6, h=6, thresholds=Thresholds(GREEN)),
+        Common(title, description, "short", w=6, h=6, thresholds=ColourSteps(GREEN)),
         [Query(f"sum({up})", "up"), Query(f"count({up} == 0) or vector(0)", "down")],
     )
 
@@ -167,7 +167,7 @@ def _monitoring_health(cfg: ObservabilityConfig) -> Row:
                     "short",
                     w=8,
                     min=0,
-                    thresholds=Thresholds(GREEN, ((1, RED),)),
+                    thresholds=ColourSteps(GREEN, ((1, RED),)),
                 ),
                 [Query(f"count({promql.aggregate('max', ('node',), nvml_up)} == 0) or vector(0)", "NVML down")],
                 threshold_style=panels.ThresholdStyle.AREA,
@@ -191,7 +191,7 @@ def _monitoring_health(cfg: ObservabilityConfig) -> Row:
                     "Prometheus (RuleGroupSlow). Needs Prometheus to scrape itself.",
                     "percentunit",
                     w=12,
-                    thresholds=Thresholds(GREEN, ((slow_group.value / 2, YELLOW), (slow_group.value, RED))),
+                    thresholds=ColourSteps(GREEN, ((slow_group.value / 2, YELLOW), (slow_group.value, RED))),
                 ),
                 [Query(f"topk({WORST_GROUPS}, {share})", instant=True, format="table")],
                 hidden_columns=("Time",),
@@ -228,7 +228,7 @@ def _poller_health() -> Row:
                     "Nodes whose poller could not reach NVML in its last collection.",
                     "short",
                     w=4,
-                    thresholds=Thresholds(GREEN, ((1, RED),)),
+                    thresholds=ColourSteps(GREEN, ((1, RED),)),
                 ),
                 [Query(f"count({nvml_down}) or vector(0)", "NVML down", instant=True)],
                 background=True,
@@ -485,7 +485,7 @@ def _gpu_allocation(cfg: ObservabilityConfig) -> Row:
                     "short",
                     w=12,
                     min=0,
-                    thresholds=Thresholds(GREEN, ((1, YELLOW),)),
+                    thresholds=ColourSteps(GREEN, ((1, YELLOW),)),
                 ),
                 [Query(jobs.FLEET_HELD_IDLE, "held, idle")],
                 threshold_style=panels.ThresholdStyle.AREA,

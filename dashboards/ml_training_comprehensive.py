@@ -21,9 +21,9 @@ from dashboards.panels import (
     JOB_LEGEND,
     RED,
     YELLOW,
+    ColourSteps,
     Common,
     Query,
-    Thresholds,
     checkpoint,
     efficiency,
     gpm,
@@ -42,7 +42,7 @@ from observability import catalog, promql
 from observability.config import ObservabilityConfig
 from observability.rules import dashboard_recording as rec
 from observability.rules import jobs
-from observability.thresholds import Thresholds as AlertThresholds
+from observability.thresholds import Thresholds
 
 UID = "ml-training-comprehensive"
 TITLE = "ML Training Comprehensive"
@@ -54,18 +54,18 @@ TOP = rec.GPU_EXTREMES
 
 # The colours the platform's monitoring report specifies. Steps that show an alert's threshold are
 # derived from it (dashboards/threshold_steps.py).
-NAN_RED_ABOVE_ZERO = Thresholds(GREEN, ((1, RED),))  # integer counts (ceil), so "1" is "above 0"
-PROGRESS = Thresholds(BLUE, ((50, YELLOW), (100, GREEN)))  # blue -> yellow -> green
-ACCURACY = Thresholds(RED, ((0.85, YELLOW), (0.90, GREEN)))  # red <0.85, yellow 0.85-0.90, green >0.90
-FAILURES_RED_ABOVE_ZERO = Thresholds(GREEN, ((1, RED),))
-GPU_ERRORS = Thresholds(GREEN, ((0.01, RED),))  # red above 0.01 errors/s
+NAN_RED_ABOVE_ZERO = ColourSteps(GREEN, ((1, RED),))  # integer counts (ceil), so "1" is "above 0"
+PROGRESS = ColourSteps(BLUE, ((50, YELLOW), (100, GREEN)))  # blue -> yellow -> green
+ACCURACY = ColourSteps(RED, ((0.85, YELLOW), (0.90, GREEN)))  # red <0.85, yellow 0.85-0.90, green >0.90
+FAILURES_RED_ABOVE_ZERO = ColourSteps(GREEN, ((1, RED),))
+GPU_ERRORS = ColourSteps(GREEN, ((0.01, RED),))  # red above 0.01 errors/s
 
 
 def _job(metric: catalog.Metric) -> str:
     return promql.gauge(metric, (MODEL, JOB))
 
 
-def _high_level_status(th: AlertThresholds) -> Row:
+def _high_level_status(th: Thresholds) -> Row:
     nan_count = f"ceil({promql.aggregate('sum', (), promql.increase(catalog.TRAINING_NAN_COUNT, (MODEL, JOB)))})"
     return Row(
         "High-Level Status",
@@ -143,7 +143,7 @@ def _loss_monitoring() -> Row:
     )
 
 
-def _gpu_monitoring(th: AlertThresholds) -> Row:
+def _gpu_monitoring(th: Thresholds) -> Row:
     low, high = th.gpu_utilization_low_percent.short, th.gpu_utilization_high_percent.short
     green = gpu_utilization_steps(th).steps[1][0]
     # Per GPU, then only the fullest TOP of them (an instant query: one pass over the 8,000 GPUs).
@@ -237,7 +237,7 @@ def _training_progress() -> Row:
     )
 
 
-def _performance(th: AlertThresholds) -> Row:
+def _performance(th: Thresholds) -> Row:
     steps = temperature_steps(th)
     return Row(
         "Performance Metrics",

@@ -7,37 +7,39 @@ threshold moves the alert, its text and the colours together. Values only dashbo
 
 from __future__ import annotations
 
-from dashboards.panels import GREEN, RED, YELLOW, Thresholds
-from observability.thresholds import Thresholds as AlertThresholds
+from dashboards.panels import GREEN, RED, YELLOW, ColourSteps
+from observability.thresholds import Thresholds
 
 GOOD_TRAINING_SPEED = 0.5  # epochs per second shown green
 GOOD_GPU_UTILIZATION = 60  # percent from which utilization is shown green
 TEMPERATURE_WARNING_MARGIN = 10  # °C below the GPUTemperatureHigh threshold that is shown yellow
 
 
-def training_speed_steps(th: AlertThresholds) -> Thresholds:
+def training_speed_steps(th: Thresholds) -> ColourSteps:
     """Red below the TrainingSlowdown threshold, yellow to 0.5 epochs/s, green above."""
     slow = th.training_slowdown_epochs_per_second.value
-    return Thresholds(RED, ((slow, YELLOW), (max(GOOD_TRAINING_SPEED, slow), GREEN)))
+    return ColourSteps(RED, ((slow, YELLOW), (max(GOOD_TRAINING_SPEED, slow), GREEN)))
 
 
-def gpu_utilization_steps(th: AlertThresholds) -> Thresholds:
+def gpu_utilization_steps(th: Thresholds) -> ColourSteps:
     """Red below GPUUtilizationLow's threshold (waste) and above GPUUtilizationCritical's, green from 60%."""
     low, high = th.gpu_utilization_low_percent.value, th.gpu_utilization_high_percent.value
-    return Thresholds(RED, ((low, YELLOW), (min(max(GOOD_GPU_UTILIZATION, low), high), GREEN), (high, RED)))
+    return ColourSteps(RED, ((low, YELLOW), (min(max(GOOD_GPU_UTILIZATION, low), high), GREEN), (high, RED)))
 
 
-def gpu_memory_steps(th: AlertThresholds) -> Thresholds:
+def gpu_memory_steps(th: Thresholds) -> ColourSteps:
     """Yellow from GPUMemoryUsageHigh's threshold, red from GPUMemoryExhausted's (in percent)."""
-    return Thresholds(GREEN, ((th.gpu_memory_high_ratio.percent, YELLOW), (th.gpu_memory_exhausted_ratio.percent, RED)))
+    return ColourSteps(
+        GREEN, ((th.gpu_memory_high_ratio.percent, YELLOW), (th.gpu_memory_exhausted_ratio.percent, RED))
+    )
 
 
-def gpu_memory_ratio_steps(th: AlertThresholds) -> Thresholds:
+def gpu_memory_ratio_steps(th: Thresholds) -> ColourSteps:
     """The memory steps for a panel that shows the fraction (0-1) rather than percent."""
-    return Thresholds(GREEN, ((th.gpu_memory_high_ratio.value, YELLOW), (th.gpu_memory_exhausted_ratio.value, RED)))
+    return ColourSteps(GREEN, ((th.gpu_memory_high_ratio.value, YELLOW), (th.gpu_memory_exhausted_ratio.value, RED)))
 
 
-def temperature_steps(th: AlertThresholds) -> Thresholds:
+def temperature_steps(th: Thresholds) -> ColourSteps:
     """Red above GPUTemperatureHigh's threshold, yellow in the 10 °C below it."""
     hot = th.gpu_temperature_high_celsius.value
-    return Thresholds(GREEN, ((hot - TEMPERATURE_WARNING_MARGIN, YELLOW), (hot, RED)))
+    return ColourSteps(GREEN, ((hot - TEMPERATURE_WARNING_MARGIN, YELLOW), (hot, RED)))

@@ -35,7 +35,7 @@ from observability.notifications import TEMPLATE_FILE, pagerduty_fields, slack_f
 from observability.promql import duration
 from observability.rules import alert_rules, gpu, health
 from observability.rules.detection import PAGE_GROUP_WAIT_SECONDS
-from observability.rules.model import Severity
+from observability.rules.rule_types import Severity
 
 PAGE = "page"
 CHAT = "chat"

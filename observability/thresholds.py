@@ -22,7 +22,7 @@ import yaml
 
 THRESHOLDS_FILE = Path(__file__).with_name("thresholds.yaml")
 
-Unit = Literal["percent", "ratio", "celsius", "seconds", "per_second", "epochs_per_second", "score", "factor"]
+Unit = Literal["percent", "ratio", "celsius", "seconds", "per_second", "epochs_per_second", "score", "factor", "count"]
 
 # Inclusive lower, inclusive upper bound per unit (a ratio or factor is a fraction, a percent 0-100).
 _RANGES: dict[str, tuple[float, float]] = {
@@ -34,7 +34,9 @@ _RANGES: dict[str, tuple[float, float]] = {
     "epochs_per_second": (0.0001, 1e6),
     "score": (0.0, 1e6),
     "factor": (0.0, 1.0),
+    "count": (0.0, 1e6),  # a whole number of events (rollbacks, restarts)
 }
+WHOLE_UNITS = frozenset({"count"})
 
 
 def _number(value: float) -> str:
@@ -89,6 +91,8 @@ class Threshold:
                 return _long_duration(self.value)
             case "per_second":
                 return "once per second" if self.value == 1 else f"{_number(self.value)} times per second"
+            case "count":
+                return "once" if self.value == 1 else f"{_number(self.value)} times"
             case "epochs_per_second":
                 return f"{_number(self.value)} epochs per second"
             case _:
@@ -166,9 +170,17 @@ class Thresholds:
     def scaled(self, factor: float) -> Thresholds:
         """Every threshold times `factor` (what-if tests); a value that leaves its unit's range is an error."""
         return parse_thresholds(
-            {r.name: {**_record_document(r), "value": round(r.value * factor, 6)} for r in self},
+            {r.name: {**_record_document(r), "value": _scaled(r, factor)} for r in self},
             f"thresholds x {factor:g}",
         )
+
+
+def _scaled(record: Threshold, factor: float) -> float:
+    """`record`'s value times `factor`; a count moves to the next whole number in that direction."""
+    value = round(record.value * factor, 6)
+    if record.unit not in WHOLE_UNITS or (value.is_integer() and value != record.value) or factor == 1:
+        return value
+    return float(math.floor(value) if factor < 1 else math.ceil(value))
 
 
 class ThresholdsError(ValueError):
@@ -223,6 +235,9 @@ def _parse_record(key: str, raw: Any, source: str, problems: list[str]) -> Thres
         elif not low < number <= high:
             expected = f"expected a number above {low:g} and at most {high:g} ({unit})"
             problems.append(f"{source}: {key} = {value!r}: {expected}")
+            ok = False
+        elif unit in WHOLE_UNITS and not number.is_integer():
+            problems.append(f"{source}: {key} = {value!r}: expected a whole number ({unit})")
             ok = False
     return Threshold(key, number, cast(Unit, unit), str(alert), str(record or "")) if ok else None
 

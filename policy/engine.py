@@ -6,25 +6,11 @@ the CrossGuard pack does per resource (`run_resource_policy`) and per stack (`ru
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import PurePosixPath
 
-import yaml
-
-from policy.model import Enforcement, Finding, KubeObject, Policy, PolicyContext, Violation
 from policy.rules import ALL_POLICIES
-from policy.rules.alerting import ALERT_RULE_ANNOTATIONS, groups_in_text, rule_group_findings
-from policy.rules.grafana import (
-    DASHBOARD_CONFIGMAPS,
-    DASHBOARD_UIDS_UNIQUE,
-    DATASOURCE_LINKS_RESOLVE,
-    datasource_link_findings,
-    datasources_in_text,
-    looks_like_dashboard,
-    uid_findings,
-)
-from policy.rules.plaintext import NO_PLAINTEXT_SECRETS, document_findings, stack_file_findings, text_findings
+from policy.vocabulary import Enforcement, Finding, KubeObject, Policy, PolicyContext, Violation
 
 # Context field -> the key that carries it in the pack's policy config (rendered/<stack>/policy/pack-config.json).
 CONFIG_KEYS = {
@@ -106,52 +92,27 @@ def mandatory(violations: Iterable[Violation]) -> list[Violation]:
 # ------------------------------------------------------------------------------------------------
 
 
-def _parse(name: str, text: str) -> object:
-    try:
-        return json.loads(text) if name.endswith(".json") else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError):
-        return None
-
-
 def check_files(files: Mapping[str, str]) -> list[Violation]:
-    """The rendered files besides the Kubernetes objects: rule files, datasource provisioning,
-    bare dashboards, and every one of them for plaintext credentials. `kubernetes/` is skipped
-    (those are the objects `evaluate` checks, Secrets included)."""
-    violations: list[Violation] = []
-    dashboard_uids: dict[str, str] = {}
-    for name, text in sorted(files.items()):
-        if PurePosixPath(name).parts[:1] == ("kubernetes",):
-            continue
-        groups = groups_in_text(text) if name.endswith((".yaml", ".yml")) else None
-        if groups is not None:
-            violations += [_violation(ALERT_RULE_ANNOTATIONS, name, f) for f in rule_group_findings(groups, "groups")]
-        sources = datasources_in_text(text) if name.endswith((".yaml", ".yml")) else []
-        violations += [
-            _violation(DATASOURCE_LINKS_RESOLVE, name, f)
-            for _, f in datasource_link_findings([("", s) for s in sources])
-        ]
-        document = _parse(name, text)
-        if name.endswith(".json") and isinstance(document, Mapping) and looks_like_dashboard(document):
-            uid = document.get("uid") if isinstance(document.get("uid"), str) else None
-            violations += [_violation(DASHBOARD_CONFIGMAPS, name, f) for f in uid_findings(uid, "uid")]
-            if uid and uid in dashboard_uids:
-                violations.append(
-                    _violation(
-                        DASHBOARD_UIDS_UNIQUE,
-                        name,
-                        Finding(
-                            "uid", f"dashboard uid {uid!r} is also used by {dashboard_uids[uid]}", "use unique uids"
-                        ),
-                    )
-                )
-            elif uid:
-                dashboard_uids[uid] = name
-        structured = isinstance(document, Mapping | list)
-        findings = list(document_findings(document)) if structured else list(text_findings(text, ""))
-        violations += [_violation(NO_PLAINTEXT_SECRETS, name, f) for f in findings]
-    return violations
+    """The rendered files besides the Kubernetes objects (rule files, datasource provisioning, bare
+    dashboards, and every file for plaintext credentials): each policy of `ALL_POLICIES` with a
+    `file_check`, by file. `kubernetes/` is skipped (those are the objects `evaluate` checks,
+    Secrets included)."""
+    rendered = {name: text for name, text in sorted(files.items()) if PurePosixPath(name).parts[:1] != ("kubernetes",)}
+    violations = [
+        _violation(policy, name, finding)
+        for policy in ALL_POLICIES
+        if policy.file_check is not None
+        for name, finding in policy.file_check(rendered)
+    ]
+    return sorted(violations, key=lambda v: v.subject)
 
 
 def check_stack_file(name: str, text: str) -> list[Violation]:
-    """`Pulumi.<stack>.yaml`: no plaintext credential in its config or anywhere in its text."""
-    return [_violation(NO_PLAINTEXT_SECRETS, name, f) for f in stack_file_findings(text)]
+    """`Pulumi.<stack>.yaml`: each policy of `ALL_POLICIES` with a `stack_file_check` (no plaintext
+    credential in its config or anywhere in its text)."""
+    return [
+        _violation(policy, name, finding)
+        for policy in ALL_POLICIES
+        if policy.stack_file_check is not None
+        for finding in policy.stack_file_check(text)
+    ]

@@ -3,11 +3,14 @@ templates and containers of every workload kind, and Pulumi resources turned int
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from policy.model import KubeObject
+import yaml
+
+from policy.vocabulary import KubeObject
 
 EMPTY: Mapping[str, Any] = {}
 
@@ -26,6 +29,18 @@ LONG_RUNNING_KINDS = frozenset({"Deployment", "DaemonSet", "StatefulSet", "Repli
 
 # Pulumi modules in the kubernetes provider that are components, not API objects.
 _COMPONENT_MODULES = ("yaml", "helm.sh", "kustomize")
+
+
+def parsed_file(name: str, text: str) -> object:
+    """A rendered file's document (JSON for `.json`, YAML otherwise); None when it does not parse."""
+    try:
+        return json.loads(text) if name.endswith(".json") else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError):
+        return None
+
+
+def is_yaml(name: str) -> bool:
+    return name.endswith((".yaml", ".yml"))
 
 
 def mapping(value: Any) -> Mapping[str, Any]:

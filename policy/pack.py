@@ -25,9 +25,9 @@ from pulumi_policy import Policy as PulumiPolicy
 
 from policy.engine import run_resource_policy, stack_policy_violations
 from policy.manifests import kube_object_from_pulumi
-from policy.model import Enforcement, KubeObject, Policy
 from policy.pack_config import config_schema, context_from_config
 from policy.rules import ALL_POLICIES
+from policy.vocabulary import Enforcement, KubeObject, Policy
 
 PACK_NAME = "foxhunt-observability"
 PACK_DESCRIPTION = (

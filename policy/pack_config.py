@@ -21,8 +21,8 @@ from typing import Any
 
 from policy.engine import CONFIG_KEYS
 from policy.manifests import as_int, mapping, sequence, string
-from policy.model import DeclaredService, Policy, PolicyContext
 from policy.rules import ALL_POLICIES
+from policy.vocabulary import DeclaredService, Policy, PolicyContext
 
 SERVICE_SCHEMA: dict[str, Any] = {
     "type": "object",

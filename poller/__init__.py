@@ -8,8 +8,9 @@ Run it with `python -m poller --listen HOST:PORT`. Module map:
   nvml_calls     the per-pass NVML calls derived from it, bound once per GPU to one buffer
   xid_events     the background thread that counts XID events from NVML's event API
   error_counters counters that live across passes (XID, GPU errors, collection failures)
-  collector      `SharedPass` (one pass at a time, minimum interval)
-  exposition     the fast text-format writer the HTTP server uses for `/metrics`
+  samples        the values one pass produces (`GpuSample`, `GpuIdentity`, `PassResult`)
+  shared_pass    `SharedPass` (one pass at a time, minimum interval)
+  metrics_page   the fast text-format writer the HTTP server uses for `/metrics`
   exported_metrics which catalog metric each NVML reading becomes
   server         HTTP server (`/metrics`, `/healthz`), SIGTERM handling
   healthcheck    the container HEALTHCHECK probe

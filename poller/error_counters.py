@@ -18,7 +18,7 @@ import threading
 from dataclasses import dataclass
 
 from poller.exported_metrics import ERROR_TYPES, FAILURE_REASONS
-from poller.model import GpuIdentity
+from poller.samples import GpuIdentity
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import fields
 
 from observability import catalog
-from poller.model import GpuSample
 from poller.nvml_fields import NVML_FIELDS, NvmlField
+from poller.samples import GpuSample
 
 _ORDER = {f.name: i for i, f in enumerate(fields(GpuSample))}
 _ROWS: tuple[NvmlField, ...] = tuple(

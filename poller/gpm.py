@@ -33,8 +33,8 @@ from typing import Any
 import pynvml
 
 from poller.error_counters import ErrorCounters
-from poller.model import GPM_FIELDS, GpuIdentity
 from poller.nvml_calls import nvml_function
+from poller.samples import GPM_FIELDS, GpuIdentity
 
 LOG = logging.getLogger(__name__)
 

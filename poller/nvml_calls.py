@@ -19,8 +19,8 @@ import struct
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from poller.model import GPM_FIELDS, GpuIdentity, GpuSample
 from poller.nvml_fields import NVML_FIELDS, NvmlField
+from poller.samples import GPM_FIELDS, GpuIdentity, GpuSample
 
 
 def _members(fields: Sequence[NvmlField]) -> tuple[str, ...]:

@@ -15,7 +15,7 @@ Faults and what the source does about them:
 - GPM (profiling metrics, see poller.gpm) missing from the driver or not supported by a GPU: the
   GPM metrics of that GPU are omitted, with one log line.
 
-Passes are not thread-safe: the caller (collector.SharedPass) runs one at a time. The XID event
+Passes are not thread-safe: the caller (shared_pass.SharedPass) runs one at a time. The XID event
 thread shares the session through `session_lock`, which re-initialisation also takes, so NVML is
 never shut down under a waiting event call.
 """
@@ -34,7 +34,6 @@ import pynvml
 
 from poller.error_counters import ErrorCounters
 from poller.gpm import GPM_FUNCTION_NAMES, NO_GPM, GpmAllocationError, GpmCallError, GpmFunctions, GpmReader
-from poller.model import DriverInfo, GpuIdentity, GpuSample, PassResult, unidentified_gpu
 from poller.nvml_calls import (
     FIELDS,
     READING_COUNT,
@@ -44,6 +43,7 @@ from poller.nvml_calls import (
     Readings,
     sample_from,
 )
+from poller.samples import DriverInfo, GpuIdentity, GpuSample, PassResult, unidentified_gpu
 
 LOG = logging.getLogger(__name__)
 

@@ -17,11 +17,11 @@ from types import FrameType
 from observability.exposition import TEXT, TEXT_ONLY, Format, MetricsHTTPServer
 from observability.http_server import ServerLimits
 from observability.web_config import WebConfig, WebConfigError, load_web_config
-from poller.collector import SharedPass
 from poller.error_counters import ErrorCounters
-from poller.exposition import TextPageWriter
+from poller.metrics_page import TextPageWriter
 from poller.nvml_source import NvmlSource
 from poller.settings import PollerSettings
+from poller.shared_pass import SharedPass
 from poller.xid_events import XidEventWatcher
 
 LOG = logging.getLogger(__name__)

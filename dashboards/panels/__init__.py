@@ -90,8 +90,10 @@ class LogQuery:
 
 
 @dataclass(frozen=True)
-class Thresholds:
-    """Absolute threshold steps: a base colour, then (value, colour) from which the colour applies."""
+class ColourSteps:
+    """A panel's colours by value (Grafana's absolute "thresholds"): a base colour, then (value,
+    colour) from which the colour applies. The alert thresholds they often show are
+    `observability.thresholds.Thresholds` (`dashboards.threshold_steps` turns one into the other)."""
 
     base: str
     steps: tuple[tuple[float, str], ...] = ()
@@ -105,7 +107,7 @@ class Thresholds:
         return dashboard_builder.ThresholdsConfig().mode(dashboard_model.ThresholdsMode.ABSOLUTE).steps(ordered)
 
 
-NEUTRAL = Thresholds(GREEN)
+NEUTRAL = ColourSteps(GREEN)
 
 
 @dataclass(frozen=True)
@@ -119,7 +121,7 @@ class Common:
     h: int = 8
     min: float | None = None
     max: float | None = None
-    thresholds: Thresholds = NEUTRAL
+    thresholds: ColourSteps = NEUTRAL
     decimals: int | None = None
     mappings: Mapping[str, tuple[str, str]] = field(default_factory=dict)  # value -> (text, colour)
 
@@ -359,7 +361,7 @@ def logs(c: Common, query: LogQuery) -> PanelBuilder:
 # --- what several topic modules' queries share ------------------------------------------------------
 JOB_LEGEND = "{{model_type}} {{job_id}}"
 # Red from the first error per second: any error is worth a look.
-ERRORS = Thresholds(GREEN, ((1e-3, RED),))
+ERRORS = ColourSteps(GREEN, ((1e-3, RED),))
 
 
 def legend_of(labels: Sequence[str]) -> str:

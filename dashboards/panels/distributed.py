@@ -5,12 +5,12 @@ type. Every figure is one of `observability.rules.distributed`'s recorded series
 
 from __future__ import annotations
 
-from dashboards.panels import GREEN, RED, YELLOW, Common, PanelBuilder, Query, Thresholds, prometheus_table, stat
+from dashboards.panels import GREEN, RED, YELLOW, ColourSteps, Common, PanelBuilder, Query, prometheus_table, stat
 from dashboards.panels import timeseries as _timeseries
 from observability import catalog, promql
 from observability.config import ObservabilityConfig
 from observability.rules import distributed as d
-from observability.thresholds import Threshold as AlertThreshold
+from observability.thresholds import Threshold
 
 RANK_LEGEND = "rank {{rank}}"
 
@@ -34,9 +34,9 @@ def _compute_excess(matchers: tuple[str, ...]) -> str:
     return f"({promql.selector(d.RANK_COMPUTE_PER_STEP, matchers)}\n/ {promql.on(d.JOB)} group_left () {median}) - 1"
 
 
-def _red_from(threshold: AlertThreshold) -> Thresholds:
+def _red_from(threshold: Threshold) -> ColourSteps:
     """Green below an alert's threshold, red from it: the panel shows where the alert starts."""
-    return Thresholds(GREEN, ((threshold.value, RED),))
+    return ColourSteps(GREEN, ((threshold.value, RED),))
 
 
 def compute_per_step(job: tuple[str, ...], *, w: int) -> PanelBuilder:
@@ -93,7 +93,7 @@ def hang_status(cfg: ObservabilityConfig, job: tuple[str, ...], *, w: int) -> Pa
             "names the rank that stopped answering or does not wait in a collective.",
             "s",
             w=w,
-            thresholds=Thresholds(GREEN, ((hang.value / 2, YELLOW), (hang.value, RED))),
+            thresholds=ColourSteps(GREEN, ((hang.value / 2, YELLOW), (hang.value, RED))),
         ),
         [Query(promql.selector(d.JOB_LAST_STEP_AGE, job), "{{job_id}}")],
     )

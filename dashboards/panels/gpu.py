@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dashboards.panels import Common, PanelBuilder, Query, ThresholdStyle, timeseries
 from dashboards.threshold_steps import temperature_steps
 from observability import catalog, promql
-from observability.thresholds import Thresholds as AlertThresholds
+from observability.thresholds import Thresholds
 
 GPU_LEGEND = "{{node}} GPU {{gpu_id}}"
 
@@ -24,7 +24,7 @@ def busiest(metric: catalog.Metric, gpus: tuple[str, ...], top: int, suffix: str
     return Query(f"topk({top}, {_gpus(metric, gpus)})", f"{GPU_LEGEND}{suffix}")
 
 
-def temperature(th: AlertThresholds, description: str, queries: Sequence[Query], *, w: int) -> PanelBuilder:
+def temperature(th: Thresholds, description: str, queries: Sequence[Query], *, w: int) -> PanelBuilder:
     """Core temperature in °C, with the GPUTemperatureHigh threshold drawn as a line."""
     return timeseries(
         Common("GPU Temperature", description, "celsius", w=w, thresholds=temperature_steps(th)),
@@ -33,7 +33,7 @@ def temperature(th: AlertThresholds, description: str, queries: Sequence[Query],
     )
 
 
-def hottest_temperature(th: AlertThresholds, gpus: tuple[str, ...], top: int, *, w: int) -> PanelBuilder:
+def hottest_temperature(th: Thresholds, gpus: tuple[str, ...], top: int, *, w: int) -> PanelBuilder:
     return temperature(
         th,
         f"Core temperature of the {top} hottest selected GPUs; throttling risk above "

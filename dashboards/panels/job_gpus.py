@@ -12,8 +12,8 @@ from dashboards.threshold_steps import gpu_memory_ratio_steps, gpu_utilization_s
 from observability import promql
 from observability.config import ObservabilityConfig
 from observability.rules import goodput, jobs
-from observability.rules.model import RecordingRule
-from observability.thresholds import Thresholds as AlertThresholds
+from observability.rules.rule_types import RecordingRule
+from observability.thresholds import Thresholds
 
 # GPUs of one job a panel draws at most (a job of up to two 8-GPU nodes is drawn whole).
 JOB_GPUS = 16
@@ -39,7 +39,7 @@ def _so_far(title: str, description: str, unit: str, record: str, job: tuple[str
     )
 
 
-def utilization(th: AlertThresholds, job: tuple[str, ...], *, w: int) -> PanelBuilder:
+def utilization(th: Thresholds, job: tuple[str, ...], *, w: int) -> PanelBuilder:
     low, high = th.gpu_utilization_low_percent.short, th.gpu_utilization_high_percent.short
     return _held(
         "Job GPU Utilization",
@@ -55,7 +55,7 @@ def utilization(th: AlertThresholds, job: tuple[str, ...], *, w: int) -> PanelBu
     )
 
 
-def memory_used(th: AlertThresholds, job: tuple[str, ...], *, w: int) -> PanelBuilder:
+def memory_used(th: Thresholds, job: tuple[str, ...], *, w: int) -> PanelBuilder:
     return _held(
         "Job GPU Memory Used",
         f"Share of device memory in use, per GPU; yellow from {th.gpu_memory_high_ratio.short} "
@@ -74,7 +74,7 @@ def power(job: tuple[str, ...], *, w: int) -> PanelBuilder:
     return _held("Job GPU Power", "Power draw.", "watt", jobs.HELD_POWER, job, w, min=0)
 
 
-def temperature(th: AlertThresholds, job: tuple[str, ...], *, w: int) -> PanelBuilder:
+def temperature(th: Thresholds, job: tuple[str, ...], *, w: int) -> PanelBuilder:
     return _held(
         "Job GPU Temperature",
         f"Core temperature; throttling risk above {th.gpu_temperature_high_celsius.short}.",

@@ -4,11 +4,11 @@ adds the sum over every service."""
 
 from __future__ import annotations
 
-from dashboards.panels import GREEN, RED, YELLOW, Common, PanelBuilder, Query, Thresholds, ThresholdStyle, timeseries
+from dashboards.panels import GREEN, RED, YELLOW, ColourSteps, Common, PanelBuilder, Query, ThresholdStyle, timeseries
 from observability import promql
 from observability.rules import dashboard_recording as rec
 
-ERROR_SHARE = Thresholds(GREEN, ((0.01, YELLOW), (0.05, RED)))
+ERROR_SHARE = ColourSteps(GREEN, ((0.01, YELLOW), (0.05, RED)))
 
 
 def span_rate(title: str, description: str, services: tuple[str, ...], *, with_total: bool, w: int) -> PanelBuilder:

@@ -11,11 +11,13 @@ The same Job (kind Job, same pod template) is written to `rendered/<stack>/kuber
 `kubectl create -f` (it uses `generateName`, so it can be created repeatedly).
 
 Distributed jobs (`trainingJob.command` set): the container runs `torchrun` with one process per
-GPU, and each process (rank) serves its own metrics on `metricsPort + LOCAL_RANK`, declared as
-container port `metrics-<local rank>`; the pod annotation `foxhunt.io/scrape-rank-ports: "true"`
-makes the scrape config take every such port as its own target, so every rank is scraped and a
-stopped rank shows as its own target (one exporter per pod would hide which rank stopped and
-repeat the pod's GPU series once per rank). `trainingJob.nodes` > 1 makes the Job Indexed
+GPU, through `foxhunt-torchrun` (`observability.launcher`: the trainer's documented exit code
+becomes the pod's, which torchrun's own would hide from the podFailurePolicy), and each process
+(rank) serves its own metrics on `metricsPort + LOCAL_RANK`, declared as container port
+`metrics-<local rank>`; the pod annotation `foxhunt.io/scrape-rank-ports: "true"` makes the
+scrape config take every such port as its own target, so every rank is scraped and a stopped
+rank shows as its own target (one exporter per pod would hide which rank stopped and repeat the
+pod's GPU series once per rank). `trainingJob.nodes` > 1 makes the Job Indexed
 (`completions` = `parallelism` = nodes, one pod per node rank): its completion index is torchrun's
 `--node-rank`, and index 0, reached by its stable hostname `<job>-0.<rendezvous Service>`, hosts
 the static rendezvous (`--master-addr`). The rendezvous Service is headless, shared by every job of
@@ -66,7 +68,7 @@ from observability.scrape_config import (
     prometheus_requirement_annotations,
     rank_port_name,
 )
-from observability.trainer_env import FINAL_SCRAPE_WAIT_ENV, METRICS_BASE_PORT_ENV
+from observability.trainer_env import FINAL_SCRAPE_WAIT_ENV, METRICS_BASE_PORT_ENV, TERMINATION_GRACE_ENV
 from observability.web_config import WEB_CONFIG_ENV
 
 TYPE = "foxhunt:observability:TrainingJobTemplate"
@@ -77,10 +79,15 @@ MODEL_TYPE_LABEL = "foxhunt.io/model-type"
 NEVER = "0 0 1 1 *"  # a valid schedule for the API; the CronJob is suspended so it never fires
 SCRATCH_SIZE = "20Gi"
 HISTORY_LIMIT = 50
+# The pod's grace period between SIGTERM and the kill; the trainer reads it from its env
+# (`TERMINATION_GRACE_ENV`) to fit its last flush into it.
+TERMINATION_GRACE_PERIOD_SECONDS = 120
 DELETION_POLICY_ANNOTATION = "pulumi.com/deletionPropagationPolicy"
 # torchrun's static rendezvous: node rank from the Indexed Job's completion index, the TCP store
-# on index 0 (torchrun's default port).
-TORCHRUN = "torchrun"
+# on index 0 (torchrun's default port). The container runs torchrun through the trainer library's
+# launcher, which exits with the trainer's documented code (torchrun's own is 1 for any failed
+# worker), so the podFailurePolicy sees it.
+LAUNCHER = "foxhunt-torchrun"
 RENDEZVOUS_PORT = 29500
 NODE_RANK_ENV = "TORCHRUN_NODE_RANK"
 MASTER_ADDR_ENV = "TORCHRUN_MASTER_ADDR"
@@ -152,6 +159,8 @@ def training_env(args: TrainingJobArgs) -> list[dict[str, Any]]:
             # The trainer's metrics server waits up to this long for a last scrape before exiting,
             # so the job's duration and final status are recorded (observability.instrument).
             {"name": FINAL_SCRAPE_WAIT_ENV, "value": str(final_scrape_wait_seconds(cfg))},
+            # On SIGTERM the trainer stops the job and flushes within the pod's grace period.
+            {"name": TERMINATION_GRACE_ENV, "value": str(TERMINATION_GRACE_PERIOD_SECONDS)},
             # `utility` makes the NVIDIA runtime mount libnvidia-ml, so the trainer names its GPUs
             # by UUID through NVML (ml_training_job_gpu_info) without any privilege.
             {"name": DRIVER_CAPABILITIES_ENV, "value": DRIVER_CAPABILITIES},
@@ -221,14 +230,14 @@ def pod_template(args: TrainingJobArgs) -> dict[str, Any]:
             "nodeSelector": dict(job.node_selector),
             "tolerations": tolerations(job.tolerations),
             "securityContext": restricted_pod_security_context(),
-            # SIGTERM first: time for the trainer to write a last checkpoint.
-            "terminationGracePeriodSeconds": 120,
+            # SIGTERM first: time for the trainer to flush its metrics and write a last checkpoint.
+            "terminationGracePeriodSeconds": TERMINATION_GRACE_PERIOD_SECONDS,
             "containers": [
                 {
                     "name": CONTAINER,
                     "image": job.image,
                     "imagePullPolicy": "IfNotPresent",
-                    **({"command": [TORCHRUN], "args": torchrun_args(job)} if job.command else {}),
+                    **({"command": [LAUNCHER], "args": torchrun_args(job)} if job.command else {}),
                     "ports": container_ports(job),
                     "env": training_env(args),
                     "resources": resources(job.resources, {GPU_RESOURCE: str(job.gpu_count)}),

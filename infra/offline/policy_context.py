@@ -13,8 +13,8 @@ import yaml
 from infra.offline.result import RenderResult
 from infra.settings import Settings
 from policy.manifests import kube_object_from_pulumi
-from policy.model import DeclaredService, KubeObject, PolicyContext
 from policy.pack_config import context_to_config
+from policy.vocabulary import DeclaredService, KubeObject, PolicyContext
 
 # The CrossGuard pack's config (`--policy-pack-config`) under rendered/<stack>/: the policies' stack
 # context, derived from the stack's settings here and nowhere else.

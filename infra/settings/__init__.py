@@ -1,6 +1,6 @@
 """Typed, immutable stack settings, read once from Pulumi config and validated before any resource.
 
-- `model`: the settings dataclasses (one per config section) and `SettingsError`;
+- `typed`: the settings dataclasses (one per config section) and `SettingsError`;
 - `reading`: where raw config comes from and the `Reader` that checks one value at a time;
 - `sections`: one parser per config section;
 - `loading`: `load_settings`, the whole config at once (every problem listed, credentials only
@@ -9,7 +9,24 @@
 """
 
 from infra.settings.loading import KNOWN_KEYS, load_settings
-from infra.settings.model import (
+from infra.settings.reading import (
+    ConfigSource,
+    DictConfigSource,
+    SecretReader,
+    pulumi_config_source,
+    pulumi_secret_reader,
+)
+from infra.settings.stack_files import (
+    StackConfig,
+    StackFileError,
+    available_stacks,
+    default_provider_conflict,
+    placeholder_secret,
+    read_stack_config,
+    stack_file,
+    validate_stack,
+)
+from infra.settings.typed import (
     DEFAULT_CRITICAL_DETECTION_SECONDS,
     KUBECONFIG_KEY,
     PROJECT,
@@ -38,23 +55,6 @@ from infra.settings.model import (
     SettingsError,
     Toleration,
     TrainingJobSettings,
-)
-from infra.settings.reading import (
-    ConfigSource,
-    DictConfigSource,
-    SecretReader,
-    pulumi_config_source,
-    pulumi_secret_reader,
-)
-from infra.settings.stack_files import (
-    StackConfig,
-    StackFileError,
-    available_stacks,
-    default_provider_conflict,
-    placeholder_secret,
-    read_stack_config,
-    stack_file,
-    validate_stack,
 )
 
 __all__ = [

@@ -13,9 +13,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from infra.settings.model import KUBECONFIG_KEY, PROJECT, SECRET_KEYS, Settings, SettingsError
 from infra.settings.reading import ConfigSource, Reader, SecretReader
 from infra.settings.sections import CONFIG_FIELDS, SETTINGS, Parsed
+from infra.settings.typed import KUBECONFIG_KEY, PROJECT, SECRET_KEYS, Settings, SettingsError
 from observability.config import ObservabilityConfig
 
 _CREDENTIAL_KEY = re.compile(r"(password|passwd|secret|token|api[_-]?key|credential|webhook)", re.IGNORECASE)

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import pulumi
 from pulumi.runtime import config as runtime_config
 
-from infra.settings.model import PROJECT, SecretValue
+from infra.settings.typed import PROJECT, SecretValue
 from policy.manifests import as_int
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

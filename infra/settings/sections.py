@@ -16,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any, Literal, TypeVar
 
-from infra.settings.model import (
+from infra.settings.reading import DNS_LABEL, DNS_LABEL_EXPECTED, Reader, SecretReader
+from infra.settings.typed import (
     DEFAULT_CRITICAL_DETECTION_SECONDS,
     DIGEST_EXPECTED,
     KUBECONFIG_KEY,
@@ -43,7 +44,6 @@ from infra.settings.model import (
     Toleration,
     TrainingJobSettings,
 )
-from infra.settings.reading import DNS_LABEL, DNS_LABEL_EXPECTED, Reader, SecretReader
 from observability.alertmanager import CHAT, HEARTBEAT, LOW_PRIORITY, PAGE, RECEIVERS, receiver_kind
 from observability.config import (
     PAGERDUTY,

@@ -13,8 +13,8 @@ import yaml
 
 from infra import REPO_ROOT
 from infra.settings.loading import load_settings
-from infra.settings.model import PROJECT, SECRET_KEYS, KubernetesTarget, Settings, SettingsError
 from infra.settings.reading import DictConfigSource
+from infra.settings.typed import PROJECT, SECRET_KEYS, KubernetesTarget, Settings, SettingsError
 from infra.stacks import available_stacks as available_stacks
 
 

@@ -13,7 +13,9 @@ non-finite loss or gradient `Remediation.recover(what)`:
   (`ml_training_rollback_budget`) and logs it, with the trace id of the "training.rollback" span;
 - or, when remediation is off, the budget is spent or there is no good checkpoint, ends the process
   with a documented exit code (`EXIT_CODES`) that the Job's podFailurePolicy fails the Job on at
-  once: a restart would replay the same divergence.
+  once: a restart would replay the same divergence. Under torchrun the code is also recorded for
+  `foxhunt-torchrun` (`observability.launcher`), which exits with it: torchrun's own code would not
+  tell.
 
 Framework-free: `restore` and `lower_lr` come from the integration
 (`observability.instrument.integrations.torch_remediation` for PyTorch).
@@ -30,20 +32,28 @@ from opentelemetry import trace
 
 from observability.instrument.checkpoints import GoodCheckpoint
 from observability.instrument.training import JobMetrics
+from observability.launcher import (
+    EXIT_CODES,
+    EXIT_NO_GOOD_CHECKPOINT,
+    EXIT_REMEDIATION_OFF,
+    EXIT_ROLLBACK_BUDGET_SPENT,
+    UNFIXABLE_EXIT_CODES,
+    record_exit_code,
+)
 
 LOG = logging.getLogger(__name__)
 TRACER = trace.get_tracer(__name__)
 
-# Exit codes of training that a restart cannot fix (the podFailurePolicy fails the Job on them).
-EXIT_ROLLBACK_BUDGET_SPENT = 80
-EXIT_NO_GOOD_CHECKPOINT = 81
-EXIT_REMEDIATION_OFF = 82
-EXIT_CODES: Mapping[int, str] = {
-    EXIT_ROLLBACK_BUDGET_SPENT: "training went non-finite again after the job's last allowed rollback",
-    EXIT_NO_GOOD_CHECKPOINT: "training went non-finite before any good checkpoint existed to roll back to",
-    EXIT_REMEDIATION_OFF: "training went non-finite and remediation is off for the job",
-}
-UNFIXABLE_EXIT_CODES: tuple[int, ...] = tuple(sorted(EXIT_CODES))
+__all__ = [
+    "EXIT_CODES",
+    "EXIT_NO_GOOD_CHECKPOINT",
+    "EXIT_REMEDIATION_OFF",
+    "EXIT_ROLLBACK_BUDGET_SPENT",
+    "UNFIXABLE_EXIT_CODES",
+    "NonFiniteError",
+    "Remediation",
+    "RemediationPolicy",
+]
 
 # The environment the training job template sets from the stack file; a job may override it.
 ENABLED_ENV = "FOXHUNT_REMEDIATION"  # "on" or "off"
@@ -140,6 +150,7 @@ class Remediation:
             code = 0
         if code:
             LOG.error("non-finite training not remediated: %s", EXIT_CODES[code], extra={**labels, "exit_code": code})
+            record_exit_code(code)  # for foxhunt-torchrun, whose own exit code torchrun's would hide
             raise NonFiniteError(code, what)
         assert checkpoint is not None
         with TRACER.start_as_current_span("training.rollback") as span:

@@ -40,11 +40,11 @@ from observability.rules import (
 )
 from observability.rules.dashboard_recording import dashboard_recording_groups
 from observability.rules.detection import CRITICAL_DETECTION_ALERTS, detection_budget
-from observability.rules.model import AlertRule, RecordingRule, RunbookQuery, Severity
 from observability.rules.pushdown import push_down
 from observability.rules.recording import RECORDING_RULES as _ALERT_RECORDING_RULES
 from observability.rules.recording import recording_groups
 from observability.rules.render import dump_groups
+from observability.rules.rule_types import AlertRule, RecordingRule, RunbookQuery, Severity
 from observability.rules.tiers import Tier, split_groups
 
 __all__ = [

@@ -26,7 +26,7 @@ from typing import Any
 
 from observability import catalog
 from observability.config import ObservabilityConfig
-from observability.rules.model import RecordingRule
+from observability.rules.rule_types import RecordingRule
 
 SPAN_STATUS_ERROR = "STATUS_CODE_ERROR"
 

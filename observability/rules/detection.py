@@ -22,6 +22,7 @@ fires; within the budget it gets the longest such `for` up to what it wants (60 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from observability.config import ObservabilityConfig
@@ -152,6 +153,21 @@ def critical_for_seconds(cfg: ObservabilityConfig, wanted_seconds: int) -> int:
         return 0
     wanted = max(_round_up(wanted_seconds, budget.evaluation_interval_seconds), budget.spike_guard_for_seconds)
     return min(wanted, budget.max_for_seconds)
+
+
+def promise_text(cfg: ObservabilityConfig, for_seconds: Mapping[str, int]) -> str:
+    """The promise in words, with each critical alert's worst case at the config's intervals (the
+    runbooks' introduction states it; `for_seconds` holds each alert's `for`)."""
+    budget = detection_budget(cfg)
+    worst = ", ".join(f"{name} {budget.worst_event_to_page_seconds(for_seconds[name])}s" for name in for_seconds)
+    return (
+        f"Critical failures ({', '.join(for_seconds)}) page within {budget.budget_seconds}s of the failure "
+        "itself, not of the first sample that shows it. Worst case from the failure to the page, with their "
+        f"sources scraped every {budget.scrape_interval_seconds}s (timeout {budget.scrape_timeout_seconds}s), their "
+        f"groups evaluated every {budget.evaluation_interval_seconds}s and Alertmanager's {budget.group_wait_seconds}s "
+        f"page group_wait: {worst}. A stack whose intervals cannot keep the promise fails to render "
+        "(`observability/rules/detection.py`)."
+    )
 
 
 def event_window_seconds(cfg: ObservabilityConfig, minimum_seconds: int = 600) -> int:

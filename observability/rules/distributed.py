@@ -20,7 +20,7 @@ from __future__ import annotations
 from observability import catalog
 from observability.config import ObservabilityConfig
 from observability.promql import by, duration, on
-from observability.rules.model import AlertRule, RecordingRule, RunbookQuery, Severity
+from observability.rules.rule_types import AlertRule, RecordingRule, RunbookQuery, Severity
 
 GROUP = "ml_training_distributed"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from observability import catalog
 from observability.config import ObservabilityConfig
 from observability.rules import goodput, jobs
-from observability.rules.model import AlertRule, RunbookQuery, Severity
+from observability.rules.rule_types import AlertRule, RunbookQuery, Severity
 from observability.thresholds import Threshold
 
 GROUP = "ml_training_efficiency"

@@ -40,7 +40,7 @@ from observability import catalog
 from observability.config import ObservabilityConfig
 from observability.promql import by, duration, matcher, regex_matcher
 from observability.rules import distributed, jobs
-from observability.rules.model import RecordingRule
+from observability.rules.rule_types import RecordingRule
 
 GROUP = "ml_training_goodput.recording"
 JOB_LABELS = jobs.JOB_LABELS  # model_type, job_id

@@ -32,7 +32,7 @@ from observability.config import ObservabilityConfig
 from observability.promql import by, duration
 from observability.rules import jobs, recording
 from observability.rules.detection import critical_for_seconds, event_window_seconds
-from observability.rules.model import AlertRule, RecordingRule, RunbookQuery, Severity
+from observability.rules.rule_types import AlertRule, RecordingRule, RunbookQuery, Severity
 from observability.thresholds import Threshold
 
 GROUP = "ml_gpu_resources"

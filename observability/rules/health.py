@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from observability import catalog
 from observability.config import ObservabilityConfig
 from observability.promql import by, duration, on
-from observability.rules.model import AlertRule, RunbookQuery, Severity
+from observability.rules.rule_types import AlertRule, RunbookQuery, Severity
 
 GROUP = "ml_monitoring_health"
 # Names other modules route or inhibit on.

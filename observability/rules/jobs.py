@@ -35,7 +35,7 @@ from observability import catalog
 from observability.config import ObservabilityConfig
 from observability.promql import by, duration
 from observability.rules import recording
-from observability.rules.model import RecordingRule
+from observability.rules.rule_types import RecordingRule
 
 GROUP = "ml_training_job_gpus.recording"
 GPU_LABELS: tuple[str, ...] = catalog.GPU  # node, gpu_id, uuid, gpu_name

@@ -6,7 +6,7 @@ from observability import catalog
 from observability.config import ObservabilityConfig
 from observability.promql import counter_rate
 from observability.rules import recording
-from observability.rules.model import AlertRule, RunbookQuery, Severity
+from observability.rules.rule_types import AlertRule, RunbookQuery, Severity
 
 GROUP = "ml_data_pipeline"
 SERVICE_MODEL_LABELS = recording.SERVICE_MODEL_LABELS

@@ -6,7 +6,7 @@ from observability import catalog
 from observability.config import ObservabilityConfig
 from observability.promql import by, duration, gauge_by
 from observability.rules import recording
-from observability.rules.model import AlertRule, RunbookQuery, Severity
+from observability.rules.rule_types import AlertRule, RunbookQuery, Severity
 
 GROUP = "ml_model_quality"
 SERVICE_MODEL_LABELS = recording.SERVICE_MODEL_LABELS

@@ -15,7 +15,7 @@ from typing import Any
 from observability import catalog
 from observability.config import ObservabilityConfig
 from observability.promql import by, duration, gauge_by, histogram_quantile_rate
-from observability.rules.model import RecordingRule
+from observability.rules.rule_types import RecordingRule
 
 GPU_LABELS: tuple[str, ...] = catalog.GPU  # node, gpu_id, uuid, gpu_name
 SERVICE_MODEL_LABELS: tuple[str, ...] = ("namespace", "service", "model_type")

@@ -11,7 +11,8 @@ from observability.config import ObservabilityConfig
 from observability.promql import duration
 from observability.promql.syntax import series_names
 from observability.rules import alert_groups, group_inputs
-from observability.rules.model import AlertRule, RecordingRule, alert_heading, github_anchor
+from observability.rules.detection import CRITICAL_DETECTION_ALERTS, promise_text
+from observability.rules.rule_types import AlertRule, RecordingRule, alert_heading, github_anchor
 
 
 def _for_text(alert: AlertRule) -> str:
@@ -67,6 +68,7 @@ def _section(alert: AlertRule, inputs: tuple[RecordingRule, ...] = ()) -> list[s
 def render_runbooks(cfg: ObservabilityConfig) -> str:
     """The whole of docs/runbooks.md for `cfg` (the file in the repo uses the default config)."""
     groups = alert_groups(cfg)
+    for_seconds = {alert.name: alert.for_seconds for _, alerts in groups for alert in alerts}
     lines = [
         "# Runbooks: ML training platform alerts",
         "",
@@ -86,9 +88,7 @@ def render_runbooks(cfg: ObservabilityConfig) -> str:
         "| `warning` | chat | Gradual degradation: look at it today. |",
         "| `info` | low-priority | Optimisation opportunity: nobody is notified out of hours. |",
         "",
-        "Critical failures (NaN, GPU out of memory, GPU errors) fire within "
-        f"{cfg.critical_detection_seconds}s of the first sample that shows them (see "
-        "`observability/rules/detection.py`).",
+        promise_text(cfg, {name: for_seconds[name] for name in CRITICAL_DETECTION_ALERTS}),
         "",
         "## Contents",
         "",

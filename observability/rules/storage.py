@@ -7,7 +7,7 @@ from observability.config import ObservabilityConfig
 from observability.promql import counter_increased, counter_rate, duration
 from observability.rules import recording
 from observability.rules.detection import event_window_seconds
-from observability.rules.model import AlertRule, RunbookQuery, Severity
+from observability.rules.rule_types import AlertRule, RunbookQuery, Severity
 
 GROUP = "ml_storage"
 S3_ERRORS_WINDOW_SECONDS = 300

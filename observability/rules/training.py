@@ -7,7 +7,7 @@ from observability.config import ObservabilityConfig
 from observability.promql import by, counter_increased, counter_rate, duration, gauge_by
 from observability.rules import recording
 from observability.rules.detection import critical_for_seconds, event_window_seconds
-from observability.rules.model import AlertRule, RunbookQuery, Severity
+from observability.rules.rule_types import AlertRule, RunbookQuery, Severity
 
 PERFORMANCE_GROUP = "ml_training_performance"
 AVAILABILITY_GROUP = "ml_training_availability"
@@ -22,6 +22,31 @@ SERVICE_DOWN_FOR_SECONDS = 30
 SLOWDOWN_FOR_SECONDS = 300
 SLOWDOWN_BASELINE_SECONDS = 3600  # a job's own speed: its median over this long
 LOADING_FAILURES_WINDOW_SECONDS = 120
+RECOVERIES_WINDOW_SECONDS = 3600  # rollbacks and restarts of a job are counted over this long
+
+
+def recoveries_expr(cfg: ObservabilityConfig) -> str:
+    """Rollbacks plus restarts of each job within the window, at least the threshold.
+
+    Rollbacks: per process, its counter's increase when the process is older than the window,
+    else everything it counted (a process started within the window counted nothing before it;
+    a first sample already above 0 is invisible to `increase()`); the job's count is the largest
+    any of its processes reports, since the ranks of a job roll back together. Restarts: the pods
+    of the job whose process resumed from a checkpoint and began within the window (a restarted
+    pod has a new name; its ranks are one restart)."""
+    window = duration(RECOVERIES_WINDOW_SECONDS)
+    rollbacks, resumes = catalog.TRAINING_ROLLBACKS_TOTAL.name, catalog.TRAINING_RESUMES_TOTAL.name
+    job = by(JOB_LABELS)
+    per_pod = by((*JOB_LABELS, "pod"))
+    rolled_back = (
+        f"max {job} (increase({rollbacks}[{window}]) and {rollbacks} offset {window} "
+        f"or last_over_time({rollbacks}[{window}]))"
+    )
+    restarted = (
+        f"count {job} (max {per_pod} (last_over_time({resumes}[{window}]) > 0 unless {resumes} offset {window}))"
+    )
+    edge = cfg.thresholds.training_recoveries_count.promql
+    return f"(\n  {rolled_back}\n  + {restarted}\n  or {rolled_back}\n  or {restarted}\n) >= {edge}"
 
 
 def performance_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
@@ -157,7 +182,59 @@ def availability_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
     loading, cache_miss = cfg.thresholds.model_loading_failures_per_second, cfg.thresholds.model_cache_miss_ratio
     window = event_window_seconds(cfg)
     failure_labels = (*JOB_LABELS, "error_type")
+    recoveries = cfg.thresholds.training_recoveries_count
+    window_text = duration(RECOVERIES_WINDOW_SECONDS)
     return (
+        AlertRule(
+            name="TrainingJobKeepsRecovering",
+            group=AVAILABILITY_GROUP,
+            severity=Severity.HIGH,
+            expr=recoveries_expr(cfg),
+            for_seconds=0,
+            summary=(
+                f"A training job has rolled back or restarted from a checkpoint {recoveries.text} or more "
+                f"within {window_text}."
+            ),
+            description=(
+                f'{_JOB} rolled back or restarted {{{{ printf "%.0f" $value }}}} times within the last {window_text} '
+                f"(at least {recoveries.short}): each recovery redoes the work since its checkpoint."
+            ),
+            impact=(
+                "The job spends its GPUs redoing lost work and is running out of retries: the rollback budget "
+                "or the Job's backoffLimit ends it next"
+            ),
+            action=(
+                "Rollbacks (non-finite loss): check the learning rate, its schedule and warm-up, gradient "
+                "clipping and the data of the steps before each rollback (the log line carries the trace id)",
+                "Restarts: read the failed pods' exit codes and last log lines (a GPU, collective or "
+                "out-of-memory error) and the nodes they ran on",
+                "Stop the job rather than let it spend its remaining budget if the cause is not transient",
+            ),
+            locating_labels=JOB_LABELS,
+            queries=(
+                RunbookQuery(
+                    "Rollbacks of the job in the last hour, per pod",
+                    f"sum by (pod) (increase({catalog.TRAINING_ROLLBACKS_TOTAL.name}{_ONE_JOB}[1h]))",
+                ),
+                RunbookQuery(
+                    "Pods of the job that resumed from a checkpoint",
+                    f"max by (pod) (last_over_time({catalog.TRAINING_RESUMES_TOTAL.name}{_ONE_JOB}[1h])) > 0",
+                ),
+                RunbookQuery("Rollbacks the job has left", f"{catalog.TRAINING_ROLLBACK_BUDGET.name}{_ONE_JOB}"),
+                RunbookQuery(
+                    "Work lost to them (seconds of redone compute)",
+                    f"sum (increase({catalog.TRAINING_PHASE_SECONDS_TOTAL.name}"
+                    f'{{job_id="<job_id>", phase="lost_work"}}[1h]))',
+                ),
+            ),
+            rationale=(
+                "One rollback or one restart is what remediation and the Job's backoffLimit are for; the same "
+                f"job needing {recoveries.short} within {window_text} is not recovering but repeating a failure, "
+                "while it still has budget left. No `for`: each recovery is an event. It resolves once the "
+                f"recoveries are older than {window_text}. Restarts are counted per pod (the job template's "
+                "pods never restart in place): a worker that torchrun restarts inside its pod is not counted."
+            ),
+        ),
         AlertRule(
             name="TrainingJobFailed",
             group=AVAILABILITY_GROUP,

@@ -1,12 +1,13 @@
 """Every policy, in one registry: pytest and the CrossGuard pack both iterate `ALL_POLICIES`.
 
 To add a policy: write a check in the module of its topic (or a new one), wrap it in a `Policy`
-with a stable id, and append it here; then add a violating fixture to tests/policy.
+with a stable id, and append it here; then add a violating fixture to tests/policy. A policy that
+also reads the rendered files or the stack file says so with its `file_check` /
+`stack_file_check`: the engine runs whatever this registry holds.
 """
 
 from __future__ import annotations
 
-from policy.model import Policy
 from policy.rules.alerting import ALERT_RULE_ANNOTATIONS
 from policy.rules.containers import CONTAINER_PROBES, CONTAINER_RESOURCES, IMAGE_NOT_LATEST, IMAGE_PINNED_BY_DIGEST
 from policy.rules.grafana import DASHBOARD_CONFIGMAPS, DASHBOARD_UIDS_UNIQUE, DATASOURCE_LINKS_RESOLVE
@@ -16,6 +17,7 @@ from policy.rules.plaintext import NO_PLAINTEXT_SECRETS
 from policy.rules.pod_security import POD_SECURITY_RESTRICTED
 from policy.rules.telemetry import OTEL_ENDPOINT_POLICY, SCRAPE_ANNOTATIONS, SCRAPE_COVERAGE, TRAINING_JOB_OTEL
 from policy.rules.training_jobs import TRAINING_FAILURE_POLICY
+from policy.vocabulary import Policy
 
 ALL_POLICIES: tuple[Policy, ...] = (
     POD_SECURITY_RESTRICTED,

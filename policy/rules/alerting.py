@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import yaml
 
-from policy.manifests import mapping, sequence, string
-from policy.model import Enforcement, Finding, KubeObject, Policy, PolicyContext
+from policy.manifests import is_yaml, mapping, sequence, string
+from policy.vocabulary import Enforcement, Finding, KubeObject, Policy, PolicyContext
 
-SEVERITIES = ("critical", "high", "warning", "info")  # observability.rules.model.Severity values
+SEVERITIES = ("critical", "high", "warning", "info")  # observability.rules.rule_types.Severity values
 REQUIRED_ANNOTATIONS = ("summary", "description", "runbook_url")
 
 
@@ -64,6 +64,14 @@ def groups_in_text(text: str) -> Any:
     return None
 
 
+def rule_file_findings(files: Mapping[str, str]) -> Iterator[tuple[str, Finding]]:
+    """The rendered rule files (`prometheus/rules*.yaml`), like a rules ConfigMap's data."""
+    for name, text in files.items():
+        groups = groups_in_text(text) if is_yaml(name) else None
+        if groups is not None:
+            yield from ((name, finding) for finding in rule_group_findings(groups, "groups"))
+
+
 def check_alert_rules(obj: KubeObject, _ctx: PolicyContext) -> Iterator[Finding]:
     if obj.kind == "PrometheusRule":
         yield from rule_group_findings(mapping(obj.manifest.get("spec")).get("groups"), "spec.groups")
@@ -84,5 +92,6 @@ ALERT_RULE_ANNOTATIONS = Policy(
     enforcement=Enforcement.MANDATORY,
     remediation="Give every alert labels.severity and annotations summary, description and runbook_url.",
     check=check_alert_rules,
+    file_check=rule_file_findings,
     tags=("alerting",),
 )

@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterator
 
 from policy.manifests import containers, mapping, pod_templates, string
-from policy.model import Enforcement, Finding, KubeObject, Policy, PolicyContext
+from policy.vocabulary import Enforcement, Finding, KubeObject, Policy, PolicyContext
 
 RESOURCE_NAMES = ("cpu", "memory")
 DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")

@@ -10,8 +10,8 @@ from typing import Any
 
 import yaml
 
-from policy.manifests import mapping, plain, sequence, string
-from policy.model import Enforcement, Finding, KubeObject, Policy, PolicyContext
+from policy.manifests import is_yaml, mapping, parsed_file, plain, sequence, string
+from policy.vocabulary import Enforcement, Finding, KubeObject, Policy, PolicyContext
 
 DASHBOARD_LABEL = "grafana_dashboard"
 DATASOURCE_LABEL = "grafana_datasource"
@@ -105,6 +105,36 @@ def check_dashboard_configmap(obj: KubeObject, _ctx: PolicyContext) -> Iterator[
         )
     for dashboard in dashboards:
         yield from uid_findings(dashboard.uid, f"data[{dashboard.key}].uid")
+
+
+def _bare_dashboards(files: Mapping[str, str]) -> Iterator[tuple[str, str | None]]:
+    """(path, uid) of every rendered dashboard file (`dashboards/<uid>.json`)."""
+    for name, text in files.items():
+        document = parsed_file(name, text) if name.endswith(".json") else None
+        if isinstance(document, Mapping) and looks_like_dashboard(document):
+            uid = document.get("uid")
+            yield name, uid if isinstance(uid, str) else None
+
+
+def dashboard_file_findings(files: Mapping[str, str]) -> Iterator[tuple[str, Finding]]:
+    for name, uid in _bare_dashboards(files):
+        yield from ((name, finding) for finding in uid_findings(uid, "uid"))
+
+
+def dashboard_file_uids_unique(files: Mapping[str, str]) -> Iterator[tuple[str, Finding]]:
+    seen: dict[str, str] = {}
+    for name, uid in _bare_dashboards(files):
+        if uid and uid in seen:
+            yield name, Finding("uid", f"dashboard uid {uid!r} is also used by {seen[uid]}", "use unique uids")
+        elif uid:
+            seen[uid] = name
+
+
+def datasource_file_findings(files: Mapping[str, str]) -> Iterator[tuple[str, Finding]]:
+    """The rendered datasource provisioning files."""
+    for name, text in files.items():
+        sources = datasources_in_text(text) if is_yaml(name) else []
+        yield from ((name, f) for _, f in datasource_link_findings([("", s) for s in sources]))
 
 
 def check_dashboard_uids_unique(
@@ -222,6 +252,7 @@ DASHBOARD_CONFIGMAPS = Policy(
     enforcement=Enforcement.MANDATORY,
     remediation=f'Label the ConfigMap {DASHBOARD_LABEL}: "1", keep one dashboard per ConfigMap and uids short.',
     check=check_dashboard_configmap,
+    file_check=dashboard_file_findings,
     tags=("grafana",),
 )
 
@@ -231,6 +262,7 @@ DASHBOARD_UIDS_UNIQUE = Policy(
     enforcement=Enforcement.MANDATORY,
     remediation="Give every dashboard its own uid.",
     stack_check=check_dashboard_uids_unique,
+    file_check=dashboard_file_uids_unique,
     tags=("grafana",),
 )
 
@@ -244,5 +276,6 @@ DATASOURCE_LINKS_RESOLVE = Policy(
     enforcement=Enforcement.MANDATORY,
     remediation="Use the fixed datasource uids for every datasourceUid in jsonData.",
     stack_check=check_datasource_links,
+    file_check=datasource_file_findings,
     tags=("grafana",),
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from policy.manifests import CLUSTER_SCOPED_KINDS
-from policy.model import Enforcement, Finding, KubeObject, Policy, PolicyContext
+from policy.vocabulary import Enforcement, Finding, KubeObject, Policy, PolicyContext
 
 DEFAULT_COMMON_LABEL_KEYS = ("app.kubernetes.io/part-of", "app.kubernetes.io/managed-by")
 

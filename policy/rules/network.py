@@ -10,7 +10,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from policy.manifests import PodTemplate, as_int, containers, mapping, pod_templates, sequence, string
-from policy.model import Enforcement, Finding, KubeObject, Policy, PolicyContext
+from policy.vocabulary import Enforcement, Finding, KubeObject, Policy, PolicyContext
 
 PORT_ANNOTATION = "prometheus.io/port"
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
-from policy.manifests import mapping, string, walk
-from policy.model import Enforcement, Finding, KubeObject, Policy, PolicyContext
+from policy.manifests import mapping, parsed_file, string, walk
+from policy.vocabulary import Enforcement, Finding, KubeObject, Policy, PolicyContext
 
 _CREDENTIAL_WORD = r"(?:passw(?:or)?d|passwd|secret|token|api[_-]?key|apikey|credentials?|private[_-]?key|webhook)"
 CREDENTIAL_KEY = re.compile(_CREDENTIAL_WORD, re.IGNORECASE)
@@ -132,6 +132,14 @@ def check_plaintext_secrets(obj: KubeObject, _ctx: PolicyContext) -> Iterator[Fi
             yield finding
 
 
+def rendered_file_findings(files: Mapping[str, str]) -> Iterator[tuple[str, Finding]]:
+    """Every rendered file: its parsed document's credential-like values, or its text's."""
+    for name, text in files.items():
+        document = parsed_file(name, text)
+        findings = document_findings(document) if isinstance(document, Mapping | list) else text_findings(text, "")
+        yield from ((name, finding) for finding in findings)
+
+
 def stack_file_findings(text: str) -> Iterator[Finding]:
     """A `Pulumi.<stack>.yaml`: credential-like config keys with plaintext values (a `secure:` value
     is encrypted and fine), and URL passwords or tokens anywhere in the text, comments included."""
@@ -167,5 +175,7 @@ NO_PLAINTEXT_SECRETS = Policy(
     enforcement=Enforcement.MANDATORY,
     remediation="Keep credentials in Pulumi secrets and reference them from Kubernetes Secrets.",
     check=check_plaintext_secrets,
+    file_check=rendered_file_findings,
+    stack_file_check=stack_file_findings,
     tags=("security", "secrets"),
 )

@@ -11,7 +11,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from policy.manifests import Container, PodTemplate, as_int, containers, mapping, pod_templates, sequence, string
-from policy.model import Enforcement, Finding, KubeObject, Policy, PolicyContext
+from policy.vocabulary import Enforcement, Finding, KubeObject, Policy, PolicyContext
 
 # Volume types the restricted profile allows.
 ALLOWED_VOLUME_TYPES = frozenset(

@@ -15,7 +15,7 @@ from policy.manifests import (
     service_label,
     string,
 )
-from policy.model import DeclaredService, Enforcement, Finding, KubeObject, Policy, PolicyContext
+from policy.vocabulary import DeclaredService, Enforcement, Finding, KubeObject, Policy, PolicyContext
 
 SCRAPE = "prometheus.io/scrape"
 PORT = "prometheus.io/port"

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from policy.manifests import as_int, containers, env_value, mapping, pod_templates, sequence
-from policy.model import Enforcement, Finding, KubeObject, Policy, PolicyContext
+from policy.vocabulary import Enforcement, Finding, KubeObject, Policy, PolicyContext
 
 REMEDIATION_ENV = "FOXHUNT_REMEDIATION"
 MAX_ROLLBACKS_ENV = "FOXHUNT_REMEDIATION_MAX_ROLLBACKS"

@@ -7,8 +7,12 @@ check, no try/except) scraped by one Prometheus 2.42 loading the rendered rules,
   TrainingJobFailed fires;
 - checkpoints to a read-only directory: CheckpointSaveFailures fires (io_error);
 - a healthy classification run whose epochs last more than 10 s: no training alert at all;
-- every training-cockpit panel has data from these runs, except the GPU panels (`NEEDS_A_GPU`) and
-  the rows of reinforcement learning and hyperparameter search (their own real runs feed them).
+- a job with remediation on (`tests/trainer/remediation_trainer.py`) whose loss goes non-finite
+  twice: its first pod rolls back twice and fails (a retriable exit), the pod that replaces it
+  resumes from the latest good checkpoint: TrainingJobKeepsRecovering fires on the third recovery;
+- every training-cockpit panel has data from these runs (the rollback panels from the recovering
+  job), except the GPU panels (`NEEDS_A_GPU`) and the rows of reinforcement learning and
+  hyperparameter search (their own real runs feed them).
 
 All runs start together with the module's Prometheus, so the module costs about one long run.
 """
@@ -22,6 +26,7 @@ import math
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -38,6 +43,7 @@ from dashboards.queries import PanelQuery, panel_queries
 from dashboards.training_cockpit import UID as COCKPIT
 from observability import catalog
 from observability.config import ObservabilityConfig
+from observability.instrument import remediation
 from observability.instrument.finite import nonfinite_entries
 from observability.rules import efficiency, rules_file_yaml
 
@@ -63,9 +69,16 @@ NEEDS_A_GPU_PANELS = {
     ("Is the GPU Maxed Out?", "MFU and Goodput"): "the peak FLOPs of the GPU model the job holds",
     ("Is the GPU Maxed Out?", "GPU Busy"): "the GPM or NVML activity of the GPUs the job holds",
 }
-# Panels fed by jobs that run with remediation on (tests/trainer/test_remediation.py: real PyTorch
-# runs that roll back; these runs do not enable it).
-REMEDIATION_PANELS = {("Checkpoints", "Rollbacks (Non-Finite Training)")}
+# The job that keeps recovering: remediation on, its loss non-finite at the first two learning
+# rates (0.3, then 0.15: two rollbacks), its first pod failing with a retriable exit at step 100.
+RECOVERING = "recovering"
+RECOVERING_FIRST_POD_EXIT = 3
+REMEDIATION_ENV = {
+    remediation.ENABLED_ENV: "on",
+    remediation.MAX_ROLLBACKS_ENV: "3",
+    remediation.LR_FACTOR_ENV: "0.5",
+    "OTEL_TRACES_EXPORTER": "none",
+}
 # Rows of other kinds of jobs, fed by their own real runs (tests/integrations/test_frameworks_live.py:
 # Stable-Baselines3 DQN and PPO on CartPole, an Optuna study of PyTorch trials;
 # tests/e2e/test_distributed_training.py: a 4-rank DDP job started by torchrun).
@@ -99,14 +112,30 @@ class Run:
 
 
 @dataclass
+class Recovering:
+    """The job that keeps recovering: its first pod, and the pod that replaces it once the first has
+    failed (started by `restart`, a thread, the way the Job controller starts a new pod)."""
+
+    first: Run
+    restart: threading.Thread
+    replaced_by: list[Run]
+
+    def pods(self) -> tuple[Run, Run]:
+        self.restart.join(timeout=300)
+        (second,) = self.replaced_by
+        return self.first, second
+
+
+@dataclass
 class Stack:
     prometheus: PrometheusServer
     runs: dict[str, Run]
+    recovering: Recovering
 
     def query(self, expr: str) -> list[dict[str, Any]]:
         return self.prometheus.api.query(expr)
 
-    def wait_alert(self, name: str, **labels: str) -> dict[str, Any]:
+    def wait_alert(self, name: str, timeout: float = 90, **labels: str) -> dict[str, Any]:
         def firing() -> dict[str, Any] | None:
             for alert in self.prometheus.api.get("/api/v1/alerts")["alerts"]:
                 found = alert["labels"]
@@ -115,7 +144,7 @@ class Stack:
                     return alert  # type: ignore[no-any-return]
             return None
 
-        return wait_until(f"{name}{labels} firing", firing, timeout=90)  # type: ignore[no-any-return]
+        return wait_until(f"{name}{labels} firing", firing, timeout=timeout)  # type: ignore[no-any-return]
 
 
 def start_run(work: Path, job_id: str, *args: str, read_only: bool = False) -> Run:
@@ -137,10 +166,26 @@ def start_run(work: Path, job_id: str, *args: str, read_only: bool = False) -> R
     return Run(job_id, port, checkpoints, process)
 
 
+def start_recovering_pod(checkpoints: Path, port: int, *args: str) -> Run:
+    """A pod of the recovering job: the remediation trainer, its policy from the environment the
+    job template sets, its checkpoints in the job's directory (the one a replacement resumes from)."""
+    command = [sys.executable, "-m", "tests.trainer.remediation_trainer", "--dir", str(checkpoints)]
+    process = subprocess.Popen(
+        [*command, "--job-id", RECOVERING, "--port", str(port), "--lr", "0.3", "--step-seconds", "0.05", *args],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**{k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "FOXHUNT_"))}, **REMEDIATION_ENV},
+    )
+    return Run(RECOVERING, port, checkpoints, process)
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     work = tmp_path_factory.mktemp("real-training")
     runs: dict[str, Run] = {}
+    pods: list[Run] = []  # the recovering job's, each as it starts
     prometheus: PrometheusServer | None = None
     try:
         for run in (
@@ -162,11 +207,27 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         ):
             runs[run.job_id] = run
         targets = [pod_target(r.port, "training", f"train-{r.job_id}", CFG.training_job_service) for r in runs.values()]
+        (work / RECOVERING).mkdir()
+        first = start_recovering_pod(work / RECOVERING, free_port(), "--exit-at-step", "100")
+        pods.append(first)
+        second_port = free_port()
+        replaced_by: list[Run] = []
+
+        def replace_the_failed_pod() -> None:
+            first.process.wait()
+            replaced_by.append(start_recovering_pod(work / RECOVERING, second_port))
+            pods.append(replaced_by[0])
+
+        restart = threading.Thread(target=replace_the_failed_pod, daemon=True)
+        restart.start()
+        recovering = Recovering(first, restart, replaced_by)
+        for pod, port in ((f"train-{RECOVERING}-0", first.port), (f"train-{RECOVERING}-1", second_port)):
+            targets.append(pod_target(port, "training", pod, CFG.training_job_service))
         prometheus = annotated_pods_prometheus(work, targets, rules_file_yaml(CFG))
         prometheus.start()
-        yield Stack(prometheus, runs)
+        yield Stack(prometheus, runs, recovering)
     finally:
-        for run in runs.values():
+        for run in [*runs.values(), *pods]:
             if run.process.poll() is None:
                 run.process.kill()
             run.checkpoints.chmod(0o755)
@@ -228,6 +289,29 @@ def test_a_healthy_run_with_long_epochs_raises_no_training_alert(stack):
     assert float(speed[0]["value"][1]) < 0.1  # what the fixed threshold used to call a slowdown
 
 
+def test_a_job_that_keeps_rolling_back_and_restarting_fires_training_job_keeps_recovering(stack):
+    alert = stack.wait_alert("TrainingJobKeepsRecovering", timeout=240, job_id=RECOVERING)
+    first, second = stack.recovering.pods()
+    (failed,) = first.epochs()
+    assert first.process.returncode == RECOVERING_FIRST_POD_EXIT  # retriable: the Job starts a new pod
+    assert failed["rollbacks"] == 2  # non-finite at 0.3 and at 0.15, finite from 0.075 on
+    summary = second.epochs()[-1]
+    assert second.process.returncode == 0
+    assert summary["resumed_from"] == failed["exited_at"] and summary["final_loss_finite"]
+    recoveries = failed["rollbacks"] + 1  # the replacement's resume is the third
+    assert recoveries >= CFG.thresholds.training_recoveries_count.value
+    assert float(alert["value"]) == recoveries
+    assert alert["labels"]["severity"] == "high" and alert["labels"]["namespace"] == "training"
+    # It fired on the replacement's resume: not before that pod's first scrape.
+    resumed = stack.query(f'{catalog.TRAINING_RESUMES_TOTAL.name}{{job_id="{RECOVERING}"}}[10m]')
+    (series,) = [s for s in resumed if s["metric"]["pod"] == f"train-{RECOVERING}-1"]
+    assert _unix(alert["activeAt"]) >= float(series["values"][0][0]) - 1
+    lost = stack.query(
+        f'max_over_time({catalog.TRAINING_PHASE_SECONDS_TOTAL.name}{{job_id="{RECOVERING}", phase="lost_work"}}[10m])'
+    )
+    assert lost and max(float(s["value"][1]) for s in lost) > 0  # the redone steps after each rollback
+
+
 def _unix(rfc3339: str) -> float:
     return datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp()
 
@@ -255,7 +339,7 @@ def cockpit_queries() -> list[tuple[str, PanelQuery]]:
 
 
 def test_every_training_cockpit_panel_is_fed_by_these_runs_or_needs_a_gpu(stack):
-    for run in stack.runs.values():
+    for run in [*stack.runs.values(), *stack.recovering.pods()]:
         run.epochs()  # every run has finished (and been scraped a last time)
     api = stack.prometheus.api
     queries = cockpit_queries()
@@ -263,11 +347,7 @@ def test_every_training_cockpit_panel_is_fed_by_these_runs_or_needs_a_gpu(stack)
     assert {(row, q.panel_title) for row, q in queries} >= set(NEEDS_A_GPU_PANELS)
     missing = []
     for row, query in queries:
-        if (
-            row in NEEDS_A_GPU
-            or row in FED_BY_OTHER_RUNS
-            or (row, query.panel_title) in {*NEEDS_A_GPU_PANELS, *REMEDIATION_PANELS}
-        ):
+        if row in NEEDS_A_GPU or row in FED_BY_OTHER_RUNS or (row, query.panel_title) in NEEDS_A_GPU_PANELS:
             continue
         now = time.time()
         # At the scrape interval: a series the last scrape before a run's exit saw (its last fold)

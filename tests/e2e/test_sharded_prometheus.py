@@ -37,7 +37,7 @@ from bench.fleet.data import FleetShape
 from bench.fleet.live import NO_JOB, Target, targets
 from bench.fleet.query_timing import first_label_values
 from bench.fleet.series import MODEL_TYPES, job_id, node_name
-from bench.fleet.shards import TargetServers, Topology, hashmod, start_topology
+from bench.fleet.sharded_topology import TargetServers, Topology, hashmod, start_topology
 from bench.fleet.values import GPU_MEMORY_BYTES, Patterns
 from dashboards import build_all
 from dashboards.clusters import CLUSTER_LABEL, CLUSTER_VARIABLE

@@ -16,7 +16,7 @@ from infra import REPO_ROOT
 INFRA_LAYERS: list[list[str]] = [
     ["infra", "infra.offline", "infra.offline.mock_engine", "infra.stacks"],
     [
-        "infra.settings.model",
+        "infra.settings.typed",
         "infra.settings.reading",
         "infra.settings.sections",
         "infra.settings.loading",

@@ -295,7 +295,7 @@ def test_adding_a_gpu_field_is_one_table_row_its_attribute_its_metric_and_its_fa
     edit(repo, "observability/catalog.py", "GPU_MEMORY_CLOCK_HERTZ = Metric(",
          'GPU_GRAPHICS_CLOCK_HERTZ = Metric(\n    "ml_gpu_graphics_clock_hertz", MetricType.GAUGE, "hertz", '
          '"Current graphics clock.", GPU, _G\n)\n')  # fmt: skip
-    edit(repo, "poller/model.py", "    memory_clock_hertz: int | None = None\n",
+    edit(repo, "poller/samples.py", "    memory_clock_hertz: int | None = None\n",
          "    graphics_clock_hertz: int | None = None\n", before=False)  # fmt: skip
     edit(repo, "poller/nvml_fields.py", "    # a bit mask: one ml_gpu_clock_throttle_active series",
          '    NvmlField("graphics_clock", ("nvmlDeviceGetClockInfo",), (pynvml.NVML_CLOCK_GRAPHICS,), _U32,\n'
@@ -311,7 +311,7 @@ def test_adding_a_gpu_field_is_one_table_row_its_attribute_its_metric_and_its_fa
          "                              [_busiest(catalog.GPU_GRAPHICS_CLOCK_HERTZ)]),\n")  # fmt: skip
     assert changed_files(repo) == {
         "observability/catalog.py",
-        "poller/model.py",
+        "poller/samples.py",
         "poller/nvml_fields.py",
         "tests/poller/fake_nvml/fake_nvml.c",
         "dashboards/training_cockpit.py",
@@ -338,9 +338,9 @@ lib = h.build_fake_nvml(work / "lib")
 h.FakeNvml(gpus=[h.FakeGpu()]).write(work / "nvml.conf")
 os.environ["FAKE_NVML_CONFIG"] = str(work / "nvml.conf")
 ctypes.CDLL(str(lib / h.SONAME))
-from poller.collector import SharedPass
+from poller.shared_pass import SharedPass
 from poller.error_counters import ErrorCounters
-from poller.exposition import TextPageWriter
+from poller.metrics_page import TextPageWriter
 from poller.nvml_source import NvmlSource
 counters = ErrorCounters()
 shared = SharedPass(NvmlSource(counters), counters, min_interval=0.0)

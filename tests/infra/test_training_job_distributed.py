@@ -5,16 +5,24 @@ without torchrun keep the template they had."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from infra import REPO_ROOT
 from infra.components import training_job
 from infra.offline import render
 from infra.offline.result import RenderResult
 from infra.settings import SettingsError, read_stack_config
-from observability import scrape_config, trainer_env
+from observability import launcher, scrape_config, trainer_env
+from tests.infra.conftest import free_port
 from tests.infra.support import STACKS, one
 
 
@@ -60,7 +68,7 @@ def test_multi_node_jobs_are_indexed_with_torchrun_ranks_from_the_completion_ind
         selector = service["spec"]["selector"]
         assert selector.items() <= pod["metadata"]["labels"].items()
         (container,) = pod["spec"]["containers"]
-        assert container["command"] == ["torchrun"]
+        assert container["command"] == [training_job.LAUNCHER]
         assert container["args"] == [
             f"--nnodes={settings.nodes}",
             "--node-rank=$(TORCHRUN_NODE_RANK)",
@@ -87,6 +95,61 @@ def test_multi_node_jobs_are_indexed_with_torchrun_ranks_from_the_completion_ind
         assert {p["port"] for p in service["spec"]["ports"]} == {training_job.RENDEZVOUS_PORT}
         # the standalone Job file is the same Job
         assert yaml.safe_load(result.files[training_job_file(result)])["spec"] == spec
+
+
+def test_the_rendered_multi_node_command_runs_torchrun_through_the_launcher_with_the_trainers_exit_code(
+    rendered: dict[str, RenderResult], tmp_path: Path
+) -> None:
+    """The first multi-node stack's container command and arguments, run as its pods would run
+    them (one per node rank, `$(VAR)`s from the pod's env, 127.0.0.1 as index 0's address), with the
+    training program replaced by a worker that ends as non-finite training past its rollback budget
+    ends (tests/trainer/launcher_worker.py): every pod exits 80, the code the podFailurePolicy fails
+    the Job on, although torchrun itself exits 1."""
+    result = rendered[multi_node_stacks(rendered)[0]]
+    settings = result.settings.training_job
+    (container,) = one(result, "CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+    (executable,) = container["command"]
+    scripts = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    module, function = scripts[executable].split(":")  # the console script the trainer wheel installs
+    assert (module, function) == (launcher.__name__, "main")
+    args = container["args"]
+    assert args[-len(settings.command) :] == list(settings.command)
+    program = ["-m", "tests.trainer.launcher_worker", "--out", str(tmp_path), "--ranks", "all"]
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "FOXHUNT_"))},
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PYTHONPATH": str(REPO_ROOT),
+        "OTEL_TRACES_EXPORTER": "none",
+    }
+    master_port = str(free_port())
+
+    def pod_args(node: int) -> list[str]:
+        """The torchrun options as Kubernetes expands them in the pod of node rank `node`."""
+        values = {
+            training_job.NODE_RANK_ENV: str(node),
+            training_job.MASTER_ADDR_ENV: "127.0.0.1",
+            training_job.MASTER_PORT_ENV: master_port,
+        }
+        return [re.sub(r"\$\((\w+)\)", lambda m: values[m.group(1)], a) for a in args[: -len(settings.command)]]
+
+    command = [sys.executable, "-m", module]
+    ending = ["--ending", "budget-spent"]
+    pods = [
+        subprocess.Popen(
+            [*command, *pod_args(node), *program, *ending],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for node in range(settings.nodes)
+    ]
+    finished = [pod.communicate(timeout=240) for pod in pods]
+    codes = [pod.returncode for pod in pods]
+    assert codes == [launcher.EXIT_ROLLBACK_BUDGET_SPENT] * settings.nodes, [out for out, _ in finished]
+    ranks = {int(p.name.split("-")[1]) for p in tmp_path.glob("started-*")}
+    assert ranks == set(range(settings.nodes * settings.processes_per_node))  # every rank of every node ran
 
 
 def training_job_file(result: RenderResult) -> str:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from policy.model import DeclaredService, KubeObject, PolicyContext
+from policy.vocabulary import DeclaredService, KubeObject, PolicyContext
 
 DIGEST_IMAGE = "registry.foxhunt.internal/observability/gpu-poller@sha256:" + "c5" * 32
 TRAINER_IMAGE = "registry.foxhunt.internal/ml/train-baseline-rl@sha256:" + "ab" * 32

@@ -27,10 +27,10 @@ from infra import REPO_ROOT
 from infra.offline.policy_context import PACK_CONFIG_PATH
 from infra.stacks import STACKS
 from policy.engine import evaluate
-from policy.model import Enforcement, KubeObject
 from policy.pack import PACK_NAME
 from policy.pack_config import context_to_config
 from policy.rules import ALL_POLICIES, policy_by_id
+from policy.vocabulary import Enforcement, KubeObject
 from tests.policy.fixtures import CASES, CONTEXT, compliant_stack, objects, type_token
 
 LEVELS = {Enforcement.MANDATORY: analyzer_pb2.MANDATORY, Enforcement.ADVISORY: analyzer_pb2.ADVISORY}

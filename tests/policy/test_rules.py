@@ -9,10 +9,11 @@ import copy
 import pytest
 
 from infra import REPO_ROOT
+from policy import engine
 from policy.engine import check_files, check_stack_file, evaluate, mandatory
-from policy.model import Enforcement, KubeObject, Policy, PolicyContext
 from policy.rules import ALL_POLICIES, policy_by_id
 from policy.rules.containers import split_image
+from policy.vocabulary import Enforcement, Finding, KubeObject, Policy, PolicyContext
 from tests.policy.fixtures import CASES, CONTEXT, DATASOURCES_YAML, compliant_stack, dashboard, objects, readonly
 
 WRAPS = {"dict": lambda m: m, "readonly": readonly}
@@ -244,3 +245,30 @@ def test_project_stack_files_have_no_plaintext_secret():
     for path in files:
         violations = check_stack_file(path.name, path.read_text())
         assert violations == [], "\n".join(map(str, violations))
+
+
+def test_file_and_stack_file_checks_come_from_the_one_registry(monkeypatch):
+    """A policy reads the rendered files or the stack file because ALL_POLICIES holds it with a
+    `file_check` / `stack_file_check`, not because the engine names it."""
+
+    def every_file(files):
+        return ((name, Finding("", "seen", "nothing")) for name in files)
+
+    probe = Policy(
+        "probe-files",
+        "Sees every rendered file and the stack file.",
+        Enforcement.ADVISORY,
+        "nothing",
+        check=lambda obj, ctx: (),
+        file_check=every_file,
+        stack_file_check=lambda text: [Finding("", "seen", "nothing")],
+    )
+    files = {"prometheus/rules.yaml": "groups: []\n", "kubernetes/x.yaml": "kind: ConfigMap\n"}
+    assert not [v for v in check_files(files) if v.policy == "probe-files"]
+    monkeypatch.setattr(engine, "ALL_POLICIES", (*ALL_POLICIES, probe))
+    assert [(v.policy, v.subject) for v in engine.check_files(files) if v.policy == "probe-files"] == [
+        ("probe-files", "prometheus/rules.yaml")
+    ]
+    assert [v.policy for v in engine.check_stack_file("Pulumi.dev.yaml", "config: {}\n")] == ["probe-files"]
+    with_files = {p.id for p in ALL_POLICIES if p.file_check is not None}
+    assert {"alert-rule-annotations", "no-plaintext-secrets"} <= with_files

@@ -10,10 +10,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.registry import Collector
 
 from observability import catalog
-from poller.collector import SharedPass, gpu_label_values
 from poller.error_counters import CountersSnapshot, ErrorCounters
 from poller.exported_metrics import ECC_TYPES, GPU_COUNTERS, GPU_GAUGES, INTERCONNECT_COUNTERS, THROTTLE_REASONS
-from poller.model import PassResult
+from poller.samples import PassResult
+from poller.shared_pass import SharedPass, gpu_label_values
 
 
 def build_families(node: str, result: PassResult, counters: CountersSnapshot) -> list[Metric]:

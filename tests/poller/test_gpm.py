@@ -21,8 +21,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from observability import catalog
 from poller.error_counters import ErrorCounters
-from poller.model import GpuSample
 from poller.nvml_source import Backoff, NvmlSource
+from poller.samples import GpuSample
 
 GAUGES = ("sm_active_percent", "sm_occupancy_percent", "tensor_active_percent", "dram_bandwidth_utilization_percent")
 COUNTERS = ("pcie_rx_bytes_total", "pcie_tx_bytes_total", "nvlink_rx_bytes_total", "nvlink_tx_bytes_total")

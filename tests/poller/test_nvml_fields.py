@@ -10,9 +10,9 @@ import pytest
 
 from observability import catalog
 from poller import exported_metrics, nvml_calls
-from poller.model import GPM_FIELDS, GpuSample, unidentified_gpu
 from poller.nvml_calls import FIELDS, READING_COUNT, READINGS_LAYOUT, Readings, sample_from
 from poller.nvml_fields import NVML_FIELDS, NvmlField, check_fields
+from poller.samples import GPM_FIELDS, GpuSample, unidentified_gpu
 
 
 def test_the_structure_and_the_layout_have_one_member_per_row_in_row_order() -> None:

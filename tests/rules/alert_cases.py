@@ -153,6 +153,100 @@ def _job_failures(values_text: str) -> dict[str, str]:
 
 
 JOB_FAILURE = Firing({"namespace": "training", "model_type": "dqn", "job_id": "job-1", "error_type": "oom"})
+RECOVERING_JOB = {"namespace": "training", "model_type": "dqn", "job_id": "job-1"}
+
+
+def _job_pod(n: int) -> dict[str, str]:
+    """The scrape labels of the job's n-th pod (a restarted pod has a new name and address)."""
+    return {**TRAINING_POD, **RECOVERING_JOB, "pod": f"train-dqn-{n}", "instance": f"10.0.1.{5 + n}:9094"}
+
+
+def _pod_recoveries(n: int, start: int, rollbacks: list[int], resumed: bool) -> dict[str, str]:
+    """The n-th pod of the job, scraped from sample `start` on: its rollback counter at each sample
+    (samples before `start` are missing: the pod did not exist) and its resume counter (1 in a
+    pod that resumed from a checkpoint)."""
+    before = [None] * start
+    return {
+        series(catalog.TRAINING_ROLLBACKS_TOTAL, _job_pod(n)): join(before, rollbacks),
+        series(catalog.TRAINING_RESUMES_TOTAL, _job_pod(n)): join(before, [int(resumed)] * len(rollbacks)),
+    }
+
+
+def recovery_cases(th: Thresholds) -> tuple[Case, ...]:
+    """TrainingJobKeepsRecovering at its threshold's edge: rollbacks of one process, restarted
+    pods, and both together."""
+    n = int(th.training_recoveries_count.value)
+    # One rollback every 4 samples from sample 4 on: rollback k is seen from sample 4k (60k s).
+    climbing = [i // 4 for i in range(4 * n + 4)]
+    fired_at = 60 * n
+    two_restarts_later = {
+        # Pod 0 rolls back n-1 times and fails at sample 4n-1; pod 1 resumes at sample 4n.
+        **_pod_recoveries(0, 0, [min(i // 4, n - 1) for i in range(4 * n)], resumed=False),
+        **_pod_recoveries(1, 4 * n, [0] * 20, resumed=True),
+    }
+    restarted_pods = {}
+    for k in range(n):  # pod k resumed from the checkpoint and is replaced 4 samples later
+        restarted_pods.update(_pod_recoveries(k, 4 * k, [0] * 4, resumed=True))
+    return (
+        Case(
+            "TrainingJobKeepsRecovering",
+            f"{n} rollbacks of one process within the hour fire at rollback {n}",
+            _pod_recoveries(0, 0, climbing, resumed=False),
+            (*silent(fired_at - 15), fires(fired_at, Firing(RECOVERING_JOB, n))),
+        ),
+        Case(
+            "TrainingJobKeepsRecovering",
+            f"a process whose first scrape already counts {n} rollbacks fires (increase() alone sees none)",
+            _pod_recoveries(0, 0, [n] * 20, resumed=False),
+            (fires(15, Firing(RECOVERING_JOB, n)),),
+        ),
+        Case(
+            "TrainingJobKeepsRecovering",
+            f"two ranks of one pod that rolled back together {n - 1} times each are {n - 1} rollbacks: silent",
+            {
+                **_pod_recoveries(0, 0, [min(i // 4, n - 1) for i in range(4 * n + 20)], resumed=False),
+                **{
+                    series(metric, {**_job_pod(0), "instance": "10.0.1.5:9095"}): text
+                    for metric, text in (
+                        (catalog.TRAINING_ROLLBACKS_TOTAL, join([min(i // 4, n - 1) for i in range(4 * n + 20)])),
+                        (catalog.TRAINING_RESUMES_TOTAL, values((0, 4 * n + 20))),
+                    )
+                },
+            },
+            silent(fired_at, fired_at + 240),
+        ),
+        Case(
+            "TrainingJobKeepsRecovering",
+            f"{n - 1} rollbacks of one process stay silent",
+            _pod_recoveries(0, 0, [min(i // 4, n - 1) for i in range(4 * n + 40)], resumed=False),
+            silent(fired_at, fired_at + 300),
+        ),
+        Case(
+            "TrainingJobKeepsRecovering",
+            f"{n - 1} rollbacks and then a restarted pod fire when the restarted pod is first scraped",
+            two_restarts_later,
+            (*silent(fired_at - 15), fires(fired_at, Firing(RECOVERING_JOB, n))),
+        ),
+        Case(
+            "TrainingJobKeepsRecovering",
+            f"{n} restarted pods within the hour fire when the last is first scraped, {n - 1} stay silent",
+            restarted_pods,
+            (*silent(fired_at - 75), fires(fired_at - 60, Firing(RECOVERING_JOB, n))),
+        ),
+        Case(
+            "TrainingJobKeepsRecovering",
+            f"a pod that resumed more than an hour ago is no restart within it: {n - 1} rollbacks then stay silent",
+            # It resumed at 0s and rolls back n-1 times at 3660s (sample 244).
+            _pod_recoveries(0, 0, [0] * 244 + [n - 1] * 16, resumed=True),
+            silent(3600 + 90, 3600 + 225),
+        ),
+        Case(
+            "TrainingJobKeepsRecovering",
+            f"{n} rollbacks resolve once they are older than the hour",
+            _pod_recoveries(0, 0, climbing + [n] * 260, resumed=False),
+            (fires(3540, Firing(RECOVERING_JOB, n)), *silent(3600 + 60 * n + 60)),
+        ),
+    )
 
 
 def alert_cases(th: Thresholds = DEFAULT_THRESHOLDS) -> tuple[Case, ...]:
@@ -917,6 +1011,7 @@ def alert_cases(th: Thresholds = DEFAULT_THRESHOLDS) -> tuple[Case, ...]:
         # --- ml_monitoring_health (and the lost-at-first-pass GPU): tests/rules/health_cases.py -------
         *HEALTH_CASES,
         *threshold_health_cases(th),
+        *recovery_cases(th),
         *efficiency_alert_cases(th),
         *distributed_cases(th),
     )

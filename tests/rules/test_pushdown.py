@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from bench.fleet.data import FleetShape
 from bench.fleet.live import NO_JOB, targets
 from bench.fleet.series import job_id, node_name
-from bench.fleet.shards import hashmod
+from bench.fleet.sharded_topology import hashmod
 from bench.fleet.values import Patterns
 from observability import catalog
 from observability.config import ObservabilityConfig

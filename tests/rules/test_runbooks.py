@@ -12,6 +12,8 @@ import yaml
 from infra import REPO_ROOT
 from observability.config import ObservabilityConfig
 from observability.rules import ALERT_NAMES, alert_rules, gpu, group_inputs
+from observability.rules.detection import CRITICAL_DETECTION_ALERTS, detection_budget
+from observability.rules.runbooks import render_runbooks
 from tests.rules.promtool_harness import alert_rule_dicts, promtool
 
 CFG = ObservabilityConfig()
@@ -116,3 +118,18 @@ def test_every_query_in_the_runbooks_parses(tmp_path):
     path.write_text(yaml.safe_dump({"groups": [{"name": "runbook-queries", "rules": rules}]}), encoding="utf-8")
     proc = subprocess.run([promtool(), "check", "rules", str(path)], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("intervals", [(5, 5), (2, 3)])
+def test_the_introduction_promises_pages_from_the_failure_with_each_critical_alerts_worst_case(intervals):
+    scrape, evaluation = intervals
+    cfg = ObservabilityConfig(critical_scrape_interval_seconds=scrape, critical_evaluation_interval_seconds=evaluation)
+    introduction = render_runbooks(cfg).split("## Contents")[0]
+    budget = detection_budget(cfg)
+    alerts = {a.name: a for a in alert_rules(cfg)}
+    for name in CRITICAL_DETECTION_ALERTS:
+        worst = budget.worst_event_to_page_seconds(alerts[name].for_seconds)
+        assert worst <= cfg.critical_detection_seconds
+        assert f"{name} {worst}s" in introduction
+    assert f"within {cfg.critical_detection_seconds}s of the failure itself" in introduction
+    assert f"scraped every {scrape}s" in introduction and f"evaluated every {evaluation}s" in introduction

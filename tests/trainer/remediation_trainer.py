@@ -7,6 +7,10 @@ to its last good checkpoint with a lower rate, where it converges. The environme
 remediation policy (FOXHUNT_REMEDIATION*). `--exit-at-step` ends the process as a failing pod
 would (exit code 3, a retriable failure) after that step; a second run with the same directory
 resumes at the latest good checkpoint. The last line on stdout is a JSON summary.
+
+`--port` serves the job's metrics there (from before the first step until a last scrape after the
+end, as in a pod) and `--step-seconds` makes each step's compute last that long, so a Prometheus
+scraping every second sees the rollbacks, the resume and the lost work.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import argparse
 import json
 import math
 import sys
+import time
 
 import torch
 
@@ -31,6 +36,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--lr", type=float, default=0.3)
     parser.add_argument("--checkpoint-every", type=int, default=10)
     parser.add_argument("--exit-at-step", type=int, default=0)
+    parser.add_argument("--job-id", default="remediation-e2e")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--step-seconds", type=float, default=0.0)
     args = parser.parse_args(argv)
 
     init_observability("remediation-trainer")
@@ -43,7 +51,11 @@ def main(argv: list[str]) -> int:
     metrics = TrainingMetrics()
     state = TrainingState(model, optimizer, scheduler, directory=args.dir)
     losses: list[float] = []
-    with metrics.job("dqn", "remediation-e2e") as job:
+    if args.port:
+        server = metrics.serve(args.port, "127.0.0.1")
+        while server.page.scrapes_seen == 0:  # scraped before it starts, as a pod's trainer is
+            time.sleep(0.05)
+    with metrics.job("dqn", args.job_id) as job:
         start = state.resume_latest(job)
         fix = state.remediation(job)
         resumed_momentum = bool(start) and all("momentum_buffer" in s for s in optimizer.state.values())
@@ -55,6 +67,7 @@ def main(argv: list[str]) -> int:
                 optimizer.zero_grad()
                 loss = torch.nn.functional.mse_loss(model(x), 3 * x)
                 loss.backward()  # type: ignore[no-untyped-call]
+                time.sleep(args.step_seconds)
             value = float(loss.detach())
             if not job.check_finite(value) or not state.gradients_finite():
                 fix.recover("loss")
@@ -66,7 +79,7 @@ def main(argv: list[str]) -> int:
             if done % args.checkpoint_every == 0:
                 state.save(job, step=done)
             if args.exit_at_step and done == args.exit_at_step:
-                print(json.dumps({"exited_at": done}), flush=True)
+                print(json.dumps({"exited_at": done, "rollbacks": fix.rollbacks}), flush=True)
                 return 3
         summary = {
             "resumed_from": start,

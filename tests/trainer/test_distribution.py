@@ -192,6 +192,9 @@ def test_the_wheel_installs_offline_into_an_empty_venv_and_instruments_a_script(
     assert 'ml_training_nan_count{job_id="from-wheel",model_type="mlp",tensor_type="loss"} 1.0' in page
     assert 'ml_training_failures_total{error_type="timeout",job_id="from-wheel",model_type="mlp"} 1.0' in page
     assert 'ml_training_jobs_by_status{status="failed"} 1.0' in page
+    # The launcher the training job template runs torchrun through is installed as a command.
+    usage = subprocess.run([str(target / "bin" / "foxhunt-torchrun"), "--help"], capture_output=True, text=True)
+    assert usage.returncode == 0 and "torchrun" in usage.stdout, usage.stderr
     for absent in ("yaml", "pulumi", "observability.rules", "dashboards"):
         probe = subprocess.run([str(python), "-I", "-c", f"import {absent}"], cwd=tmp_path, capture_output=True)
         assert probe.returncode != 0, f"{absent} is importable from the trainer's venv"

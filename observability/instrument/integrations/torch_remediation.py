@@ -108,15 +108,15 @@ class TrainingState:
 
     def resume_latest(self, job: JobMetrics) -> int:
         """A restarted pod: restore the latest good checkpoint of the directory and return its step
-        (the job's step count and last good checkpoint follow); 0 when there is none."""
+        (the job's step count and last good checkpoint follow, the resume is counted); 0 when there
+        is none."""
         manifest = self.directory / MANIFEST
         if not manifest.is_file():
             return 0
         entry = json.loads(manifest.read_text())
         checkpoint = GoodCheckpoint(path=str(entry["path"]), step=int(entry["step"]), time=float(entry["time"]))
         self.restore(checkpoint)
-        job.rewind_steps(checkpoint.step)
-        job.record_good_checkpoint(checkpoint)
+        job.record_resume(checkpoint)
         return checkpoint.step
 
     def remediation(self, job: JobMetrics, policy: RemediationPolicy | None = None) -> Remediation:

@@ -14,11 +14,11 @@ from prometheus_client.registry import Collector
 
 from observability import catalog
 from observability.exposition import format_value
-from poller.collector import SharedPass
 from poller.error_counters import ErrorCounters
 from poller.exported_metrics import ERROR_TYPES, FAILURE_REASONS, GPU_GAUGES
-from poller.exposition import TextPageWriter
-from poller.model import DriverInfo, GpuIdentity, GpuSample, PassResult, unidentified_gpu
+from poller.metrics_page import TextPageWriter
+from poller.samples import DriverInfo, GpuIdentity, GpuSample, PassResult, unidentified_gpu
+from poller.shared_pass import SharedPass
 from tests.poller.reference_collector import GpuCollector, build_families
 
 GPU0 = GpuIdentity(0, "GPU-aaaa", "NVIDIA A100-SXM4-80GB")

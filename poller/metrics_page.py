@@ -15,10 +15,10 @@ import operator
 
 from observability import catalog
 from observability.exposition import format_value, label_block, series_prefix, text_header
-from poller.collector import gpu_label_values
 from poller.error_counters import CountersSnapshot
 from poller.exported_metrics import ECC_TYPES, GPU_COUNTERS, GPU_GAUGES, INTERCONNECT_COUNTERS, THROTTLE_REASONS
-from poller.model import GpuIdentity, PassResult
+from poller.samples import GpuIdentity, PassResult
+from poller.shared_pass import gpu_label_values
 
 
 def _header(metric: catalog.Metric) -> str:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from poller.error_counters import ErrorCounters
-from poller.model import GpuIdentity, PassResult
+from poller.samples import GpuIdentity, PassResult
 
 LOG = logging.getLogger(__name__)
 

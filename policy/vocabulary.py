@@ -141,11 +141,17 @@ CONTEXT_FIELDS = ("services", "tempo_otlp_endpoint", "training_job_name", "names
 
 ResourceCheck = Callable[[KubeObject, PolicyContext], Iterable[Finding]]
 StackCheck = Callable[[Sequence[KubeObject], PolicyContext], Iterable[tuple[KubeObject | None, Finding]]]
+# The rendered files besides the Kubernetes objects (path -> text) -> (the path a finding is in, finding).
+FileCheck = Callable[[Mapping[str, str]], Iterable[tuple[str, Finding]]]
+# A stack file's text (`Pulumi.<stack>.yaml`) -> findings.
+StackFileCheck = Callable[[str], Iterable[Finding]]
 
 
 @dataclass(frozen=True)
 class Policy:
-    """A rule with a stable id; exactly one of `check` (per object) or `stack_check` (all objects)."""
+    """A rule with a stable id; exactly one of `check` (per object) or `stack_check` (all objects).
+    A rule that also reads the rendered files (rule files, provisioning, bare dashboards) has a
+    `file_check`, one that reads the stack file a `stack_file_check`."""
 
     id: str
     description: str
@@ -153,6 +159,8 @@ class Policy:
     remediation: str
     check: ResourceCheck | None = None
     stack_check: StackCheck | None = None
+    file_check: FileCheck | None = None
+    stack_file_check: StackFileCheck | None = None
     # Context fields the rule cannot run without, and those it reads when they are given.
     needs: tuple[str, ...] = ()
     uses: tuple[str, ...] = ()

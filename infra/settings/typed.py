@@ -14,8 +14,8 @@ ScrapeMode = Literal["annotations", "operator"]
 ScrapeDelivery = Literal["configmap", "secret"]
 SCRAPE_MODES: tuple[ScrapeMode, ...] = ("annotations", "operator")
 SCRAPE_DELIVERIES: tuple[ScrapeDelivery, ...] = ("configmap", "secret")
-# The promise for critical failures (NaN, GPU out of memory, GPU errors): detected within this many
-# seconds of the first sample that shows them. A stack may declare a longer budget explicitly.
+# The promise for critical failures (NaN, GPU out of memory, GPU errors): paged within this many
+# seconds of the failure itself. A stack may declare a longer budget explicitly.
 DEFAULT_CRITICAL_DETECTION_SECONDS = 30
 SUPPORTED_KUBERNETES_MINORS = range(27, 38)  # 1.27 .. 1.37: schemas kubernetes-validate ships
 
