@@ -234,6 +234,8 @@ class TrainingMetrics:
         The handle is a context manager: `with metrics.job("dqn", job_id) as job:` records an
         exception that leaves the block as the job's failure (by error type), finishes the job
         "failed" and re-raises; a clean exit finishes it "completed" unless it finished already.
+        Ctrl-C, and any clean or SystemExit exit after the process got SIGTERM, finish it "stopped"
+        (`observability.instrument.termination`).
         """
         with self._lock:
             existing = self._jobs.get((model_type, job_id))
@@ -331,9 +333,10 @@ class JobMetrics:
     ) -> None:
         if self.finished:
             return
+        stopped_from_outside = SIGTERM_HANDLER.received  # preempted, drained, deleted
         if exc is None or (isinstance(exc, SystemExit) and exc.code in (None, 0)):
-            self.finish("completed")
-        elif isinstance(exc, KeyboardInterrupt):
+            self.finish("stopped" if stopped_from_outside else "completed")
+        elif isinstance(exc, KeyboardInterrupt) or (stopped_from_outside and isinstance(exc, SystemExit)):
             self.finish("stopped")
         else:
             self.fail(exc)
