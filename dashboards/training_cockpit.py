@@ -117,6 +117,8 @@ def _model_quality() -> Row:
             learning.f1_score(MODEL, w=6),
             learning.precision(MODEL, w=6),
             learning.recall(MODEL, w=6),
+            learning.regression_error(MODEL, w=12),
+            learning.r2_score(MODEL, w=12),
         ],
     )
 

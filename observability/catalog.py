@@ -476,6 +476,32 @@ MODEL_ACCURACY = Metric(
 MODEL_F1_SCORE = Metric("ml_model_f1_score", MetricType.GAUGE, "ratio", "F1 score (0-1).", JOB, _T)
 MODEL_PRECISION = Metric("ml_model_precision", MetricType.GAUGE, "ratio", "Precision (0-1).", JOB, _T)
 MODEL_RECALL = Metric("ml_model_recall", MetricType.GAUGE, "ratio", "Recall (0-1).", JOB, _T)
+# Regression quality on the validation set (the classification ratios above are 0-1; these are not).
+MODEL_RMSE = Metric(
+    "ml_model_rmse",
+    MetricType.GAUGE,
+    "",
+    "Root mean squared error of a regression model on the validation set, in the target's unit (0 = exact).",
+    JOB,
+    _T,
+)
+MODEL_MAE = Metric(
+    "ml_model_mae",
+    MetricType.GAUGE,
+    "",
+    "Mean absolute error of a regression model on the validation set, in the target's unit (0 = exact).",
+    JOB,
+    _T,
+)
+MODEL_R2_SCORE = Metric(
+    "ml_model_r2_score",
+    MetricType.GAUGE,
+    "",
+    "Coefficient of determination (R squared) of a regression model on the validation set: 1 = exact, 0 = no "
+    "better than predicting the mean, negative = worse (averaged over the outputs of a multi-output model).",
+    JOB,
+    _T,
+)
 
 # --- F. Resource usage ------------------------------------------------------------------------
 TRAINING_MEMORY_USED_BYTES = Metric(

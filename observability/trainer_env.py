@@ -13,3 +13,7 @@ FINAL_SCRAPE_WAIT_ENV = "FOXHUNT_METRICS_FINAL_SCRAPE_WAIT_SECONDS"
 # Where torchrun runs several ranks in a pod, each serves its metrics on this base port plus its
 # local rank (container port `metrics-<local rank>`, scraped one target per rank).
 METRICS_BASE_PORT_ENV = "FOXHUNT_METRICS_BASE_PORT"
+
+# The pod's terminationGracePeriodSeconds, as the job template renders it: on SIGTERM the trainer
+# records the job as stopped and flushes its metrics within it (observability.instrument.termination).
+TERMINATION_GRACE_ENV = "FOXHUNT_TERMINATION_GRACE_PERIOD_SECONDS"

@@ -188,6 +188,7 @@ def _trainer_exposition(model_type: str, job: str, gpu_uuids: tuple[str, ...], n
     with handle.checkpoint("s3://checkpoints/step-2", step=2) as save:
         save.size_bytes = 500_000_000
     handle.set_model_quality(0.9, 0.88, 0.9, 0.86)
+    handle.set_regression_quality(rmse=0.42, mae=0.31, r2=0.87)
     handle.set_resource_usage(4e9, 180.0)
     handle.set_model_flops(5e13, "bf16")
     handle.set_model_flops(5e13, "bf16")

@@ -258,6 +258,10 @@ def _job_values(name: str, rng: random.Random, n: int, variant: int, interval: i
         return [round(x, 5) for x in _walk(rng, n, -0.02, 0.0, 0.002)]
     if name in (c.MODEL_ACCURACY.name, c.MODEL_F1_SCORE.name, c.MODEL_PRECISION.name, c.MODEL_RECALL.name):
         return [round(x, 4) for x in _walk(rng, n, 0.8, 0.97, 0.005)]
+    if name in (c.MODEL_RMSE.name, c.MODEL_MAE.name):  # in the target's unit, falling as the model learns
+        return [round(x, 4) for x in _walk(rng, n, 0.2, 0.6, 0.01)]
+    if name == c.MODEL_R2_SCORE.name:
+        return [round(x, 4) for x in _walk(rng, n, 0.7, 0.95, 0.005)]
     if name == c.TRAINING_MEMORY_USED_BYTES.name:
         return [round(x) for x in _walk(rng, n, 2e9, 16e9, 1e8)]
     if name == c.TRAINING_CPU_USAGE_PERCENT.name:

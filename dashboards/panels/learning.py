@@ -1,5 +1,6 @@
-"""Learning panels: loss, validation loss, the optimizer's state and the model's quality scores,
-per job. `model` is the dashboard's model-type matcher; `job` the matchers of one job."""
+"""Learning panels: loss, validation loss, the optimizer's state and the model's quality scores
+(classification ratios, regression errors), per job. `model` is the dashboard's model-type matcher;
+`job` the matchers of one job."""
 
 from __future__ import annotations
 
@@ -97,3 +98,28 @@ def precision(model: str, *, w: int) -> PanelBuilder:
 
 def recall(model: str, *, w: int) -> PanelBuilder:
     return _quality("Recall", catalog.MODEL_RECALL, model, w)
+
+
+def regression_error(model: str, *, w: int) -> PanelBuilder:
+    return timeseries(
+        Common(
+            "Regression Error (RMSE, MAE)",
+            "Root mean squared error (solid) and mean absolute error (dashed) of each regression job on its "
+            "validation set, in the target's unit: falling while the model learns; RMSE well above MAE means a "
+            "few large errors.",
+            "none",
+            w=w,
+            min=0,
+        ),
+        [
+            Query(promql.gauge(catalog.MODEL_RMSE, (model,)), f"{JOB_LEGEND} RMSE"),
+            Query(promql.gauge(catalog.MODEL_MAE, (model,)), f"{JOB_LEGEND} MAE"),
+        ],
+        dashed_refs=("B",),
+    )
+
+
+def r2_score(model: str, *, w: int) -> PanelBuilder:
+    return per_job(
+        "R² Score", f"{catalog.MODEL_R2_SCORE.help} Per job.", catalog.MODEL_R2_SCORE, "none", (model,), w=w, max=1
+    )

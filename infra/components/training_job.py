@@ -68,7 +68,7 @@ from observability.scrape_config import (
     prometheus_requirement_annotations,
     rank_port_name,
 )
-from observability.trainer_env import FINAL_SCRAPE_WAIT_ENV, METRICS_BASE_PORT_ENV
+from observability.trainer_env import FINAL_SCRAPE_WAIT_ENV, METRICS_BASE_PORT_ENV, TERMINATION_GRACE_ENV
 from observability.web_config import WEB_CONFIG_ENV
 
 TYPE = "foxhunt:observability:TrainingJobTemplate"
@@ -79,6 +79,9 @@ MODEL_TYPE_LABEL = "foxhunt.io/model-type"
 NEVER = "0 0 1 1 *"  # a valid schedule for the API; the CronJob is suspended so it never fires
 SCRATCH_SIZE = "20Gi"
 HISTORY_LIMIT = 50
+# The pod's grace period between SIGTERM and the kill; the trainer reads it from its env
+# (`TERMINATION_GRACE_ENV`) to fit its last flush into it.
+TERMINATION_GRACE_PERIOD_SECONDS = 120
 DELETION_POLICY_ANNOTATION = "pulumi.com/deletionPropagationPolicy"
 # torchrun's static rendezvous: node rank from the Indexed Job's completion index, the TCP store
 # on index 0 (torchrun's default port). The container runs torchrun through the trainer library's
@@ -156,6 +159,8 @@ def training_env(args: TrainingJobArgs) -> list[dict[str, Any]]:
             # The trainer's metrics server waits up to this long for a last scrape before exiting,
             # so the job's duration and final status are recorded (observability.instrument).
             {"name": FINAL_SCRAPE_WAIT_ENV, "value": str(final_scrape_wait_seconds(cfg))},
+            # On SIGTERM the trainer stops the job and flushes within the pod's grace period.
+            {"name": TERMINATION_GRACE_ENV, "value": str(TERMINATION_GRACE_PERIOD_SECONDS)},
             # `utility` makes the NVIDIA runtime mount libnvidia-ml, so the trainer names its GPUs
             # by UUID through NVML (ml_training_job_gpu_info) without any privilege.
             {"name": DRIVER_CAPABILITIES_ENV, "value": DRIVER_CAPABILITIES},
@@ -225,8 +230,8 @@ def pod_template(args: TrainingJobArgs) -> dict[str, Any]:
             "nodeSelector": dict(job.node_selector),
             "tolerations": tolerations(job.tolerations),
             "securityContext": restricted_pod_security_context(),
-            # SIGTERM first: time for the trainer to write a last checkpoint.
-            "terminationGracePeriodSeconds": 120,
+            # SIGTERM first: time for the trainer to flush its metrics and write a last checkpoint.
+            "terminationGracePeriodSeconds": TERMINATION_GRACE_PERIOD_SECONDS,
             "containers": [
                 {
                     "name": CONTAINER,

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from types import TracebackType
 
 STARTUP = "startup"
 DATA_WAIT = "data_wait"
@@ -105,21 +106,36 @@ class PhaseClock:
         with self._lock:
             return self._stack[0]
 
-    @contextmanager
-    def phase(self, phase: str) -> Iterator[None]:
-        """Count the time of the block in `phase`; the previous phase resumes after it."""
-        check_phase(phase)
+    def phase(self, phase: str) -> AbstractContextManager[None]:
+        """`with clock.phase(name):` counts the block's time in `name`; the previous phase resumes
+        after it. Blocks nest; closing one closes any left open inside it."""
+        return _PhaseScope(self, check_phase(phase))
+
+    def block(self, phase: str) -> PhaseBlock:
+        """Open a block in `phase` whose owner switches its phase in place (`block.switch`) and
+        closes it (`block.close()`): what a loop that alternates two phases uses instead of a
+        `with` block per phase (one clock reading per switch, which the switch returns)."""
+        depth, now = self._push(check_phase(phase))
+        return PhaseBlock(self, depth, now)
+
+    def _push(self, phase: str) -> tuple[int, float]:
+        """Push `phase` (checked by the caller); returns the stack depth and the clock reading."""
         with self._lock:
             self._stack.append(phase)
-            depth = len(self._stack)
+            return len(self._stack), self._recount_now()
+
+    def _switch_block(self, depth: int, phase: str) -> float:
+        check_phase(phase)
+        with self._lock:
+            if len(self._stack) >= depth:
+                self._stack[depth - 1] = phase
+            return self._recount_now()
+
+    def _close_block(self, depth: int) -> None:
+        with self._lock:
+            # Blocks close in order; a block left open by another thread's misuse is closed too.
+            del self._stack[max(depth - 1, 1) :]
             self._recount()
-        try:
-            yield
-        finally:
-            with self._lock:
-                # Blocks close in order; a block left open by another thread's misuse is closed too.
-                del self._stack[max(depth - 1, 1) :]
-                self._recount()
 
     def substitute(self, phase: str, instead: str | None) -> None:
         """Count time in `phase` as `instead` from now on (None: stop substituting)."""
@@ -143,6 +159,16 @@ class PhaseClock:
     def _counted(self, phase: str) -> str:
         return self._substitutes.get(phase, phase)
 
+    def _recount_now(self) -> float:
+        """`_recount`, reading the clock whether or not the counted phase changes; returns the reading."""
+        now = self._clock()
+        counting = self._counted(self._stack[-1])
+        if counting != self._counting and self._stopped_at is None:
+            self._totals[self._counting] += now - self._since
+            self._since = now
+        self._counting = counting
+        return now
+
     def _recount(self) -> None:
         counting = self._counted(self._stack[-1])
         if counting == self._counting or self._stopped_at is not None:
@@ -152,3 +178,42 @@ class PhaseClock:
         self._totals[self._counting] += now - self._since
         self._since = now
         self._counting = counting
+
+
+class PhaseBlock:
+    """A block of a `PhaseClock` whose phase changes in place; made by `PhaseClock.block`.
+    `opened_at` is the clock's reading when it opened."""
+
+    def __init__(self, clock: PhaseClock, depth: int, opened_at: float) -> None:
+        self._clock, self._depth, self.opened_at = clock, depth, opened_at
+        self._closed = False
+
+    def switch(self, phase: str) -> float:
+        """Count the block's time in `phase` from now on; returns the clock's reading (now).
+        Blocks opened inside this one stay on top of it, so their phase keeps counting."""
+        if self._closed:
+            raise ValueError("the phase block is closed")
+        return self._clock._switch_block(self._depth, phase)
+
+    def close(self) -> None:
+        """End the block (and any left open inside it); the phase below resumes. Idempotent."""
+        if not self._closed:
+            self._closed = True
+            self._clock._close_block(self._depth)
+
+
+class _PhaseScope(AbstractContextManager[None]):
+    """The `with clock.phase(name):` block (a class, not a generator: it runs twice a step)."""
+
+    __slots__ = ("_clock", "_depth", "_phase")
+
+    def __init__(self, clock: PhaseClock, phase: str) -> None:
+        self._clock, self._phase, self._depth = clock, phase, 0
+
+    def __enter__(self) -> None:
+        self._depth, _ = self._clock._push(self._phase)
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._clock._close_block(self._depth)

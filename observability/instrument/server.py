@@ -29,6 +29,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from observability.exposition import CollectorPage, Format, MetricsHTTPServer
 from observability.http_server import ServerLimits
+from observability.instrument.termination import HANDLER as SIGTERM_HANDLER
 from observability.trainer_env import FINAL_SCRAPE_WAIT_ENV, METRICS_BASE_PORT_ENV
 from observability.web_config import WEB_CONFIG_ENV, WebConfig, load_web_config
 
@@ -91,7 +92,8 @@ class MetricsServer:
     """`/metrics` and `/healthz` of one registry, on the bounded server (timeouts, at most
     `limits.max_requests` at once, no thread per connection); over TLS with authentication when
     `web` (or the web config file FOXHUNT_METRICS_WEB_CONFIG_FILE names) asks for it. Closed, and
-    flushed (see the module docstring), at interpreter exit if not before."""
+    flushed (see the module docstring), at interpreter exit or on SIGTERM (within the pod's grace
+    period: `observability.instrument.termination`) if not before."""
 
     def __init__(
         self,
@@ -115,6 +117,7 @@ class MetricsServer:
         self._closed: bool | None = None
         self._close_lock = threading.Lock()
         atexit.register(self.close)
+        SIGTERM_HANDLER.watch_server(self)
 
     @property
     def port(self) -> int:
@@ -145,6 +148,9 @@ class MetricsServer:
                 scraped = True
             else:
                 wait = self.flush_wait() if final_scrape_wait is None else final_scrape_wait
+                left = SIGTERM_HANDLER.time_left()  # after SIGTERM: within the pod's grace period
+                if left is not None:
+                    wait = min(wait, left)
                 if wait > 0:
                     LOG.debug("waiting up to %.1fs for a last scrape of the changed metrics", wait)
                 scraped = self._http.scrapes.wait_for_next(wait) if wait > 0 else False

@@ -38,14 +38,16 @@ from observability.instrument.ranks import RankInfo
 from observability.instrument.reinforcement import RlFamilies, RlMetrics
 from observability.instrument.search import SearchFamilies, StudyMetrics
 from observability.instrument.server import METRICS_PORT, MetricsServer, rank_metrics_port
+from observability.instrument.tallies import TALLIED, StepTally, TallyCollector
+from observability.instrument.termination import HANDLER as SIGTERM_HANDLER
 from observability.instrument.trace_context import trace_exemplar
 
 LOG = logging.getLogger(__name__)
 T = TypeVar("T")
 
 # Label values created (at 0) when a job starts; others still work but appear at their first event.
-LOSS, VALIDATION_LOSS, GRADIENT = "loss", "validation_loss", "gradient"
-NAN_TENSOR_TYPES: tuple[str, ...] = (LOSS, VALIDATION_LOSS, GRADIENT, "activation", WEIGHTS)
+LOSS, VALIDATION_LOSS, GRADIENT, ACTIVATION = "loss", "validation_loss", "gradient", "activation"
+NAN_TENSOR_TYPES: tuple[str, ...] = (LOSS, VALIDATION_LOSS, GRADIENT, ACTIVATION, WEIGHTS)
 JOB_STATUSES: tuple[str, ...] = ("pending", "running", "completed", "failed", "stopped", "paused")
 FINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "stopped"})
 
@@ -58,6 +60,12 @@ def _check_seconds(value: float, name: str) -> float:
     if not 0 <= value < math.inf:  # NaN fails too
         raise ValueError(f"{name} must be a finite number of seconds, at least 0, got {value!r}")
     return float(value)
+
+
+def _check_count(value: int, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} is a count of at least 0, got {value!r}")
+    return value
 
 
 def _check_status(status: str) -> str:
@@ -107,13 +115,14 @@ class TrainingMetrics:
         self.f1_score = g(catalog.MODEL_F1_SCORE)
         self.precision = g(catalog.MODEL_PRECISION)
         self.recall = g(catalog.MODEL_RECALL)
+        self.rmse = g(catalog.MODEL_RMSE)
+        self.mae = g(catalog.MODEL_MAE)
+        self.r2_score = g(catalog.MODEL_R2_SCORE)
         # F. resources
         self.memory_used = g(catalog.TRAINING_MEMORY_USED_BYTES)
         self.cpu_usage = g(catalog.TRAINING_CPU_USAGE_PERCENT)
         self.active_workers = g(catalog.TRAINING_ACTIVE_WORKERS)
         # G. data pipeline
-        self.data_batches = c(catalog.TRAINING_DATA_BATCHES_TOTAL)
-        self.data_loading = h(catalog.TRAINING_DATA_LOADING_SECONDS)
         self.feature_errors = c(catalog.FEATURE_ENGINEERING_ERRORS_TOTAL)
         # H. lifecycle
         self.jobs_by_status = g(catalog.TRAINING_JOBS_BY_STATUS)
@@ -123,11 +132,8 @@ class TrainingMetrics:
         self.job_gpu_info = self._info(catalog.TRAINING_JOB_GPU_INFO)
         # Steps and time accounting, per rank
         self.rank_info = self._info(catalog.TRAINING_RANK_INFO)
-        self.steps = c(catalog.TRAINING_STEPS_TOTAL)
-        self.samples = c(catalog.TRAINING_SAMPLES_TOTAL)
-        self.tokens = c(catalog.TRAINING_TOKENS_TOTAL)
-        self.last_step_timestamp = g(catalog.TRAINING_LAST_STEP_TIMESTAMP_SECONDS)
-        self.model_flops = c(catalog.TRAINING_MODEL_FLOPS_TOTAL)
+        # Steps, samples, tokens, model FLOPs, the last step's time and data loading are tallied per
+        # job (`tallies`, read at scrape time): they change every step.
         self.checkpoint_written = c(catalog.CHECKPOINT_WRITTEN_BYTES_TOTAL)
         # Optimization (the PyTorch integration)
         self.step_loss = g(catalog.TRAINING_STEP_LOSS)
@@ -150,13 +156,15 @@ class TrainingMetrics:
         self._lock = threading.Lock()
         self._jobs: dict[tuple[str, str], JobMetrics] = {}
         self.registry.register(PhaseCollector(self._started_jobs))
+        self.registry.register(TallyCollector(lambda: [job.tally for job in self._started_jobs()]))
         for status in JOB_STATUSES:
             self.jobs_by_status.labels(status=status).set(0)
+        SIGTERM_HANDLER.watch_jobs(self)
 
     @property
     def catalog_metrics(self) -> tuple[Metric, ...]:
         """Every catalog family this registry exposes."""
-        return (*self.collector.catalog_metrics, catalog.TRAINING_PHASE_SECONDS_TOTAL)
+        return (*self.collector.catalog_metrics, catalog.TRAINING_PHASE_SECONDS_TOTAL, *TALLIED)
 
     def _counter(self, metric: Metric) -> Counter:
         client = families.counter(metric)
@@ -226,6 +234,8 @@ class TrainingMetrics:
         The handle is a context manager: `with metrics.job("dqn", job_id) as job:` records an
         exception that leaves the block as the job's failure (by error type), finishes the job
         "failed" and re-raises; a clean exit finishes it "completed" unless it finished already.
+        Ctrl-C, and any clean or SystemExit exit after the process got SIGTERM, finish it "stopped"
+        (`observability.instrument.termination`).
         """
         with self._lock:
             existing = self._jobs.get((model_type, job_id))
@@ -238,6 +248,16 @@ class TrainingMetrics:
     def _started_jobs(self) -> list[JobMetrics]:
         with self._lock:
             return list(self._jobs.values())
+
+    def stop_running_jobs(self) -> int:
+        """Finish every job not finished yet as "stopped" (the process is being stopped from
+        outside: SIGTERM); returns how many."""
+        stopped = 0
+        for job in self._started_jobs():
+            if not job.finished:
+                job.finish("stopped")
+                stopped += 1
+        return stopped
 
     def _refresh_status_counts(self) -> None:
         with self._lock:
@@ -290,6 +310,8 @@ class JobMetrics:
         self._previous_loss: float | None = None
         self.gpu_uuids: tuple[str, ...] = ()
         self.phases = PhaseClock(STARTUP)
+        self.tally = StepTally(self._job, self.rank_labels)
+        self._past_startup = False
         self.steps_done = 0
         self._lost_work_until: int | None = None
         self._rl: RlMetrics | None = None
@@ -311,9 +333,10 @@ class JobMetrics:
     ) -> None:
         if self.finished:
             return
+        stopped_from_outside = SIGTERM_HANDLER.received  # preempted, drained, deleted
         if exc is None or (isinstance(exc, SystemExit) and exc.code in (None, 0)):
-            self.finish("completed")
-        elif isinstance(exc, KeyboardInterrupt):
+            self.finish("stopped" if stopped_from_outside else "completed")
+        elif isinstance(exc, KeyboardInterrupt) or (stopped_from_outside and isinstance(exc, SystemExit)):
             self.finish("stopped")
         else:
             self.fail(exc)
@@ -372,15 +395,9 @@ class JobMetrics:
             m.checkpoint_failures.labels(**job, error_type=error_type)
         for error_type in FAILURE_ERROR_TYPES:
             m.failures.labels(**job, error_type=error_type)
-        for per_job in (
-            m.gradient_explosions,
-            m.checkpoint_saves,
-            m.data_batches,
-            m.folds_completed,
-            m.rollbacks,
-        ):
+        for per_job in (m.gradient_explosions, m.checkpoint_saves, m.folds_completed, m.rollbacks):
             per_job.labels(**job)
-        for histogram in (m.iteration_seconds, m.checkpoint_duration, m.data_loading):
+        for histogram in (m.iteration_seconds, m.checkpoint_duration):
             histogram.labels(**job)
         for status in sorted(FINAL_STATUSES):
             # At count 0 from the start: the finished job's observation is an increase rate() sees.
@@ -392,8 +409,7 @@ class JobMetrics:
         m.folds_planned.labels(**job).set(folds_planned)
         m.active_workers.labels(**job).set(workers)
         ranked = self.rank_labels
-        for per_rank in (m.steps, m.samples, m.tokens, m.checkpoint_written):
-            per_rank.labels(**ranked)
+        m.checkpoint_written.labels(**ranked)
         m.rank_info.labels(
             **ranked,
             local_rank=str(self.rank.local_rank),
@@ -459,27 +475,21 @@ class JobMetrics:
         (`set_model_flops` or `measure_model_flops`), else none."""
         if samples < 0 or tokens < 0:
             raise ValueError(f"samples and tokens of a step are counts of at least 0, got {samples} and {tokens}")
-        m, ranked = self._m, self.rank_labels
         step_flops = self.model_flops_per_step if flops is None else flops_module.check_flops(flops)
-        if step_flops is not None:
-            if self.model_flops_precision is None:
-                raise ValueError("a step's FLOPs need the model's precision: call set_model_flops first")
-            m.model_flops.labels(**ranked, precision=self.model_flops_precision).inc(step_flops)
-        m.steps.labels(**ranked).inc()
-        if samples:
-            m.samples.labels(**ranked).inc(samples)
-        if tokens:
-            m.tokens.labels(**ranked).inc(tokens)
-        m.last_step_timestamp.labels(**ranked).set(time.time())
+        precision = self.model_flops_precision
+        if step_flops is not None and precision is None:
+            raise ValueError("a step's FLOPs need the model's precision: call set_model_flops first")
+        self.tally.step(samples, tokens, step_flops, precision)
         with self._lock:
             self.steps_done += 1
             done = self.steps_done
             redone = self._lost_work_until is not None and done >= self._lost_work_until
             if redone:
                 self._lost_work_until = None
+            first, self._past_startup = not self._past_startup, True
         if redone:
             self.phases.substitute(COMPUTE, None)
-        if self.phases.base == STARTUP:
+        if first and self.phases.base == STARTUP:
             self.phases.set_base(IDLE)
         return done
 
@@ -492,7 +502,7 @@ class JobMetrics:
         per_step = None if flops_per_step is None else flops_module.check_flops(flops_per_step)
         with self._lock:
             self.model_flops_per_step, self.model_flops_precision = per_step, precision
-        self._m.model_flops.labels(**self.rank_labels, precision=precision)
+        self.tally.declare_precision(precision)
 
     def measure_model_flops(
         self, step: Callable[..., T], *args: Any, precision: str | None = None, model: Any = None, **kwargs: Any
@@ -610,12 +620,12 @@ class JobMetrics:
 
     # --- data pipeline ------------------------------------------------------------------------------
     def record_data_load(self, seconds: float, batches: int = 0) -> None:
-        self._m.data_loading.labels(**self._job).observe(_check_seconds(seconds, "seconds"))
-        if batches:
-            self.record_batches(batches)
+        """One data load that took `seconds` (`ml_training_data_loading_seconds`) and delivered
+        `batches` batches (`ml_training_data_batches_total`)."""
+        self.tally.data_load(_check_seconds(seconds, "seconds"), _check_count(batches, "batches"))
 
     def record_batches(self, count: int = 1) -> None:
-        self._m.data_batches.labels(**self._job).inc(count)
+        self.tally.add_batches(_check_count(count, "count"))
 
     def record_feature_engineering_error(self, error_type: str) -> None:
         self._m.feature_errors.labels(model_type=self.model_type, error_type=error_type).inc()
@@ -672,6 +682,35 @@ class JobMetrics:
                 if not 0 <= value <= 1:
                     raise ValueError(f"model quality values are ratios 0-1, got {value}")
                 gauge.labels(**job).set(value)
+
+    def set_regression_quality(
+        self, rmse: float | None = None, mae: float | None = None, r2: float | None = None
+    ) -> None:
+        """A regression model's quality on the validation set: RMSE and MAE (in the target's unit,
+        at least 0), R squared (at most 1). None leaves a value as it was. A NaN (the model
+        predicted non-finite values) is recorded and counts as a NaN detection of the model's
+        output (`tensor_type` "activation"); `integrations.torch.record_regression_quality`
+        computes all three from prediction and target tensors."""
+        m, job = self._m, self._job
+        given = [
+            (name, gauge, value, low, high)
+            for name, gauge, value, low, high in (
+                ("rmse", m.rmse, rmse, 0.0, math.inf),
+                ("mae", m.mae, mae, 0.0, math.inf),
+                ("r2", m.r2_score, r2, -math.inf, 1.0),
+            )
+            if value is not None
+        ]
+        for name, _, value, low, high in given:  # all checked before any is set
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise TypeError(f"{name} must be a number, got {value!r}")
+            if not math.isnan(value) and not low <= value <= high:
+                expected = "at least 0 (an error in the target's unit)" if high == math.inf else "at most 1"
+                raise ValueError(f"{name} must be {expected}, got {value!r}")
+        for _, gauge, value, _, _ in given:
+            gauge.labels(**job).set(value)
+        if any(not math.isfinite(value) for _, _, value, _, _ in given):
+            self.record_nan_detection(ACTIVATION)  # one evaluation, one detection
 
     def set_resource_usage(self, memory_bytes: float, cpu_percent: float) -> None:
         self._m.memory_used.labels(**self._job).set(memory_bytes)

@@ -7,7 +7,7 @@ process scraped by Prometheus.
         [--epoch-seconds 0] [--blow-up-at-epoch N] [--crash-at-epoch N]
 
 Regression: an MLP on k folds of synthetic data (rows with a missing feature are dropped by the
-feature step and counted); classification: a two-class MLP whose validation accuracy, F1,
+feature step and counted) whose validation RMSE, MAE and R squared it reports; classification: a two-class MLP whose validation accuracy, F1,
 precision and recall it reports. `--epoch-seconds` slows the data loader to that long an epoch (a
 remote data source), `--blow-up-at-epoch` raises the learning rate to 1e4 from that epoch on (a
 broken schedule: the loss goes NaN), `--crash-at-epoch` calls the model with a wrong input shape there.
@@ -28,7 +28,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from observability.instrument import TrainingMetrics
-from observability.instrument.integrations.torch import watch
+from observability.instrument.integrations.torch import record_regression_quality, watch
 from observability.instrument.training import JobMetrics
 
 FEATURES = 8
@@ -151,6 +151,8 @@ def main() -> None:
                     best_train, best_val = min(best_train, train_loss), min(best_val, val_loss)
                     if args.task == "classification":
                         job.set_model_quality(*classification_quality(logits, y_val))
+                    else:
+                        record_regression_quality(job, logits, y_val)
                     job.set_progress(100 * epoch / (args.folds * args.epochs))
                     now_wall, now_cpu = time.monotonic(), time.process_time()
                     job.set_resource_usage(resident_bytes(), 100 * (now_cpu - cpu) / (now_wall - wall))

@@ -54,6 +54,7 @@ def exercised() -> TrainingMetrics:
     job.record_feature_engineering_error("schema")
     job.record_fold(0, 0.7, 0.8, 2, 12.0)
     job.set_model_quality(accuracy=0.9, f1=0.85, precision=0.88, recall=0.82)
+    job.set_regression_quality(rmse=0.4, mae=0.3, r2=0.75)
     job.set_resource_usage(2e9, 150.0)
     job.record_step(samples=32, tokens=4096)
     collectives = track_rank(job, node="node-1")  # a distributed rank: its placement and collectives

@@ -78,6 +78,43 @@ def test_substituted_time_counts_as_lost_work_and_totals_never_shrink():
     assert clock.totals()["compute"] == 6 and clock.totals()["lost_work"] == 3
 
 
+def test_a_switched_block_counts_each_stretch_in_its_phase_and_returns_the_clock_reading():
+    t = FakeClock()
+    clock = PhaseClock("idle", clock=t)
+    block = clock.block("data_wait")
+    assert block.opened_at == 100
+    t.advance(2)
+    assert block.switch("compute") == 102  # the reading the loader times its wait with
+    t.advance(5)
+    with clock.phase("checkpoint"):  # a block opened inside keeps counting on top
+        t.advance(1)
+        block.switch("data_wait")
+        t.advance(1)
+        assert clock.current == "checkpoint"
+    t.advance(3)  # the switched block's phase resumes
+    clock.substitute("compute", "lost_work")
+    block.switch("compute")
+    t.advance(4)
+    block.close()
+    block.close()  # idempotent
+    t.advance(0.5)
+    assert clock.current == "idle"
+    totals = clock.totals()
+    assert totals == {
+        **dict.fromkeys(PHASES, 0.0),
+        "data_wait": 5,
+        "compute": 5,
+        "checkpoint": 2,
+        "lost_work": 4,
+        "idle": 0.5,
+    }
+    assert sum(totals.values()) == pytest.approx(clock.wall())
+    with pytest.raises(ValueError, match="the phase block is closed"):
+        block.switch("compute")
+    with pytest.raises(ValueError, match="unknown training phase 'waiting'"):
+        clock.block("waiting")
+
+
 def test_unknown_phase_is_refused_with_the_known_ones():
     clock = PhaseClock()
     with pytest.raises(ValueError, match=r"unknown training phase 'training'.*compute"):

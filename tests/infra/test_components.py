@@ -31,6 +31,7 @@ from infra.settings import (
 )
 from observability import alertmanager, catalog, notifications, scrape_config, trainer_env
 from observability.config import ObservabilityConfig
+from observability.instrument import termination
 from observability.partials import PARTIAL_SERIES_REGEX, is_partial
 from observability.rules import Tier
 from observability.scrape_config import PATH_ANNOTATION, PORT_ANNOTATION, SCRAPE_ANNOTATION, SERVICE_LABEL
@@ -334,6 +335,10 @@ def test_training_cronjob_is_a_suspended_template_with_otel_env_for_the_stacks_t
     # The trainer waits for one more scrape before exiting: two of this stack's scrape intervals.
     wait = {e["name"]: e.get("value") for e in container["env"]}[trainer_env.FINAL_SCRAPE_WAIT_ENV]
     assert wait == str(2 * cfg.scrape_interval_seconds) == {"prod": "20"}.get(stack, "30")
+    # On SIGTERM it stops the job and flushes within the pod's grace period, which it reads from here.
+    grace = {e["name"]: e.get("value") for e in container["env"]}[trainer_env.TERMINATION_GRACE_ENV]
+    assert grace == str(pod_spec["terminationGracePeriodSeconds"])
+    assert termination.flush_budget(float(grace)) >= int(wait)  # the final-scrape wait fits into it
     # NVML in the container (the `utility` capability) names the job's GPUs; no privilege is added.
     assert {e["name"]: e.get("value") for e in container["env"]}["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
     assert not any("hostPath" in v for v in pod_spec.get("volumes", []))

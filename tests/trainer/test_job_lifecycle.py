@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.parser import text_string_to_metric_families
 
 from observability import catalog
@@ -141,3 +142,42 @@ def _wrapped_oserror() -> BaseException:
 def test_failure_types(error, expected):
     assert failure_type(error) == expected
     assert expected in FAILURE_ERROR_TYPES
+
+
+def test_tallied_step_and_data_load_series_are_what_prometheus_client_would_expose():
+    """The per-step series are tallied as plain numbers; their page must equal the one a
+    prometheus-client counter and histogram with the catalog's buckets give for the same events."""
+    metrics = TrainingMetrics()
+    job = metrics.start_job("mlp", "tally", gpu_uuids=[])
+    reference = CollectorRegistry()
+    loading = catalog.TRAINING_DATA_LOADING_SECONDS
+    histogram = Histogram(loading.name, loading.help, loading.labels, buckets=loading.buckets, registry=reference)
+    batches = Counter("batches", "", loading.labels, registry=reference)
+    waits = [0.0, 0.004, 0.005, 0.0051, 0.3, *loading.buckets, 1e6]
+    for i, seconds in enumerate(waits):
+        job.record_data_load(seconds, batches=i % 3)
+        histogram.labels("mlp", "tally").observe(seconds)
+        batches.labels("mlp", "tally").inc(i % 3)
+    job.record_batches(2)
+    batches.labels("mlp", "tally").inc(2)
+
+    def samples(registry: CollectorRegistry, name: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        page = render_text(registry).decode()
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(page)
+            for s in family.samples
+            if s.name.startswith(name) and not s.name.endswith("_created")
+        }
+
+    assert samples(metrics.registry, loading.name) == samples(reference, loading.name)
+    assert (
+        value(metrics, catalog.TRAINING_DATA_BATCHES_TOTAL.name, model_type="mlp", job_id="tally")
+        == sum(i % 3 for i in range(len(waits))) + 2
+    )
+    with pytest.raises(ValueError, match="batches is a count of at least 0, got -1"):
+        job.record_data_load(0.1, batches=-1)
+    with pytest.raises(ValueError, match="finite number of seconds"):
+        job.record_data_load(math.nan)
+    with pytest.raises(ValueError, match="samples and tokens of a step are counts of at least 0"):
+        job.record_step(samples=-1)

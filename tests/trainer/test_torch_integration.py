@@ -12,7 +12,12 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from observability import catalog
 from observability.instrument import TrainingMetrics
-from observability.instrument.integrations.torch import batch_size_of, watch
+from observability.instrument.integrations.torch import (
+    batch_size_of,
+    record_regression_quality,
+    regression_quality,
+    watch,
+)
 
 from .test_job_lifecycle import value
 
@@ -130,3 +135,76 @@ def test_batch_sizes_and_bad_options():
     model, optimizer = model_and_optimizer()
     with pytest.raises(ValueError, match="check_every is a number of steps of at least 1"):
         watch(job, model, optimizer, check_every=0)
+
+
+def test_losses_of_any_shape_of_one_value_and_plain_numbers_average_at_the_check():
+    metrics = TrainingMetrics()
+    job = metrics.start_job("mlp", "run-1", gpu_uuids=[])
+    model, optimizer = model_and_optimizer()
+    recorded: list[torch.Tensor | float] = [torch.tensor(1.0), torch.tensor([2.0]), 3.0, torch.tensor(4.0).double()]
+    with watch(job, model, optimizer, check_every=len(recorded), check_every_seconds=3600) as watcher:
+        for loss in recorded:
+            watcher.record_loss(loss)
+            model(torch.zeros(1, 8)).sum().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        assert watcher.checks == 1
+        assert value(metrics, catalog.TRAINING_STEP_LOSS.name, **JOB) == pytest.approx(2.5)
+        with pytest.raises(ValueError, match=r"the step's loss, one value; got a tensor of shape \(4,\)"):
+            watcher.record_loss(torch.ones(4))
+
+
+def _reference_quality(predictions: list[list[float]], targets: list[list[float]]) -> tuple[float, float, float]:
+    """RMSE, MAE and R squared by their textbook definitions, in plain Python."""
+    errors = [p - t for prow, trow in zip(predictions, targets, strict=True) for p, t in zip(prow, trow, strict=True)]
+    rmse = math.sqrt(sum(e * e for e in errors) / len(errors))
+    mae = sum(abs(e) for e in errors) / len(errors)
+    scores = []
+    for column in range(len(targets[0])):
+        t = [row[column] for row in targets]
+        p = [row[column] for row in predictions]
+        mean = sum(t) / len(t)
+        scores.append(1 - sum((a - b) ** 2 for a, b in zip(p, t, strict=True)) / sum((b - mean) ** 2 for b in t))
+    return rmse, mae, sum(scores) / len(scores)
+
+
+@pytest.mark.parametrize("outputs", [1, 3])
+def test_regression_quality_matches_the_definitions_and_reaches_the_page(outputs):
+    generator = torch.Generator().manual_seed(3)
+    targets = torch.randn(64, outputs, generator=generator) * 5 + 2
+    predictions = targets + torch.randn(64, outputs, generator=generator)
+    rmse, mae, r2 = _reference_quality(predictions.tolist(), targets.tolist())
+    metrics = TrainingMetrics()
+    job = metrics.start_job("mlp", "run-1", gpu_uuids=[])
+    quality = record_regression_quality(job, predictions.to(torch.float16).to(torch.float32), targets)
+    expected = _reference_quality(predictions.to(torch.float16).to(torch.float32).tolist(), targets.tolist())
+    assert (quality.rmse, quality.mae, quality.r2) == pytest.approx(expected, rel=1e-9)
+    assert (quality.rmse, quality.mae, quality.r2) == pytest.approx((rmse, mae, r2), rel=1e-2)
+    assert 0 < quality.mae < quality.rmse and 0.9 < quality.r2 < 1  # type: ignore[operator]
+    assert value(metrics, catalog.MODEL_RMSE.name, **JOB) == pytest.approx(quality.rmse)
+    assert value(metrics, catalog.MODEL_MAE.name, **JOB) == pytest.approx(quality.mae)
+    assert value(metrics, catalog.MODEL_R2_SCORE.name, **JOB) == pytest.approx(quality.r2)
+
+
+def test_regression_quality_edges_and_bad_input():
+    exact = regression_quality(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([1.0, 2.0, 3.0]))
+    assert (exact.rmse, exact.mae, exact.r2) == (0.0, 0.0, 1.0)
+    mean = regression_quality(torch.full((4,), 2.5), torch.tensor([1.0, 2.0, 3.0, 4.0]))
+    assert mean.r2 == pytest.approx(0.0)  # no better than the mean
+    assert regression_quality(torch.tensor([4.0, 1.0]), torch.tensor([1.0, 4.0])).r2 == pytest.approx(-3.0)
+    assert regression_quality(torch.tensor([2.0, 2.0]), torch.tensor([2.0, 2.0])).r2 == 1.0  # constant, exact
+    with pytest.raises(ValueError, match=r"same shape, got \(3,\) and \(3, 1\)"):
+        regression_quality(torch.zeros(3), torch.zeros(3, 1))
+    with pytest.raises(ValueError, match="at least one prediction"):
+        regression_quality(torch.zeros(0), torch.zeros(0))
+    metrics = TrainingMetrics()
+    job = metrics.start_job("mlp", "run-1", gpu_uuids=[])
+    with pytest.raises(ValueError, match="rmse must be at least 0"):
+        job.set_regression_quality(rmse=-1.0)
+    with pytest.raises(ValueError, match=r"r2 must be at most 1, got 1\.5"):
+        job.set_regression_quality(r2=1.5)
+    with pytest.raises(TypeError, match="mae must be a number"):
+        job.set_regression_quality(mae="0.3")  # type: ignore[arg-type]
+    nan = regression_quality(torch.tensor([float("nan"), 1.0]), torch.tensor([0.0, 1.0]))
+    job.set_regression_quality(rmse=nan.rmse, mae=nan.mae, r2=nan.r2)
+    assert value(metrics, catalog.TRAINING_NAN_COUNT.name, **JOB, tensor_type="activation") == 1

@@ -19,8 +19,8 @@ What it records, for the job (`JobMetrics`) it is given:
   gradient norm the optimizer stepped with (`ml_training_gradient_norm`, computed in the pre-step
   hook of the check's step), the learning rate of each parameter group. A NaN or infinite loss in
   any step of the interval, or a non-finite gradient norm, counts in `ml_training_nan_count`
-  (`loss`, `gradient`). Losses are summed on their device (one small add a step, no sync), so a
-  check costs one device synchronisation, not one per step;
+  (`loss`, `gradient`). Loss tensors are kept on their device until the check sums them (no
+  arithmetic and no sync in the step), so a check costs one device synchronisation, not one per step;
 - once, and again when the first batch tells the batch size: the job's hyperparameters (batch size,
   optimizer class, precision, learning-rate scheduler class).
 
@@ -30,8 +30,10 @@ calls the optimizer, so it is neither counted nor checked.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
@@ -43,6 +45,9 @@ from observability.instrument.training import JobMetrics
 
 DEFAULT_CHECK_EVERY = 50
 DEFAULT_CHECK_EVERY_SECONDS = 5.0
+# Loss tensors kept between checks before they are summed on their device (bounds the memory of a
+# loop that records losses without optimizer steps).
+_FOLD_LOSSES_AT = 256
 
 _PRECISIONS = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64"}
 
@@ -102,10 +107,13 @@ class Watcher:
         self.steps = 0
         self.checks = 0
         self._samples = 0  # yielded since the previous step
-        self._loss_sum: torch.Tensor | None = None
+        self._loss_tensors: list[torch.Tensor] = []  # detached, on their device, since the previous check
+        self._loss_sum: torch.Tensor | None = None  # of earlier tensors, folded when the list grows long
+        self._loss_floats = 0.0
         self._losses = 0
         self._grad_norm: torch.Tensor | None = None
         self._steps_since_check = 0
+        self._due = False  # whether the step in progress ends with a check
         self._last_check = clock()
         self._hooks = [
             optimizer.register_step_pre_hook(self._before_step),
@@ -118,24 +126,45 @@ class Watcher:
         return TimedLoader(self, batches)
 
     def record_loss(self, loss: torch.Tensor | float) -> None:
-        """This step's loss (a tensor is kept on its device: no sync); checked at the next check."""
-        value = loss.detach().to(torch.float32) if isinstance(loss, torch.Tensor) else torch.tensor(float(loss))
-        if self._loss_sum is None or self._loss_sum.device != value.device:
-            self._loss_sum = value.clone().reshape(())
+        """This step's loss, a one-element tensor or a number. A tensor is kept on its device
+        (no sync, no arithmetic: the losses are summed at the next check)."""
+        if isinstance(loss, torch.Tensor):
+            if loss.numel() != 1:
+                shape = tuple(loss.shape)
+                raise ValueError(f"record_loss takes the step's loss, one value; got a tensor of shape {shape}")
+            self._loss_tensors.append(loss.detach())
+            if len(self._loss_tensors) >= _FOLD_LOSSES_AT:
+                self._loss_sum = self._summed_losses()
+                self._loss_tensors = []
         else:
-            self._loss_sum.add_(value.reshape(()))
+            self._loss_floats += float(loss)
         self._losses += 1
+
+    def _summed_losses(self) -> torch.Tensor | None:
+        """The sum of the tensor losses since the previous check, on the first one's device (no sync)."""
+        tensors = self._loss_tensors
+        if not tensors:
+            return self._loss_sum
+        device = tensors[0].device
+        try:
+            total = torch.stack(tensors).to(torch.float32).sum()
+        except RuntimeError:  # mixed shapes (() and (1,)) or devices
+            total = torch.stack([t.reshape(()).to(device=device, dtype=torch.float32) for t in tensors]).sum()
+        return total if self._loss_sum is None else total + self._loss_sum.to(device)
 
     def check(self) -> None:
         """Read the losses and the gradient norm now (one device sync) and report them."""
-        pending = [t for t in (self._loss_sum, self._grad_norm) if t is not None]
+        loss_sum = self._summed_losses()
+        pending = [t for t in (loss_sum, self._grad_norm) if t is not None]
         values = torch.stack([t.to(pending[0].device) for t in pending]).tolist() if pending else []
-        if self._loss_sum is not None:
-            self.job.record_step_loss(values.pop(0) / self._losses)
+        if self._losses:
+            tensor_sum = values.pop(0) if loss_sum is not None else 0.0
+            self.job.record_step_loss((tensor_sum + self._loss_floats) / self._losses)
         if self._grad_norm is not None:
             self.job.record_gradient_norm(values.pop(0))
         self.job.set_learning_rates(self.learning_rates())
-        self._loss_sum, self._losses, self._grad_norm = None, 0, None
+        self._loss_tensors, self._loss_sum, self._loss_floats, self._losses = [], None, 0.0, 0
+        self._grad_norm = None
         self._steps_since_check = 0
         self._last_check = self._clock()
         self.checks += 1
@@ -170,7 +199,8 @@ class Watcher:
         )
 
     def _before_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if not self._check_due():
+        self._due = self._check_due()
+        if not self._due:
             return
         grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
         if grads:
@@ -180,9 +210,8 @@ class Watcher:
         samples, self._samples = self._samples, 0
         self.job.record_step(samples=samples)
         self.steps += 1
-        due = self._check_due()
         self._steps_since_check += 1
-        if due:
+        if self._due:
             self.check()
 
     def _batch_loaded(self, batch: object, waited: float) -> None:
@@ -211,19 +240,70 @@ class TimedLoader(Generic[T]):
         return len(self._batches)  # type: ignore[arg-type]
 
     def __iter__(self) -> Iterator[T]:
-        phases = self._watcher.job.phases
+        watcher = self._watcher
         iterator = iter(self._batches)
-        while True:
-            with phases.phase(DATA_WAIT):
-                started = time.perf_counter()
+        # One phase block for the whole loop, switched between data_wait and compute: one clock
+        # reading per switch, which also times the wait.
+        block = watcher.job.phases.block(DATA_WAIT)
+        try:
+            waiting_since = block.opened_at
+            while True:
                 try:
                     batch = next(iterator)
                 except StopIteration:
                     return
-                waited = time.perf_counter() - started
-            self._watcher._batch_loaded(batch, waited)
-            with phases.phase(COMPUTE):
+                loaded = block.switch(COMPUTE)
+                watcher._batch_loaded(batch, loaded - waiting_since)
                 yield batch
+                waiting_since = block.switch(DATA_WAIT)
+        finally:
+            block.close()
+
+
+@dataclass(frozen=True)
+class RegressionQuality:
+    rmse: float
+    mae: float
+    r2: float | None  # None: a target without variance (R squared undefined)
+
+
+def regression_quality(predictions: torch.Tensor, targets: torch.Tensor) -> RegressionQuality:
+    """RMSE, MAE and R squared of `predictions` against `targets` (the same shape: one row per
+    sample, a column per output), computed on their device in float64 and read in one device
+    sync. RMSE and MAE are over every element; R squared is each output's, averaged (as
+    scikit-learn's `r2_score` does by default; an output whose target is constant scores 1 when
+    predicted exactly, else 0)."""
+    if not isinstance(predictions, torch.Tensor) or not isinstance(targets, torch.Tensor):
+        raise TypeError("regression_quality takes the predictions and targets as tensors")
+    if predictions.shape != targets.shape:
+        shapes = f"{tuple(predictions.shape)} and {tuple(targets.shape)}"
+        raise ValueError(f"predictions and targets must have the same shape, got {shapes}")
+    if predictions.numel() == 0:
+        raise ValueError("regression_quality needs at least one prediction")
+    rows = predictions.shape[0] if predictions.dim() > 0 else 1
+    p = predictions.detach().reshape(rows, -1).to(torch.float64)
+    t = targets.detach().reshape(rows, -1).to(device=p.device, dtype=torch.float64)
+    error = p - t
+    residual = error.square().sum(dim=0)
+    spread = (t - t.mean(dim=0)).square().sum(dim=0)
+    values = torch.cat([torch.stack([error.square().mean(), error.abs().mean()]), residual, spread]).tolist()
+    mse, mae = values[0], values[1]
+    outputs = p.shape[1]
+    per_output = []
+    for res, tot in zip(values[2 : 2 + outputs], values[2 + outputs :], strict=True):
+        if tot > 0:
+            per_output.append(1.0 - res / tot)
+        else:
+            per_output.append(1.0 if res == 0 else 0.0)
+    r2 = sum(per_output) / outputs if rows > 1 else None
+    return RegressionQuality(rmse=math.sqrt(mse) if mse >= 0 else math.nan, mae=mae, r2=r2)
+
+
+def record_regression_quality(job: JobMetrics, predictions: torch.Tensor, targets: torch.Tensor) -> RegressionQuality:
+    """`regression_quality` of the validation predictions, set on the job (`set_regression_quality`)."""
+    quality = regression_quality(predictions, targets)
+    job.set_regression_quality(rmse=quality.rmse, mae=quality.mae, r2=quality.r2)
+    return quality
 
 
 def watch(job: JobMetrics, model: torch.nn.Module, optimizer: torch.optim.Optimizer, **options: Any) -> Watcher:
