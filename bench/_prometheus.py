@@ -83,17 +83,23 @@ class PrometheusApi:
         raise AssertionError("unreachable")
 
     def post_raw(self, path: str, params: Mapping[str, str]) -> tuple[int, bytes]:
-        """POST a form; (status, body). The connection is reopened after any failure."""
+        """POST a form (a query: safe to repeat); (status, body). The connection is reopened after any
+        failure, and the request sent once more when the kept-alive connection had been closed by the
+        server while idle (Prometheus closes idle connections), not when it timed out."""
         body = urllib.parse.urlencode(params)
         headers = {"Content-Type": "application/x-www-form-urlencoded"}
-        try:
-            self._conn.request("POST", path, body=body, headers=headers)
-            response = self._conn.getresponse()
-            return response.status, response.read()
-        except (OSError, http.client.HTTPException):
-            self._conn.close()
-            self._conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self._timeout)
-            raise
+        for attempt in (1, 2):
+            try:
+                self._conn.request("POST", path, body=body, headers=headers)
+                response = self._conn.getresponse()
+                return response.status, response.read()
+            except (OSError, http.client.HTTPException) as error:
+                self._conn.close()
+                self._conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self._timeout)
+                stale = isinstance(error, (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected))
+                if attempt == 2 or not stale:
+                    raise
+        raise AssertionError("unreachable")
 
     def post_form(self, path: str, params: Mapping[str, str]) -> Any:
         status, body = self.post_raw(path, params)

@@ -4,10 +4,15 @@ straggler and hang alerts fire at a stack's own scrape interval.
     flock /tmp/foxhunt-bench.lock .venv/bin/python -m bench distributed       # both parts
     .venv/bin/python -m bench.distributed --overhead-only | --detection-only [--stack dev]
 
-Overhead (`bench/_ddp_overhead.py`): two ranks over gloo train two DDP copies of one model side by
-side, the plain one (DDP's own all-reduce) and the instrumented one (job phases, per-rank steps,
-the timed communication hook and a timed collective, metrics served), alternating in blocks, so
-both see the same load; the overhead is the median over pairs of blocks of instrumented / plain - 1.
+Overhead (`bench/_ddp_overhead.py`): two ranks over gloo train three DDP copies of one model in
+the same processes: plain (DDP's built-in all-reduce), PyTorch's own Python all-reduce hook, and
+instrumented (the compute phase, per-rank steps, the timed communication hook on every bucket and
+a timed collective), alternating step by step through every order of the three, so all see the
+same load from one moment to the next. Per round and comparison: one median step over the other
+(wall time), and the difference of their median CPU times over the other's step (what one
+computes more, which load does not stretch); the report gives the median and quartiles over the
+rounds, and the CPU one scrape of the rank's metrics costs, as a share of the stack's scrape
+interval for training pods.
 
 Detection (`bench/_ddp_trainer.py`): four ranks (torchrun, gloo) scraped by Prometheus 2.42 at the
 stack's scrape and evaluation interval with the stack's rendered rules and thresholds: a balanced
@@ -65,29 +70,68 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait()
 
 
-def overhead(work: Path, pairs: int = 30, block: int = 40) -> dict[str, Any]:
+def _spread(values: Sequence[float]) -> tuple[float, float, float]:
+    """Median and quartiles."""
+    q1, median, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return median, q1, q3
+
+
+# (variant, baseline): what each comparison of the overhead part says
+COMPARISONS = (
+    ("instrumented", "plain", "instrumented over plain DDP: the whole cost"),
+    ("instrumented", "python_hook", "instrumented over PyTorch's Python all-reduce hook: the timing's own cost"),
+    ("python_hook", "plain", "PyTorch's Python all-reduce hook over plain DDP: what any Python hook costs"),
+)
+
+
+def overhead(work: Path, rounds: int, cycles: int, device_seconds: float, scrape_interval: int) -> dict[str, Any]:
     out = work / "overhead.json"
-    args = ["--out", str(out), "--pairs", str(pairs), "--block", str(block)]
+    args = [
+        "--out",
+        str(out),
+        "--rounds",
+        str(rounds),
+        "--cycles",
+        str(cycles),
+        "--device-seconds",
+        str(device_seconds),
+    ]
     proc = _torchrun(2, "bench/_ddp_overhead.py", args, free_port(), work / "overhead.log")
     try:
-        if proc.wait(timeout=1800) != 0:
+        if proc.wait(timeout=3600) != 0:
             raise RuntimeError(f"overhead run failed:\n{(work / 'overhead.log').read_text()[-3000:]}")
     finally:
         _stop(proc)
     result = json.loads(out.read_text())
-    by_pair: dict[int, dict[str, float]] = {}
-    for entry in result["blocks"]:
-        by_pair.setdefault(entry["pair"], {})[entry["run"]] = entry["seconds_per_step"]
-    ratios = [p["instrumented"] / p["plain"] - 1 for p in by_pair.values()]
-    plain = statistics.median(p["plain"] for p in by_pair.values())
-    instrumented = statistics.median(p["instrumented"] for p in by_pair.values())
+    names = {name for steps in result["rounds"] for name in steps}
+    pooled: dict[str, list[float]] = {name: [] for name in sorted(names)}
+    per_round: dict[str, tuple[list[float], list[float]]] = {label: ([], []) for _, _, label in COMPARISONS}
+    for steps in result["rounds"]:
+        wall = {name: statistics.median(w for w, _ in steps[name]) for name in names}
+        cpu = {name: statistics.median(c for _, c in steps[name]) for name in names}
+        for variant, baseline, label in COMPARISONS:
+            per_round[label][0].append(wall[variant] / wall[baseline] - 1)
+            per_round[label][1].append((cpu[variant] - cpu[baseline]) / wall[baseline])
+        for name in names:
+            pooled[name] += [w for w, _ in steps[name]]
+    # The Python hook's CPU per gradient bucket: the whole cost over plain DDP, per bucket reduced.
+    plain_cpu = statistics.median(c for steps in result["rounds"] for _, c in steps["plain"])
+    instrumented_cpu = statistics.median(c for steps in result["rounds"] for _, c in steps["instrumented"])
+    per_bucket = (instrumented_cpu - plain_cpu) / result["buckets"]
+    keys = ("world_size", "cycles", "device_seconds", "gradient_bytes", "buckets", "bucket_cap_mb", "scrapes")
     return {
-        **{k: result[k] for k in ("world_size", "block", "device_seconds", "gradient_bytes")},
-        "pairs": len(by_pair),
-        "plain_step_ms": plain * 1000,
-        "instrumented_step_ms": instrumented * 1000,
-        "overhead_median": statistics.median(ratios),
-        "overhead_quartiles": statistics.quantiles(ratios, n=4),
+        **{k: result[k] for k in keys},
+        "rounds": len(result["rounds"]),
+        "step_ms": {name: statistics.median(times) * 1000 for name, times in pooled.items()},
+        "comparisons": {
+            label: {"wall": _spread(walls), "cpu": _spread(cpus)} for label, (walls, cpus) in per_round.items()
+        },
+        "cpu_per_bucket_us": per_bucket * 1e6,
+        # buckets reduced per second of training at which that cost is 1 % of the time
+        "buckets_per_second_at_one_percent": 0.01 / per_bucket if per_bucket > 0 else None,
+        "scrape_cpu_ms": result["scrape_cpu_seconds"] * 1000,
+        "scrape_interval_seconds": scrape_interval,
+        "scrape_share": result["scrape_cpu_seconds"] / scrape_interval,
     }
 
 
@@ -183,21 +227,49 @@ def detection(work: Path, stack: str) -> dict[str, Any]:
 def section(over: dict[str, Any] | None, detect: dict[str, Any] | None, command: str) -> str:
     lines = [BEGIN, "## Distributed training: rank and collective timing", "", f"Command: `{command}`", ""]
     if over is not None:
-        q1, _, q3 = over["overhead_quartiles"]
+        ms = over["step_ms"]
         lines += [
-            f"**Overhead** ({over['world_size']} ranks over gloo on this machine's CPUs, one run: {over['pairs']} "
-            f"pairs of {over['block']}-step blocks, plain DDP and instrumented DDP alternating; a step is "
+            f"**Overhead** ({over['world_size']} ranks over gloo on this machine's CPUs, one run: {over['rounds']} "
+            f"rounds; in each, {over['cycles']} steps of every variant, alternating step by step through every "
+            "order of the three in the same processes. A step is "
             f"{over['device_seconds'] * 1000:g} ms of simulated device time, forward and backward of a "
-            f"{over['gradient_bytes'] / 1e6:.1f} MB model with 1 MB buckets and one flag all-reduce):",
+            f"{over['gradient_bytes'] / 1e6:.2f} MB model reduced in {over['buckets']:.0f} buckets of "
+            f"{over['bucket_cap_mb'] * 1024:g} KB, and one flag all-reduce):",
             "",
-            "| | median step |",
+            "| variant | median step (wall) |",
             "| --- | --- |",
-            f"| plain DDP | {over['plain_step_ms']:.2f} ms |",
-            f"| instrumented (phases, steps, comm hook, timed collective, metrics served) | "
-            f"{over['instrumented_step_ms']:.2f} ms |",
+            f"| plain DDP (built-in all-reduce) | {ms['plain']:.2f} ms |",
+            f"| PyTorch's Python all-reduce hook (`default_hooks.allreduce_hook`) | {ms['python_hook']:.2f} ms |",
+            f"| instrumented (compute phase, steps, timed hook on every bucket, timed collective) | "
+            f"{ms['instrumented']:.2f} ms |",
             "",
-            f"Overhead: median over pairs **{over['overhead_median'] * 100:+.2f} %** of step time "
-            f"(quartiles {q1 * 100:+.2f} % to {q3 * 100:+.2f} %); the goal is at most 1 %.",
+            "Per round: the median step of one variant over the median step of the other, - 1 (wall), and the "
+            "difference of their median CPU times (the whole process) over the other's wall step (what the "
+            "variant computes more, which machine load does not stretch); median and quartiles over the rounds:",
+            "",
+            "| comparison | wall: median (quartiles) | CPU: median (quartiles) |",
+            "| --- | --- | --- |",
+        ]
+        for label, figures in over["comparisons"].items():
+            (w, w1, w3), (c, c1, c3) = figures["wall"], figures["cpu"]
+            lines.append(
+                f"| {label} | **{w * 100:+.2f} %** ({w1 * 100:+.2f} % to {w3 * 100:+.2f} %) | "
+                f"**{c * 100:+.2f} %** ({c1 * 100:+.2f} % to {c3 * 100:+.2f} %) |"
+            )
+        at_one = over["buckets_per_second_at_one_percent"]
+        lines += [
+            "",
+            f"Per gradient bucket, the instrumented step computes {over['cpu_per_bucket_us']:.0f} µs more than plain "
+            "DDP's (median CPU per step over the buckets of a step)"
+            + (
+                f": the whole cost reaches 1 % of the time at {at_one:.0f} buckets reduced per second."
+                if at_one is not None
+                else "."
+            ),
+            "",
+            f"Serving the metrics: {over['scrape_cpu_ms']:.2f} ms of the process's CPU per scrape (both ends of "
+            f"the request, mean of {over['scrapes']}), at the stack's {over['scrape_interval_seconds']} s interval "
+            f"for training pods **{over['scrape_share'] * 100:.3f} %** of the time. Goal: at most 1 % of step time.",
             "",
         ]
     if detect is not None:
@@ -230,12 +302,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--overhead-only", action="store_true")
     parser.add_argument("--detection-only", action="store_true")
     parser.add_argument("--stack", default="dev")
-    parser.add_argument("--pairs", type=int, default=30, help="pairs of plain and instrumented blocks")
-    parser.add_argument("--block", type=int, default=40, help="steps per block")
+    parser.add_argument("--rounds", type=int, default=30, help="rounds of the overhead part")
+    parser.add_argument("--cycles", type=int, default=12, help="steps of each variant per round (one per order)")
+    parser.add_argument("--device-seconds", type=float, default=0.1, help="simulated device time per step")
     args = parser.parse_args([] if argv is None else argv)
+    if args.rounds < 2 or args.cycles < 1 or args.device_seconds < 0:
+        parser.error(
+            f"--rounds {args.rounds}, --cycles {args.cycles}, --device-seconds {args.device_seconds:g}: expected at "
+            "least two rounds (their spread is reported) of one cycle each and a device time of 0 s or more"
+        )
     with tempfile.TemporaryDirectory(prefix="bench-distributed-") as tmp:
         work = Path(tmp)
-        over = None if args.detection_only else overhead(work, args.pairs, args.block)
+        interval = stack_config(args.stack).critical_scrape_interval_seconds
+        over = None if args.detection_only else overhead(work, args.rounds, args.cycles, args.device_seconds, interval)
         if over is not None:
             print(json.dumps(over, indent=1), flush=True)
         detect = None if args.overhead_only else detection(work, args.stack)

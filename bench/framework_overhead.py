@@ -140,9 +140,11 @@ def main() -> None:
         without, with_ = measure(case)
         base, monitored = statistics.median(without), statistics.median(with_)
         per_unit = (monitored - base) / case.units * 1e6
+        pairs = [w / b - 1 for b, w in zip(without, with_, strict=True)]
         rows.append(
             f"| {case.name} | {case.units:,} {case.unit} | {base:.2f} s | {monitored:.2f} s | "
-            f"{100 * (monitored / base - 1):+.1f} % | {per_unit:+.1f} µs |"
+            f"{100 * (monitored / base - 1):+.1f} % | {100 * statistics.median(pairs):+.1f} % "
+            f"({100 * min(pairs):+.1f} % to {100 * max(pairs):+.1f} %) | {per_unit:+.1f} µs |"
         )
         print(rows[-1], flush=True)
     section = "\n".join(
@@ -156,10 +158,14 @@ def main() -> None:
             "machine is dominated by other work). Machine: 2 CPU cores shared with other "
             f"work (load average at start {load:.1f}), Python {platform.python_version()}, torch {torch.__version__}.",
             "",
-            "| run | length | median without | median with | overhead | per unit |",
-            "|---|---|---|---|---|---|",
+            "| run | length | median without | median with | overhead (ratio of the medians) | "
+            "per pair: median (least to greatest) | per unit |",
+            "|---|---|---|---|---|---|---|",
             *rows,
             "",
+            f"Load average at the end {os.getloadavg()[0]:.1f}. A pair's overhead is its run with the callback "
+            "against the one without, next to each other; the spread of the pairs is the machine's noise, "
+            "against which the medians are read.",
             SECTION_END,
         ]
     )

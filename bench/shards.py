@@ -20,9 +20,11 @@ import platform
 import resource
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -51,6 +53,35 @@ WARMUP_SECONDS = 150  # the widest rate window a GPU rule reads ([2m]) is full
 EVALUATIONS = 6
 
 
+class DiscardingReceiver:
+    """A remote-write endpoint on 127.0.0.1 that reads each request and answers 204: the shards write
+    one mode's stream to it when no global Prometheus for that mode fits the machine (the samples
+    they send are counted by the shards' own `prometheus_remote_storage_samples_total`)."""
+
+    def __init__(self) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, format: str, *args: object) -> None:
+                return
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/api/v1/write"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self) -> DiscardingReceiver:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
 class AdvancingPages:
     """The fleet's `/metrics` pages; values advance one sample per scrape interval (then hold)."""
 
@@ -75,7 +106,8 @@ def _self_metrics(api: PrometheusApi) -> dict[str, float]:
     if status != 200:
         raise RuntimeError(f"/metrics answered HTTP {status}")
     wanted = {"prometheus_remote_storage_samples_total", "prometheus_tsdb_head_series",
-              "prometheus_remote_storage_bytes_total", "process_resident_memory_bytes"}  # fmt: skip
+              "prometheus_remote_storage_bytes_total", "process_resident_memory_bytes",
+              "process_cpu_seconds_total"}  # fmt: skip
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(body.decode()):
         for sample in family.samples:
@@ -101,6 +133,13 @@ class ShardRun:
     head_series: tuple[int, ...] = ()
     resident_bytes: tuple[int, ...] = ()  # per mode: the global tier's resident memory
     shard_resident_bytes: tuple[int, ...] = ()  # each shard's
+    # Modes whose stream went to a discarding receiver (no global tier): samples/s written in each.
+    sunk_modes: tuple[RemoteWrite, ...] = ()
+    sunk_samples_per_second: tuple[float, ...] = ()
+    shard_head_series: tuple[int, ...] = ()  # each shard's
+    # CPU over the timed minutes, in cores (CPU seconds a second): per mode's global tier, each shard.
+    global_cpu_cores: tuple[float, ...] = ()
+    shard_cpu_cores: tuple[float, ...] = ()
 
     @property
     def fleet_read_ms(self) -> float:
@@ -111,7 +150,12 @@ class ShardRun:
 
 
 def run_shards(
-    root: Path, shape: FleetShape, shards: int, warmup: float, modes: tuple[RemoteWrite, ...] = (RemoteWrite.ALL,)
+    root: Path,
+    shape: FleetShape,
+    shards: int,
+    warmup: float,
+    modes: tuple[RemoteWrite, ...] = (RemoteWrite.ALL,),
+    sunk: tuple[RemoteWrite, ...] = (),
 ) -> ShardRun:
     cfg = ObservabilityConfig(shards=shards, cluster="bench", clusters=("bench",))
     interval = shape.interval_seconds
@@ -123,9 +167,10 @@ def run_shards(
     rules = {Tier.SHARD: dump_groups(tiers[Tier.SHARD]), Tier.GLOBAL: dump_groups(global_groups)}
     print(f"  {shards} shard(s): {len(fleet)} targets on their own ports ...", flush=True)
     pages = AdvancingPages(fleet, interval)
-    with TargetServers(len(fleet), pages.page) as servers:
+    with TargetServers(len(fleet), pages.page) as servers, DiscardingReceiver() as sink:
         topology = start_topology(root / f"shards-{shape.nodes}-{shards}", cfg, servers, [t.labels for t in fleet],
-                                  reference=False, rules=rules, modes=modes)  # fmt: skip
+                                  reference=False, rules=rules, modes=modes,
+                                  sinks={m: sink.url for m in sunk})  # fmt: skip
         try:
             topology.wait_scraping(len(fleet), timeout=120)
             time.sleep(warmup)
@@ -133,6 +178,7 @@ def run_shards(
             global_names = [str(g["name"]) for g in global_groups]
             # Every server's evaluations are recorded over the same minutes (one thread each).
             before, started = [_self_metrics(s.api) for s in topology.shards], time.monotonic()
+            global_before = [_self_metrics(g.api) for g in topology.global_tiers.values()]
             with ThreadPoolExecutor(max_workers=len(topology.servers)) as pool:
                 shard_seen = [
                     pool.submit(collect_group_evaluations, s.api, shard_names, EVALUATIONS, collect_wait)
@@ -155,26 +201,39 @@ def run_shards(
             rates = tuple(
                 sum(a.get(key + m.value, 0.0) - b.get(key + m.value, 0.0) for a, b in zip(after, before, strict=True))
                 / elapsed
-                for m in topology.global_tiers
+                for m in (*topology.global_tiers, *sunk)
             )
             global_self = [_self_metrics(g.api) for g in topology.global_tiers.values()]
+            cpu = "process_cpu_seconds_total/"
+            global_cores = tuple(
+                (a.get(cpu, 0.0) - b.get(cpu, 0.0)) / elapsed for a, b in zip(global_self, global_before, strict=True)
+            )
+            shard_cores = tuple(
+                (a.get(cpu, 0.0) - b.get(cpu, 0.0)) / elapsed for a, b in zip(after, before, strict=True)
+            )
             heads = tuple(int(m.get("prometheus_tsdb_head_series/", 0)) for m in global_self)
             resident = tuple(int(m.get("process_resident_memory_bytes/", 0)) for m in global_self)
             shard_resident = tuple(int(m.get("process_resident_memory_bytes/", 0)) for m in after)
+            shard_heads = tuple(int(m.get("prometheus_tsdb_head_series/", 0)) for m in after)
             counts = [len(s.api.get("/api/v1/targets", {"state": "active"})["activeTargets"]) for s in topology.shards]
         finally:
             topology.stop()
     run = ShardRun(shards, tuple(counts), tuple(per_shard), by_mode[0], shape.nodes, interval,
-                   tuple(topology.global_tiers), by_mode, rates, heads, resident, shard_resident)  # fmt: skip
+                   tuple(topology.global_tiers), by_mode, rates[: len(modes)], heads, resident, shard_resident,
+                   sunk, rates[len(modes) :], shard_heads, global_cores, shard_cores)  # fmt: skip
     for i, timed in enumerate(run.per_shard):
         total = sum(g.total.median_ms for g in timed if not g.total.error)
-        print(f"    shard {i}: {run.targets_per_shard[i]} targets, shard tier {total:.0f} ms an evaluation", flush=True)
-    for mode, timed, rate, head, rss in zip(
-        run.modes, run.global_by_mode, run.samples_per_second, run.head_series, run.resident_bytes, strict=True
-    ):
+        print(f"    shard {i}: {run.targets_per_shard[i]} targets, shard tier {total:.0f} ms an evaluation, "
+              f"{run.shard_cpu_cores[i]:.2f} cores", flush=True)  # fmt: skip
+    for mode, timed, rate, head, rss, cores in zip(
+        run.modes, run.global_by_mode, run.samples_per_second, run.head_series, run.resident_bytes,
+        run.global_cpu_cores, strict=True,
+    ):  # fmt: skip
         total = _global_ms(timed)
         print(f"    global tier ({mode.value}) {total:.0f} ms an evaluation, {rate:.0f} samples/s written to it, "
-              f"{head} head series, {rss / 2**20:.0f} MiB resident", flush=True)  # fmt: skip
+              f"{head} head series, {rss / 2**20:.0f} MiB resident, {cores:.3f} cores", flush=True)  # fmt: skip
+    for mode, rate in zip(run.sunk_modes, run.sunk_samples_per_second, strict=True):
+        print(f"    {mode.value} stream: {rate:.0f} samples/s written to a discarding receiver", flush=True)
     print(f"    whole-fleet read {run.fleet_read_ms:.0f} ms", flush=True)
     return run
 
@@ -195,6 +254,10 @@ def _cell(timing: GroupTiming | None, read: float) -> str:
     if timing.total.error:
         return f"failed: {timing.total.error[:40]}"
     return f"{_ms(timing.total.median_ms)} ms ({_reads(timing.total.median_ms, read)})"
+
+
+def _ms_or_not_run(value: float) -> str:
+    return "not run" if math.isnan(value) else f"{_ms(value)} ms"
 
 
 def _ms(value: float) -> str:
@@ -267,9 +330,19 @@ def render_scaling(runs: list[ShardRun], shape: FleetShape, command: str, machin
         "",
         f"Command: `{command}` ({machine}). {shape.gpus_per_node} GPUs a node, {shape.training_jobs} training "
         "jobs, every target on its own 127.0.0.1 port, scraped by the shards (`hashmod` on the node); each shard "
-        "evaluates `rules-shard.yaml` (its partials included) and remote-writes to two global Prometheus "
-        "servers at once, one receiving everything (`remoteWrite: all`) and one the aggregates "
-        "(`remoteWrite: aggregates`), both evaluating the same `rules-global.yaml`. After "
+        "evaluates `rules-shard.yaml` (its partials included) and remote-writes two streams at once: everything "
+        "(`remoteWrite: all`) and the aggregates (`remoteWrite: aggregates`), each to its own global Prometheus "
+        "evaluating the same `rules-global.yaml`"
+        + (
+            " (except the "
+            + ", ".join(f"`{m.value}`" for m in runs[0].sunk_modes)
+            + " stream, written to a receiver that discards it: a global Prometheus holding every series does "
+            "not fit this machine beside the shards at these sizes; its cost at 1,000 nodes is in the "
+            "section above)"
+            if runs[0].sunk_modes
+            else ""
+        )
+        + f". {_memory_limit_note()}After "
         f"{warmup:.0f} s of scraping, the median of {EVALUATIONS} evaluations of each group as each server's rule "
         "manager timed it; samples/s from the shards' `prometheus_remote_storage_samples_total` over the same "
         "minutes. Every process shares this machine's cores (the machine is shared with other work): compare "
@@ -277,26 +350,32 @@ def render_scaling(runs: list[ShardRun], shape: FleetShape, command: str, machin
         "",
         "| nodes (GPUs) | shards | targets per shard | slowest / fastest shard tier | global tier, all | "
         "global tier, aggregates | share of interval (aggregates) | samples/s written, all | "
-        "samples/s, aggregates | all / aggregates | head series, all / aggregates | "
-        "resident memory, all / aggregates / largest shard |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
+        "samples/s, aggregates | all / aggregates | head series, all (without a global `all` tier: the "
+        "shards' together) / aggregates | "
+        "resident memory, all / aggregates / largest shard | CPU (cores), global aggregates / busiest shard |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|",
     ]
     for r in runs:
         totals = [sum(t.total.median_ms for t in shard if not t.total.error) for shard in r.per_shard]
         by = dict(zip(r.modes, r.global_by_mode, strict=True))
-        rate = dict(zip(r.modes, r.samples_per_second, strict=True))
+        rate = dict(zip(r.modes, r.samples_per_second, strict=True)) | dict(
+            zip(r.sunk_modes, r.sunk_samples_per_second, strict=True)
+        )
         head = dict(zip(r.modes, r.head_series, strict=True))
         rss = dict(zip(r.modes, r.resident_bytes, strict=True))
+        cores = dict(zip(r.modes, r.global_cpu_cores, strict=True))
         g_all = _global_ms(by[RemoteWrite.ALL]) if RemoteWrite.ALL in by else math.nan
         g_agg = _global_ms(by[RemoteWrite.AGGREGATES]) if RemoteWrite.AGGREGATES in by else math.nan
         r_all, r_agg = rate.get(RemoteWrite.ALL, math.nan), rate.get(RemoteWrite.AGGREGATES, math.nan)
         lines.append(
             f"| {r.nodes:,} ({r.nodes * shape.gpus_per_node:,}) | {r.shards} | "
             f"{', '.join(map(str, r.targets_per_shard))} | {_ms(max(totals))} / {_ms(min(totals))} ms | "
-            f"{_ms(g_all)} ms | {_ms(g_agg)} ms | {100 * g_agg / (1000 * r.interval):.1f} % | {r_all:,.0f} | "
-            f"{r_agg:,.0f} | {r_all / r_agg:.1f}x | {head.get(RemoteWrite.ALL, 0):,} / "
+            f"{_ms_or_not_run(g_all)} | {_ms_or_not_run(g_agg)} | {100 * g_agg / (1000 * r.interval):.1f} % | "
+            f"{r_all:,.0f} | {r_agg:,.0f} | {r_all / r_agg:.1f}x | "
+            f"{head.get(RemoteWrite.ALL, 0) or sum(r.shard_head_series):,} / "
             f"{head.get(RemoteWrite.AGGREGATES, 0):,} | {_mib(rss.get(RemoteWrite.ALL, 0))} / "
-            f"{_mib(rss.get(RemoteWrite.AGGREGATES, 0))} / {_mib(max(r.shard_resident_bytes, default=0))} |"
+            f"{_mib(rss.get(RemoteWrite.AGGREGATES, 0))} / {_mib(max(r.shard_resident_bytes, default=0))} | "
+            f"{cores.get(RemoteWrite.AGGREGATES, math.nan):.3f} / {max(r.shard_cpu_cores, default=math.nan):.2f} |"
         )
     if len(runs) > 1:
         first, last = runs[0], runs[-1]
@@ -345,8 +424,8 @@ def sizing(runs: list[ShardRun], shape: FleetShape) -> list[str]:
         "and queries: leave headroom).",
         "",
         "| mode | nodes | head series | samples/s ingested | rule evaluation (ms, share of interval) | "
-        "resident memory |",
-        "|---|---:|---:|---:|---:|---:|",
+        "resident memory | CPU (cores) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for i, mode in enumerate(runs[0].modes):
         fits = [
@@ -354,14 +433,28 @@ def sizing(runs: list[ShardRun], shape: FleetShape) -> list[str]:
             _fit(nodes, [r.samples_per_second[i] for r in runs]),
             _fit(nodes, [_global_ms(r.global_by_mode[i]) for r in runs]),
             _fit(nodes, [float(r.resident_bytes[i]) for r in runs]),
+            _fit(nodes, [r.global_cpu_cores[i] for r in runs]),
         ]
         for size in SIZING_NODES:
-            head, ingest, ms, rss = (max(0.0, a + b * size) for a, b in fits)
+            head, ingest, ms, rss, cores = (max(0.0, a + b * size) for a, b in fits)
             lines.append(
                 f"| {mode.value} | {size:,} | {head:,.0f} | {ingest:,.0f} | {ms:,.0f} "
-                f"({100 * ms / (1000 * runs[0].interval):.1f} %) | {_mib(int(rss))} |"
+                f"({100 * ms / (1000 * runs[0].interval):.1f} %) | {_mib(int(rss))} | {cores:.2f} |"
             )
     return lines
+
+
+MEMORY_LIMIT_ENV = "GOMEMLIMIT"
+
+
+def _memory_limit_note() -> str:
+    limit = os.environ.get(MEMORY_LIMIT_ENV)
+    return (
+        f"Every Prometheus runs with `{MEMORY_LIMIT_ENV}={limit}` (the Go runtime's soft memory limit, as a server "
+        "in a container sets it below the container's limit). "
+        if limit
+        else ""
+    )
 
 
 def _mib(value: int) -> str:
@@ -385,6 +478,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=float, default=WARMUP_SECONDS, help="seconds of scraping before timing")
     parser.add_argument("--workdir", type=Path, default=None, help="default: a temporary directory")
     parser.add_argument("--no-write", action="store_true", help="print the section instead of writing BENCHMARKS.md")
+    parser.add_argument(
+        "--discard-all", action="store_true",
+        help="with --scaling: the shards write the `all` stream to a discarding receiver, not a global Prometheus",
+    )  # fmt: skip
+    parser.add_argument(
+        "--memory-limit", default="",
+        help=f"{MEMORY_LIMIT_ENV} for every Prometheus started (e.g. 3GiB); default: none",
+    )  # fmt: skip
     args = parser.parse_args(argv if argv is not None else [])
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # one listening socket per target
@@ -393,10 +494,13 @@ def main(argv: list[str] | None = None) -> int:
     command = "make bench" if argv is None else "python -m bench.shards " + " ".join(argv)
     print(f"sharded fleet: {nodes} nodes, shards {counts}", flush=True)
     with tempfile.TemporaryDirectory(prefix="shards-bench-", dir=args.workdir) as scratch:
+        if args.memory_limit:
+            os.environ[MEMORY_LIMIT_ENV] = args.memory_limit  # inherited by every Prometheus started
         if args.scaling:
-            modes = (RemoteWrite.ALL, RemoteWrite.AGGREGATES)
+            modes = (RemoteWrite.AGGREGATES,) if args.discard_all else (RemoteWrite.ALL, RemoteWrite.AGGREGATES)
+            sunk = (RemoteWrite.ALL,) if args.discard_all else ()
             runs = [
-                run_shards(Path(scratch), FleetShape(n, args.gpus_per_node, args.jobs), s, args.warmup, modes)
+                run_shards(Path(scratch), FleetShape(n, args.gpus_per_node, args.jobs), s, args.warmup, modes, sunk)
                 for n in nodes
                 for s in counts
             ]

@@ -204,9 +204,11 @@ def start_topology(
     rules: dict[Tier, str] | None = None,
     extra_args: tuple[str, ...] = (),
     modes: Sequence[RemoteWrite] = (),
+    sinks: Mapping[RemoteWrite, str] | None = None,
 ) -> Topology:
     """Start a global tier for each remote-write mode of `modes` (default: `cfg.remote_write`), then
-    `cfg.shards` shards writing to each in its mode (and the reference if asked)."""
+    `cfg.shards` shards writing to each in its mode (and the reference if asked). The shards also
+    write in each mode of `sinks` to its URL, a receiver that is not a Prometheus (no global tier)."""
     if not cfg.cluster:
         raise ValueError("the topology needs cfg.cluster: every server's external `cluster` label")
     texts = rules or tier_rules_yaml(cfg)
@@ -235,6 +237,7 @@ def start_topology(
             ).start()
             started.append(global_tiers[mode])
         write_urls = {mode: server.url + REMOTE_WRITE_PATH for mode, server in global_tiers.items()}
+        write_urls.update(sinks or {})
         shards = []
         for shard in range(cfg.shards):
             config = _config(

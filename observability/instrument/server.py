@@ -148,6 +148,9 @@ class MetricsServer:
                 scraped = True
             else:
                 wait = self.flush_wait() if final_scrape_wait is None else final_scrape_wait
+                left = SIGTERM_HANDLER.time_left()  # after SIGTERM: within the pod's grace period
+                if left is not None:
+                    wait = min(wait, left)
                 if wait > 0:
                     LOG.debug("waiting up to %.1fs for a last scrape of the changed metrics", wait)
                 scraped = self._http.scrapes.wait_for_next(wait) if wait > 0 else False

@@ -3,22 +3,25 @@ it kills it `terminationGracePeriodSeconds` later.
 
 Python's default is to die of the signal at once: the job would stay "running" on its last page
 and its last values would never be scraped. Once a training process has a job or a metrics
-server, the library handles SIGTERM (installed from the main thread, the only one that may):
-1. every job still running finishes "stopped" (stopped from outside, not failed: no failure is
-   counted, so TrainingJobFailed does not fire for a preemption);
-2. every metrics server is flushed as at exit (one more scrape of the changed page), each wait
-   bounded so that the whole handler ends within the grace period: the job template sets
-   `FOXHUNT_TERMINATION_GRACE_PERIOD_SECONDS` to the pod's `terminationGracePeriodSeconds`; out
-   of Kubernetes, Kubernetes' default of 30 s is assumed. `GRACE_RESERVE` of it is left for
-   what runs after the flush;
-3. the handler that was installed before it runs next (a launcher's or framework's own, such as
-   the one that writes a last checkpoint): if it returns, so does this one and the process
-   carries on as that handler decided;
-4. with no earlier handler (Python's default), the process then dies of SIGTERM as it would have
-   without the library (exit status 143 in the pod).
-A SIGTERM that was ignored (SIG_IGN) when the library first needed the handler stays ignored.
-A handler installed later that does not call this one replaces it (Lightning's calls the one it
-found).
+server, the library handles SIGTERM (installed from the main thread, the only one that may).
+The grace period is `FOXHUNT_TERMINATION_GRACE_PERIOD_SECONDS`, which the job template sets to the
+pod's `terminationGracePeriodSeconds` (out of Kubernetes, Kubernetes' default of 30 s); every
+metrics server's flush after SIGTERM is bounded to end within it, leaving `GRACE_RESERVE` of it
+for what runs after.
+- A handler the program installed before (one that sets the flag its loop stops at, or writes a
+  last checkpoint) runs first. If it returns, the program stops in its own time: a job that ends
+  after SIGTERM ends "stopped" (whether its block exits cleanly or by SystemExit), and the flush of
+  its servers on close or at exit is bounded by what is left of the grace period. If it ends the
+  process (sys.exit, an exception), the running jobs finish "stopped" and the servers are flushed
+  before its exception propagates.
+- A handler installed later that calls this one as the handler it found (Lightning's) decides
+  likewise: Lightning stops its fit loop and raises SystemExit in the trainer.
+- Otherwise (Python's default): every running job finishes "stopped", every server is flushed
+  (one more scrape of the changed page, within the grace period), and the process dies of SIGTERM
+  as it would have without the library (exit status 143 in the pod).
+"Stopped" is stopped from outside, not failed: no failure is counted, so TrainingJobFailed does
+not fire for a preemption. A SIGTERM that was ignored (SIG_IGN) when the library first needed the
+handler stays ignored; a handler installed later that does not call this one replaces it.
 """
 
 from __future__ import annotations
@@ -47,8 +50,6 @@ class Stoppable(Protocol):
 
 
 class Flushable(Protocol):
-    def flush_wait(self) -> float: ...
-
     def close(self, final_scrape_wait: float | None = None) -> bool: ...
 
 
@@ -83,6 +84,7 @@ class _Handler:
         self._installed = False
         self._previous: Any = None
         self._grace = DEFAULT_GRACE_SECONDS
+        self._deadline: float | None = None  # monotonic end of the flush budget, once SIGTERM arrived
 
     def watch_jobs(self, owner: Stoppable) -> None:
         with self._lock:
@@ -107,27 +109,64 @@ class _Handler:
             self._previous, self._grace = previous, grace
             signal.signal(signal.SIGTERM, self._handle)
 
+    @property
+    def received(self) -> bool:
+        """Whether this process got SIGTERM (a job ending after it ends "stopped")."""
+        return self._deadline is not None
+
+    def time_left(self) -> float | None:
+        """Seconds left for flushing since SIGTERM arrived (None: no SIGTERM)."""
+        deadline = self._deadline
+        return None if deadline is None else max(0.0, deadline - time.monotonic())
+
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        received = time.monotonic()
-        deadline = received + flush_budget(self._grace)
-        with self._lock:
-            owners, servers = list(self._owners), list(self._servers)
-        stopped = sum(owner.stop_running_jobs() for owner in owners)
-        LOG.warning(
-            "SIGTERM: %d training job(s) stopped, flushing metrics for at most %.0fs", stopped, deadline - received
-        )
-        for server in servers:
-            try:
-                server.close(final_scrape_wait=max(0.0, min(server.flush_wait(), deadline - time.monotonic())))
-            except Exception:
-                LOG.exception("SIGTERM: flushing a metrics server failed")
+        if self._deadline is None:
+            self._deadline = time.monotonic() + flush_budget(self._grace)
         previous = self._previous
         if callable(previous):
-            previous(signum, frame)
+            # The program's own handler first (it may write a last checkpoint, or set a flag its
+            # loop stops at). If it ends the process (sys.exit, an exception), record and flush
+            # first; if it returns, the program stops in its own time: its jobs end "stopped" and
+            # its servers' flush on close or exit is bounded by what is left of the grace period.
+            try:
+                previous(signum, frame)
+            except BaseException:
+                self._stop_and_flush()
+                raise
             return
+        if signal.getsignal(signum) != self._handle:
+            # Called by a handler installed later that chains to this one (Lightning's): it decides
+            # what happens next (Lightning stops its fit loop and raises in the trainer); the job
+            # and the flush follow as above.
+            return
+        self._stop_and_flush()
         # Python's default (or a handler not set from Python, which cannot be called): die of the signal.
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
+
+    def _stop_and_flush(self) -> None:
+        """Stop the jobs and flush the servers from another thread, waited for at most until the
+        flush budget ends: the signal interrupted the main thread anywhere, possibly holding a lock
+        that stopping a job takes (a clock's, a metric value's), which it releases only when the
+        handler returns. Then the work is cut short at the deadline instead of hanging the pod
+        until it is killed."""
+        worker = threading.Thread(target=self._stop_and_flush_now, name="foxhunt-sigterm-flush", daemon=True)
+        worker.start()
+        worker.join(timeout=(self.time_left() or 0.0) + 1.0)
+        if worker.is_alive():
+            LOG.warning("SIGTERM: the metrics flush did not finish within the grace period")
+
+    def _stop_and_flush_now(self) -> None:
+        with self._lock:
+            owners, servers = list(self._owners), list(self._servers)
+        stopped = sum(owner.stop_running_jobs() for owner in owners)
+        left = self.time_left()
+        LOG.warning("SIGTERM: %d training job(s) stopped, flushing metrics for at most %.0fs", stopped, left)
+        for server in servers:
+            try:
+                server.close()  # bounded by time_left()
+            except Exception:
+                LOG.exception("SIGTERM: flushing a metrics server failed")
 
 
 HANDLER = _Handler()

@@ -19,7 +19,9 @@ from observability.trainer_env import FINAL_SCRAPE_WAIT_ENV, TERMINATION_GRACE_E
 from .test_flush_on_exit import Scraper
 
 # A real PyTorch loop under `watch`, endless until SIGTERM; "previous" installs a handler first
-# (as a launcher or a framework would) that says it ran and exits with its own status.
+# (as a launcher or a framework would) that says it ran and exits with its own status; "later"
+# installs one after the library's that calls the handler it found and asks the loop to stop, as
+# Lightning's does.
 TRAINING_SCRIPT = """
 import signal, sys, time
 import torch
@@ -34,6 +36,13 @@ if sys.argv[1] == "previous":
 
 metrics = TrainingMetrics()
 server = metrics.serve(0, "127.0.0.1")
+stop_requested = []
+if sys.argv[1] == "later":
+    found = signal.getsignal(signal.SIGTERM)
+    def later(signum, frame):
+        stop_requested.append(signum)
+        found(signum, frame)
+    signal.signal(signal.SIGTERM, later)
 print(server.port, flush=True)
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
 optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)
@@ -47,6 +56,9 @@ with metrics.job("mlp", "preempted", gpu_uuids=[]) as job, watch(job, model, opt
             optimizer.step()
             optimizer.zero_grad()
             time.sleep(0.002)
+            if stop_requested:
+                print("the loop stopped as asked", flush=True)
+                sys.exit(0)
 """
 
 
@@ -90,7 +102,7 @@ def test_sigterm_stops_the_job_flushes_it_to_the_scraper_and_kills_the_process_w
     assert any('ml_training_jobs_by_status{status="running"} 1.0' in b for b in scraper.bodies)  # before
 
 
-def test_sigterm_runs_the_handler_installed_before_after_the_flush():
+def test_sigterm_runs_the_handler_installed_before_and_flushes_before_it_exits():
     process, port = start("previous", {FINAL_SCRAPE_WAIT_ENV: "20"})
     scraper = Scraper(port, 0.3)
     try:
@@ -102,6 +114,21 @@ def test_sigterm_runs_the_handler_installed_before_after_the_flush():
         process.kill()
     assert process.stdout is not None
     assert "previous handler ran" in process.stdout.read()
+    assert 'ml_training_jobs_by_status{status="stopped"} 1.0' in scraper.bodies[-1]
+
+
+def test_a_handler_installed_later_that_calls_this_one_decides_what_happens_next():
+    process, port = start("later", {FINAL_SCRAPE_WAIT_ENV: "20"})
+    scraper = Scraper(port, 0.3)
+    try:
+        wait_for_steps(scraper)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0  # the loop stopped and exited; the library did not kill it
+    finally:
+        scraper.stop()
+        process.kill()
+    assert process.stdout is not None
+    assert "the loop stopped as asked" in process.stdout.read()
     assert 'ml_training_jobs_by_status{status="stopped"} 1.0' in scraper.bodies[-1]
 
 
