@@ -165,7 +165,9 @@ def _checkpoints() -> Row:
             checkpoint.size(MODEL, w=6),
             checkpoint.since_last_good(MODEL, w=12),
             checkpoint.last_good_step(MODEL, w=12),
-            checkpoint.rollbacks(MODEL, w=24),
+            checkpoint.rollbacks(MODEL, w=8),
+            checkpoint.job_recoveries((MODEL, JOB_ID), w=8),
+            checkpoint.job_lost_work((MODEL, JOB_ID), w=8),
         ],
     )
 

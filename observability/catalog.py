@@ -421,11 +421,11 @@ TRAINING_ROLLBACKS_TOTAL = Metric(
     JOB,
     _T,
 )
-TRAINING_RESUMES_TOTAL = Metric(
-    "ml_training_resumes_total",
-    MetricType.COUNTER,
+TRAINING_RESUMED = Metric(
+    "ml_training_resumed",
+    MetricType.GAUGE,
     "",
-    "Resumes of the job from its latest good checkpoint by this process (1 in a restarted pod, 0 in a fresh start).",
+    "1 when this process resumed the job from its latest good checkpoint (a restarted pod), 0 when it started fresh.",
     JOB,
     _T,
 )

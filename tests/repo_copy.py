@@ -46,3 +46,10 @@ def copy_repo(target: Path) -> Path:
 def commit_all(repo: Path, message: str) -> None:
     _git(repo, "add", "-A", ".")
     _git(repo, "commit", "-q", "-m", message)
+
+
+def reset(repo: Path) -> None:
+    """Back to the copy's commit: every change, new file and output of a test (`rendered/`,
+    regenerated files) gone; the virtualenv link and compiled bytecode stay."""
+    _git(repo, "reset", "-q", "--hard", "HEAD")
+    _git(repo, "clean", "-q", "-f", "-d", "-x", "-e", ".venv", "-e", "__pycache__")

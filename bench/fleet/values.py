@@ -302,7 +302,7 @@ def _job_values(name: str, rng: random.Random, n: int, variant: int, interval: i
         return _counter(rng, n, 1 / 720, interval)
     if name == c.TRAINING_ROLLBACK_BUDGET.name:
         return [3.0] * n
-    if name in (c.TRAINING_ROLLBACKS_TOTAL.name, c.TRAINING_RESUMES_TOTAL.name):
+    if name in (c.TRAINING_ROLLBACKS_TOTAL.name, c.TRAINING_RESUMED.name):
         return [0.0] * n
     if name == c.TRAINING_STEP_LOSS.name:
         return [round(x, 4) for x in _walk(rng, n, 0.1, 2.0, 0.02)]

@@ -1,5 +1,6 @@
-"""Checkpoint panels: saves, failures, save time, size, and the last good checkpoint a rollback
-returns to. `model` is the dashboard's model-type matcher."""
+"""Checkpoint panels: saves, failures, save time, size, the last good checkpoint a rollback
+returns to, and the rollbacks, restarts and lost work of a job. `model` is the dashboard's
+model-type matcher; `job` the matchers of one job (model type and `$job_id`)."""
 
 from __future__ import annotations
 
@@ -122,4 +123,48 @@ def rollbacks(model: str, *, w: int) -> PanelBuilder:
             ),
             Query(promql.gauge(catalog.TRAINING_ROLLBACK_BUDGET, (model,)), "left " + JOB_LEGEND),
         ],
+    )
+
+
+def job_recoveries(job: tuple[str, ...], *, w: int) -> PanelBuilder:
+    """What TrainingJobKeepsRecovering counts, for the selected job: its rollbacks, and its pods
+    that resumed from a checkpoint (restarted pods)."""
+    # The ranks of a job roll back together: the job's rollbacks are its busiest process's.
+    rolled_back = promql.aggregate("max", ("job_id",), promql.increase(catalog.TRAINING_ROLLBACKS_TOTAL, job))
+    resumed_pods = promql.aggregate(
+        "count",
+        ("job_id",),
+        promql.aggregate("max", ("job_id", "pod"), promql.gauge(catalog.TRAINING_RESUMED, job)) + " > 0",
+    )
+    return timeseries(
+        Common(
+            "Rollbacks and Restarts of $job_id",
+            "Rollbacks of $job_id to its last good checkpoint in each rate interval, and its pods running that "
+            "resumed from a checkpoint (restarted pods). Rollbacks plus restarts within an hour at the "
+            "trainingRecoveriesCount threshold fire TrainingJobKeepsRecovering.",
+            "short",
+            w=w,
+            min=0,
+            thresholds=ERRORS,
+        ),
+        [Query(rolled_back, "{{job_id}} rollbacks"), Query(resumed_pods, "{{job_id}} resumed pods")],
+        colours_by_ref={"A": RED},
+    )
+
+
+def job_lost_work(job: tuple[str, ...], *, w: int) -> PanelBuilder:
+    """The share of the selected job's time spent redoing steps it had done before a rollback."""
+    lost = promql.rate(catalog.TRAINING_PHASE_SECONDS_TOTAL, (*job, 'phase="lost_work"'))
+    return timeseries(
+        Common(
+            "Lost Work of $job_id",
+            "Share of each rank's time that $job_id spends redoing steps it had already done before a rollback "
+            "(the lost_work phase), averaged over its ranks.",
+            "percentunit",
+            w=w,
+            min=0,
+            max=1,
+        ),
+        [Query(promql.aggregate("avg", ("job_id",), lost), "{{job_id}} lost work")],
+        colours_by_ref={"A": RED},
     )

@@ -109,7 +109,7 @@ class TrainingMetrics:
         self.checkpoint_last_good_time = g(catalog.CHECKPOINT_LAST_GOOD_TIMESTAMP_SECONDS)
         self.rollbacks = c(catalog.TRAINING_ROLLBACKS_TOTAL)
         self.rollback_budget = g(catalog.TRAINING_ROLLBACK_BUDGET)
-        self.resumes = c(catalog.TRAINING_RESUMES_TOTAL)
+        self.resumed = g(catalog.TRAINING_RESUMED)
         # E. model quality
         self.accuracy = g(catalog.MODEL_ACCURACY)
         self.f1_score = g(catalog.MODEL_F1_SCORE)
@@ -395,13 +395,14 @@ class JobMetrics:
             m.checkpoint_failures.labels(**job, error_type=error_type)
         for error_type in FAILURE_ERROR_TYPES:
             m.failures.labels(**job, error_type=error_type)
-        for per_job in (m.gradient_explosions, m.checkpoint_saves, m.folds_completed, m.rollbacks, m.resumes):
+        for per_job in (m.gradient_explosions, m.checkpoint_saves, m.folds_completed, m.rollbacks):
             per_job.labels(**job)
         for histogram in (m.iteration_seconds, m.checkpoint_duration):
             histogram.labels(**job)
         for status in sorted(FINAL_STATUSES):
             # At count 0 from the start: the finished job's observation is an increase rate() sees.
             m.job_duration.labels(model_type=self.model_type, status=status)
+        m.resumed.labels(**job).set(0)  # a fresh start until `record_resume`
         m.job_start_time.labels(**job).set(time.time() - (time.monotonic() - self._started))
         m.progress_percent.labels(**job).set(0)
         m.current_epoch.labels(**job).set(0)
@@ -603,11 +604,12 @@ class JobMetrics:
 
     def record_resume(self, checkpoint: GoodCheckpoint) -> None:
         """This process resumed the job from `checkpoint` (a restarted pod): its step count goes
-        to the checkpoint's, it is the last good checkpoint, and the resume is counted
-        (`ml_training_resumes_total`, what the alert on a job that keeps restarting counts)."""
+        to the checkpoint's, it is the last good checkpoint, and `ml_training_resumed` is 1 (a
+        restarted pod: what the alert on a job that keeps restarting counts; a gauge, not a counter,
+        because the resume comes before the first scrape, where `increase()` cannot see it)."""
         self.rewind_steps(checkpoint.step)
         self.record_good_checkpoint(checkpoint)
-        self._m.resumes.labels(**self._job).inc()
+        self._m.resumed.labels(**self._job).set(1)
 
     @property
     def suspect_state(self) -> bool:

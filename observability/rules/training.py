@@ -35,7 +35,7 @@ def recoveries_expr(cfg: ObservabilityConfig) -> str:
     of the job whose process resumed from a checkpoint and began within the window (a restarted
     pod has a new name; its ranks are one restart)."""
     window = duration(RECOVERIES_WINDOW_SECONDS)
-    rollbacks, resumes = catalog.TRAINING_ROLLBACKS_TOTAL.name, catalog.TRAINING_RESUMES_TOTAL.name
+    rollbacks, resumes = catalog.TRAINING_ROLLBACKS_TOTAL.name, catalog.TRAINING_RESUMED.name
     job = by(JOB_LABELS)
     per_pod = by((*JOB_LABELS, "pod"))
     rolled_back = (
@@ -218,7 +218,7 @@ def availability_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
                 ),
                 RunbookQuery(
                     "Pods of the job that resumed from a checkpoint",
-                    f"max by (pod) (last_over_time({catalog.TRAINING_RESUMES_TOTAL.name}{_ONE_JOB}[1h])) > 0",
+                    f"max by (pod) (last_over_time({catalog.TRAINING_RESUMED.name}{_ONE_JOB}[1h])) > 0",
                 ),
                 RunbookQuery("Rollbacks the job has left", f"{catalog.TRAINING_ROLLBACK_BUDGET.name}{_ONE_JOB}"),
                 RunbookQuery(

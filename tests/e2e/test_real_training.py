@@ -303,7 +303,7 @@ def test_a_job_that_keeps_rolling_back_and_restarting_fires_training_job_keeps_r
     assert float(alert["value"]) == recoveries
     assert alert["labels"]["severity"] == "high" and alert["labels"]["namespace"] == "training"
     # It fired on the replacement's resume: not before that pod's first scrape.
-    resumed = stack.query(f'{catalog.TRAINING_RESUMES_TOTAL.name}{{job_id="{RECOVERING}"}}[10m]')
+    resumed = stack.query(f'{catalog.TRAINING_RESUMED.name}{{job_id="{RECOVERING}"}}[10m]')
     (series,) = [s for s in resumed if s["metric"]["pod"] == f"train-{RECOVERING}-1"]
     assert _unix(alert["activeAt"]) >= float(series["values"][0][0]) - 1
     lost = stack.query(

@@ -6,7 +6,8 @@ index, pod and node name), `$(VAR)` references expanded the way the kubelet expa
 order for env values, against the whole env for args; `$$` is a literal `$`, unknown references
 stay as written). Only what the cluster's network provides is replaced: index 0's DNS name by
 127.0.0.1, and, because every pod here shares one host, the rendezvous port and each pod's
-metrics base port by free local ports.
+metrics base port by free local ports, and a console script of the trainer wheel (the container's
+command, `foxhunt-torchrun`) by what the installed script runs: its entry point, from this checkout.
 """
 
 from __future__ import annotations
@@ -14,11 +15,14 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from collections.abc import Mapping
+import sys
+import tomllib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from infra import REPO_ROOT
 from infra.components import training_job
 from observability.trainer_env import METRICS_BASE_PORT_ENV
 
@@ -51,6 +55,22 @@ def container_env(container: Mapping[str, Any], fields: Mapping[str, str]) -> di
     return env
 
 
+def console_scripts() -> dict[str, str]:
+    """The commands the trainer wheel installs (pyproject's `[project.scripts]`): name -> module:function."""
+    scripts = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    return {str(k): str(v) for k, v in scripts.items()}
+
+
+def as_installed(argv: Sequence[str], python: str = sys.executable) -> list[str]:
+    """`argv`, its command run the way the wheel's console script runs it when it is one (the
+    script calls the entry point and exits with what it returns), else unchanged."""
+    entry = console_scripts().get(argv[0])
+    if entry is None:
+        return list(argv)
+    module, function = entry.split(":")
+    return [python, "-c", f"import sys; from {module} import {function}; sys.exit({function}())", *argv[1:]]
+
+
 @dataclass(frozen=True)
 class PodProcess:
     argv: list[str]
@@ -80,7 +100,7 @@ def pod_process(
     env[training_job.MASTER_PORT_ENV] = str(master_port)
     env[METRICS_BASE_PORT_ENV] = str(metrics_port)
     argv = [expand(a, env) for a in [*container["command"], *container.get("args", [])]]
-    return PodProcess(argv, env)
+    return PodProcess(as_installed(argv), env)
 
 
 def start_pod(

@@ -9,12 +9,13 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.repo_copy import copy_repo
+from tests.repo_copy import copy_repo, reset
 
 NEW_SERVICE = """      - name: pricing-engine
         container: pricing
@@ -39,18 +40,61 @@ def changed_files(repo: Path) -> set[str]:
     return {line[3:] for line in out.splitlines() if not line[3:].startswith("rendered/")}
 
 
-def ci(repo: Path, *extra_tests: str) -> None:
-    """What CI does with the change: render every stack (checks included), the policy tests and
-    the pack over gRPC, plus `extra_tests`."""
+# What CI runs on a change, in one Python process in the copy (the copy's code, imported once):
+# `make generate` when asked, the render of every stack with its offline checks (`make render-all`:
+# `infra.offline.render.main`, as the CLI runs it), then the tests. The policy tests' session
+# fixture (`tests.rendered_once`) gets the results the render just computed instead of rendering
+# every stack again; the tests themselves run against the real `render_stack`.
+CI_TIMEOUT_SECONDS = 1200  # generate, three renders and the tests on a loaded 2-core machine
+CI_IN_ONE_PROCESS = """
+import sys
+import pytest
+from infra.offline import regenerate, render
+from infra.settings import available_stacks
+from tests import rendered_once
+
+generate, *tests = sys.argv[1:]
+if generate == "generate" and regenerate.main([]) != 0:
+    sys.exit("make generate failed")
+render_stack = render.render_stack
+
+
+def keeping(stack, root=render.REPO_ROOT, overrides=None):
+    result = render_stack(stack, root, overrides)
+    rendered_once.RESULTS[stack] = result
+    return result
+
+
+render.render_stack = keeping
+for stack in available_stacks():
+    if render.main(["--stack", stack]) != 0:
+        sys.exit(f"render of {stack} failed")
+render.render_stack = render_stack
+sys.exit(pytest.main(["-q", "-x", "-p", "no:cacheprovider", "-p", "no:xdist", *tests]))
+"""
+
+
+def ci(repo: Path, *extra_tests: str, generate: bool = False) -> None:
+    """What CI does with the change: `make generate` (when `generate`), render every stack (checks
+    included), the policy tests and the pack over gRPC, plus `extra_tests`."""
     python = str(repo / ".venv" / "bin" / "python")
-    for stack in stacks(repo):
-        run(repo, python, "-m", "infra.offline.render", "--stack", stack)
-    run(repo, python, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "tests/policy", *extra_tests)
+    step = "generate" if generate else "no-generate"
+    run(repo, python, "-c", CI_IN_ONE_PROCESS, step, "tests/policy", *extra_tests, timeout=CI_TIMEOUT_SECONDS)
+
+
+@pytest.fixture(scope="module")
+def shared_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One throwaway copy for the module: copying and committing the tree is paid once."""
+    return copy_repo(tmp_path_factory.mktemp("routine") / "repo")
 
 
 @pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    return copy_repo(tmp_path / "repo")
+def repo(shared_copy: Path) -> Iterator[Path]:
+    """The shared copy as committed: each test makes its one change there, and the change (with
+    everything it rendered or generated) is thrown away after it, so the next test starts clean."""
+    assert changed_files(shared_copy) == set(), "the shared copy is not clean before the test"
+    yield shared_copy
+    reset(shared_copy)
 
 
 def test_adding_a_service_is_one_entry_per_stack_file(repo: Path) -> None:
@@ -94,23 +138,24 @@ def test_adding_a_stack_is_one_file(repo: Path) -> None:
 
 def test_changing_every_threshold_is_one_file(repo: Path) -> None:
     path = repo / "observability" / "thresholds.yaml"
-    old = {key: record["value"] for key, record in yaml.safe_load(path.read_text()).items()}
+    records = yaml.safe_load(path.read_text())
+    old = {key: record["value"] for key, record in records.items()}
     new_text = path.read_text()
     for key, value in old.items():
-        new_text = re.sub(
-            rf"^{key}: {{value: {value:g},", f"{key}: {{value: {round(value * 0.9, 6):g},", new_text, flags=re.M
-        )
+        # 10% lower; a count stays a whole number (one less)
+        lower = value - 1 if records[key]["unit"] == "count" else round(value * 0.9, 6)
+        new_text = re.sub(rf"^{key}: {{value: {value:g},", f"{key}: {{value: {lower:g},", new_text, flags=re.M)
     path.write_text(new_text)
     new = {key: record["value"] for key, record in yaml.safe_load(new_text).items()}
     assert all(new[k] != old[k] for k in old), "every threshold changed"
     assert changed_files(repo) == {"observability/thresholds.yaml"}
-    run(repo, str(repo / ".venv" / "bin" / "python"), "-m", "infra.offline.regenerate")  # make generate
     ci(
         repo,
         "tests/rules/test_promtool_cases.py",
         "tests/rules/test_runbooks.py",
         "tests/dashboards/test_expected_panels.py",
         "tests/rules/test_rule_conventions.py",
+        generate=True,
     )
     rules = (repo / "rendered" / "dev" / "prometheus" / "rules.yaml").read_text()
     hot = round(old["gpuTemperatureHighCelsius"] * 0.9, 6)
@@ -133,11 +178,9 @@ def edit(repo: Path, name: str, anchor: str, insert: str, *, before: bool = True
 
 
 def render_all_and_test(repo: Path, *tests: str) -> None:
+    """`make generate`, every stack rendered with its checks, and the tests covering the record."""
     python = str(repo / ".venv" / "bin" / "python")
-    run(repo, python, "-m", "infra.offline.regenerate")
-    for stack in stacks(repo):
-        run(repo, python, "-m", "infra.offline.render", "--stack", stack)
-    run(repo, python, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:xdist", *tests)
+    run(repo, python, "-c", CI_IN_ONE_PROCESS, "generate", *tests, timeout=CI_TIMEOUT_SECONDS)
 
 
 SEVERE_DRIFT_RULE = """        AlertRule(
@@ -172,6 +215,21 @@ SEVERE_DRIFT_CASES = """        Case(
 """
 
 
+# The new alert's firing and silent cases (from the registry of cases) through promtool, against the
+# rules rendered with the new record.
+NEW_ALERT_PROMTOOL = """
+import pathlib, tempfile
+from observability.config import ObservabilityConfig
+from tests.rules.alert_cases import CASES
+from tests.rules.promtool_harness import Suite, run_promtool_tests
+cases = [c for c in CASES if c.alert == "ModelDriftSevere"]
+assert any(c.fires for c in cases) and any(c.stays_silent for c in cases), cases
+work = pathlib.Path(tempfile.mkdtemp())
+result = run_promtool_tests([Suite("model-drift-severe", ObservabilityConfig(), cases, []).write(work)], cwd=work)
+assert result.returncode == 0, result.output[-6000:]
+"""
+
+
 def test_adding_an_alert_with_its_threshold_is_its_rule_its_record_and_its_cases(repo: Path) -> None:
     edit(
         repo,
@@ -202,21 +260,8 @@ def test_adding_an_alert_with_its_threshold_is_its_rule_its_record_and_its_cases
         and "max by (namespace, service, model_type) (ml_model_drift_score) > 0.5" in rules
     )
     assert "## ModelDriftSevere" in (repo / "docs" / "runbooks.md").read_text()  # make generate wrote its runbook
-
-
-# The new alert's firing and silent cases (from the registry of cases) through promtool, against the
-# rules rendered with the new record.
-NEW_ALERT_PROMTOOL = """
-import pathlib, tempfile
-from observability.config import ObservabilityConfig
-from tests.rules.alert_cases import CASES
-from tests.rules.promtool_harness import Suite, run_promtool_tests
-cases = [c for c in CASES if c.alert == "ModelDriftSevere"]
-assert any(c.fires for c in cases) and any(c.stays_silent for c in cases), cases
-work = pathlib.Path(tempfile.mkdtemp())
-result = run_promtool_tests([Suite("model-drift-severe", ObservabilityConfig(), cases, []).write(work)], cwd=work)
-assert result.returncode == 0, result.output[-6000:]
-"""
+    python = str(repo / ".venv" / "bin" / "python")
+    run(repo, python, "-c", NEW_ALERT_PROMTOOL)  # its firing and silent cases, through promtool
 
 
 HEARTBEAT_PARSER = '''
@@ -261,23 +306,22 @@ def test_adding_a_setting_is_its_parser_and_its_field(repo: Path) -> None:
 
 POWER_LIMIT_PANEL = '''
 
-def power_limit(node: str, *, w: int) -> PanelBuilder:
-    """The enforced power limit of the 5 most capped selected GPUs (what power capping leaves them)."""
+def power_limit(gpus: tuple[str, ...], top: int, *, w: int) -> PanelBuilder:
+    """The enforced power limit of the most capped selected GPUs (what power capping leaves them)."""
     return timeseries(
         Common("GPU Power Limit", "Enforced power limit of each selected GPU.", "watt", w=w, min=0),
-        [Query(f"topk(5, {promql.gauge(catalog.GPU_POWER_LIMIT_WATTS, (node,))})", "{{node}} GPU {{gpu_id}}")],
+        [busiest(catalog.GPU_POWER_LIMIT_WATTS, gpus, top)],
     )
 '''
+# The cockpit's GPU Resources row, where a new GPU panel is composed.
+GPU_ROW_END = "            gpm.true_utilization_of_selected(gpus, job=(JOB_ID,)),  # the GPUs job $job_id holds\n"
 
 
 def test_adding_a_panel_is_one_function_in_its_topic_composed_by_a_dashboard(repo: Path) -> None:
     topic = repo / "dashboards" / "panels" / "gpu.py"
-    text = topic.read_text().replace("from dashboards.threshold_steps import temperature_steps\n",
-                                     "from dashboards.threshold_steps import temperature_steps\n"
-                                     "from observability import catalog, promql\n")  # fmt: skip
-    topic.write_text(text + POWER_LIMIT_PANEL)
-    edit(repo, "dashboards/training_cockpit.py", "            _true_utilization(),\n",
-         "            gpu.power_limit(NODE, w=24),\n")  # fmt: skip
+    topic.write_text(topic.read_text() + POWER_LIMIT_PANEL)
+    edit(repo, "dashboards/training_cockpit.py", GPU_ROW_END, "            gpu.power_limit(gpus, TOP, w=24),\n",
+         before=False)  # fmt: skip
     assert changed_files(repo) == {"dashboards/panels/gpu.py", "dashboards/training_cockpit.py"}
     render_all_and_test(
         repo,
@@ -289,6 +333,16 @@ def test_adding_a_panel_is_one_function_in_its_topic_composed_by_a_dashboard(rep
     titles = [p["title"] for p in board["panels"]] + [q["title"] for p in board["panels"] for q in p.get("panels", [])]
     assert "GPU Power Limit" in titles
     assert "GPU Power Limit" in (repo / "dashboards" / "README.md").read_text()  # make generate lists it
+
+
+GRAPHICS_CLOCK_PANEL = """
+
+def graphics_clock(gpus: tuple[str, ...], top: int, *, w: int) -> PanelBuilder:
+    return timeseries(
+        Common("GPU Graphics Clock", f"Graphics clock of the {top} fastest selected GPUs.", "hertz", w=w, min=0),
+        [busiest(catalog.GPU_GRAPHICS_CLOCK_HERTZ, gpus, top)],
+    )
+"""
 
 
 def test_adding_a_gpu_field_is_one_table_row_its_attribute_its_metric_and_its_fake_value(repo: Path) -> None:
@@ -305,15 +359,17 @@ def test_adding_a_gpu_field_is_one_table_row_its_attribute_its_metric_and_its_fa
     old = "enum field f = type == 1 ? F_CLOCK_SM"
     assert old in fake.read_text()
     fake.write_text(fake.read_text().replace(old, "enum field f = type == 0 || type == 1 ? F_CLOCK_SM"))
-    # shown where the other clocks are: every poller metric is on a dashboard
-    edit(repo, "dashboards/training_cockpit.py", "            _true_utilization(),\n",
-         "            panels.timeseries(Common('GPU Graphics Clock', 'Graphics clock of the selected GPUs.', 'hertz'),\n"
-         "                              [_busiest(catalog.GPU_GRAPHICS_CLOCK_HERTZ)]),\n")  # fmt: skip
+    # shown beside the other GPU panels: every poller metric is on a dashboard
+    topic = repo / "dashboards" / "panels" / "gpu.py"
+    topic.write_text(topic.read_text() + GRAPHICS_CLOCK_PANEL)
+    edit(repo, "dashboards/training_cockpit.py", GPU_ROW_END, "            gpu.graphics_clock(gpus, TOP, w=24),\n",
+         before=False)  # fmt: skip
     assert changed_files(repo) == {
         "observability/catalog.py",
         "poller/samples.py",
         "poller/nvml_fields.py",
         "tests/poller/fake_nvml/fake_nvml.c",
+        "dashboards/panels/gpu.py",
         "dashboards/training_cockpit.py",
     }
     render_all_and_test(
@@ -322,6 +378,7 @@ def test_adding_a_gpu_field_is_one_table_row_its_attribute_its_metric_and_its_fa
         "tests/poller/test_fake_nvml_poller.py::test_values_units_and_labels_match_the_fake_driver",
         "tests/foundation/test_catalog.py",
         "tests/dashboards/test_catalog_references.py",
+        "tests/dashboards/test_panel_topics.py",
     )
     python = str(repo / ".venv" / "bin" / "python")
     page = run(repo, python, "-c", GPU_FIELD_PAGE)

@@ -9,7 +9,6 @@ import os
 import re
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from infra.offline import render
 from infra.offline.result import RenderResult
 from infra.settings import SettingsError, read_stack_config
 from observability import launcher, scrape_config, trainer_env
+from tests.e2e.torchrun_pods import as_installed, console_scripts
 from tests.infra.conftest import free_port
 from tests.infra.support import STACKS, one
 
@@ -108,10 +108,9 @@ def test_the_rendered_multi_node_command_runs_torchrun_through_the_launcher_with
     result = rendered[multi_node_stacks(rendered)[0]]
     settings = result.settings.training_job
     (container,) = one(result, "CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
-    (executable,) = container["command"]
-    scripts = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    module, function = scripts[executable].split(":")  # the console script the trainer wheel installs
-    assert (module, function) == (launcher.__name__, "main")
+    assert container["command"] == [training_job.LAUNCHER]
+    # the console script the trainer wheel installs, run as the installed script runs it
+    assert console_scripts()[training_job.LAUNCHER] == f"{launcher.__name__}:main"
     args = container["args"]
     assert args[-len(settings.command) :] == list(settings.command)
     program = ["-m", "tests.trainer.launcher_worker", "--out", str(tmp_path), "--ranks", "all"]
@@ -132,7 +131,7 @@ def test_the_rendered_multi_node_command_runs_torchrun_through_the_launcher_with
         }
         return [re.sub(r"\$\((\w+)\)", lambda m: values[m.group(1)], a) for a in args[: -len(settings.command)]]
 
-    command = [sys.executable, "-m", module]
+    command = as_installed(container["command"])
     ending = ["--ending", "budget-spent"]
     pods = [
         subprocess.Popen(

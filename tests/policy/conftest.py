@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from infra.offline import render
 from infra.offline.result import RenderResult
 from infra.settings import available_stacks
+from tests.rendered_once import rendered
 
 
 @pytest.fixture(scope="session")
 def rendered_stacks() -> dict[str, RenderResult]:
-    return {stack: render.render_stack(stack) for stack in available_stacks()}
+    return {stack: rendered(stack) for stack in available_stacks()}

@@ -168,7 +168,7 @@ def _pod_recoveries(n: int, start: int, rollbacks: list[int], resumed: bool) -> 
     before = [None] * start
     return {
         series(catalog.TRAINING_ROLLBACKS_TOTAL, _job_pod(n)): join(before, rollbacks),
-        series(catalog.TRAINING_RESUMES_TOTAL, _job_pod(n)): join(before, [int(resumed)] * len(rollbacks)),
+        series(catalog.TRAINING_RESUMED, _job_pod(n)): join(before, [int(resumed)] * len(rollbacks)),
     }
 
 
@@ -184,7 +184,7 @@ def recovery_cases(th: Thresholds) -> tuple[Case, ...]:
         **_pod_recoveries(0, 0, [min(i // 4, n - 1) for i in range(4 * n)], resumed=False),
         **_pod_recoveries(1, 4 * n, [0] * 20, resumed=True),
     }
-    restarted_pods = {}
+    restarted_pods: dict[str, str] = {}
     for k in range(n):  # pod k resumed from the checkpoint and is replaced 4 samples later
         restarted_pods.update(_pod_recoveries(k, 4 * k, [0] * 4, resumed=True))
     return (
@@ -209,7 +209,7 @@ def recovery_cases(th: Thresholds) -> tuple[Case, ...]:
                     series(metric, {**_job_pod(0), "instance": "10.0.1.5:9095"}): text
                     for metric, text in (
                         (catalog.TRAINING_ROLLBACKS_TOTAL, join([min(i // 4, n - 1) for i in range(4 * n + 20)])),
-                        (catalog.TRAINING_RESUMES_TOTAL, values((0, 4 * n + 20))),
+                        (catalog.TRAINING_RESUMED, values((0, 4 * n + 20))),
                     )
                 },
             },
