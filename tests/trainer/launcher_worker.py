@@ -9,7 +9,8 @@ The ranks in `--ranks` (comma-separated, `all` or `none`) end with `--ending`:
 - `retriable`: exit 3 (a failure a restart may fix);
 - `clean`: exit 0.
 The other ranks sleep `--others-sleep` seconds and exit 0 (torchrun stops them when a rank fails).
-Every rank writes `started-<rank>` into `--out`, and `sigterm-<rank>` there when SIGTERM reaches it.
+Every rank writes `started-<rank>` into `--out`, and `sigterm-<rank>` there when SIGTERM reaches it;
+a rank in `--ranks` ends only once every rank has started.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from types import FrameType
 
 from observability.instrument import TrainingMetrics
 from observability.instrument.remediation import Remediation, RemediationPolicy
+
+STARTUP_TIMEOUT_SECONDS = 120.0
 
 
 def main(argv: list[str]) -> int:
@@ -47,6 +50,13 @@ def main(argv: list[str]) -> int:
     if rank not in chosen:
         time.sleep(args.others_sleep)
         return 0
+    # Every rank runs (and has its SIGTERM handler) before one ends: torchrun stops the others as
+    # soon as a rank fails, and a rank still importing would be killed before it started.
+    world_size, deadline = int(os.environ["WORLD_SIZE"]), time.monotonic() + STARTUP_TIMEOUT_SECONDS
+    while not all((out / f"started-{r}").exists() for r in range(world_size)):
+        if time.monotonic() > deadline:
+            sys.exit(f"rank {rank}: not every one of {world_size} ranks started within {STARTUP_TIMEOUT_SECONDS:g} s")
+        time.sleep(0.05)
     if args.ending == "retriable":
         return 3
     if args.ending == "clean":
