@@ -12,6 +12,7 @@ only the text format whatever the scraper asks for.
 from __future__ import annotations
 
 import operator
+from typing import TypeVar
 
 from observability import catalog
 from observability.exposition import format_value, label_block, series_prefix, text_header
@@ -70,18 +71,21 @@ class _GpuLines:
         return text
 
     def error_prefix(self, error_type: str) -> str:
-        prefix = self.errors.get(error_type)
-        if prefix is None:
-            labels = f"{self._base},{label_block([('error_type', error_type)])}"
-            prefix = self.errors[error_type] = series_prefix(catalog.GPU_ERRORS_TOTAL.name, labels)
-        return prefix
+        return _labelled_prefix(self.errors, error_type, catalog.GPU_ERRORS_TOTAL.name, self._base, "error_type")
 
     def xid_prefix(self, code: int) -> str:
-        prefix = self.xids.get(code)
-        if prefix is None:
-            labels = f"{self._base},{label_block([('xid', str(code))])}"
-            prefix = self.xids[code] = series_prefix(catalog.GPU_XID_ERRORS_TOTAL.name, labels)
-        return prefix
+        return _labelled_prefix(self.xids, code, catalog.GPU_XID_ERRORS_TOTAL.name, self._base, "xid")
+
+
+_Key = TypeVar("_Key", str, int)
+
+
+def _labelled_prefix(cache: dict[_Key, str], key: _Key, metric: str, base: str, label: str) -> str:
+    """`metric{<base>,<label>="<key>"} ` for a sample line, built once per key and kept in `cache`."""
+    prefix = cache.get(key)
+    if prefix is None:
+        prefix = cache[key] = series_prefix(metric, f"{base},{label_block([(label, str(key))])}")
+    return prefix
 
 
 _GAUGE_HEADERS = tuple(_header(metric) for metric, _ in GPU_GAUGES)
@@ -149,11 +153,8 @@ class TextPageWriter:
         return "".join(xid_lines + error_lines), "".join(failure_lines)
 
     def _failure_prefix(self, reason: str) -> str:
-        prefix = self._failures.get(reason)
-        if prefix is None:
-            labels = f"{self._node_label},{label_block([('reason', reason)])}"
-            prefix = self._failures[reason] = series_prefix(catalog.GPU_POLLER_COLLECTION_FAILURES_TOTAL.name, labels)
-        return prefix
+        metric = catalog.GPU_POLLER_COLLECTION_FAILURES_TOTAL.name
+        return _labelled_prefix(self._failures, reason, metric, self._node_label, "reason")
 
     def _lines(self, gpu: GpuIdentity) -> _GpuLines:
         lines = self._gpus.get(gpu)

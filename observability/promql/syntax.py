@@ -8,6 +8,7 @@ Expressions must be plain PromQL: substitute Grafana variables first (`dashboard
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -51,6 +52,13 @@ def children(node: pp.Expr) -> list[pp.Expr]:
     if isinstance(node, pp.MatrixSelector):
         return [node.vector_selector]
     return []
+
+
+def walk(node: pp.Expr) -> Iterator[pp.Expr]:
+    """`node` and every expression below it, depth first, left to right."""
+    yield node
+    for child in children(node):
+        yield from walk(child)
 
 
 def metric_name(selector: pp.VectorSelector) -> str | None:

@@ -37,7 +37,7 @@ any (a new fleet recording that does not compose is caught before it reaches a 1
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +46,7 @@ import promql_parser as pp
 from observability import catalog
 from observability.partials import PARTIAL_LEVEL, SHARD_LABEL, is_partial
 from observability.promql.locality import Locality, locality_of
+from observability.promql.syntax import children, walk
 from observability.rules.distribution import GRIDS_BY_UNIT, ValueGrid, fleet_quantile, value_histogram
 from observability.rules.tiers import PARTIAL_AGGREGATIONS, Tier, recorded_localities, rule_name
 
@@ -100,29 +101,9 @@ class Rewritten:
     combined: tuple[tuple[str, str], ...] = ()
 
 
-def _children(node: pp.Expr) -> list[pp.Expr]:
-    if isinstance(node, pp.AggregateExpr):
-        return [c for c in (node.param, node.expr) if isinstance(c, pp.Expr)]
-    if isinstance(node, pp.BinaryExpr):
-        return [node.lhs, node.rhs]
-    if isinstance(node, pp.Call):
-        return [a for a in node.args if isinstance(a, pp.Expr)]
-    if isinstance(node, pp.ParenExpr | pp.UnaryExpr | pp.SubqueryExpr):
-        return [node.expr]
-    if isinstance(node, pp.MatrixSelector):
-        return [node.vector_selector]
-    return []
-
-
-def _walk(node: pp.Expr) -> Iterator[pp.Expr]:
-    yield node
-    for child in _children(node):
-        yield from _walk(child)
-
-
 def _selector_names(node: pp.Expr) -> list[str]:
     names = []
-    for n in _walk(node):
+    for n in walk(node):
         if isinstance(n, pp.VectorSelector):
             if n.name:
                 names.append(str(n.name))
@@ -236,7 +217,7 @@ class _Rewriter:
             if grid is not None:
                 replacements[str(node)] = self._quantile(node, grid, owner, partials)
                 return
-        for child in _children(node):
+        for child in children(node):
             self._visit(child, owner, replacements, partials)
 
     def _partial(self, expr: str, kind: str, labels: Sequence[str], metric: str, operation: str, owner: str) -> str:
@@ -415,7 +396,7 @@ def composability_problems(
 
 
 def _how_to_compose(root: pp.Expr, records: Mapping[str, Locality]) -> str:
-    for node in _walk(root):
+    for node in walk(root):
         if isinstance(node, pp.AggregateExpr) and str(node.op) in NOT_COMPOSABLE:
             return f"{node.op}() does not compose across shards; {NOT_COMPOSABLE[str(node.op)]}"
         if isinstance(node, pp.SubqueryExpr):

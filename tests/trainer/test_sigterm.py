@@ -102,33 +102,28 @@ def test_sigterm_stops_the_job_flushes_it_to_the_scraper_and_kills_the_process_w
     assert any('ml_training_jobs_by_status{status="running"} 1.0' in b for b in scraper.bodies)  # before
 
 
-def test_sigterm_runs_the_handler_installed_before_and_flushes_before_it_exits():
-    process, port = start("previous", {FINAL_SCRAPE_WAIT_ENV: "20"})
+@pytest.mark.parametrize(
+    ("handler", "exit_code", "said"),
+    [
+        # a handler installed before runs first, after the flush; its own exit stands
+        ("previous", 7, "previous handler ran"),
+        # a handler installed later that calls this one decides: the loop stopped and exited, the
+        # library did not kill it
+        ("later", 0, "the loop stopped as asked"),
+    ],
+)
+def test_the_programs_own_sigterm_handler_decides_the_exit_and_the_job_is_flushed_stopped(handler, exit_code, said):
+    process, port = start(handler, {FINAL_SCRAPE_WAIT_ENV: "20"})
     scraper = Scraper(port, 0.3)
     try:
         wait_for_steps(scraper)
         process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=30) == 7  # the earlier handler's own exit
+        assert process.wait(timeout=30) == exit_code
     finally:
         scraper.stop()
         process.kill()
     assert process.stdout is not None
-    assert "previous handler ran" in process.stdout.read()
-    assert 'ml_training_jobs_by_status{status="stopped"} 1.0' in scraper.bodies[-1]
-
-
-def test_a_handler_installed_later_that_calls_this_one_decides_what_happens_next():
-    process, port = start("later", {FINAL_SCRAPE_WAIT_ENV: "20"})
-    scraper = Scraper(port, 0.3)
-    try:
-        wait_for_steps(scraper)
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=30) == 0  # the loop stopped and exited; the library did not kill it
-    finally:
-        scraper.stop()
-        process.kill()
-    assert process.stdout is not None
-    assert "the loop stopped as asked" in process.stdout.read()
+    assert said in process.stdout.read()
     assert 'ml_training_jobs_by_status{status="stopped"} 1.0' in scraper.bodies[-1]
 
 
