@@ -1,7 +1,8 @@
 """Where each rank of a distributed job runs, and the counts of its collectives.
 
-Framework-free (the PyTorch side, a DDP communication hook and timed `torch.distributed` calls,
-is `observability.instrument.integrations.torch_distributed`, built on this):
+Framework-free (the PyTorch side, DDP's gradient all-reduce timed per step or per bucket and
+timed `torch.distributed` calls, is `observability.instrument.integrations.torch_distributed`,
+built on this):
 
 - `ml_training_rank_placement_info{model_type, job_id, rank, node, uuid}`: the Kubernetes node
   the rank runs on and the GPU it computes on, so an alert about a rank names both;

@@ -104,7 +104,7 @@ class CollectiveTimer:
         return None
 
     def ddp_allreduce_hook(self, group: Any, bucket: GradBucket) -> torch.futures.Future[torch.Tensor]:
-        """The DDP communication hook `register_ddp` registers."""
+        """The per-bucket DDP communication hook `register_ddp(..., per_bucket=True)` registers."""
         process_group = group if group is not None else dist.group.WORLD
         tensor = bucket.buffer()
         nbytes = message_bytes(tensor)
