@@ -73,6 +73,11 @@ def per_step(rank: int, x: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
     job = metrics.start_job("ddp", "per-step", gpu_uuids=())
     timer = instrument_rank(job, node="node")
     ddp = DistributedDataParallel(model(), bucket_cap_mb=BUCKET_CAP_MB)
+    try:
+        timer.register_ddp(ddp, dist.group.WORLD)
+        refused = ""
+    except ValueError as error:  # the process group belongs to the per-bucket hook
+        refused = str(error)
     timing = timer.register_ddp(ddp)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
     live: dict[str, str] = {}
@@ -109,6 +114,7 @@ def per_step(rank: int, x: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
         "comm_hook": data.get("comm_hook", ""),
         "bytes_per_step": timing.bytes_per_step if timing is not None else None,
         "steps": job.steps_done,
+        "refused_group": refused,
     }
 
 

@@ -39,6 +39,7 @@ def test_every_step_is_counted_with_its_buckets_and_bytes_the_last_one_when_the_
     for rank in ranks:
         run = rank["per_step"]
         assert run["comm_hook"] == ""  # DDP keeps its built-in all-reduce
+        assert "per_bucket=True" in run["refused_group"]  # a group is the per-bucket hook's
         assert run["bytes_per_step"] == run["gradient_bytes"]
         # DDP logs a step's statistics at the next forward pass: before the finish the last is missing
         assert run["before_finish"]["bytes"] == (worker.STEPS - 1) * run["gradient_bytes"]

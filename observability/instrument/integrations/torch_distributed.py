@@ -228,6 +228,11 @@ def _logging_data(ddp: torch.nn.parallel.DistributedDataParallel) -> dict[str, A
     return data
 
 
+def _sizes(text: Any) -> list[int]:
+    """DDP's logged bucket sizes ("66564, 66048, ..." bytes) as numbers."""
+    return [int(size) for size in str(text).split(",") if size.strip()]
+
+
 class DdpStepTiming:
     """One DDP module's gradient reduction timed per step, DDP's built-in all-reduce kept (made
     by `CollectiveTimer.register_ddp`).
@@ -247,7 +252,7 @@ class DdpStepTiming:
         ddp._set_ddp_runtime_logging_sample_rate(1)  # type: ignore[no-untyped-call]
         data = _logging_data(ddp)
         # The gradient bytes reduced per step: every bucket's, before and after DDP rebuilds them.
-        self.bytes_per_step = sum(int(size) for size in str(data.get("bucket_sizes", "")).split(",") if size.strip())
+        self.bytes_per_step = sum(_sizes(data.get("bucket_sizes", "")))
         self._iteration = int(data.get("iteration", 0))
         self._lock = threading.Lock()
         self._queued = False  # the current backward's first callback is queued
@@ -295,9 +300,11 @@ class DdpStepTiming:
         # communication timestamps are an earlier iteration's.
         if "backward_comm_time" not in data or data["backward_comm_time_start"] < data["forward_compute_time_start"]:
             return
-        buckets = int(data.get("num_buckets_reduced", len(str(data.get("rebuilt_bucket_sizes", "x")).split(","))))
+        buckets = data.get("num_buckets_reduced")
+        if buckets is None:  # a PyTorch that does not log it: the buckets DDP holds now
+            buckets = len(_sizes(data.get("rebuilt_bucket_sizes") or data.get("bucket_sizes", "")))
         busy = int(data["backward_comm_time"]) / 1e9
-        self._timer.counts.add(ALL_REDUCE, buckets, self.bytes_per_step if buckets else 0, busy)
+        self._timer.counts.add(ALL_REDUCE, int(buckets), self.bytes_per_step if buckets else 0, busy)
 
     def close(self) -> None:
         """Count the last step (DDP logs a step's statistics at the next forward pass) and stop
