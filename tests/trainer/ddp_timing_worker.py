@@ -10,6 +10,7 @@ its job counted to `--out/rank-<r>.json`:
 - `no_sync`: gradient accumulation, two micro-batches per optimizer step, the first under
   `ddp.no_sync()`.
 - `unused`: `find_unused_parameters=True` and a layer the forward pass never uses.
+- `sampled`: DDP timing one step in `SAMPLE_EVERY` after its first ten (`sample_every`).
 - `per_bucket`: the per-bucket communication hook (`register_ddp(..., per_bucket=True)`).
 """
 
@@ -36,6 +37,8 @@ BUCKET_CAP_MB = 0.01  # a few buckets for this model
 STEPS = 6
 SLOW_SECONDS = 0.15
 LIVE_STEP, LIVE_SECONDS = 3, 0.8
+# DDP times its first 10 iterations, then one in SAMPLE_EVERY: the last steps are not timed
+SAMPLE_EVERY, SAMPLED_STEPS = 4, 14
 
 
 class WithUnused(torch.nn.Module):
@@ -154,6 +157,33 @@ def unused(x: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
     return {**counted(timer), "parameter_bytes": parameter_bytes(ddp.module), "steps": job.steps_done}
 
 
+def sampled(x: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
+    metrics = TrainingMetrics()
+    job = metrics.start_job("ddp", "sampled", gpu_uuids=())
+    timer = instrument_rank(job, node="node")
+    ddp = DistributedDataParallel(model(), bucket_cap_mb=BUCKET_CAP_MB)
+    try:
+        timer.register_ddp(ddp, sample_every=0)
+        refused = ""
+    except ValueError as error:
+        refused = str(error)
+    timer.register_ddp(ddp, sample_every=SAMPLE_EVERY)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    for _ in range(SAMPLED_STEPS):
+        with job.phase(COMPUTE):
+            torch.nn.functional.mse_loss(ddp(x), y).backward()  # type: ignore[no-untyped-call]
+            optimizer.step()
+            optimizer.zero_grad()
+        job.record_step(samples=BATCH)
+    job.finish("completed")
+    data = ddp._get_ddp_logging_data()  # type: ignore[no-untyped-call]
+    return {
+        **counted(timer), "gradient_bytes": parameter_bytes(ddp.module), "steps": job.steps_done,
+        "rebuilt_buckets": len(str(data["rebuilt_bucket_sizes"]).split(",")), "last_timed": data["iteration"],
+        "refused": refused,
+    }  # fmt: skip
+
+
 def per_bucket(x: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
     metrics = TrainingMetrics()
     job = metrics.start_job("ddp", "per-bucket", gpu_uuids=())
@@ -187,6 +217,7 @@ def main() -> None:
         "per_step": per_step(rank, x, y),
         "no_sync": no_sync(x, y),
         "unused": unused(x, y),
+        "sampled": sampled(x, y),
         "per_bucket": per_bucket(x, y),
     }
     (args.out / f"rank-{rank}.json").write_text(json.dumps(result))

@@ -84,6 +84,16 @@ def test_unused_parameters_are_reduced_and_counted_with_the_others(ranks):
         assert run["busy"] > 0
 
 
+def test_sampling_one_step_in_n_still_counts_every_step_s_buckets_and_bytes(ranks):
+    for rank in ranks:
+        run = rank["sampled"]
+        assert "at least 1" in run["refused"]
+        assert run["last_timed"] < run["steps"] == worker.SAMPLED_STEPS  # DDP did not time the last steps
+        assert run["bytes"] == run["steps"] * run["gradient_bytes"]
+        assert run["operations"] == 1 + (run["steps"] - 1) * run["rebuilt_buckets"]
+        assert run["busy"] > 0
+
+
 def test_the_per_bucket_hook_stays_available_and_counts_the_same_bytes(ranks):
     for rank in ranks:
         run = rank["per_bucket"]

@@ -21,14 +21,16 @@ Two ways to time DDP (`register_ddp(ddp, per_bucket=...)`):
   timing adds a forward hook on the DDP module, a gradient hook on its output and two autograd
   engine callbacks around DDP's own end-of-backward callback (the exposed wait, live, so a rank
   blocked in the all-reduce shows in `collective` while it waits), and reads DDP's own runtime
-  statistics (`_get_ddp_logging_data`, sampled every iteration: `register_ddp` sets DDP's sample
-  rate to 1) for the buckets reduced and the span from the first bucket's launch to the end of
-  the reduction, the busy time. That span is at least the time a bucket was in flight: the
-  bandwidth from it is a lower bound, exact when communication is the bottleneck (buckets queue
-  back to back), which is when the bandwidth matters. The last step's figures are read when the
-  job finishes. On a GPU, DDP's sampling synchronizes the host with the previous iteration's
-  communication-end event at the start of each forward pass (free when the trainer reads its
-  loss every step; it keeps a host that queues work far ahead within about one step).
+  statistics (`_get_ddp_logging_data`; `register_ddp` sets DDP's sample rate to `sample_every`,
+  1 by default: every step) for the buckets reduced and the span from the first bucket's launch
+  to the end of the reduction, the busy time. That span is at least the time a bucket was in
+  flight: the bandwidth from it is a lower bound, exact when communication is the bottleneck
+  (buckets queue back to back), which is when the bandwidth matters. The last step's figures are
+  read when the job finishes. On a GPU, a step DDP times synchronizes the host with that step's
+  communication-end event at the start of the next forward pass (free when the trainer reads its
+  loss every step; it keeps a host that queues work far ahead within about one step):
+  `sample_every=N` limits that to one step in N, each timed step standing for the untimed ones
+  after it (buckets and bytes stay exact, the busy time is the timed step's).
 - per bucket (`per_bucket=True`): a Python communication hook that does what DDP does (sum each
   bucket, divide by the group's size) and times every bucket: the exact busy time, at the cost of
   PyTorch's Python hook path (a Python call and a future callback per bucket; BENCHMARKS.md).
@@ -85,19 +87,25 @@ class CollectiveTimer:
 
     # --- DistributedDataParallel ----------------------------------------------------------------
     def register_ddp(
-        self, model: torch.nn.parallel.DistributedDataParallel, group: Any = None, *, per_bucket: bool = False
+        self,
+        model: torch.nn.parallel.DistributedDataParallel,
+        group: Any = None,
+        *,
+        per_bucket: bool = False,
+        sample_every: int = 1,
     ) -> DdpStepTiming | None:
         """Time `model`'s gradient all-reduce: per step, with DDP's built-in all-reduce (the
-        default; returns the timing), or per bucket (`per_bucket=True`) with a communication hook
-        that does what DDP does by default: sum each bucket over `group` and divide it by the
-        group's size (see the module's docstring for what each costs)."""
+        default; returns the timing; DDP times one step in `sample_every`), or per bucket
+        (`per_bucket=True`) with a communication hook that does what DDP does by default: sum
+        each bucket over `group` and divide it by the group's size (see the module's docstring
+        for what each costs). Register before the first forward pass."""
         if not per_bucket:
             if group is not None:
                 raise ValueError(
                     "register_ddp: `group` is the process group of the per-bucket hook; DDP's built-in all-reduce "
                     "uses the group DDP was built with (pass per_bucket=True to reduce over another)"
                 )
-            return DdpStepTiming(self, model)
+            return DdpStepTiming(self, model, sample_every)
         # DDP compares the hook's annotations with its own classes; this module's are strings
         # (postponed evaluation), so it gets an unannotated hook with DDP's parameter names.
         model.register_comm_hook(state=group, hook=lambda state, bucket: self.ddp_allreduce_hook(state, bucket))
@@ -245,16 +253,27 @@ class DdpStepTiming:
     resumes the phase. Buckets, bytes and busy time come from DDP's runtime statistics of the
     previous step, read in the forward hook (and at the job's finish for the last step)."""
 
-    def __init__(self, timer: CollectiveTimer, ddp: torch.nn.parallel.DistributedDataParallel) -> None:
+    def __init__(
+        self, timer: CollectiveTimer, ddp: torch.nn.parallel.DistributedDataParallel, sample_every: int = 1
+    ) -> None:
+        if isinstance(sample_every, bool) or not isinstance(sample_every, int) or sample_every < 1:
+            raise ValueError(f"sample_every={sample_every!r}: expected a whole number of steps, at least 1")
         self._timer = timer
         self._ddp = ddp
         self._engine = torch.autograd.Variable._execution_engine
-        ddp._set_ddp_runtime_logging_sample_rate(1)  # type: ignore[no-untyped-call]
+        # DDP times its first 10 iterations, then one in `sample_every`
+        ddp._set_ddp_runtime_logging_sample_rate(sample_every)  # type: ignore[no-untyped-call]
         data = _logging_data(ddp)
         # The gradient bytes reduced per step: every bucket's, before and after DDP rebuilds them.
         self.bytes_per_step = sum(_sizes(data.get("bucket_sizes", "")))
-        self._iteration = int(data.get("iteration", 0))
         self._lock = threading.Lock()
+        # DDP's iteration counter at its latest statistics taken, and its value now minus the
+        # synchronizing forward passes seen here (learnt from the first statistics)
+        self._iteration = int(data.get("iteration", 0))
+        self._forwards = 0
+        self._base: int | None = None
+        # buckets and busy seconds of the latest step DDP timed: they stand for the steps it did not
+        self._per_step: tuple[int, float] | None = None
         self._queued = False  # the current backward's first callback is queued
         self._resume: str | None = None  # the phase to go back to once DDP's wait is over
         self._handle: RemovableHandle | None = ddp.register_forward_hook(self._forward_done)
@@ -266,6 +285,8 @@ class DdpStepTiming:
             return  # evaluation, or gradient accumulation under no_sync(): DDP reduces nothing
         self._resume_phase()  # a backward that raised inside DDP's wait left the phase switched
         self._take_sample(_logging_data(self._ddp))
+        with self._lock:
+            self._forwards += 1
         self._queued = False
         for tensor in _grad_tensors(output):
             tensor.register_hook(self._backward_began)  # type: ignore[no-untyped-call]
@@ -290,25 +311,39 @@ class DdpStepTiming:
 
     # --- DDP's statistics -----------------------------------------------------------------------
     def _take_sample(self, data: Mapping[str, Any]) -> None:
-        """Count the latest iteration DDP timed, once: its buckets, bytes and communication span."""
+        """Count the steps up to the latest iteration DDP timed (logged at the forward pass after
+        it): its buckets, bytes and communication span, once; it stands for the steps since the
+        one timed before it that DDP did not time."""
         iteration = int(data.get("iteration", 0))
         with self._lock:
             if iteration <= self._iteration:
                 return
-            self._iteration = iteration
-        # An iteration whose forward ran without a backward after it reduced nothing: its
-        # communication timestamps are an earlier iteration's.
-        if "backward_comm_time" not in data or data["backward_comm_time_start"] < data["forward_compute_time_start"]:
-            return
-        buckets = data.get("num_buckets_reduced")
-        if buckets is None:  # a PyTorch that does not log it: the buckets DDP holds now
-            buckets = len(_sizes(data.get("rebuilt_bucket_sizes") or data.get("bucket_sizes", "")))
-        busy = int(data["backward_comm_time"]) / 1e9
-        self._timer.counts.add(ALL_REDUCE, int(buckets), self.bytes_per_step if buckets else 0, busy)
+            steps, self._iteration = iteration - self._iteration, iteration
+            if self._base is None:
+                self._base = iteration - self._forwards
+            # An iteration whose forward ran without a backward after it reduced nothing: its
+            # communication timestamps are an earlier iteration's.
+            if "backward_comm_time" in data and data["backward_comm_time_start"] >= data["forward_compute_time_start"]:
+                buckets = data.get("num_buckets_reduced")
+                if buckets is None:  # a PyTorch that does not log it: the buckets DDP holds now
+                    buckets = len(_sizes(data.get("rebuilt_bucket_sizes") or data.get("bucket_sizes", "")))
+                self._per_step = (int(buckets), int(data["backward_comm_time"]) / 1e9)
+            else:
+                steps -= 1
+        self._count(steps)
+
+    def _count(self, steps: int) -> None:
+        with self._lock:
+            per_step = self._per_step
+        if per_step is not None and steps > 0:
+            buckets, busy = per_step
+            self._timer.counts.add(ALL_REDUCE, steps * buckets, steps * self.bytes_per_step if buckets else 0,
+                                   steps * busy)  # fmt: skip
 
     def close(self) -> None:
-        """Count the last step (DDP logs a step's statistics at the next forward pass) and stop
-        timing; called when the job finishes. Idempotent."""
+        """Count the last steps (DDP logs a step's statistics at the next forward pass; the steps
+        after the last one it timed count as that one) and stop timing; called when the job
+        finishes. Idempotent."""
         if self._handle is None:
             return
         self._handle.remove()
@@ -317,6 +352,10 @@ class DdpStepTiming:
         if self._ddp.logger is not None:
             self._ddp.logger.set_runtime_stats_and_log()
             self._take_sample(_logging_data(self._ddp))
+        with self._lock:
+            untimed = 0 if self._base is None else self._base + self._forwards - self._iteration
+            self._iteration += untimed
+        self._count(untimed)
 
 
 class TimedWork:
