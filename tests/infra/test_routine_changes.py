@@ -407,15 +407,14 @@ def graphics_clock(gpus: tuple[str, ...], top: int, *, w: int) -> PanelBuilder:
 """
 
 
-def test_adding_a_gpu_field_is_one_table_row_its_attribute_its_metric_and_its_fake_value(repo: Path) -> None:
+def test_adding_a_gpu_field_is_its_attribute_with_its_nvml_row_its_metric_and_its_fake_value(repo: Path) -> None:
     edit(repo, "observability/catalog.py", "GPU_MEMORY_CLOCK_HERTZ = Metric(",
          'GPU_GRAPHICS_CLOCK_HERTZ = Metric(\n    "ml_gpu_graphics_clock_hertz", MetricType.GAUGE, "hertz", '
          '"Current graphics clock.", GPU, _G\n)\n')  # fmt: skip
-    edit(repo, "poller/samples.py", "    memory_clock_hertz: int | None = None\n",
-         "    graphics_clock_hertz: int | None = None\n", before=False)  # fmt: skip
-    edit(repo, "poller/nvml_fields.py", "    # a bit mask: one ml_gpu_clock_throttle_active series",
-         '    NvmlField("graphics_clock", ("nvmlDeviceGetClockInfo",), (pynvml.NVML_CLOCK_GRAPHICS,), _U32,\n'
-         '              "graphics_clock_hertz", catalog.GPU_GRAPHICS_CLOCK_HERTZ, MEGA),\n')  # fmt: skip
+    edit(repo, "poller/samples.py", "    # a bit mask: one ml_gpu_clock_throttle_active series",
+         '    graphics_clock_hertz: int | None = nvml("graphics_clock", ("nvmlDeviceGetClockInfo",),\n'
+         "                                            (pynvml.NVML_CLOCK_GRAPHICS,), U32,\n"
+         "                                            catalog.GPU_GRAPHICS_CLOCK_HERTZ, MEGA)\n")  # fmt: skip
     # the fake driver's graphics clock runs with its SM clock, as on the GPUs we run
     fake = repo / "tests" / "poller" / "fake_nvml" / "fake_nvml.c"
     old = "enum field f = type == 1 ? F_CLOCK_SM"
@@ -429,7 +428,6 @@ def test_adding_a_gpu_field_is_one_table_row_its_attribute_its_metric_and_its_fa
     assert changed_files(repo) == {
         "observability/catalog.py",
         "poller/samples.py",
-        "poller/nvml_fields.py",
         "tests/poller/fake_nvml/fake_nvml.c",
         "dashboards/panels/gpu.py",
         "dashboards/training_cockpit.py",
