@@ -148,8 +148,8 @@ def check_fields(fields: tuple[NvmlField, ...]) -> None:
             problems.append(f"row {i}: the rows of call {field.call} must sit together (one output buffer)")
         if seen_calls and seen_calls[-1] == field.call:
             first = next(f for f in fields if f.call == field.call)
-            if (first.functions, first.options) != (field.functions, field.options):
-                problems.append(f"row {i}: call {field.call} has other functions or options than its first row")
+            if (first.functions, first.options, first.ctype) != (field.functions, field.options, field.ctype):
+                problems.append(f"row {i}: call {field.call} has other functions, options or C type than its first row")
         seen_calls.append(field.call)
         if field.metric is not None and field.metric.producer is not catalog.Producer.GPU_POLLER:
             problems.append(f"row {i} ({field.call}): {field.metric.name} is not a gpu-poller metric of the catalog")
