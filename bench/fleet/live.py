@@ -251,11 +251,21 @@ class GroupEvaluations:
 
 
 def collect_group_evaluations(
-    api: PrometheusApi, names: Sequence[str], evaluations: int, timeout: float, poll_seconds: float = 3.0
+    api: PrometheusApi,
+    names: Sequence[str],
+    evaluations: int,
+    timeout: float,
+    poll_seconds: float = 3.0,
+    *,
+    only_new: bool = False,
 ) -> dict[str, GroupEvaluations]:
     """Poll `/api/v1/rules` until each group in `names` has `evaluations` distinct evaluations
-    recorded (or `timeout` passes: a group missing then is reported as never evaluated)."""
+    recorded (or `timeout` passes: a group missing then is reported as never evaluated). With
+    `only_new`, each group's evaluation already recorded when this is called is not counted."""
     seen: dict[str, set[str]] = defaultdict(set)
+    if only_new:
+        for group in api.get("/api/v1/rules")["groups"]:
+            seen[str(group["name"])].add(str(group.get("lastEvaluation", "")))
     samples: dict[str, GroupEvaluations] = {}
     deadline = time.monotonic() + timeout
     while True:
