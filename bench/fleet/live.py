@@ -174,7 +174,10 @@ def text_page_handler(page: Callable[[Any, str], bytes | None]) -> type[BaseHTTP
             self.send_header("Content-Type", "text/plain; version=0.0.4")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(body)
+            try:
+                self.wfile.write(body)
+            except (BrokenPipeError, ConnectionResetError):
+                return  # the scraper gave up (its scrape timeout passed, or it was stopped)
 
         def log_message(self, format: str, *args: Any) -> None:
             return
