@@ -1,15 +1,18 @@
 """One rank of the DDP overhead benchmark (started by torchrun from `bench.distributed`).
 
-Three DistributedDataParallel copies of one model train in one process group:
+Four DistributedDataParallel copies of one model train in one process group:
 - `plain`: DDP's built-in all-reduce (in C++), nothing instrumented;
 - `python_hook`: PyTorch's own all-reduce communication hook in Python
   (`default_hooks.allreduce_hook`), nothing else: what any Python communication hook costs;
-- `instrumented`: the trainer library's job: the compute phase, per-rank steps, the timed
-  communication hook on every gradient bucket and a timed flag all-reduce.
-They alternate step by step, each round cycling through every order of the three (none always goes
-first or follows the same one), so all see the same machine from one moment to the next. Each
-step's wall time and CPU time (of the whole process: the process group's and autograd's threads
-too) is recorded.
+- `instrumented`: the trainer library's default: the compute phase, per-rank steps, DDP's
+  gradient all-reduce timed per step (`register_ddp(ddp)`: DDP's built-in all-reduce kept) and a
+  timed flag all-reduce;
+- `per_bucket`: the same with the per-bucket communication hook (`register_ddp(ddp,
+  per_bucket=True)`).
+They alternate step by step, each round cycling through orders of the four (the rounds continue
+where the last left off, so none always goes first or follows the same one), so all see the same
+machine from one moment to the next. Each step's wall time and CPU time (of the whole process:
+the process group's and autograd's threads too) is recorded.
 
 A step is what a GPU trainer's host does: it waits `--device-seconds` for the device's kernels (a
 sleep, which machine load does not stretch), runs forward and backward of a 16-layer MLP whose
@@ -20,7 +23,12 @@ a GPU the gradient arithmetic is the device's (in the sleep), and on this CPU a 
 make the host do it, at CPU memory bandwidth; what the instrumentation adds runs on the host, per
 step and per bucket.
 
-After the rounds, rank 0 scrapes its own metrics server `--scrapes` times and measures the CPU the
+Then the fixed cost per step, sharper than the rounds' spread: the same four variants on a
+one-layer model (one bucket) without device time, steps of well under a millisecond, in
+`FIXED_RUNS` interleaved runs of `--fixed-steps` steps; per variant the least CPU time per step
+over the runs.
+
+After that, rank 0 scrapes its own metrics server `--scrapes` times and measures the CPU the
 process spent per scrape (rendering and serving the exposition, and the client's side: an upper
 bound). Rank 0 writes everything to `--out`.
 """
@@ -45,21 +53,44 @@ from observability.instrument import TrainingMetrics
 from observability.instrument.collectives import ALL_REDUCE
 from observability.instrument.integrations.torch_distributed import CollectiveTimer, instrument_rank
 from observability.instrument.phases import COMPUTE
+from observability.instrument.server import MetricsServer, rank_metrics_port
 from observability.instrument.training import JobMetrics
 
 WIDTH, LAYERS, BATCH = 128, 16, 64
 BUCKET_CAP_MB = 0.0625
 WARMUP_STEPS = 10
-VARIANTS = ("plain", "python_hook", "instrumented")
+VARIANTS = ("plain", "python_hook", "instrumented", "per_bucket")
 ORDERS = tuple(itertools.permutations(VARIANTS))
+FIXED_RUNS = 15
 
 
-def model() -> torch.nn.Module:
+def model(layers: int = LAYERS, width: int = WIDTH) -> torch.nn.Module:
     torch.manual_seed(0)
-    layers: list[torch.nn.Module] = []
-    for _ in range(LAYERS):
-        layers += [torch.nn.Linear(WIDTH, WIDTH), torch.nn.ReLU()]
-    return torch.nn.Sequential(*layers, torch.nn.Linear(WIDTH, 1))
+    stack: list[torch.nn.Module] = []
+    for _ in range(layers):
+        stack += [torch.nn.Linear(width, width), torch.nn.ReLU()]
+    return torch.nn.Sequential(*stack, torch.nn.Linear(width, 1))
+
+
+Run = tuple[DistributedDataParallel, torch.optim.Optimizer, JobMetrics | None, CollectiveTimer | None]
+
+
+def variants(name: str, layers: int, width: int) -> dict[str, Run]:
+    """The four DDP copies of one model; each instrumented one is a job of its own trainer (one
+    rank's placement per registry), `name` and the variant its job ID."""
+    runs: dict[str, Run] = {}
+    for variant in VARIANTS:
+        ddp = DistributedDataParallel(model(layers, width), bucket_cap_mb=BUCKET_CAP_MB)
+        job: JobMetrics | None = None
+        timer: CollectiveTimer | None = None
+        if variant == "python_hook":
+            ddp.register_comm_hook(None, default_hooks.allreduce_hook)
+        elif variant in ("instrumented", "per_bucket"):
+            job = TrainingMetrics().start_job("bench", f"{name}-{variant}", gpu_uuids=())
+            timer = instrument_rank(job)
+            timer.register_ddp(ddp, per_bucket=variant == "per_bucket")
+        runs[variant] = (ddp, torch.optim.SGD(ddp.parameters(), lr=1e-4), job, timer)
+    return runs
 
 
 def step(
@@ -99,50 +130,58 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--cycles", type=int, default=12, help="steps of each variant per round, one per order")
     parser.add_argument("--device-seconds", type=float, default=0.1)
+    parser.add_argument("--fixed-steps", type=int, default=500)
     parser.add_argument("--scrapes", type=int, default=50)
     args = parser.parse_args()
     torch.set_num_threads(1)  # one core per rank: the ranks of a node do not share their cores
     dist.init_process_group("gloo")
     rank = dist.get_rank()
 
-    metrics = TrainingMetrics()
-    job = metrics.start_job("bench", "ddp-overhead", gpu_uuids=())
-    server = metrics.serve_rank(job.rank, addr="127.0.0.1")
-    timer = instrument_rank(job)
     x, y = torch.randn(BATCH, WIDTH), torch.randn(BATCH, 1)
-    plain = DistributedDataParallel(model(), bucket_cap_mb=BUCKET_CAP_MB)
-    python_hook = DistributedDataParallel(model(), bucket_cap_mb=BUCKET_CAP_MB)
-    python_hook.register_comm_hook(None, default_hooks.allreduce_hook)
-    instrumented = DistributedDataParallel(model(), bucket_cap_mb=BUCKET_CAP_MB)
-    timer.register_ddp(instrumented)
-    runs: dict[str, tuple[DistributedDataParallel, JobMetrics | None, CollectiveTimer | None]] = {
-        "plain": (plain, None, None),
-        "python_hook": (python_hook, None, None),
-        "instrumented": (instrumented, job, timer),
-    }
-    optimizers = {name: torch.optim.SGD(ddp.parameters(), lr=1e-4) for name, (ddp, _, _) in runs.items()}
+    runs = variants("ddp-overhead", LAYERS, WIDTH)
+    served = runs["instrumented"][2]
+    assert served is not None
+    server = MetricsServer(served.registry, rank_metrics_port(served.rank.local_rank), "127.0.0.1")
 
-    def timed(name: str) -> tuple[float, float]:
-        ddp, j, t = runs[name]
+    def timed(name: str, device_seconds: float, chosen: dict[str, Run], xs: torch.Tensor) -> tuple[float, float]:
+        ddp, optimizer, job, timer = chosen[name]
         wall, cpu = time.perf_counter(), time.process_time()
-        step(ddp, optimizers[name], x, y, args.device_seconds, j, t)
+        step(ddp, optimizer, xs, y, device_seconds, job, timer)
         return time.perf_counter() - wall, time.process_time() - cpu
 
     for name in runs:  # warm-up: DDP rebuilds its buckets after the first steps, the allocator settles
         for _ in range(WARMUP_STEPS):
-            timed(name)
+            timed(name, args.device_seconds, runs, x)
     rounds: list[dict[str, list[tuple[float, float]]]] = []
-    for _ in range(args.rounds):
+    for index in range(args.rounds):
         steps: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
         dist.barrier()
         for cycle in range(args.cycles):
-            for name in ORDERS[cycle % len(ORDERS)]:
-                steps[name].append(timed(name))
+            for name in ORDERS[(index * args.cycles + cycle) % len(ORDERS)]:
+                steps[name].append(timed(name, args.device_seconds, runs, x))
         rounds.append(steps)
-    operations, _, _ = timer.counts.totals()[ALL_REDUCE]
-    instrumented_steps = WARMUP_STEPS + args.rounds * args.cycles
-    buckets = operations / instrumented_steps - 1  # every step: its gradient buckets and the flag
-    gradient_bytes = sum(p.numel() * p.element_size() for p in plain.parameters())
+
+    # the fixed cost per step: one bucket, no device time
+    tiny = variants("ddp-fixed-cost", 0, 1)
+    xs = torch.randn(BATCH, 1)
+    for name in tiny:
+        for _ in range(WARMUP_STEPS):
+            timed(name, 0.0, tiny, xs)
+    fixed: dict[str, list[float]] = {name: [] for name in tiny}
+    for index in range(FIXED_RUNS):
+        dist.barrier()
+        for name in ORDERS[index % len(ORDERS)]:
+            began = time.process_time()
+            for _ in range(args.fixed_steps):
+                timed(name, 0.0, tiny, xs)
+            fixed[name].append((time.process_time() - began) / args.fixed_steps)
+
+    per_bucket_timer = runs["per_bucket"][3]
+    assert per_bucket_timer is not None
+    operations, _, _ = per_bucket_timer.counts.totals()[ALL_REDUCE]
+    per_bucket_steps = WARMUP_STEPS + args.rounds * args.cycles
+    buckets = operations / per_bucket_steps - 1  # every step: its gradient buckets and the flag
+    gradient_bytes = sum(p.numel() * p.element_size() for p in runs["plain"][0].parameters())
     dist.barrier()
     if rank == 0:
         scrape = scrape_cpu_seconds(server.port, args.scrapes)
@@ -150,10 +189,15 @@ def main() -> None:
             "rounds": rounds, "world_size": dist.get_world_size(), "cycles": args.cycles,
             "device_seconds": args.device_seconds, "gradient_bytes": gradient_bytes, "buckets": buckets,
             "bucket_cap_mb": BUCKET_CAP_MB, "scrape_cpu_seconds": scrape, "scrapes": args.scrapes,
+            "fixed_cpu_seconds": {name: min(times) for name, times in fixed.items()},
+            "fixed_runs": FIXED_RUNS, "fixed_steps": args.fixed_steps,
         }  # fmt: skip
         args.out.write_text(json.dumps(result))
     dist.barrier()
-    job.finish("completed")
+    for chosen in (runs, tiny):
+        for _, _, job, _ in chosen.values():
+            if job is not None:
+                job.finish("completed")
     server.close(final_scrape_wait=0)
     dist.destroy_process_group()
 

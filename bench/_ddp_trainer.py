@@ -3,9 +3,9 @@ that a test steers through files in its control directory.
 
 Every step: a simulated device time (the host waiting for GPU kernels: a sleep, so CPU contention
 on the test machine does not change it), forward and backward of a two-layer model (DDP reduces
-its gradients through the timed communication hook), an optimizer step, and one timed all-reduce
-of a stop flag, so that every rank stops at the same step. The whole step is in the `compute`
-phase; the hook moves the exposed gradient wait into `collective`.
+its gradients with its built-in all-reduce, timed per step), an optimizer step, and one timed
+all-reduce of a stop flag, so that every rank stops at the same step. The whole step is in the
+`compute` phase; the timing moves the exposed gradient wait into `collective`.
 
 Control files (in `--control`): `slow-<rank>` makes that rank's device time `--slow-factor`
 longer while it exists; `stop` ends the run (rank 0 reads it, the flag all-reduce tells the

@@ -3,13 +3,17 @@ drifts (`make generate` writes it; `make check` fails while it is stale)."""
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from dashboards import build_all
 from dashboards.queries import PanelQuery, panel_queries
 from observability.config import ObservabilityConfig
 from observability.promql.syntax import series_names
+
+PANELS = Path(__file__).parent / "panels"
 
 INTRO = """\
 # Dashboards
@@ -18,13 +22,12 @@ INTRO = """\
 
 Four Grafana dashboards written in Python with grafana-foundation-sdk, one module each
 (`training_cockpit.py`, `traces.py`, `infra_cockpit.py`, `ml_training_comprehensive.py`),
-sharing `panels/` (panel shapes in `panels/__init__.py`; panels by topic, one function each,
-written once: `panels/gpu.py`, `gpm.py`, `job_gpus.py`, `training.py`, `steps.py`, `folds.py`,
-`learning.py`, `data.py`, `errors.py`, `checkpoint.py`, `efficiency.py`, `distributed.py`,
-`rl.py`, `hpo.py`, `traces.py`), `variables.py`,
+composing their rows from `panels/`, `variables.py`,
 `observability/promql/` (catalog-typed PromQL, and reading it with a parser) and
 `layout.py` (grid, ids, serialisation). Every query is built from `observability/catalog.py`;
 heavy expressions read the recording rules of `observability/rules/dashboard_recording.py`.
+
+{topics}
 
 - `dashboards.build_all(cfg)` returns uid -> dashboard JSON model; `dashboards.to_json(d)` is the
   deterministic text (SDK `JSONEncoder`, sorted keys) written to
@@ -36,6 +39,17 @@ heavy expressions read the recording rules of `observability/rules/dashboard_rec
 The tables list each dashboard's rows and panels; "Reads" names the catalog metrics and
 recording rules a panel queries (found with a PromQL parser), or the Tempo/Loki query kind.
 """
+
+
+def _topics() -> str:
+    """The panel topic modules, as the package holds them."""
+    names = sorted(p.name for p in PANELS.glob("*.py") if p.name != "__init__.py")
+    return textwrap.fill(
+        "Every panel is one function in its topic module (panel shapes in `panels/__init__.py`), written "
+        "once and composed by each dashboard that shows it: " + ", ".join(f"`panels/{n}`" for n in names) + ".",
+        width=100,
+        break_on_hyphens=False,
+    )
 
 
 def _reads(queries: list[PanelQuery]) -> str:
@@ -92,4 +106,4 @@ def dashboard_section(dashboard: Mapping[str, Any]) -> str:
 
 def render(cfg: ObservabilityConfig | None = None) -> str:
     dashboards = build_all(cfg or ObservabilityConfig())
-    return "\n".join([INTRO, *(dashboard_section(d) for d in dashboards.values())])
+    return "\n".join([INTRO.format(topics=_topics()), *(dashboard_section(d) for d in dashboards.values())])

@@ -1,7 +1,8 @@
 """Traces: service map, trace search, span duration and errors by service.
 
 For the engineer debugging a request or a slow service: from the service graph to one trace and its
-logs. Span panels shared with the infra cockpit come from `dashboards/panels/traces.py`.
+logs. Every panel comes from `dashboards/panels/traces.py`; this module composes them into rows
+and owns the search variables the trace search and its links read.
 
 The service map and the search table query Tempo. Duration and error panels read Tempo's span
 metrics and service-graph metrics from Prometheus (through the dashboard recording rules). From
@@ -14,13 +15,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from dashboards import panels, variables
+from dashboards import variables
 from dashboards.layout import DashboardSpec, Row, assemble
-from dashboards.panels import Common, LogQuery, Query, TraceQuery
 from dashboards.panels import traces as trace_panels
 from observability import catalog, promql
 from observability.config import ObservabilityConfig
-from observability.rules import dashboard_recording as rec
 
 UID = "foxhunt-traces"
 TITLE = "Foxhunt Traces"
@@ -69,134 +68,29 @@ def _trace_id_links(cfg: ObservabilityConfig) -> list[dict[str, Any]]:
 
 
 def _service_map() -> Row:
-    return Row(
-        "Service Map",
-        [
-            panels.service_map(
-                Common(
-                    "Service Map",
-                    "Services and the calls between them, from Tempo's service graph (request rate, errors, latency).",
-                    w=24,
-                    h=12,
-                )
-            ),
-        ],
-    )
+    return Row("Service Map", [trace_panels.service_graph(w=24, h=12)])
 
 
 def _trace_search(cfg: ObservabilityConfig) -> Row:
-    return Row(
-        "Trace Search",
-        [
-            panels.trace_table(
-                Common(
-                    "Trace Search",
-                    "Traces matching the service, operation, minimum duration and status filters (TraceQL). "
-                    "A trace id opens the trace or its logs.",
-                    w=24,
-                    h=10,
-                ),
-                TraceQuery(TRACE_SEARCH, limit=50),
-                column_links={"traceID": _trace_id_links(cfg)},
-            ),
-        ],
-    )
+    return Row("Trace Search", [trace_panels.trace_search(TRACE_SEARCH, _trace_id_links(cfg), w=24, h=10)])
 
 
 def _trace_metrics() -> Row:
     return Row(
         "Trace Metrics",
         [
-            panels.heatmap(
-                Common(
-                    "Trace Duration Histogram", "Distribution of span durations of the selected services.", "s", w=12
-                ),
-                [Query(promql.bucket_increase(catalog.SPANMETRICS_LATENCY, (SERVICE,)), "{{le}}", format="heatmap")],
-            ),
-            trace_panels.span_error_ratio(
-                "Error Rate by Service",
-                "Share of spans with error status, per service (5 minute window).",
-                (SERVICE,),
-                with_total=False,
-            ),
-            trace_panels.span_rate(
-                "Span Rate by Service",
-                "Spans received per second, per service (5 minute window).",
-                (SERVICE,),
-                with_total=False,
-                w=8,
-            ),
-            panels.timeseries(
-                Common(
-                    "Span Duration p95 by Service",
-                    "95th percentile span duration, per service (5 minute window).",
-                    "s",
-                    w=8,
-                ),
-                [
-                    Query(
-                        promql.recorded_quantile(0.95, rec.SPAN_LATENCY_BUCKET_RATE5M.record, (SERVICE,), ("service",)),
-                        "{{service}}",
-                    )
-                ],
-            ),
-            panels.timeseries(
-                Common(
-                    "Requests Between Services",
-                    "Calls per second on each edge of the service graph (solid) and the failed ones (dashed).",
-                    "reqps",
-                    w=8,
-                    min=0,
-                ),
-                [
-                    Query(
-                        promql.selector(rec.SERVICE_GRAPH_REQUEST_RATE5M.record, (SERVER,)), "{{client}} → {{server}}"
-                    ),
-                    Query(
-                        promql.selector(rec.SERVICE_GRAPH_REQUEST_FAILED_RATE5M.record, (SERVER,)),
-                        "{{client}} → {{server}} failed",
-                    ),
-                ],
-                dashed_refs=("B",),
-            ),
-            panels.timeseries(
-                Common(
-                    "Server Latency p95 Between Services",
-                    "95th percentile server-side duration of calls on each edge of the service graph.",
-                    "s",
-                    w=24,
-                ),
-                [
-                    Query(
-                        promql.recorded_quantile(
-                            0.95,
-                            rec.SERVICE_GRAPH_REQUEST_SERVER_SECONDS_BUCKET_RATE5M.record,
-                            (SERVER,),
-                            ("client", "server"),
-                        ),
-                        "{{client}} → {{server}}",
-                    )
-                ],
-            ),
+            trace_panels.span_duration_histogram((SERVICE,), w=12),
+            trace_panels.error_rate_by_service((SERVICE,)),
+            trace_panels.span_rate_by_service((SERVICE,), w=8),
+            trace_panels.span_duration_p95_by_service((SERVICE,), w=8),
+            trace_panels.requests_between_services((SERVER,), w=8),
+            trace_panels.server_latency_p95_between_services((SERVER,), w=24),
         ],
     )
 
 
 def _logs() -> Row:
-    return Row(
-        "Logs for Trace",
-        [
-            panels.logs(
-                Common(
-                    "Logs for Selected Trace",
-                    "Log lines that carry the trace id in `$trace_id` (set it from the trace search table).",
-                    w=24,
-                    h=10,
-                ),
-                LogQuery('{namespace=~".+"} |= "$trace_id"'),
-            ),
-        ],
-    )
+    return Row("Logs for Trace", [trace_panels.logs_for_trace(w=24, h=10)])
 
 
 def build(cfg: ObservabilityConfig) -> dict[str, Any]:

@@ -712,8 +712,9 @@ TRAINING_COLLECTIVE_BUSY_SECONDS_TOTAL = Metric(
     MetricType.COUNTER,
     "seconds",
     "Wall time during which at least one collective of this kind was in flight on this rank, overlapped with "
-    "compute or not (the exposed part is the rank's `collective` phase); bytes over this time is the rank's "
-    "algorithmic bandwidth.",
+    "compute or not (the exposed part is the rank's `collective` phase; for DDP's gradient all-reduce timed per "
+    "step, from its first bucket's launch to the end of its reduction, which is no shorter); bytes over this time "
+    "is the rank's algorithmic bandwidth.",
     RANK_COLLECTIVE,
     _T,
 )

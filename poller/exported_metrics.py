@@ -2,7 +2,7 @@
 
 The writer (`exposition`) walks these tables, and so does the independent prometheus-client
 collector the tests compare it with. The NVML readings' series come from the rows of
-`poller.nvml_fields` (in GpuSample's field order): a plain gauge or counter per row whose metric
+`poller.samples.NVML_FIELDS` (in GpuSample's field order): a plain gauge or counter per row whose metric
 has only the GPU's labels, an `ecc_type` series per ECC row, the throttle reasons of the
 clock-event mask.
 """
@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import fields
 
 from observability import catalog
-from poller.nvml_fields import NVML_FIELDS, NvmlField
-from poller.samples import GpuSample
+from poller.nvml_fields import NvmlField
+from poller.samples import NVML_FIELDS, GpuSample
 
 _ORDER = {f.name: i for i, f in enumerate(fields(GpuSample))}
 _ROWS: tuple[NvmlField, ...] = tuple(

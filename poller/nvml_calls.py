@@ -1,5 +1,5 @@
 """The NVML calls of a collection pass, bound once per GPU to their output buffers, all derived
-from the table of fields (`poller.nvml_fields`).
+from the table of fields (`poller.samples.NVML_FIELDS`, the rows GpuSample's attributes declare).
 
 Calling the C functions of the library nvidia-ml-py loaded, with buffers made once, rather than
 through nvidia-ml-py's wrappers (a lookup, fresh ctypes objects and a result object on every
@@ -19,8 +19,8 @@ import struct
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from poller.nvml_fields import NVML_FIELDS, NvmlField
-from poller.samples import GPM_FIELDS, GpuIdentity, GpuSample
+from poller.nvml_fields import NvmlField
+from poller.samples import GPM_FIELDS, NVML_FIELDS, GpuIdentity, GpuSample
 
 
 def _members(fields: Sequence[NvmlField]) -> tuple[str, ...]:
@@ -59,9 +59,9 @@ def _sample_from_source() -> str:
         unread = sorted(set(nvml_attributes) - set(position))
         raise ImportError(
             "GpuSample and NVML_FIELDS disagree: "
-            + (f"add {', '.join(f'{a}: int | float | None = None' for a in missing)} to GpuSample (before its GPM "
-               "fields); " if missing else "")
-            + (f"no row of NVML_FIELDS fills {', '.join(unread)}" if unread else "")
+            + (f"{', '.join(missing)} must sit before GpuSample's GPM fields; " if missing else "")
+            + (f"no NVML row declared for {', '.join(unread)} (a GpuSample attribute before the GPM fields is "
+               "`name: int | None = nvml(...)`, see poller.nvml_fields)" if unread else "")
         )  # fmt: skip
     readings = ", ".join(f"r{i}" for i in range(READING_COUNT))
     arguments = ", ".join(NVML_FIELDS[position[a]].scale.expression(f"r{position[a]}") for a in nvml_attributes)

@@ -1,8 +1,30 @@
-"""The values one NVML pass produces, shared by the NVML source, the collector and the writer."""
+"""The values one NVML pass produces, shared by the NVML source, the collector and the writer.
+
+`GpuSample`'s NVML attributes are the NVML field table: each declares its row (`nvml(...)`, see
+`poller.nvml_fields`), and `NVML_FIELDS` reads them back."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+
+import pynvml
+
+from observability import catalog
+from poller.nvml_fields import (
+    CLOCK_EVENTS,
+    CORRECTED,
+    ECC,
+    MEGA,
+    MEMORY,
+    MILLI,
+    U32,
+    U64,
+    UNCORRECTED,
+    UTILIZATION,
+    NvmlField,
+    nvml,
+    table_of,
+)
 
 
 @dataclass(frozen=True)
@@ -32,19 +54,36 @@ class GpuSample:
     """One GPU's readings in one pass; a field NVML could not give stays None and is omitted."""
 
     gpu: GpuIdentity
-    utilization_percent: int | None = None
-    memory_utilization_percent: int | None = None
-    memory_used_bytes: int | None = None
-    memory_total_bytes: int | None = None
-    temperature_celsius: int | None = None
-    power_watts: float | None = None
-    power_limit_watts: float | None = None
-    sm_clock_hertz: int | None = None
-    memory_clock_hertz: int | None = None
-    clock_event_reasons: int | None = None
-    ecc_corrected_total: int | None = None
-    ecc_uncorrected_total: int | None = None
-    energy_joules_total: float | None = None
+    # One NVML reading each, with its row: call, NVML function(s), options, C type, catalog
+    # metric[, scale][, label][, member: (index, count) in the call's output buffer].
+    # fmt: off
+    utilization_percent: int | None = nvml("utilization", UTILIZATION, (), U32, catalog.GPU_UTILIZATION_PERCENT,
+                                           member=(0, 2))
+    memory_utilization_percent: int | None = nvml("utilization", UTILIZATION, (), U32,
+                                                  catalog.GPU_MEMORY_UTILIZATION_PERCENT, member=(1, 2))
+    # nvmlMemory_t: total, free (total - used, not read), used
+    memory_used_bytes: int | None = nvml("memory", MEMORY, (), U64, catalog.GPU_MEMORY_USED_BYTES, member=(2, 3))
+    memory_total_bytes: int | None = nvml("memory", MEMORY, (), U64, catalog.GPU_MEMORY_TOTAL_BYTES, member=(0, 3))
+    temperature_celsius: int | None = nvml("temperature", ("nvmlDeviceGetTemperature",),
+                                           (pynvml.NVML_TEMPERATURE_GPU,), U32, catalog.GPU_TEMPERATURE_CELSIUS)
+    power_watts: float | None = nvml("power", ("nvmlDeviceGetPowerUsage",), (), U32, catalog.GPU_POWER_WATTS, MILLI)
+    power_limit_watts: float | None = nvml("power_limit", ("nvmlDeviceGetEnforcedPowerLimit",), (), U32,
+                                           catalog.GPU_POWER_LIMIT_WATTS, MILLI)
+    sm_clock_hertz: int | None = nvml("sm_clock", ("nvmlDeviceGetClockInfo",), (pynvml.NVML_CLOCK_SM,), U32,
+                                      catalog.GPU_SM_CLOCK_HERTZ, MEGA)
+    memory_clock_hertz: int | None = nvml("memory_clock", ("nvmlDeviceGetClockInfo",), (pynvml.NVML_CLOCK_MEM,),
+                                          U32, catalog.GPU_MEMORY_CLOCK_HERTZ, MEGA)
+    # a bit mask: one ml_gpu_clock_throttle_active series per reason (exported_metrics.THROTTLE_REASONS)
+    clock_event_reasons: int | None = nvml("clock_event_reasons", CLOCK_EVENTS, (), U64,
+                                           catalog.GPU_CLOCK_THROTTLE_ACTIVE)
+    ecc_corrected_total: int | None = nvml("ecc_corrected", ECC, CORRECTED, U64, catalog.GPU_ECC_ERRORS_TOTAL,
+                                           label=("ecc_type", "corrected"))
+    ecc_uncorrected_total: int | None = nvml("ecc_uncorrected", ECC, UNCORRECTED, U64, catalog.GPU_ECC_ERRORS_TOTAL,
+                                             label=("ecc_type", "uncorrected"))
+    # Volta and newer; NOT_SUPPORTED elsewhere, and drivers before it lack the function.
+    energy_joules_total: float | None = nvml("energy", ("nvmlDeviceGetTotalEnergyConsumption",), (), U64,
+                                             catalog.GPU_ENERGY_JOULES_TOTAL, MILLI)
+    # fmt: on
     # GPM (Hopper and newer), over the interval since the previous pass: see poller.gpm.
     sm_active_percent: float | None = None
     sm_occupancy_percent: float | None = None
@@ -55,6 +94,10 @@ class GpuSample:
     nvlink_rx_bytes_total: int | None = None
     nvlink_tx_bytes_total: int | None = None
 
+
+# Every NVML reading a pass takes from each GPU, one row per member of each call's output buffer (the
+# rows GpuSample's attributes declare).
+NVML_FIELDS: tuple[NvmlField, ...] = table_of(GpuSample)
 
 # GpuSample's GPM fields, in order (poller.gpm reads them as one tuple): its last fields, from the
 # first GPM one.

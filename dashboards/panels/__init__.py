@@ -1,6 +1,6 @@
 """Panel factories: the repeated panel shapes of the dashboards, on grafana-foundation-sdk; the
-topic modules beside this one (`gpu`, `gpm`, `training`, `checkpoint`, `traces`) hold the panels that more
-than one dashboard shows, one function per panel. A new panel goes into its topic module (a new
+topic modules beside this one (`gpu`, `gpm`, `training`, `checkpoint`, `traces`, ...) hold every
+panel the dashboards show, one function per panel. A new panel goes into its topic module (a new
 topic gets its own module) and the dashboards that show it compose it into their rows.
 
 Every factory takes a title, a description and (for panels that show numbers) a Grafana unit, so
@@ -386,4 +386,21 @@ def duration_heatmap(
     return heatmap(
         Common(title, description, "s", w=w),
         [Query(promql.bucket_increase(metric, matchers), "{{le}}", format="heatmap", exemplar=exemplar)],
+    )
+
+
+# Counts (nodes down, failures in a range): red from the first one.
+RED_FROM_ONE = ColourSteps(GREEN, ((1, RED),))
+# A 1/0 health gauge in words; ALL_UP colours the lowest of several green only when it is 1.
+UP_DOWN = {"1": ("UP", GREEN), "0": ("DOWN", RED)}
+ALL_UP = ColourSteps(RED, ((1, GREEN),))
+
+
+def worst_now(title: str, description: str, unit: str, expr: str, top: int, *, w: int) -> PanelBuilder:
+    """The `top` worst members of `expr` now: an instant `topk` table, bounded and free of the churn
+    a range topk draws (every member that was in the top k at any step)."""
+    return prometheus_table(
+        Common(title, description, unit, w=w),
+        [Query(f"topk({top}, {expr})", instant=True, format="table")],
+        hidden_columns=("Time",),
     )

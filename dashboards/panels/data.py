@@ -32,15 +32,28 @@ def batches_processed(model: str, *, w: int) -> PanelBuilder:
     )
 
 
-def data_load_seconds(model: str, *, w: int) -> PanelBuilder:
-    record, legend = rec.TRAINING_DATA_LOADING_SECONDS_BUCKET_RATE5M.record, "{{model_type}}"
+def _load_quantiles(title: str, description: str, quantiles: tuple[float, ...], model: str, w: int) -> PanelBuilder:
+    """Quantiles of the time to load a batch per model type (from the recorded bucket rates)."""
+    record = rec.TRAINING_DATA_LOADING_SECONDS_BUCKET_RATE5M.record
     return timeseries(
-        Common("Data Load Seconds", "Median and 95th percentile time to load a batch.", "s", w=w),
+        Common(title, description, "s", w=w),
         [
-            Query(promql.recorded_quantile(q, record, (model,), ("model_type",)), f"p{round(q * 100)} {legend}")
-            for q in (0.5, 0.95)
+            Query(
+                promql.recorded_quantile(q, record, (model,), ("model_type",)), f"p{round(q * 100)} {{{{model_type}}}}"
+            )
+            for q in quantiles
         ],
     )
+
+
+def data_load_seconds(model: str, *, w: int) -> PanelBuilder:
+    return _load_quantiles(
+        "Data Load Seconds", "Median and 95th percentile time to load a batch.", (0.5, 0.95), model, w
+    )
+
+
+def data_loading_p95(model: str, *, w: int) -> PanelBuilder:
+    return _load_quantiles("Data Loading Performance", "95th percentile time to load a batch.", (0.95,), model, w)
 
 
 def data_load_seconds_histogram(model: str, *, w: int) -> PanelBuilder:

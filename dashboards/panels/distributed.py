@@ -117,7 +117,9 @@ def bandwidth(job: tuple[str, ...], *, w: int) -> PanelBuilder:
         Common(
             "Collective Bandwidth",
             "Algorithmic bandwidth (message bytes over the time a collective was in flight, the least-waiting "
-            "rank's) and bus bandwidth (NCCL's busbw: all_reduce 2(n-1)/n of it), per kind of collective.",
+            "rank's) and bus bandwidth (NCCL's busbw: all_reduce 2(n-1)/n of it), per kind of collective. For DDP's "
+            "gradient all-reduce timed per step (the default) the time runs from its first bucket's launch to the "
+            "end of its reduction: a lower bound of the bandwidth, exact when communication is the bottleneck.",
             "Bps",
             w=w,
             min=0,

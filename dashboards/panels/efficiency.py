@@ -1,5 +1,6 @@
 """Training-efficiency panels: the bottleneck verdict, MFU, goodput and badput of a job; the fleet's
-GPU-hours by verdict and its biggest wasters; the cost of badput and of checkpoint storage.
+GPU-hours by verdict and its biggest wasters; the cost of GPUs, of badput and of checkpoint storage,
+and the energy the jobs used.
 `job` is the dashboard's matchers selecting one job; `model` its model-type matcher."""
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from dashboards.panels import (
     prometheus_table,
     stat,
     timeseries,
+    worst_now,
 )
 from observability import promql
 from observability.config import ObservabilityConfig
-from observability.rules import goodput
+from observability.rules import goodput, jobs
 from observability.thresholds import Thresholds
 
 VERDICT_HELP = (
@@ -166,15 +168,14 @@ def gpu_hours_by_verdict() -> PanelBuilder:
 
 
 def jobs_wasting_gpu_hours(worst: int) -> PanelBuilder:
-    return prometheus_table(
-        Common(
-            "Jobs Wasting the Most GPU-Hours",
-            f"The {worst} jobs with the most GPU-hours held outside productive training steps so far (GPU-hours held "
-            "times the share of the job's life in badput).",
-            "h",
-            w=10,
-        ),
-        [Query(f"topk({worst}, {goodput.BADPUT_GPU_HOURS.record})", instant=True, format="table")],
+    return worst_now(
+        "Jobs Wasting the Most GPU-Hours",
+        f"The {worst} jobs with the most GPU-hours held outside productive training steps so far (GPU-hours held "
+        "times the share of the job's life in badput).",
+        "h",
+        goodput.BADPUT_GPU_HOURS.record,
+        worst,
+        w=10,
     )
 
 
@@ -217,6 +218,31 @@ def badput_cost_per_job(cfg: ObservabilityConfig, model: str) -> PanelBuilder:
         "for data, checkpoints, collectives, evaluation, start-up, redone work, idle): its cost times its badput "
         "share. An estimate from the stack's prices, not an invoice.",
         Query(promql.selector(goodput.BADPUT_COST, (model,)), JOB_LEGEND, instant=True),
+    )
+
+
+def model_cost_24h(cfg: ObservabilityConfig, model: str) -> PanelBuilder:
+    return _cost(
+        cfg,
+        "GPU cost per model type (24 h)",
+        f"Estimated cost ({cfg.currency}) of the GPUs each model type's jobs held over the last 24 hours: "
+        "GPU-hours at the stack's price per GPU model (gpuHourlyCost) plus their energy at "
+        "energyPricePerKWh. An estimate from the stack's prices, not an invoice.",
+        Query(promql.selector(jobs.MODEL_COST_24H, (model,)), "{{model_type}}", instant=True),
+    )
+
+
+def energy_per_job(model: str) -> PanelBuilder:
+    return bar_gauge(
+        Common(
+            "Energy per job",
+            "Energy (kWh) each job's GPUs have consumed since Prometheus first recorded the job (NVML energy "
+            "counters; GPUs that cannot report energy are missing).",
+            "kwatth",
+            w=12,
+            min=0,
+        ),
+        [Query(promql.selector(jobs.JOB_KWH.record, (model,)), JOB_LEGEND, instant=True)],
     )
 
 

@@ -1,10 +1,22 @@
 """Training error panels: non-finite values, exploding gradients, feature-engineering errors and
-failed jobs, per second, red from the first. `model` is the dashboard's model-type matcher."""
+failed jobs, per second or counted over the range, red from the first. `model` is the dashboard's
+model-type matcher; `job` the matchers of the jobs a panel shows."""
 
 from __future__ import annotations
 
-from dashboards.panels import ERRORS, Common, PanelBuilder, Query, ThresholdStyle, legend_of, sum_rate, timeseries
-from observability import catalog
+from dashboards.panels import (
+    ERRORS,
+    RED_FROM_ONE,
+    Common,
+    PanelBuilder,
+    Query,
+    ThresholdStyle,
+    legend_of,
+    stat,
+    sum_rate,
+    timeseries,
+)
+from observability import catalog, promql
 
 
 def _per_second(
@@ -57,5 +69,49 @@ def training_failures(model: str, *, w: int) -> PanelBuilder:
         catalog.TRAINING_FAILURES_TOTAL,
         ("model_type", "error_type"),
         model,
+        w,
+    )
+
+
+def _count_in_range(
+    title: str,
+    description: str,
+    metric: catalog.Metric,
+    labels: tuple[str, ...],
+    matchers: tuple[str, ...],
+    legend: str,
+    w: int,
+) -> PanelBuilder:
+    """The most events of a counter in one rate interval of the range (whole events), red from one."""
+    count = promql.aggregate("sum", labels, promql.increase(metric, matchers))
+    return stat(
+        Common(title, description, "short", w=w, thresholds=RED_FROM_ONE),
+        [Query(f"ceil({count})", legend)],
+        calcs=("max",),
+        background=True,
+    )
+
+
+def nan_count(job: tuple[str, ...], *, w: int) -> PanelBuilder:
+    return _count_in_range(
+        "NaN Detection Count",
+        "CRITICAL: NaN values detected in the selected jobs (most in one rate interval of the range); "
+        "red as soon as any appears.",
+        catalog.TRAINING_NAN_COUNT,
+        (),
+        job,
+        "NaN",
+        w,
+    )
+
+
+def failures_by_type_count(model: str, *, w: int) -> PanelBuilder:
+    return _count_in_range(
+        "Training Failures by Type",
+        "Training failures by error type (most in one rate interval of the range); red if any.",
+        catalog.TRAINING_FAILURES_TOTAL,
+        ("error_type",),
+        (model,),
+        "{{error_type}}",
         w,
     )

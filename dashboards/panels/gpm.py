@@ -1,5 +1,6 @@
 """GPM panels (GPU Performance Metrics, Hopper and newer): what the GPUs really did, against
-NVML's utilization figure."""
+NVML's utilization figure, for the selected GPUs, a job's GPUs or the fleet (recorded medians and
+sums)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Sequence
 
 from dashboards.panels import Common, PanelBuilder, Query, timeseries
 from observability import catalog, promql
+from observability.rules import dashboard_recording as rec
 from observability.rules import jobs
 
 
@@ -53,4 +55,75 @@ def true_utilization_of_selected(gpus: tuple[str, ...], job: tuple[str, ...]) ->
         ),
         job=job,
         job_legend="{{job_id}}",
+    )
+
+
+def true_utilization_of_fleet(job: tuple[str, ...]) -> PanelBuilder:
+    """True Utilization as the fleet's recorded medians, then the GPUs of the job `job` selects."""
+    return true_utilization(
+        "Fleet medians over the GPUs that report GPM (Hopper and newer): NVML utilization (a kernel "
+        "was running, dashed) against SM activity, tensor-core activity and DRAM bandwidth. The gap "
+        "is busyness NVML's figure hides.",
+        fleet=(
+            rec.GPU_UTILIZATION_P50_WHERE_GPM.record,
+            rec.GPU_SM_ACTIVE_P50.record,
+            rec.GPU_TENSOR_ACTIVE_P50.record,
+            rec.GPU_DRAM_BANDWIDTH_P50.record,
+        ),
+        job=job,
+        job_legend="job",
+    )
+
+
+def fleet_busyness(*, w: int) -> PanelBuilder:
+    return timeseries(
+        Common(
+            "Fleet Busyness: NVML vs GPM",
+            "Medians over the GPUs that report GPM (Hopper and newer): NVML utilization (dashed) "
+            "against SM activity and tensor-core activity.",
+            "percent",
+            w=w,
+            min=0,
+            max=100,
+        ),
+        [
+            Query(rec.GPU_UTILIZATION_P50_WHERE_GPM.record, "NVML utilization median"),
+            Query(rec.GPU_SM_ACTIVE_P50.record, "SM active median"),
+            Query(rec.GPU_TENSOR_ACTIVE_P50.record, "tensor active median"),
+        ],
+        dashed_refs=("A",),
+    )
+
+
+def sm_occupancy_and_dram_bandwidth(*, w: int) -> PanelBuilder:
+    return timeseries(
+        Common(
+            "SM Occupancy and DRAM Bandwidth",
+            "Fleet medians of SM occupancy (resident warps of the maximum) and DRAM bandwidth used.",
+            "percent",
+            w=w,
+            min=0,
+            max=100,
+        ),
+        [
+            Query(rec.GPU_SM_OCCUPANCY_P50.record, "SM occupancy median"),
+            Query(rec.GPU_DRAM_BANDWIDTH_P50.record, "DRAM bandwidth median"),
+        ],
+    )
+
+
+def interconnect_traffic(*, w: int) -> PanelBuilder:
+    return timeseries(
+        Common(
+            "Interconnect Traffic",
+            "Bytes per second over the fleet: NVLink (solid) and PCIe (dashed), received by GPUs (rx) and sent (tx).",
+            "Bps",
+            w=w,
+            min=0,
+        ),
+        [
+            Query(rec.GPU_NVLINK_BYTES_RATE.record, "NVLink {{direction}}"),
+            Query(rec.GPU_PCIE_BYTES_RATE.record, "PCIe {{direction}}"),
+        ],
+        dashed_refs=("B",),
     )

@@ -4,9 +4,23 @@
 
 from __future__ import annotations
 
-from dashboards.panels import JOB_LEGEND, Common, PanelBuilder, Query, prometheus_table, timeseries
+from dashboards.panels import (
+    GREEN,
+    JOB_LEGEND,
+    RED,
+    YELLOW,
+    ColourSteps,
+    Common,
+    PanelBuilder,
+    Query,
+    gauge,
+    prometheus_table,
+    timeseries,
+)
 from dashboards.panels.training import per_job
 from observability import catalog, promql
+
+ACCURACY = ColourSteps(RED, ((0.85, YELLOW), (0.90, GREEN)))  # red <0.85, yellow 0.85-0.90, green >0.90
 
 
 def epoch_loss(model: str, *, w: int) -> PanelBuilder:
@@ -23,6 +37,59 @@ def epoch_loss(model: str, *, w: int) -> PanelBuilder:
             Query(promql.gauge(catalog.TRAINING_VALIDATION_LOSS, (model,)), f"{JOB_LEGEND} validation"),
         ],
         dashed_refs=("B",),
+    )
+
+
+def mean_loss_by_model_type(model: str, *, w: int) -> PanelBuilder:
+    return timeseries(
+        Common("Training Loss Curves", "Mean training loss of every model type, overlaid.", "none", w=w),
+        [
+            Query(
+                promql.aggregate("avg", ("model_type",), promql.gauge(catalog.TRAINING_LOSS, (model,))),
+                "{{model_type}}",
+            )
+        ],
+    )
+
+
+def loss_curves(model: str, *, w: int, h: int) -> PanelBuilder:
+    return timeseries(
+        Common(
+            "Training Loss Curves",
+            "Training loss of every job of the selected model types (MAMBA-2, DQN, PPO, TFT).",
+            "none",
+            w=w,
+            h=h,
+        ),
+        [Query(promql.gauge(catalog.TRAINING_LOSS, (model,)), JOB_LEGEND)],
+    )
+
+
+def validation_against_training_loss(job: tuple[str, ...], *, w: int, h: int) -> PanelBuilder:
+    return timeseries(
+        Common(
+            "Validation Loss Curves",
+            "Validation loss (solid) against training loss (dashed): a widening gap means overfitting.",
+            "none",
+            w=w,
+            h=h,
+        ),
+        [
+            Query(promql.gauge(catalog.TRAINING_VALIDATION_LOSS, job), f"{JOB_LEGEND} validation"),
+            Query(promql.gauge(catalog.TRAINING_LOSS, job), f"{JOB_LEGEND} training"),
+        ],
+        dashed_refs=("B",),
+    )
+
+
+def convergence_rate(job: tuple[str, ...], *, w: int) -> PanelBuilder:
+    return per_job(
+        "Model Convergence Rate",
+        "Change of the training loss per epoch; negative means improving.",
+        catalog.TRAINING_CONVERGENCE_RATE,
+        "none",
+        job,
+        w=w,
     )
 
 
@@ -98,6 +165,21 @@ def precision(model: str, *, w: int) -> PanelBuilder:
 
 def recall(model: str, *, w: int) -> PanelBuilder:
     return _quality("Recall", catalog.MODEL_RECALL, model, w)
+
+
+def accuracy_gauge(job: tuple[str, ...], *, w: int) -> PanelBuilder:
+    return gauge(
+        Common(
+            "Model Accuracy Gauge",
+            "Validation accuracy: red below 0.85, yellow to 0.90, green above.",
+            "percentunit",
+            w=w,
+            min=0,
+            max=1,
+            thresholds=ACCURACY,
+        ),
+        [Query(promql.gauge(catalog.MODEL_ACCURACY, job), JOB_LEGEND)],
+    )
 
 
 def regression_error(model: str, *, w: int) -> PanelBuilder:

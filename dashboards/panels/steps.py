@@ -96,13 +96,28 @@ def time_per_step(job: tuple[str, ...], *, w: int) -> PanelBuilder:
     )
 
 
-def iteration_seconds(model: str, *, w: int) -> PanelBuilder:
+# The recorded iteration-duration percentiles.
+ITERATION_PERCENTILES = {50: rec.ITERATION_SECONDS_P50, 95: rec.ITERATION_SECONDS_P95}
+
+
+def _iteration_percentiles(
+    title: str, description: str, percentiles: tuple[int, ...], matchers: tuple[str, ...], w: int
+) -> PanelBuilder:
     return timeseries(
-        Common("Iteration Seconds", "Median and 95th percentile duration of one training iteration.", "s", w=w),
-        [
-            Query(promql.selector(rule.record, (model,)), f"p{q} {JOB_LEGEND}")
-            for q, rule in ((50, rec.ITERATION_SECONDS_P50), (95, rec.ITERATION_SECONDS_P95))
-        ],
+        Common(title, description, "s", w=w),
+        [Query(promql.selector(ITERATION_PERCENTILES[q].record, matchers), f"p{q} {JOB_LEGEND}") for q in percentiles],
+    )
+
+
+def iteration_seconds(model: str, *, w: int) -> PanelBuilder:
+    return _iteration_percentiles(
+        "Iteration Seconds", "Median and 95th percentile duration of one training iteration.", (50, 95), (model,), w
+    )
+
+
+def iteration_duration_p95(job: tuple[str, ...], *, w: int) -> PanelBuilder:
+    return _iteration_percentiles(
+        "Training Iteration Duration", "95th percentile duration of a training iteration.", (95,), job, w
     )
 
 

@@ -1,12 +1,28 @@
-"""Training job panels: the jobs' states and resources, as the fleet overview and the job view show
-them, and the one-gauge-per-job shape the workload topics share. `model` is the dashboard's
-model-type matcher."""
+"""Training job panels: the jobs' states, speed, progress and resources, as the fleet overview and the
+job view show them, and the one-gauge-per-job shape the workload topics share. `model` is the
+dashboard's model-type matcher; `job` the matchers of the jobs a panel shows."""
 
 from __future__ import annotations
 
-from dashboards.panels import JOB_LEGEND, Common, PanelBuilder, Query, stat, timeseries
+from dashboards.panels import (
+    BLUE,
+    GREEN,
+    JOB_LEGEND,
+    YELLOW,
+    ColourSteps,
+    Common,
+    PanelBuilder,
+    Query,
+    gauge,
+    stat,
+    timeseries,
+)
+from dashboards.threshold_steps import GOOD_TRAINING_SPEED, training_speed_steps
 from observability import catalog, promql
 from observability.rules import dashboard_recording as rec
+from observability.thresholds import Thresholds
+
+PROGRESS = ColourSteps(BLUE, ((50, YELLOW), (100, GREEN)))  # blue -> yellow -> green
 
 
 def per_job(
@@ -106,4 +122,45 @@ def job_duration(model: str, *, w: int) -> PanelBuilder:
             ),
         ],
         dashed_refs=("B", "C"),
+    )
+
+
+def speed_gauge(th: Thresholds, job: tuple[str, ...], *, w: int) -> PanelBuilder:
+    """Epochs per second of each job, red below the TrainingSlowdown threshold."""
+    slow = th.training_slowdown_epochs_per_second
+    return gauge(
+        Common(
+            "Training Speed",
+            f"Epochs per second; below {slow.promql} is the TrainingSlowdown "
+            f"warning, {max(GOOD_TRAINING_SPEED, slow.value):g} is good.",
+            "none",
+            w=w,
+            min=0,
+            max=1,
+            thresholds=training_speed_steps(th),
+            decimals=2,
+        ),
+        [Query(promql.gauge(catalog.TRAINING_EPOCHS_PER_SECOND, job), JOB_LEGEND)],
+    )
+
+
+def progress_gauge(job: tuple[str, ...], *, w: int) -> PanelBuilder:
+    return gauge(
+        Common(
+            "Training Progress Gauge",
+            "Completion of each selected job, 0 to 100%.",
+            "percent",
+            w=w,
+            min=0,
+            max=100,
+            thresholds=PROGRESS,
+        ),
+        [Query(promql.gauge(catalog.TRAINING_PROGRESS_PERCENT, job), JOB_LEGEND)],
+    )
+
+
+def current_epoch(job: tuple[str, ...], *, w: int) -> PanelBuilder:
+    return stat(
+        Common("Current Epoch", "Epoch each selected job is training.", "none", w=w, decimals=0),
+        [Query(promql.gauge(catalog.TRAINING_CURRENT_EPOCH, job), JOB_LEGEND)],
     )

@@ -1,15 +1,17 @@
 """Where each rank of a distributed job runs, and the counts of its collectives.
 
-Framework-free (the PyTorch side, a DDP communication hook and timed `torch.distributed` calls,
-is `observability.instrument.integrations.torch_distributed`, built on this):
+Framework-free (the PyTorch side, DDP's gradient all-reduce timed per step or per bucket and
+timed `torch.distributed` calls, is `observability.instrument.integrations.torch_distributed`,
+built on this):
 
 - `ml_training_rank_placement_info{model_type, job_id, rank, node, uuid}`: the Kubernetes node
   the rank runs on and the GPU it computes on, so an alert about a rank names both;
 - per rank and kind of collective (`ml_training_collective_*`): operations and message bytes,
   counted as NCCL's tests count a collective's size, and busy seconds, the wall time with at least
-  one collective of the kind in flight (overlapped with compute or not): bytes over busy seconds is
-  the rank's algorithmic bandwidth (NCCL's `algbw`). The exposed part, the time the rank does
-  nothing but wait for communication, is the job's `collective` phase.
+  one collective of the kind in flight (overlapped with compute or not; for DDP's own all-reduce,
+  the span from its first bucket's launch to its last bucket's end, which is no shorter): bytes
+  over busy seconds is the rank's algorithmic bandwidth (NCCL's `algbw`). The exposed part, the
+  time the rank does nothing but wait for communication, is the job's `collective` phase.
 
 All of it is read at scrape time: a collective hanging right now shows as busy time that grows.
 """
@@ -117,6 +119,20 @@ class CollectiveCounts:
             counts.in_flight -= 1
             if counts.in_flight == 0:
                 counts.busy += self._clock() - counts.since
+
+    def add(self, kind: str, operations: int, nbytes: int, busy_seconds: float) -> None:
+        """Count `operations` completed collectives of `kind` moving `nbytes` in all, in flight for
+        `busy_seconds`, measured by someone else (DDP's reducer times its own all-reduce)."""
+        if operations < 0 or nbytes < 0 or not busy_seconds >= 0:
+            raise ValueError(
+                f"collectives completed: {operations} operations, {nbytes} bytes, {busy_seconds} busy seconds; "
+                "expected counts and seconds of at least 0"
+            )
+        with self._lock:
+            counts = self._kind(kind)
+            counts.operations += operations
+            counts.bytes += nbytes
+            counts.busy += busy_seconds
 
     def totals(self) -> dict[str, tuple[int, int, float]]:
         """Per kind: operations, bytes, busy seconds (an open busy interval counted up to now)."""

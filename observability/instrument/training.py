@@ -323,6 +323,7 @@ class JobMetrics:
         self.model_flops_per_step: int | None = None
         self.model_flops_precision: str | None = None
         self._hyperparameter_labels: dict[str, str] | None = None
+        self._at_finish: list[Callable[[], None]] = []
 
     # --- the job as a context manager ---------------------------------------------------------
     def __enter__(self) -> JobMetrics:
@@ -720,6 +721,13 @@ class JobMetrics:
         self._m.active_workers.labels(**self._job).set(workers)
 
     # --- lifecycle ------------------------------------------------------------------------------------
+    def at_finish(self, callback: Callable[[], None]) -> None:
+        """Call `callback` when the job finishes, before its clock stops (an extension records what
+        it learns only at the end, e.g. the last step's collective timing). A callback that raises is
+        logged and does not stop the job from finishing."""
+        with self._lock:
+            self._at_finish.append(callback)
+
     def set_status(self, status: str) -> None:
         self.status = _check_status(status)
         self._m._refresh_status_counts()
@@ -730,6 +738,13 @@ class JobMetrics:
             raise ValueError(f"a job finishes as one of {sorted(FINAL_STATUSES)}, not {status!r}")
         if self.finished:
             raise ValueError(f"job {self.job_id!r} already finished as {self.status!r}")
+        with self._lock:
+            callbacks, self._at_finish = self._at_finish, []
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception as error:  # the job still finishes; what the callback missed is logged
+                LOG.warning("a callback at the job's finish failed", extra={**self._job, "error": repr(error)})
         duration = time.monotonic() - self._started
         self.phases.stop()
         self._m.job_duration.labels(model_type=self.model_type, status=status).observe(duration)

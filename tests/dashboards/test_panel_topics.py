@@ -50,27 +50,81 @@ def test_every_dashboard_says_whom_it_is_for() -> None:
         assert "\nFor " in doc, f"{builder.__module__}: the docstring does not say whom the dashboard is for"
 
 
-# Dashboards whose modules only compose rows: every panel they show is a topic function.
-COMPOSED_ONLY = ("training_cockpit",)
+def _dashboard_modules() -> dict[str, Path]:
+    """uid -> the module that builds that dashboard."""
+    return {uid: Path(importlib.import_module(b.__module__).__file__ or "") for uid, b in dashboards.BUILDERS.items()}
+
+
+TOPIC_NAMES = frozenset(p.stem for p in TOPICS)
 # What building a panel in a dashboard module looks like: a panel factory or a panel's common part.
 PANEL_BUILDERS = frozenset(
-    {"Common", "timeseries", "stat", "gauge", "bar_gauge", "prometheus_table", "heatmap", "trace_table", "logs"}
+    {
+        "Common",
+        "timeseries",
+        "stat",
+        "gauge",
+        "bar_gauge",
+        "prometheus_table",
+        "heatmap",
+        "trace_table",
+        "logs",
+        "service_map",
+    }
 )
 
 
-def _called_names(path: Path) -> set[str]:
+def _called_names(tree: ast.AST) -> set[str]:
     names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             func = node.func
             if isinstance(func, ast.Name):
                 names.add(func.id)
-            elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "panels":
+            elif isinstance(func, ast.Attribute):
                 names.add(func.attr)
     return names
 
 
-def test_the_training_cockpit_builds_no_panel_itself() -> None:
-    for module in COMPOSED_ONLY:
-        built_here = _called_names(PACKAGE / f"{module}.py") & PANEL_BUILDERS
-        assert not built_here, f"{module}.py builds panels inline ({sorted(built_here)}): move them to a topic module"
+def _panel_imports(tree: ast.AST) -> set[str]:
+    """What a module imports of the panel package other than its topic modules, and any SDK import."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "dashboards.panels":
+            found |= {alias.name for alias in node.names if alias.name not in TOPIC_NAMES}
+        elif isinstance(node, ast.ImportFrom) and node.module == "dashboards":
+            found |= {f"dashboards.{alias.name}" for alias in node.names if alias.name == "panels"}
+        elif isinstance(node, ast.ImportFrom | ast.Import):
+            modules = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+            found |= {m for m in modules if m.startswith("grafana_foundation_sdk") or m == "dashboards.panels"}
+    return found
+
+
+def _literals_outside_rows(tree: ast.AST) -> set[str]:
+    """String literals of a module, except the titles given to its rows (`Row("GPU Resources", ...)`)."""
+    row_titles = {
+        id(node.args[0])
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Row" and node.args
+    }
+    return {
+        n.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in row_titles
+    }
+
+
+def test_every_dashboard_module_only_composes_topic_panels() -> None:
+    titles = _titles_by_dashboard()
+    modules = _dashboard_modules()
+    assert set(modules) == set(titles)
+    for uid, path in modules.items():
+        tree = ast.parse(path.read_text())
+        built_here = _called_names(tree) & PANEL_BUILDERS
+        assert not built_here, f"{path.name} builds panels inline ({sorted(built_here)}): move them to a topic module"
+        imported = _panel_imports(tree)
+        assert not imported, (
+            f"{path.name} imports {sorted(imported)}: a dashboard composes topic modules of dashboards/panels/ only"
+        )
+        # A title written in the dashboard module is a panel defined there, even through a topic's shape.
+        written_here = titles[uid] & _literals_outside_rows(tree)
+        assert not written_here, f"{path.name} writes the panels {sorted(written_here)}: give each its topic function"

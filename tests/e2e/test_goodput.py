@@ -21,10 +21,8 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +35,11 @@ from observability.alertmanager import ReceiverUrls, alertmanager_config_yaml
 from observability.config import ObservabilityConfig
 from observability.rules import efficiency, goodput, rule_groups
 from observability.rules.render import dump_groups
+from tests.webhook_sink import WebhookSink
 
 from .conftest import load_harness
 from .test_live_prometheus import annotated_pods_prometheus, pod_target, wait_until
-from .test_monitoring_health import Sink, _sink_server, start_alertmanager
+from .test_monitoring_health import start_alertmanager
 
 pytestmark = pytest.mark.slow
 
@@ -98,7 +97,7 @@ class Run(load_harness().ServedProcess):  # type: ignore[misc]
 @dataclass
 class Judged:
     prometheus: PrometheusServer
-    sink: Sink
+    sink: WebhookSink
     runs: dict[str, Run]
 
     def query(self, expr: str) -> list[dict[str, Any]]:
@@ -150,11 +149,9 @@ def judged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Judged]:
         stoppers += [run.stop for run in runs.values()]
         stoppers += [run.terminate for run in runs.values()]  # all told first, then each waited for
 
-        sink = Sink()
-        sink_server: ThreadingHTTPServer = _sink_server(sink)
-        threading.Thread(target=sink_server.serve_forever, daemon=True).start()
-        stoppers.append(sink_server.shutdown)
-        sink_url = f"http://127.0.0.1:{sink_server.server_address[1]}"
+        sink = WebhookSink()
+        stoppers.append(sink.stop)
+        sink_url = sink.url
         receivers = ReceiverUrls(
             page=f"{sink_url}/page",
             chat=f"{sink_url}/chat",

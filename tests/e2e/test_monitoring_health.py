@@ -15,11 +15,8 @@ their edges by the promtool cases (tests/rules/health_cases.py: silent just befo
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +28,7 @@ from observability.config import ObservabilityConfig
 from observability.rules import health, rule_groups
 from observability.rules.render import dump_groups
 from tests.alertmanager_server import AlertmanagerServer
+from tests.webhook_sink import WebhookSink
 
 from .conftest import load_harness
 from .test_live_prometheus import annotated_pods_prometheus, pod_target, wait_until
@@ -40,38 +38,6 @@ pytestmark = pytest.mark.slow
 CFG = ObservabilityConfig(scrape_interval_seconds=1, evaluation_interval_seconds=1)
 SHORT_FOR = "3s"  # instead of 5m / 10m (see the module docstring)
 WAIT = 60.0
-
-
-@dataclass
-class Sink:
-    """Every webhook notification Alertmanager posts, by receiver (the request path)."""
-
-    received: list[tuple[str, str, str]] = field(default_factory=list)  # (receiver, alertname, status)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def alertnames(self, receiver: str) -> set[str]:
-        with self.lock:
-            return {name for path, name, _ in self.received if path == receiver}
-
-    def receivers_of(self, alertname: str) -> set[str]:
-        with self.lock:
-            return {path for path, name, _ in self.received if name == alertname}
-
-
-def _sink_server(sink: Sink) -> ThreadingHTTPServer:
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            with sink.lock:
-                for alert in body["alerts"]:
-                    sink.received.append((self.path.strip("/"), alert["labels"]["alertname"], alert["status"]))
-            self.send_response(200)
-            self.end_headers()
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    return ThreadingHTTPServer(("127.0.0.1", 0), Handler)
 
 
 def _short_for_rules() -> str:
@@ -94,7 +60,7 @@ def start_alertmanager(work: Path, config_text: str) -> AlertmanagerServer:
 @dataclass
 class Health:
     prometheus: PrometheusServer
-    sink: Sink
+    sink: WebhookSink
     pollers: dict[str, Any]  # node -> PollerProcess
     nvml_configs: dict[str, Any]  # node -> (FakeNvml, path)
 
@@ -123,11 +89,9 @@ def monitored(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Health]:
     work = tmp_path_factory.mktemp("e2e-health")
     harness = load_harness()
     lib = harness.build_fake_nvml(work / "nvml-lib")
-    sink = Sink()
-    server = _sink_server(sink)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    sink_url = f"http://127.0.0.1:{server.server_address[1]}"
-    stoppers: list[Any] = [server.shutdown, server.server_close]
+    sink = WebhookSink()
+    sink_url = sink.url
+    stoppers: list[Any] = [sink.stop]
     try:
         configs: dict[str, Any] = {}
         pollers: dict[str, Any] = {}
@@ -210,5 +174,4 @@ def test_watchdog_reaches_the_heartbeat_receiver_and_nothing_else_does(monitored
     wait_until("the lost GPU paged", lambda: "GPUErrorsDetected" in sink.alertnames("page"), WAIT)
     assert sink.receivers_of(health.WATCHDOG) == {"heartbeat"}
     assert sink.alertnames("heartbeat") == {health.WATCHDOG}
-    with sink.lock:
-        assert all(status == "firing" for path, _, status in sink.received if path == "heartbeat")
+    assert all(status == "firing" for path, _, status in sink.alerts() if path == "heartbeat")

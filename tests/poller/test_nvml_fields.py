@@ -1,5 +1,6 @@
-"""The NVML field table is the one source: the ctypes structure, the struct layout, each call's
-positions, the sample constructor and the exported series all follow from its rows."""
+"""The NVML field table is the one source: each row is declared on its `GpuSample` attribute, and
+the ctypes structure, the struct layout, each call's positions, the sample constructor and the
+exported series all follow from the rows."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import pytest
 from observability import catalog
 from poller import exported_metrics, nvml_calls
 from poller.nvml_calls import FIELDS, READING_COUNT, READINGS_LAYOUT, Readings, sample_from
-from poller.nvml_fields import NVML_FIELDS, NvmlField, check_fields
-from poller.samples import GPM_FIELDS, GpuSample, unidentified_gpu
+from poller.nvml_fields import MEMORY, U64, NvmlField, check_fields, nvml, table_of
+from poller.samples import GPM_FIELDS, NVML_FIELDS, GpuSample, unidentified_gpu
 
 
 def test_the_structure_and_the_layout_have_one_member_per_row_in_row_order() -> None:
@@ -76,3 +77,49 @@ def test_the_sample_has_no_nvml_attribute_without_a_row() -> None:
     names = [f.name for f in dataclasses.fields(GpuSample)]
     nvml_part = names[1 : names.index(GPM_FIELDS[0])]
     assert set(nvml_part) == {f.attribute for f in NVML_FIELDS if f.attribute}
+
+
+def test_the_rows_are_read_from_the_attributes_in_each_calls_buffer_order() -> None:
+    # the memory call's buffer (nvmlMemory_t: total, free, used) whatever order the attributes are in
+    memory = [(f.attribute, f.metric) for f in NVML_FIELDS if f.call == "memory"]
+    assert memory == [
+        ("memory_total_bytes", catalog.GPU_MEMORY_TOTAL_BYTES),
+        (None, None),  # free: read by the call, exported by nobody
+        ("memory_used_bytes", catalog.GPU_MEMORY_USED_BYTES),
+    ]
+    calls = [f.call for f in NVML_FIELDS]
+    assert calls[:5] == ["utilization", "utilization", "memory", "memory", "memory"]
+
+    @dataclasses.dataclass
+    class Sample:
+        used: int | None = nvml("memory", MEMORY, (), U64, catalog.GPU_MEMORY_USED_BYTES, member=(2, 3))
+        energy: int | None = nvml(
+            "energy", ("nvmlDeviceGetTotalEnergyConsumption",), (), U64, catalog.GPU_ENERGY_JOULES_TOTAL
+        )
+        total: int | None = nvml("memory", MEMORY, (), U64, catalog.GPU_MEMORY_TOTAL_BYTES, member=(0, 3))
+        plain: int = 0  # no row
+
+    table = table_of(Sample)
+    assert [(f.call, f.attribute) for f in table] == [
+        ("memory", "total"),
+        ("memory", None),
+        ("memory", "used"),
+        ("energy", "energy"),
+    ]
+    assert Sample().used is None  # the row's default: a reading NVML did not give
+
+
+def test_a_bad_declaration_is_refused_naming_the_attribute() -> None:
+    @dataclasses.dataclass
+    class Sample:
+        total: int | None = nvml("memory", MEMORY, (), U64, catalog.GPU_MEMORY_TOTAL_BYTES, member=(0, 3))
+        also_total: int | None = nvml("memory", MEMORY, (), U64, catalog.GPU_MEMORY_USED_BYTES, member=(0, 3))
+        beyond: int | None = nvml("memory", MEMORY, (), U64, catalog.GPU_MEMORY_USED_BYTES, member=(3, 3))
+        other_size: int | None = nvml("memory", MEMORY, (), U64, catalog.GPU_MEMORY_USED_BYTES, member=(1, 2))
+
+    with pytest.raises(ImportError) as err:
+        table_of(Sample)
+    text = str(err.value)
+    assert "also_total: member 0 of call memory is read twice" in text
+    assert "beyond: member 3 of 3 does not fit call memory of 3 members" in text
+    assert "other_size: member 1 of 2 does not fit call memory of 3 members" in text

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -29,6 +27,7 @@ from observability.config import Notifications, ObservabilityConfig
 from observability.notifications import SHOWN_ALERTS, TEMPLATE_FILE, template_text
 from tests.alertmanager_server import alertmanager_tool, running_alertmanager
 from tests.rules.promtool_harness import alert_rule_dicts, render_template
+from tests.webhook_sink import WebhookSink
 
 NOTIFY = Notifications(
     critical="pagerduty",
@@ -42,52 +41,14 @@ RULES = alert_rule_dicts(CFG)
 ROUTING_KEY = "R0UTINGKEY0123456789abcdefghijkl"
 
 
-class Sink:
-    """An HTTP server on 127.0.0.1 recording every POST body by path."""
-
-    def __init__(self) -> None:
-        self.posts: list[tuple[str, Any]] = []
-        self.lock = threading.Lock()
-        sink = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                with sink.lock:
-                    sink.posts.append((self.path, json.loads(body)))
-                reply = b'{"status":"success","message":"Event processed","dedup_key":"x"}'
-                self.send_response(202 if self.path.startswith("/pagerduty") else 200)
-                self.send_header("Content-Length", str(len(reply)))
-                self.end_headers()
-                self.wfile.write(reply)
-
-            def log_message(self, format: str, *args: object) -> None:
-                return
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def received(self, path: str, predicate: Callable[[Any], bool], timeout: float = 20) -> list[Any]:
-        deadline = time.monotonic() + timeout
-        while True:
-            with self.lock:
-                found = [body for p, body in self.posts if p == path and predicate(body)]
-            if found or time.monotonic() > deadline:
-                return found
-            time.sleep(0.1)
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+# What PagerDuty's Events API v2 answers an accepted event (202); Slack only needs a 200.
+EVENTS_API_REPLY = b'{"status":"success","message":"Event processed","dedup_key":"x"}'
 
 
 @pytest.fixture(scope="module")
-def sink() -> Iterator[Sink]:
-    server = Sink()
-    yield server
-    server.stop()
+def sink() -> Iterator[WebhookSink]:
+    with WebhookSink(reply=EVENTS_API_REPLY, statuses={"/pagerduty": 202}) as server:
+        yield server
 
 
 def _fast(config: dict[str, Any]) -> dict[str, Any]:
@@ -101,7 +62,7 @@ def _fast(config: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def config_dir(sink: Sink, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def config_dir(sink: WebhookSink, tmp_path_factory: pytest.TempPathFactory) -> Path:
     receivers = am.ReceiverUrls(
         heartbeat=f"{sink.url}/heartbeat",
         slack_api_url=f"{sink.url}/slack",

@@ -167,9 +167,10 @@ def test_dashboard_steps_follow_every_threshold_they_show(factor):
             assert shown == sorted(shown), f"{key}: steps no longer ascend: {shown}"
 
 
-# Thresholds 10 % lower are run through promtool by tests/infra/test_routine_changes.py
-# (test_changing_every_threshold_is_one_file: the same cases, from thresholds.yaml edited in a copy);
-# here the other direction, so the suite runs the whole promtool suite once per direction, not twice.
+# The whole promtool suite runs once, every threshold 5 % higher: the cases' edges are derived from
+# the thresholds, so one direction proves they follow; the cases at the committed edges fail against
+# thresholds 10 % lower (below), and tests/infra/test_routine_changes.py runs one alert per unit
+# through promtool from thresholds.yaml edited 10 % lower in a copy.
 PROMTOOL_FACTORS = tuple(f for f in FACTORS if f > 1)
 
 

@@ -6,18 +6,42 @@
     server = metrics.serve_rank()                   # this rank's port: base port + LOCAL_RANK
     timer = instrument_rank(job)                    # placement (node, GPU) and collective counts
     ddp = DistributedDataParallel(model)
-    timer.register_ddp(ddp)                         # the gradient all-reduce, timed per bucket
+    timer.register_ddp(ddp)                         # the gradient all-reduce, timed per step
     timer.all_reduce(loss_sum)                      # a direct collective, timed
 
 What lands where (`observability.instrument.collectives` has the metrics):
 - every collective: its operation, message bytes (NCCL's size: the bucket for DDP) and busy time;
-- the exposed communication time, in the job's `collective` phase: for DDP, from the moment the
-  step's last gradient bucket is handed over (backward has no compute left to overlap) until every
-  bucket of the step is reduced; for a blocking collective, the call; for an async one, its
-  `wait()`. The compute before it stays in the phase the trainer is in (`compute` around the step).
+- the exposed communication time, in the job's `collective` phase: for DDP, from the end of the
+  backward pass's computation until DDP has every bucket reduced (the rank only waits); for a
+  blocking collective, the call; for an async one, its `wait()`. The compute before it stays in
+  the phase the trainer is in (`compute` around the step).
 
-DDP's own broadcasts (parameters at construction, buffers before forward with
-`broadcast_buffers=True`) do not pass through the communication hook and are not counted.
+Two ways to time DDP (`register_ddp(ddp, per_bucket=...)`):
+- per step (the default): DDP keeps its built-in all-reduce in C++. Per optimizer step the
+  timing adds a forward hook on the DDP module, a gradient hook on its output and two autograd
+  engine callbacks around DDP's own end-of-backward callback (the exposed wait, live, so a rank
+  blocked in the all-reduce shows in `collective` while it waits), and reads DDP's own runtime
+  statistics (`_get_ddp_logging_data`; `register_ddp` sets DDP's sample rate to `sample_every`,
+  1 by default: every step) for the buckets reduced and the span from the first bucket's launch
+  to the end of the reduction, the busy time. That span is at least the time a bucket was in
+  flight: the bandwidth from it is a lower bound, exact when communication is the bottleneck
+  (buckets queue back to back), which is when the bandwidth matters. The last step's figures are
+  read when the job finishes. On a GPU, a step DDP times synchronizes the host with that step's
+  communication-end event at the start of the next forward pass (free when the trainer reads its
+  loss every step; it keeps a host that queues work far ahead within about one step):
+  `sample_every=N` limits that to one step in N, each timed step standing for the untimed ones
+  after it (buckets and bytes stay exact, the busy time is the timed step's).
+- per bucket (`per_bucket=True`): a Python communication hook that does what DDP does (sum each
+  bucket, divide by the group's size) and times every bucket: the exact busy time, at the cost of
+  PyTorch's Python hook path (a Python call and a future callback per bucket; BENCHMARKS.md).
+
+Gradient accumulation (`with ddp.no_sync():` around forward and backward) reduces nothing and is
+not timed; the step that synchronizes is, with all its buckets. Unused parameters
+(`find_unused_parameters=True`): DDP still reduces every bucket, and so they are counted; its
+extra all-reduce of the used-parameter map is not. A module whose parameters span several GPUs
+gives DDP no timer: its steps get the exposed wait but no buckets, bytes or busy time. DDP's own
+broadcasts (parameters at construction, buffers before forward with `broadcast_buffers=True`) are
+not counted in either way.
 """
 
 from __future__ import annotations
@@ -30,6 +54,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import GradBucket
+from torch.utils.hooks import RemovableHandle
 
 from observability.instrument.collectives import (
     ALL_GATHER,
@@ -61,15 +86,33 @@ class CollectiveTimer:
         self._ddp_resume: str | None = None
 
     # --- DistributedDataParallel ----------------------------------------------------------------
-    def register_ddp(self, model: torch.nn.parallel.DistributedDataParallel, group: Any = None) -> None:
-        """Time `model`'s gradient all-reduce with a communication hook that does what DDP does
-        by default: sum each bucket over the group and divide it by the group's size."""
+    def register_ddp(
+        self,
+        model: torch.nn.parallel.DistributedDataParallel,
+        group: Any = None,
+        *,
+        per_bucket: bool = False,
+        sample_every: int = 1,
+    ) -> DdpStepTiming | None:
+        """Time `model`'s gradient all-reduce: per step, with DDP's built-in all-reduce (the
+        default; returns the timing; DDP times one step in `sample_every`), or per bucket
+        (`per_bucket=True`) with a communication hook that does what DDP does by default: sum
+        each bucket over `group` and divide it by the group's size (see the module's docstring
+        for what each costs). Register before the first forward pass."""
+        if not per_bucket:
+            if group is not None:
+                raise ValueError(
+                    "register_ddp: `group` is the process group of the per-bucket hook; DDP's built-in all-reduce "
+                    "uses the group DDP was built with (pass per_bucket=True to reduce over another)"
+                )
+            return DdpStepTiming(self, model, sample_every)
         # DDP compares the hook's annotations with its own classes; this module's are strings
         # (postponed evaluation), so it gets an unannotated hook with DDP's parameter names.
         model.register_comm_hook(state=group, hook=lambda state, bucket: self.ddp_allreduce_hook(state, bucket))
+        return None
 
     def ddp_allreduce_hook(self, group: Any, bucket: GradBucket) -> torch.futures.Future[torch.Tensor]:
-        """The DDP communication hook `register_ddp` registers."""
+        """The per-bucket DDP communication hook `register_ddp(..., per_bucket=True)` registers."""
         process_group = group if group is not None else dist.group.WORLD
         tensor = bucket.buffer()
         nbytes = message_bytes(tensor)
@@ -170,6 +213,149 @@ class CollectiveTimer:
             REDUCE_SCATTER, message_bytes(input),
             lambda: dist.reduce_scatter_tensor(output, input, op=op, group=group, async_op=async_op), async_op,
         )  # fmt: skip
+
+
+def _grad_tensors(output: Any) -> Iterator[torch.Tensor]:
+    """The tensors of a module's output (a tensor, or sequences and mappings of them) that
+    backward reaches."""
+    if isinstance(output, torch.Tensor):
+        if output.requires_grad:
+            yield output
+    elif isinstance(output, Mapping):
+        for value in output.values():
+            yield from _grad_tensors(value)
+    elif isinstance(output, (list, tuple)):
+        for value in output:
+            yield from _grad_tensors(value)
+
+
+def _logging_data(ddp: torch.nn.parallel.DistributedDataParallel) -> dict[str, Any]:
+    """DDP's logging data: its construction parameters and the runtime statistics of the latest
+    iteration it timed (nanoseconds)."""
+    data: dict[str, Any] = ddp._get_ddp_logging_data()  # type: ignore[no-untyped-call]
+    return data
+
+
+def _sizes(text: Any) -> list[int]:
+    """DDP's logged bucket sizes ("66564, 66048, ..." bytes) as numbers."""
+    return [int(size) for size in str(text).split(",") if size.strip()]
+
+
+class DdpStepTiming:
+    """One DDP module's gradient reduction timed per step, DDP's built-in all-reduce kept (made
+    by `CollectiveTimer.register_ddp`).
+
+    Per forward pass that will synchronize: a gradient hook on the output, which queues an
+    autograd engine callback at the start of backward. Engine callbacks run in the order they were
+    queued once the backward computation is done, and DDP queues its own (the wait for every
+    bucket) when its last bucket is ready, later in backward: so this callback runs first, at the
+    end of the computation, enters `collective` and queues another, which runs after DDP's and
+    resumes the phase. Buckets, bytes and busy time come from DDP's runtime statistics of the
+    previous step, read in the forward hook (and at the job's finish for the last step)."""
+
+    def __init__(
+        self, timer: CollectiveTimer, ddp: torch.nn.parallel.DistributedDataParallel, sample_every: int = 1
+    ) -> None:
+        if isinstance(sample_every, bool) or not isinstance(sample_every, int) or sample_every < 1:
+            raise ValueError(f"sample_every={sample_every!r}: expected a whole number of steps, at least 1")
+        self._timer = timer
+        self._ddp = ddp
+        self._engine = torch.autograd.Variable._execution_engine
+        # DDP times its first 10 iterations, then one in `sample_every`
+        ddp._set_ddp_runtime_logging_sample_rate(sample_every)  # type: ignore[no-untyped-call]
+        data = _logging_data(ddp)
+        # The gradient bytes reduced per step: every bucket's, before and after DDP rebuilds them.
+        self.bytes_per_step = sum(_sizes(data.get("bucket_sizes", "")))
+        self._lock = threading.Lock()
+        # DDP's iteration counter at its latest statistics taken, and its value now minus the
+        # synchronizing forward passes seen here (learnt from the first statistics)
+        self._iteration = int(data.get("iteration", 0))
+        self._forwards = 0
+        self._base: int | None = None
+        # buckets and busy seconds of the latest step DDP timed: they stand for the steps it did not
+        self._per_step: tuple[int, float] | None = None
+        self._queued = False  # the current backward's first callback is queued
+        self._resume: str | None = None  # the phase to go back to once DDP's wait is over
+        self._handle: RemovableHandle | None = ddp.register_forward_hook(self._forward_done)
+        timer.job.at_finish(self.close)
+
+    # --- per forward pass -----------------------------------------------------------------------
+    def _forward_done(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        if not (torch.is_grad_enabled() and self._ddp.require_backward_grad_sync):
+            return  # evaluation, or gradient accumulation under no_sync(): DDP reduces nothing
+        self._resume_phase()  # a backward that raised inside DDP's wait left the phase switched
+        self._take_sample(_logging_data(self._ddp))
+        with self._lock:
+            self._forwards += 1
+        self._queued = False
+        for tensor in _grad_tensors(output):
+            tensor.register_hook(self._backward_began)  # type: ignore[no-untyped-call]
+
+    def _backward_began(self, grad: torch.Tensor) -> None:
+        if not self._queued:
+            self._queued = True
+            self._engine.queue_callback(self._computed)
+
+    def _computed(self) -> None:
+        """The backward pass's computation is done: what is left is DDP's wait for its buckets."""
+        resume = self._timer.job.phases.enter(COLLECTIVE)
+        with self._lock:
+            self._resume = resume
+        self._engine.queue_callback(self._resume_phase)
+
+    def _resume_phase(self) -> None:
+        with self._lock:
+            resume, self._resume = self._resume, None
+        if resume is not None:
+            self._timer.job.phases.enter(resume)
+
+    # --- DDP's statistics -----------------------------------------------------------------------
+    def _take_sample(self, data: Mapping[str, Any]) -> None:
+        """Count the steps up to the latest iteration DDP timed (logged at the forward pass after
+        it): its buckets, bytes and communication span, once; it stands for the steps since the
+        one timed before it that DDP did not time."""
+        iteration = int(data.get("iteration", 0))
+        with self._lock:
+            if iteration <= self._iteration:
+                return
+            steps, self._iteration = iteration - self._iteration, iteration
+            if self._base is None:
+                self._base = iteration - self._forwards
+            # An iteration whose forward ran without a backward after it reduced nothing: its
+            # communication timestamps are an earlier iteration's.
+            if "backward_comm_time" in data and data["backward_comm_time_start"] >= data["forward_compute_time_start"]:
+                buckets = data.get("num_buckets_reduced")
+                if buckets is None:  # a PyTorch that does not log it: the buckets DDP holds now
+                    buckets = len(_sizes(data.get("rebuilt_bucket_sizes") or data.get("bucket_sizes", "")))
+                self._per_step = (int(buckets), int(data["backward_comm_time"]) / 1e9)
+            else:
+                steps -= 1
+        self._count(steps)
+
+    def _count(self, steps: int) -> None:
+        with self._lock:
+            per_step = self._per_step
+        if per_step is not None and steps > 0:
+            buckets, busy = per_step
+            self._timer.counts.add(ALL_REDUCE, steps * buckets, steps * self.bytes_per_step if buckets else 0,
+                                   steps * busy)  # fmt: skip
+
+    def close(self) -> None:
+        """Count the last steps (DDP logs a step's statistics at the next forward pass; the steps
+        after the last one it timed count as that one) and stop timing; called when the job
+        finishes. Idempotent."""
+        if self._handle is None:
+            return
+        self._handle.remove()
+        self._handle = None
+        self._resume_phase()
+        if self._ddp.logger is not None:
+            self._ddp.logger.set_runtime_stats_and_log()
+            self._take_sample(_logging_data(self._ddp))
+        with self._lock:
+            untimed = 0 if self._base is None else self._base + self._forwards - self._iteration
+            self._iteration += untimed
+        self._count(untimed)
 
 
 class TimedWork:
