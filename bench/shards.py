@@ -399,7 +399,7 @@ def render_scaling(runs: list[ShardRun], shape: FleetShape, command: str, machin
         SCALING_BEGIN,
         "## Sharded fleet at scale: partial aggregation",
         "",
-        f"Command: `{command}` ({machine}). {shape.gpus_per_node} GPUs a node, {shape.training_jobs} training "
+        f"Command: `{command}` ({machine}). {_gpus_a_node(shape)}, {shape.training_jobs} training "
         "jobs, every target on its own 127.0.0.1 port, scraped by the shards (`hashmod` on the node); each shard "
         "evaluates `rules-shard.yaml` (its partials included) and remote-writes two streams at once: everything "
         "(`remoteWrite: all`) and the aggregates (`remoteWrite: aggregates`), each to its own global Prometheus "
@@ -540,11 +540,11 @@ def sizing(runs: list[ShardRun], shape: FleetShape) -> list[str]:
     nodes = [float(r.nodes) for r in runs]
     lines = [
         "Sizing a global Prometheus: a least-squares line through the sizes measured above "
-        f"({', '.join(f'{r.nodes:,}' for r in runs)} nodes, {shape.gpus_per_node} GPUs a node), evaluated at "
+        f"({', '.join(f'{r.nodes:,}' for r in runs)} nodes, {_gpus_a_node(shape)}), evaluated at "
         "each size; values at a measured size are the fit, not the measurement. Resident memory is the "
         "server's own `process_resident_memory_bytes` after the warm-up (it grows further with retention "
-        "and queries: leave headroom); rule evaluation is the tier's evaluation alone where it was timed alone "
-        "(a server of its own), else beside the shards.",
+        "and queries: leave headroom); rule evaluation is the tier's beside the shards (an upper bound: it "
+        "includes waiting for a core; the tier alone is in the table above).",
         "",
         "| mode | nodes | head series | samples/s ingested | rule evaluation (ms, share of interval) | "
         "resident memory | CPU (cores) |",
@@ -554,7 +554,7 @@ def sizing(runs: list[ShardRun], shape: FleetShape) -> list[str]:
         fits = [
             _fit(nodes, [float(r.head_series[i]) for r in runs]),
             _fit(nodes, [r.samples_per_second[i] for r in runs]),
-            _fit(nodes, [_evaluation_ms(r, i) for r in runs]),
+            _fit(nodes, [_global_ms(r.global_by_mode[i]) for r in runs]),
             _fit(nodes, [float(r.resident_bytes[i]) for r in runs]),
             _fit(nodes, [r.global_cpu_cores[i] for r in runs]),
         ]
@@ -565,13 +565,6 @@ def sizing(runs: list[ShardRun], shape: FleetShape) -> list[str]:
                 f"({100 * ms / (1000 * runs[0].interval):.1f} %) | {_mib(int(rss))} | {cores:.2f} |"
             )
     return lines
-
-
-def _evaluation_ms(run: ShardRun, mode: int) -> float:
-    """The global tier's evaluation in mode `mode`: timed alone when it was, else beside the shards."""
-    if run.global_isolated and not run.global_isolated[mode].missing:
-        return run.global_isolated[mode].ms
-    return _global_ms(run.global_by_mode[mode])
 
 
 MEMORY_LIMIT_ENV = "GOMEMLIMIT"
@@ -585,6 +578,10 @@ def _memory_limit_note() -> str:
         if limit
         else ""
     )
+
+
+def _gpus_a_node(shape: FleetShape) -> str:
+    return f"{shape.gpus_per_node} GPU{'' if shape.gpus_per_node == 1 else 's'} a node"
 
 
 def _mib(value: int) -> str:
