@@ -18,18 +18,22 @@ import math
 import os
 import platform
 import resource
+import signal
+import statistics
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench._prometheus import PrometheusApi
+from bench._prometheus import PrometheusApi, PrometheusServer
 from bench._report import BENCHMARKS, write_section
 from bench.fleet.data import FleetShape
 from bench.fleet.live import (
@@ -41,7 +45,7 @@ from bench.fleet.live import (
     targets,
 )
 from bench.fleet.query_timing import GroupTiming
-from bench.fleet.sharded_topology import TargetServers, start_topology
+from bench.fleet.sharded_topology import TargetServers, Topology, start_topology
 from bench.fleet.values import Patterns
 from observability.config import ObservabilityConfig, RemoteWrite
 from observability.rules import Tier, tier_rule_groups
@@ -51,6 +55,7 @@ BEGIN = "<!-- sharded-fleet:begin (written by `python -m bench shards`) -->"
 END = "<!-- sharded-fleet:end -->"
 WARMUP_SECONDS = 150  # the widest rate window a GPU rule reads ([2m]) is full
 EVALUATIONS = 6
+ISOLATED_EVALUATIONS = 3
 
 
 class DiscardingReceiver:
@@ -118,6 +123,49 @@ def _self_metrics(api: PrometheusApi) -> dict[str, float]:
 
 
 @dataclass(frozen=True)
+class Isolated:
+    """One server's tier timed while every other Prometheus of the topology is stopped (SIGSTOP),
+    so it has the machine's cores to itself, as a server of its own would: what its evaluations
+    cost, from the series it holds. A global tier evaluates the partials it last received (the
+    shards are stopped, its windows of 5 m and more stay full); a shard keeps scraping its targets."""
+
+    ms: float  # the sum over its groups of each group's median evaluation
+    cpu_ms_per_interval: float  # its process's CPU over the timed minutes, per evaluation interval
+    missing: tuple[str, ...] = ()  # groups not evaluated in the time allowed
+
+
+@contextmanager
+def _stopped(servers: Sequence[PrometheusServer]) -> Iterator[None]:
+    """SIGSTOP every server for the block, and SIGCONT them after it whatever happens."""
+    pids = [s.pid for s in servers if s.pid is not None]
+    try:
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        yield
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+
+
+def isolated(
+    server: PrometheusServer, topology: Topology, names: Sequence[str], interval: int, evaluations: int
+) -> Isolated:
+    """Time `server`'s groups `names` over `evaluations` new evaluations with every other server of
+    `topology` stopped."""
+    others = [s for s in topology.servers if s is not server]
+    with _stopped(others):
+        cpu = "process_cpu_seconds_total/"
+        before, started = _self_metrics(server.api).get(cpu, 0.0), time.monotonic()
+        wait = (evaluations + 2) * interval * 2
+        seen = collect_group_evaluations(server.api, names, evaluations, wait, only_new=True)
+        after, elapsed = _self_metrics(server.api).get(cpu, 0.0), time.monotonic() - started
+    timed = [n for n in names if n != BASELINE_GROUP]
+    missing = tuple(n for n in timed if n not in seen or len(seen[n].totals) < evaluations)
+    ms = sum(1000 * statistics.median(seen[n].totals) for n in timed if n in seen and seen[n].totals)
+    return Isolated(ms, 1000 * (after - before) / elapsed * interval, missing)
+
+
+@dataclass(frozen=True)
 class ShardRun:
     shards: int
     targets_per_shard: tuple[int, ...]
@@ -140,6 +188,9 @@ class ShardRun:
     # CPU over the timed minutes, in cores (CPU seconds a second): per mode's global tier, each shard.
     global_cpu_cores: tuple[float, ...] = ()
     shard_cpu_cores: tuple[float, ...] = ()
+    # With every other server stopped (`isolated`): per mode's global tier, then each shard's tier.
+    global_isolated: tuple[Isolated, ...] = ()
+    shard_isolated: tuple[Isolated, ...] = ()
 
     @property
     def fleet_read_ms(self) -> float:
@@ -216,11 +267,21 @@ def run_shards(
             shard_resident = tuple(int(m.get("process_resident_memory_bytes/", 0)) for m in after)
             shard_heads = tuple(int(m.get("prometheus_tsdb_head_series/", 0)) for m in after)
             counts = [len(s.api.get("/api/v1/targets", {"state": "active"})["activeTargets"]) for s in topology.shards]
+            # Then each tier alone: the global tiers first (the shards' last partials are freshest),
+            # then every shard.
+            global_alone = tuple(
+                isolated(g, topology, global_names, interval, ISOLATED_EVALUATIONS)
+                for g in topology.global_tiers.values()
+            )
+            shard_alone = tuple(
+                isolated(s, topology, shard_names, interval, ISOLATED_EVALUATIONS) for s in topology.shards
+            )
         finally:
             topology.stop()
     run = ShardRun(shards, tuple(counts), tuple(per_shard), by_mode[0], shape.nodes, interval,
                    tuple(topology.global_tiers), by_mode, rates[: len(modes)], heads, resident, shard_resident,
-                   sunk, rates[len(modes) :], shard_heads, global_cores, shard_cores)  # fmt: skip
+                   sunk, rates[len(modes) :], shard_heads, global_cores, shard_cores, global_alone,
+                   shard_alone)  # fmt: skip
     for i, timed in enumerate(run.per_shard):
         total = sum(g.total.median_ms for g in timed if not g.total.error)
         print(f"    shard {i}: {run.targets_per_shard[i]} targets, shard tier {total:.0f} ms an evaluation, "
@@ -232,10 +293,20 @@ def run_shards(
         total = _global_ms(timed)
         print(f"    global tier ({mode.value}) {total:.0f} ms an evaluation, {rate:.0f} samples/s written to it, "
               f"{head} head series, {rss / 2**20:.0f} MiB resident, {cores:.3f} cores", flush=True)  # fmt: skip
+    for mode, alone in zip(run.modes, run.global_isolated, strict=True):
+        print(f"    alone: global tier ({mode.value}) {alone.ms:.0f} ms an evaluation, "
+              f"{alone.cpu_ms_per_interval:.0f} ms CPU an interval{_missing(alone)}", flush=True)  # fmt: skip
+    for i, alone in enumerate(run.shard_isolated):
+        print(f"    alone: shard {i} ({run.targets_per_shard[i]} targets) {alone.ms:.0f} ms an evaluation, "
+              f"{alone.cpu_ms_per_interval:.0f} ms CPU an interval{_missing(alone)}", flush=True)  # fmt: skip
     for mode, rate in zip(run.sunk_modes, run.sunk_samples_per_second, strict=True):
         print(f"    {mode.value} stream: {rate:.0f} samples/s written to a discarding receiver", flush=True)
     print(f"    whole-fleet read {run.fleet_read_ms:.0f} ms", flush=True)
     return run
+
+
+def _missing(alone: Isolated) -> str:
+    return f" (not evaluated in time: {', '.join(alone.missing)})" if alone.missing else ""
 
 
 def _global_ms(timed: tuple[GroupTiming, ...]) -> float:
@@ -328,7 +399,7 @@ def render_scaling(runs: list[ShardRun], shape: FleetShape, command: str, machin
         SCALING_BEGIN,
         "## Sharded fleet at scale: partial aggregation",
         "",
-        f"Command: `{command}` ({machine}). {shape.gpus_per_node} GPUs a node, {shape.training_jobs} training "
+        f"Command: `{command}` ({machine}). {_gpus_a_node(shape)}, {shape.training_jobs} training "
         "jobs, every target on its own 127.0.0.1 port, scraped by the shards (`hashmod` on the node); each shard "
         "evaluates `rules-shard.yaml` (its partials included) and remote-writes two streams at once: everything "
         "(`remoteWrite: all`) and the aggregates (`remoteWrite: aggregates`), each to its own global Prometheus "
@@ -394,10 +465,61 @@ def render_scaling(runs: list[ShardRun], shape: FleetShape, command: str, machin
             + ", ".join(f"{v:.2f}x ({k})" for k, v in growth.items())
             + f"; the slowest shard's tier {shard_growth:.2f}x for {targets:.2f}x the targets of its shard.",
         ]
+    if any(r.global_isolated for r in runs):
+        lines += ["", *render_isolated(runs, shape)]
     if len(runs) > 1:
         lines += ["", *sizing(runs, shape)]
     lines += ["", SCALING_END]
     return "\n".join(lines) + "\n"
+
+
+def render_isolated(runs: list[ShardRun], shape: FleetShape) -> list[str]:
+    """Each tier alone (`isolated`): what an evaluation costs a server with the cores to itself."""
+    lines = [
+        f"Each tier alone, after the minutes above: every other Prometheus stopped (SIGSTOP) while one server's "
+        f"next {ISOLATED_EVALUATIONS} evaluations are timed, the global tier first (evaluating the partials it "
+        "last received), then each shard (still scraping its targets); then all continue. The sum over the "
+        "groups of each group's median evaluation, and the server's CPU per evaluation interval (rules, and "
+        "for a shard its scrapes):",
+        "",
+        "| nodes (GPUs) | global tier alone: evaluation (share of interval) / CPU an interval | "
+        "each shard alone: evaluation (targets) | shard evaluation per 100 targets, min-max | "
+        "shard CPU an interval, min-max |",
+        "|---|---|---|---|---|",
+    ]
+    for r in runs:
+        g = dict(zip(r.modes, r.global_isolated, strict=True)).get(RemoteWrite.AGGREGATES)
+        cell = (
+            f"{_ms(g.ms)} ms ({100 * g.ms / (1000 * r.interval):.1f} %) / {_ms(g.cpu_ms_per_interval)} ms{_missing(g)}"
+            if g
+            else "not run"
+        )
+        shards = ", ".join(
+            f"{_ms(a.ms)} ms ({t}){_missing(a)}" for a, t in zip(r.shard_isolated, r.targets_per_shard, strict=True)
+        )
+        per_100 = [100 * a.ms / t for a, t in zip(r.shard_isolated, r.targets_per_shard, strict=True) if t]
+        cpu = [a.cpu_ms_per_interval for a in r.shard_isolated]
+        lines.append(
+            f"| {r.nodes:,} ({r.nodes * shape.gpus_per_node:,}) | {cell} | {shards} | "
+            f"{_ms(min(per_100, default=math.nan))}-{_ms(max(per_100, default=math.nan))} ms | "
+            f"{_ms(min(cpu, default=math.nan))}-{_ms(max(cpu, default=math.nan))} ms |"
+        )
+    alone = [r for r in runs if RemoteWrite.AGGREGATES in r.modes and r.global_isolated]
+    if len(alone) > 1:
+        first, last = alone[0], alone[-1]
+        i, j = first.modes.index(RemoteWrite.AGGREGATES), last.modes.index(RemoteWrite.AGGREGATES)
+        g0, g1 = first.global_isolated[i], last.global_isolated[j]
+        s0 = sum(a.ms for a in first.shard_isolated) / sum(first.targets_per_shard)
+        s1 = sum(a.ms for a in last.shard_isolated) / sum(last.targets_per_shard)
+        cpu_growth = g1.cpu_ms_per_interval / g0.cpu_ms_per_interval
+        targets = max(last.targets_per_shard) / max(first.targets_per_shard)
+        lines += [
+            "",
+            f"Alone, from {first.nodes:,} to {last.nodes:,} nodes ({last.nodes / first.nodes:.1f}x): the global "
+            f"tier's evaluation grows {g1.ms / g0.ms:.2f}x (its CPU an interval {cpu_growth:.2f}x); a shard's "
+            f"evaluation per target {s1 / s0:.2f}x for {targets:.2f}x the targets of a shard.",
+        ]
+    return lines
 
 
 SIZING_NODES = (1_000, 4_000, 10_000)
@@ -418,10 +540,11 @@ def sizing(runs: list[ShardRun], shape: FleetShape) -> list[str]:
     nodes = [float(r.nodes) for r in runs]
     lines = [
         "Sizing a global Prometheus: a least-squares line through the sizes measured above "
-        f"({', '.join(f'{r.nodes:,}' for r in runs)} nodes, {shape.gpus_per_node} GPUs a node), evaluated at "
+        f"({', '.join(f'{r.nodes:,}' for r in runs)} nodes, {_gpus_a_node(shape)}), evaluated at "
         "each size; values at a measured size are the fit, not the measurement. Resident memory is the "
         "server's own `process_resident_memory_bytes` after the warm-up (it grows further with retention "
-        "and queries: leave headroom).",
+        "and queries: leave headroom); rule evaluation is the tier's beside the shards (an upper bound: it "
+        "includes waiting for a core; the tier alone is in the table above).",
         "",
         "| mode | nodes | head series | samples/s ingested | rule evaluation (ms, share of interval) | "
         "resident memory | CPU (cores) |",
@@ -455,6 +578,10 @@ def _memory_limit_note() -> str:
         if limit
         else ""
     )
+
+
+def _gpus_a_node(shape: FleetShape) -> str:
+    return f"{shape.gpus_per_node} GPU{'' if shape.gpus_per_node == 1 else 's'} a node"
 
 
 def _mib(value: int) -> str:

@@ -174,7 +174,10 @@ def text_page_handler(page: Callable[[Any, str], bytes | None]) -> type[BaseHTTP
             self.send_header("Content-Type", "text/plain; version=0.0.4")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(body)
+            try:
+                self.wfile.write(body)
+            except (BrokenPipeError, ConnectionResetError):
+                return  # the scraper gave up (its scrape timeout passed, or it was stopped)
 
         def log_message(self, format: str, *args: Any) -> None:
             return
@@ -251,11 +254,21 @@ class GroupEvaluations:
 
 
 def collect_group_evaluations(
-    api: PrometheusApi, names: Sequence[str], evaluations: int, timeout: float, poll_seconds: float = 3.0
+    api: PrometheusApi,
+    names: Sequence[str],
+    evaluations: int,
+    timeout: float,
+    poll_seconds: float = 3.0,
+    *,
+    only_new: bool = False,
 ) -> dict[str, GroupEvaluations]:
     """Poll `/api/v1/rules` until each group in `names` has `evaluations` distinct evaluations
-    recorded (or `timeout` passes: a group missing then is reported as never evaluated)."""
+    recorded (or `timeout` passes: a group missing then is reported as never evaluated). With
+    `only_new`, each group's evaluation already recorded when this is called is not counted."""
     seen: dict[str, set[str]] = defaultdict(set)
+    if only_new:
+        for group in api.get("/api/v1/rules")["groups"]:
+            seen[str(group["name"])].add(str(group.get("lastEvaluation", "")))
     samples: dict[str, GroupEvaluations] = {}
     deadline = time.monotonic() + timeout
     while True:
