@@ -473,6 +473,11 @@ def render_scaling(runs: list[ShardRun], shape: FleetShape, command: str, machin
     return "\n".join(lines) + "\n"
 
 
+def _aggregates_alone(run: ShardRun) -> Isolated | None:
+    """The `aggregates` global tier timed alone, where the run had one."""
+    return dict(zip(run.modes, run.global_isolated, strict=True)).get(RemoteWrite.AGGREGATES)
+
+
 def render_isolated(runs: list[ShardRun], shape: FleetShape) -> list[str]:
     """Each tier alone (`isolated`): what an evaluation costs a server with the cores to itself."""
     lines = [
@@ -488,7 +493,7 @@ def render_isolated(runs: list[ShardRun], shape: FleetShape) -> list[str]:
         "|---|---|---|---|---|",
     ]
     for r in runs:
-        g = dict(zip(r.modes, r.global_isolated, strict=True)).get(RemoteWrite.AGGREGATES)
+        g = _aggregates_alone(r)
         cell = (
             f"{_ms(g.ms)} ms ({100 * g.ms / (1000 * r.interval):.1f} %) / {_ms(g.cpu_ms_per_interval)} ms{_missing(g)}"
             if g
@@ -504,11 +509,9 @@ def render_isolated(runs: list[ShardRun], shape: FleetShape) -> list[str]:
             f"{_ms(min(per_100, default=math.nan))}-{_ms(max(per_100, default=math.nan))} ms | "
             f"{_ms(min(cpu, default=math.nan))}-{_ms(max(cpu, default=math.nan))} ms |"
         )
-    alone = [r for r in runs if RemoteWrite.AGGREGATES in r.modes and r.global_isolated]
+    alone = [(r, g) for r in runs if (g := _aggregates_alone(r)) is not None]
     if len(alone) > 1:
-        first, last = alone[0], alone[-1]
-        i, j = first.modes.index(RemoteWrite.AGGREGATES), last.modes.index(RemoteWrite.AGGREGATES)
-        g0, g1 = first.global_isolated[i], last.global_isolated[j]
+        (first, g0), (last, g1) = alone[0], alone[-1]
         s0 = sum(a.ms for a in first.shard_isolated) / sum(first.targets_per_shard)
         s1 = sum(a.ms for a in last.shard_isolated) / sum(last.targets_per_shard)
         cpu_growth = g1.cpu_ms_per_interval / g0.cpu_ms_per_interval

@@ -29,8 +29,9 @@ from torch.nn.parallel import DistributedDataParallel
 
 from observability.instrument import TrainingMetrics
 from observability.instrument.collectives import ALL_REDUCE
-from observability.instrument.integrations.torch_distributed import instrument_rank
+from observability.instrument.integrations.torch_distributed import CollectiveTimer, instrument_rank
 from observability.instrument.phases import COMPUTE
+from observability.instrument.training import JobMetrics
 
 WIDTH, BATCH = 64, 8
 BUCKET_CAP_MB = 0.01  # a few buckets for this model
@@ -71,11 +72,36 @@ def counted(timer: Any) -> dict[str, Any]:
     return {"operations": operations, "bytes": nbytes, "busy": busy}
 
 
-def per_step(rank: int, x: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
-    metrics = TrainingMetrics()
-    job = metrics.start_job("ddp", "per-step", gpu_uuids=())
+def rebuilt_buckets(ddp: DistributedDataParallel) -> int:
+    """The buckets DDP holds after rebuilding them, from its own logging data."""
+    data = ddp._get_ddp_logging_data()  # type: ignore[no-untyped-call]
+    return len(str(data["rebuilt_bucket_sizes"]).split(","))
+
+
+def instrumented(
+    job_id: str, module: torch.nn.Module | None = None, **ddp_kwargs: Any
+) -> tuple[JobMetrics, CollectiveTimer, DistributedDataParallel]:
+    """A job of its own, its rank instrumented, and a DDP copy of `module` (default: `model()`)."""
+    job = TrainingMetrics().start_job("ddp", job_id, gpu_uuids=())
     timer = instrument_rank(job, node="node")
-    ddp = DistributedDataParallel(model(), bucket_cap_mb=BUCKET_CAP_MB)
+    ddp = DistributedDataParallel(module if module is not None else model(), bucket_cap_mb=BUCKET_CAP_MB, **ddp_kwargs)
+    return job, timer, ddp
+
+
+def train(job: JobMetrics, ddp: DistributedDataParallel, x: torch.Tensor, y: torch.Tensor, steps: int) -> None:
+    """`steps` plain optimizer steps in the compute phase, then the job finishes."""
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    for _ in range(steps):
+        with job.phase(COMPUTE):
+            torch.nn.functional.mse_loss(ddp(x), y).backward()  # type: ignore[no-untyped-call]
+            optimizer.step()
+            optimizer.zero_grad()
+        job.record_step(samples=BATCH)
+    job.finish("completed")
+
+
+def per_step(rank: int, x: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
+    job, timer, ddp = instrumented("per-step")
     try:
         timer.register_ddp(ddp, dist.group.WORLD)
         refused = ""
@@ -105,15 +131,14 @@ def per_step(rank: int, x: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
     before_finish = counted(timer)
     job.finish("completed")
     data = ddp._get_ddp_logging_data()  # type: ignore[no-untyped-call]
-    totals = job.phases.totals()
     return {
         "before_finish": before_finish,
         "after_finish": counted(timer),
-        "phases": totals,
+        "phases": job.phases.totals(),
         "wall": job.phases.wall(),
         "live_phase": live.get("phase"),
         "gradient_bytes": parameter_bytes(ddp.module),
-        "rebuilt_buckets": len(str(data["rebuilt_bucket_sizes"]).split(",")),
+        "rebuilt_buckets": rebuilt_buckets(ddp),
         "comm_hook": data.get("comm_hook", ""),
         "bytes_per_step": timing.bytes_per_step if timing is not None else None,
         "steps": job.steps_done,
@@ -122,10 +147,7 @@ def per_step(rank: int, x: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
 
 
 def no_sync(x: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
-    metrics = TrainingMetrics()
-    job = metrics.start_job("ddp", "no-sync", gpu_uuids=())
-    timer = instrument_rank(job, node="node")
-    ddp = DistributedDataParallel(model(), bucket_cap_mb=BUCKET_CAP_MB)
+    job, timer, ddp = instrumented("no-sync")
     timer.register_ddp(ddp)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
     for _ in range(3):
@@ -141,63 +163,32 @@ def no_sync(x: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
 
 
 def unused(x: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
-    metrics = TrainingMetrics()
-    job = metrics.start_job("ddp", "unused", gpu_uuids=())
-    timer = instrument_rank(job, node="node")
-    ddp = DistributedDataParallel(model(unused=True), bucket_cap_mb=BUCKET_CAP_MB, find_unused_parameters=True)
+    job, timer, ddp = instrumented("unused", model(unused=True), find_unused_parameters=True)
     timer.register_ddp(ddp)
-    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
-    for _ in range(3):
-        with job.phase(COMPUTE):
-            torch.nn.functional.mse_loss(ddp(x), y).backward()  # type: ignore[no-untyped-call]
-            optimizer.step()
-            optimizer.zero_grad()
-        job.record_step(samples=BATCH)
-    job.finish("completed")
+    train(job, ddp, x, y, 3)
     return {**counted(timer), "parameter_bytes": parameter_bytes(ddp.module), "steps": job.steps_done}
 
 
 def sampled(x: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
-    metrics = TrainingMetrics()
-    job = metrics.start_job("ddp", "sampled", gpu_uuids=())
-    timer = instrument_rank(job, node="node")
-    ddp = DistributedDataParallel(model(), bucket_cap_mb=BUCKET_CAP_MB)
+    job, timer, ddp = instrumented("sampled")
     try:
         timer.register_ddp(ddp, sample_every=0)
         refused = ""
     except ValueError as error:
         refused = str(error)
     timer.register_ddp(ddp, sample_every=SAMPLE_EVERY)
-    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
-    for _ in range(SAMPLED_STEPS):
-        with job.phase(COMPUTE):
-            torch.nn.functional.mse_loss(ddp(x), y).backward()  # type: ignore[no-untyped-call]
-            optimizer.step()
-            optimizer.zero_grad()
-        job.record_step(samples=BATCH)
-    job.finish("completed")
+    train(job, ddp, x, y, SAMPLED_STEPS)
     data = ddp._get_ddp_logging_data()  # type: ignore[no-untyped-call]
     return {
         **counted(timer), "gradient_bytes": parameter_bytes(ddp.module), "steps": job.steps_done,
-        "rebuilt_buckets": len(str(data["rebuilt_bucket_sizes"]).split(",")), "last_timed": data["iteration"],
-        "refused": refused,
+        "rebuilt_buckets": rebuilt_buckets(ddp), "last_timed": data["iteration"], "refused": refused,
     }  # fmt: skip
 
 
 def per_bucket(x: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
-    metrics = TrainingMetrics()
-    job = metrics.start_job("ddp", "per-bucket", gpu_uuids=())
-    timer = instrument_rank(job, node="node")
-    ddp = DistributedDataParallel(model(), bucket_cap_mb=BUCKET_CAP_MB)
+    job, timer, ddp = instrumented("per-bucket")
     timing = timer.register_ddp(ddp, per_bucket=True)
-    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
-    for _ in range(3):
-        with job.phase(COMPUTE):
-            torch.nn.functional.mse_loss(ddp(x), y).backward()  # type: ignore[no-untyped-call]
-            optimizer.step()
-            optimizer.zero_grad()
-        job.record_step(samples=BATCH)
-    job.finish("completed")
+    train(job, ddp, x, y, 3)
     data = ddp._get_ddp_logging_data()  # type: ignore[no-untyped-call]
     return {
         **counted(timer), "gradient_bytes": parameter_bytes(ddp.module), "steps": job.steps_done,
