@@ -202,14 +202,20 @@ def _stalled(cfg: ObservabilityConfig) -> str:
 
 
 def _blamed(cfg: ObservabilityConfig) -> str:
-    """The ranks of stalled jobs that stopped answering, or answer but do not wait in a collective
-    like the others; value: the job's freshest step's age."""
+    """The ranks of stalled jobs that stopped answering, answer again but have no phase rate yet
+    (back from a pause or a restart: fewer than two samples in the window), or answer but spend
+    most of their time outside a collective while the others wait; value: the job's freshest
+    step's age."""
     lookback = duration(VANISHED_LOOKBACK_SECONDS)
     vanished = f"group {by(RANK)} (last_over_time({_RANK_INFO}[{lookback}]))\nunless {on(RANK)} {_RANK_INFO}"
-    not_waiting = f'sum {by(RANK)} ({RANK_PHASE_RATE}{{phase!="collective"}}) > 0.5'
-    return (
-        f"(\ngroup {by(RANK)} (\n({vanished})\nor\n({not_waiting})\n)\n* {on(JOB)} group_left ()\n({_stalled(cfg)})\n)"
+    unmeasured = f"group {by(RANK)} ({_RANK_INFO})\nunless {on(RANK)} {RANK_PHASE_RATE}"
+    # a share of the rank's measured time, not seconds per second: a rank back for two samples has
+    # a rate extrapolated over a fraction of the window
+    not_waiting = (
+        f'sum {by(RANK)} ({RANK_PHASE_RATE}{{phase!="collective"}})\n/\nsum {by(RANK)} ({RANK_PHASE_RATE}) > 0.5'
     )
+    blamed = f"({vanished})\nor\n({unmeasured})\nor\n({not_waiting})"
+    return f"(\ngroup {by(RANK)} (\n{blamed}\n)\n* {on(JOB)} group_left ()\n({_stalled(cfg)})\n)"
 
 
 def hang_expr(cfg: ObservabilityConfig) -> str:
@@ -307,7 +313,8 @@ def alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
                 f"Far below PyTorch's 30-minute collective timeout. A rank that is stopped or killed stops "
                 f"answering scrapes (named for {duration(VANISHED_LOOKBACK_SECONDS)} from its last answer); a rank "
                 "that answers but is stuck elsewhere (data loading, a different collective) is the one not in the "
-                "collective phase while the others are. A job whose ranks are checkpointing or evaluating, or "
+                "collective phase while the others are; a rank that answers again after a pause is named until "
+                "its phases have two samples in the window. A job whose ranks are checkpointing or evaluating, or "
                 "whose clocks stopped (finished), is not hung."
             ),
         ),
@@ -341,8 +348,8 @@ def alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
                 RunbookQuery("Collectives in flight per rank (busy time growing)", f"rate({_BUSY}{_ONE_JOB}[5m])"),
             ),
             rationale=(
-                "The other side of TrainingJobHung: when no rank stopped answering and every rank is in the "
-                "collective phase, the rank at fault cannot be told from the metrics; the job still is hung."
+                "The other side of TrainingJobHung: when no rank stopped answering and every rank is measured in "
+                "the collective phase, the rank at fault cannot be told from the metrics; the job still is hung."
             ),
         ),
         AlertRule(

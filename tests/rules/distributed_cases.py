@@ -49,11 +49,15 @@ def placed(rank: int) -> dict[str, str]:
     return {**JOB_LABELS, "rank": str(rank), "node": node(rank), "uuid": uuid(rank)}
 
 
-def _end(samples: str, until: int | None) -> str:
-    """`samples` cut after sample `until` and marked stale there (the target stopped answering)."""
+def _end(samples: str, until: int | None, back: int | None = None) -> str:
+    """`samples` cut after sample `until` and marked stale there (the target stopped answering),
+    resumed at sample `back` when given (it answers again)."""
     if until is None:
         return samples
-    return " ".join([*samples.split()[: until + 1], "stale"])
+    cut = samples.split()
+    if back is None:
+        return " ".join([*cut[: until + 1], "stale"])
+    return " ".join([*cut[: until + 1], "stale", *["_"] * (back - until - 2), *cut[back:]])
 
 
 def rank_series(
@@ -62,12 +66,13 @@ def rank_series(
     *,
     steps_until: int | None = None,
     answers_until: int | None = None,
+    answers_again: int | None = None,
     phases_after: Mapping[str, float] | None = None,
     samples: int = SAMPLES,
 ) -> dict[str, str]:
     """One rank's series: seconds per sample in each phase (`phases`, switching to `phases_after`
     once steps stop at sample `steps_until`), steps and the last step's time, and its info series;
-    all of them end at sample `answers_until` when given."""
+    all of them end at sample `answers_until` when given, and resume at sample `answers_again`."""
     labels = {**pod(rank), **JOB, "rank": str(rank)}
     stop = samples if steps_until is None else steps_until
     after = phases if phases_after is None else phases_after
@@ -76,16 +81,16 @@ def rank_series(
         per = [phases.get(phase, 0.0)] * stop + [after.get(phase, 0.0)] * (samples - stop)
         totals = [BASE + sum(per[:i]) for i in range(samples)]
         out[series(catalog.TRAINING_PHASE_SECONDS_TOTAL, {**labels, "phase": phase})] = _end(
-            join(totals), answers_until
+            join(totals), answers_until, answers_again
         )
     steps = [BASE + STEPS_PER_SAMPLE * min(i, stop) for i in range(samples)]
     last = [float(S * min(i, stop)) for i in range(samples)]
-    out[series(catalog.TRAINING_STEPS_TOTAL, labels)] = _end(join(steps), answers_until)
-    out[series(catalog.TRAINING_LAST_STEP_TIMESTAMP_SECONDS, labels)] = _end(join(last), answers_until)
+    out[series(catalog.TRAINING_STEPS_TOTAL, labels)] = _end(join(steps), answers_until, answers_again)
+    out[series(catalog.TRAINING_LAST_STEP_TIMESTAMP_SECONDS, labels)] = _end(join(last), answers_until, answers_again)
     info = {**labels, "local_rank": str(rank % 2), "node_rank": str(rank // 2), "world_size": "4"}
-    out[series(catalog.TRAINING_RANK_INFO, info)] = _end(values((1, samples)), answers_until)
+    out[series(catalog.TRAINING_RANK_INFO, info)] = _end(values((1, samples)), answers_until, answers_again)
     place = {**labels, "node": node(rank), "uuid": uuid(rank)}
-    out[series(catalog.TRAINING_RANK_PLACEMENT_INFO, place)] = _end(values((1, samples)), answers_until)
+    out[series(catalog.TRAINING_RANK_PLACEMENT_INFO, place)] = _end(values((1, samples)), answers_until, answers_again)
     return out
 
 
@@ -150,6 +155,13 @@ def hang_cases(th: Thresholds) -> Sequence[Case]:
         return job(*others, culprit)
 
     normal = {"compute": COMPUTE, "collective": S - COMPUTE}
+    # rank 1 stops answering with the last step, is named, then answers again (resumed) without a
+    # step: one sample back (no rate over the window yet), then two (computing its step)
+    back = first // S + 2
+    back_age = float(back * S - 60)
+    paused = rank_series(
+        1, normal, steps_until=stop, answers_until=stop, answers_again=back, phases_after={"compute": float(S)}
+    )
     return (
         Case(
             "TrainingJobHung",
@@ -174,6 +186,18 @@ def hang_cases(th: Thresholds) -> Sequence[Case]:
             "a rank stopped answering: TrainingJobHung names it instead",
             stopped_job(rank_series(1, normal, steps_until=stop, answers_until=stop)),
             silent(first, first + 60),
+        ),
+        Case(
+            "TrainingJobHung",
+            "rank 1 answers again after a pause, its phases not measured yet: still named",
+            stopped_job(paused),
+            (fires(back * S, Firing(placed(1), back_age)), fires(back * S + S, Firing(placed(1), back_age + S))),
+        ),
+        Case(
+            "TrainingJobHungInCollective",
+            "rank 1 answers again after a pause, its phases not measured yet: TrainingJobHung names it instead",
+            stopped_job(paused),
+            silent(back * S, back * S + S),
         ),
         Case(
             "TrainingJobHung",
