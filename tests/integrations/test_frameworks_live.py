@@ -31,6 +31,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pytorch_lightning.callbacks import ModelCheckpoint
 from stable_baselines3 import DQN, PPO
 from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import Logger
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -101,8 +102,25 @@ def job_selector(metric: catalog.Metric, job_id: str, **labels: str) -> str:
     return f"{metric.name}{{{matchers}}}"
 
 
+class ScrapedMidDecay(BaseCallback):
+    """Holds DQN halfway through its exploration schedule until Prometheus has stored an
+    exploration rate above the schedule's end: a 2,000-step run can otherwise decay between two
+    scrapes of a busy machine, and the decay would not be seen."""
+
+    def __init__(self, prometheus: PrometheusServer, at_step: int) -> None:
+        super().__init__()
+        self.prometheus, self.at_step = prometheus, at_step
+
+    def _on_step(self) -> bool:
+        if self.num_timesteps == self.at_step:
+            final = self.model.exploration_final_eps  # type: ignore[attr-defined]
+            above = f"{job_selector(catalog.RL_EXPLORATION_RATE, DQN_JOB)} > {final!r}"
+            wait_until("a scrape in the middle of the exploration decay", lambda: self.prometheus.api.query(above))
+        return True
+
+
 # --- the runs ----------------------------------------------------------------------------------------
-def run_sb3(metrics: TrainingMetrics, algorithm: str) -> Sb3Run:
+def run_sb3(metrics: TrainingMetrics, algorithm: str, prometheus: PrometheusServer) -> Sb3Run:
     net = {"net_arch": [32]}
     if algorithm == "dqn":
         model: BaseAlgorithm = DQN(
@@ -117,15 +135,17 @@ def run_sb3(metrics: TrainingMetrics, algorithm: str) -> Sb3Run:
             device="cpu",
         )
         steps, log_interval, job_id = 2000, 1, DQN_JOB
+        held: list[BaseCallback] = [ScrapedMidDecay(prometheus, at_step=600)]  # epsilon halfway at 600
     else:
         model = PPO(
             "MlpPolicy", "CartPole-v1", n_steps=256, batch_size=64, n_epochs=4, policy_kwargs=net, seed=0, device="cpu"
         )
         steps, log_interval, job_id = 2048, 1, PPO_JOB
+        held = []
     logger = RecordingLogger()
     model.set_logger(logger)
     job = metrics.start_job(algorithm, job_id, gpu_uuids=[])
-    model.learn(steps, callback=Sb3Callback(job, q_value_every=100), log_interval=log_interval)
+    model.learn(steps, callback=[Sb3Callback(job, q_value_every=100), *held], log_interval=log_interval)
     job.finish("completed")
     return Sb3Run(model, logger, {k: float(v) for k, v in logger.name_to_value.items()})
 
@@ -274,7 +294,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         start = time.time()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            dqn, ppo = run_sb3(metrics, "dqn"), run_sb3(metrics, "ppo")
+            dqn, ppo = run_sb3(metrics, "dqn", prometheus), run_sb3(metrics, "ppo", prometheus)
             live = Live(prometheus, metrics, start, dqn, ppo)
             live.fit = run_lightning(metrics, work / "checkpoints")
             live.study = run_study(metrics, live.seen_in_trial)
