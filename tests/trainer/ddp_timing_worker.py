@@ -10,6 +10,8 @@ its job counted to `--out/rank-<r>.json`:
 - `no_sync`: gradient accumulation, two micro-batches per optimizer step, the first under
   `ddp.no_sync()`.
 - `unused`: `find_unused_parameters=True` and a layer the forward pass never uses.
+- `forward_only`: before each step, a forward pass with gradients enabled and no backward after
+  it (a metric on the training batch): DDP reduces nothing for it.
 - `sampled`: DDP timing one step in `SAMPLE_EVERY` after its first ten (`sample_every`).
 - `per_bucket`: the per-bucket communication hook (`register_ddp(..., per_bucket=True)`).
 """
@@ -169,6 +171,22 @@ def unused(x: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
     return {**counted(timer), "parameter_bytes": parameter_bytes(ddp.module), "steps": job.steps_done}
 
 
+def forward_only(x: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
+    job, timer, ddp = instrumented("forward-only")
+    timer.register_ddp(ddp)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    for _ in range(3):
+        with job.phase(COMPUTE):
+            ddp(x).mean().item()  # no backward: nothing reduced
+            torch.nn.functional.mse_loss(ddp(x), y).backward()  # type: ignore[no-untyped-call]
+            optimizer.step()
+            optimizer.zero_grad()
+        job.record_step(samples=BATCH)
+    job.finish("completed")
+    return {**counted(timer), "gradient_bytes": parameter_bytes(ddp.module), "steps": job.steps_done,
+            "rebuilt_buckets": rebuilt_buckets(ddp)}  # fmt: skip
+
+
 def sampled(x: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
     job, timer, ddp = instrumented("sampled")
     try:
@@ -208,6 +226,7 @@ def main() -> None:
         "per_step": per_step(rank, x, y),
         "no_sync": no_sync(x, y),
         "unused": unused(x, y),
+        "forward_only": forward_only(x, y),
         "sampled": sampled(x, y),
         "per_bucket": per_bucket(x, y),
     }

@@ -2,8 +2,8 @@
 hook), on a real two-rank gloo run (tests/trainer/ddp_timing_worker.py under torchrun): the
 exposed wait lands in the `collective` phase while it lasts, the buckets, bytes and busy time of
 every step are counted (the last one when the job finishes), the straggling rank shows more
-compute per step, gradient accumulation and unused parameters count what DDP reduces, and the
-per-bucket hook stays available."""
+compute per step, gradient accumulation, unused parameters and forward passes without backward
+count what DDP reduces, and the per-bucket hook stays available."""
 
 from __future__ import annotations
 
@@ -81,6 +81,14 @@ def test_unused_parameters_are_reduced_and_counted_with_the_others(ranks):
     for rank in ranks:
         run = rank["unused"]
         assert run["bytes"] == run["steps"] * run["parameter_bytes"]
+        assert run["busy"] > 0
+
+
+def test_a_forward_pass_without_backward_reduces_nothing_and_counts_nothing(ranks):
+    for rank in ranks:
+        run = rank["forward_only"]
+        assert run["bytes"] == run["steps"] * run["gradient_bytes"]
+        assert run["operations"] == 1 + (run["steps"] - 1) * run["rebuilt_buckets"]
         assert run["busy"] > 0
 
 

@@ -250,8 +250,9 @@ class DdpStepTiming:
     queued once the backward computation is done, and DDP queues its own (the wait for every
     bucket) when its last bucket is ready, later in backward: so this callback runs first, at the
     end of the computation, enters `collective` and queues another, which runs after DDP's and
-    resumes the phase. Buckets, bytes and busy time come from DDP's runtime statistics of the
-    previous step, read in the forward hook (and at the job's finish for the last step)."""
+    resumes the phase. A step is counted at the next synchronizing forward pass (and the last one
+    at the job's finish) if its backward ran, with the buckets and busy time of the latest step DDP
+    timed: DDP logs a step's runtime statistics at the forward pass after it."""
 
     def __init__(
         self, timer: CollectiveTimer, ddp: torch.nn.parallel.DistributedDataParallel, sample_every: int = 1
@@ -263,18 +264,12 @@ class DdpStepTiming:
         self._engine = torch.autograd.Variable._execution_engine
         # DDP times its first 10 iterations, then one in `sample_every`
         ddp._set_ddp_runtime_logging_sample_rate(sample_every)  # type: ignore[no-untyped-call]
-        data = _logging_data(ddp)
         # The gradient bytes reduced per step: every bucket's, before and after DDP rebuilds them.
-        self.bytes_per_step = sum(_sizes(data.get("bucket_sizes", "")))
+        self.bytes_per_step = sum(_sizes(_logging_data(ddp).get("bucket_sizes", "")))
         self._lock = threading.Lock()
-        # DDP's iteration counter at its latest statistics taken, and its value now minus the
-        # synchronizing forward passes seen here (learnt from the first statistics)
-        self._iteration = int(data.get("iteration", 0))
-        self._forwards = 0
-        self._base: int | None = None
         # buckets and busy seconds of the latest step DDP timed: they stand for the steps it did not
         self._per_step: tuple[int, float] | None = None
-        self._queued = False  # the current backward's first callback is queued
+        self._backward_ran = False  # the latest synchronizing forward pass's backward began
         self._resume: str | None = None  # the phase to go back to once DDP's wait is over
         self._handle: RemovableHandle | None = ddp.register_forward_hook(self._forward_done)
         timer.job.at_finish(self.close)
@@ -284,16 +279,13 @@ class DdpStepTiming:
         if not (torch.is_grad_enabled() and self._ddp.require_backward_grad_sync):
             return  # evaluation, or gradient accumulation under no_sync(): DDP reduces nothing
         self._resume_phase()  # a backward that raised inside DDP's wait left the phase switched
-        self._take_sample(_logging_data(self._ddp))
-        with self._lock:
-            self._forwards += 1
-        self._queued = False
+        self._count_previous_step()
         for tensor in _grad_tensors(output):
             tensor.register_hook(self._backward_began)  # type: ignore[no-untyped-call]
 
     def _backward_began(self, grad: torch.Tensor) -> None:
-        if not self._queued:
-            self._queued = True
+        if not self._backward_ran:
+            self._backward_ran = True
             self._engine.queue_callback(self._computed)
 
     def _computed(self) -> None:
@@ -310,52 +302,37 @@ class DdpStepTiming:
             self._timer.job.phases.enter(resume)
 
     # --- DDP's statistics -----------------------------------------------------------------------
-    def _take_sample(self, data: Mapping[str, Any]) -> None:
-        """Count the steps up to the latest iteration DDP timed (logged at the forward pass after
-        it): its buckets, bytes and communication span, once; it stands for the steps since the
-        one timed before it that DDP did not time."""
-        iteration = int(data.get("iteration", 0))
+    def _count_previous_step(self) -> None:
+        """Count the previous synchronizing forward pass's step if its backward ran (DDP reduced
+        its buckets), with the latest statistics DDP logged: that step's when DDP timed it."""
         with self._lock:
-            if iteration <= self._iteration:
+            ran, self._backward_ran = self._backward_ran, False
+            if not ran:
                 return
-            steps, self._iteration = iteration - self._iteration, iteration
-            if self._base is None:
-                self._base = iteration - self._forwards
-            # An iteration whose forward ran without a backward after it reduced nothing: its
-            # communication timestamps are an earlier iteration's.
+            data = _logging_data(self._ddp)
+            # the statistics of a step whose forward ran without a backward after it hold an earlier
+            # step's communication timestamps: the latest figures stand
             if "backward_comm_time" in data and data["backward_comm_time_start"] >= data["forward_compute_time_start"]:
                 buckets = data.get("num_buckets_reduced")
                 if buckets is None:  # a PyTorch that does not log it: the buckets DDP holds now
                     buckets = len(_sizes(data.get("rebuilt_bucket_sizes") or data.get("bucket_sizes", "")))
                 self._per_step = (int(buckets), int(data["backward_comm_time"]) / 1e9)
-            else:
-                steps -= 1
-        self._count(steps)
-
-    def _count(self, steps: int) -> None:
-        with self._lock:
             per_step = self._per_step
-        if per_step is not None and steps > 0:
+        if per_step is not None:
             buckets, busy = per_step
-            self._timer.counts.add(ALL_REDUCE, steps * buckets, steps * self.bytes_per_step if buckets else 0,
-                                   steps * busy)  # fmt: skip
+            self._timer.counts.add(ALL_REDUCE, buckets, self.bytes_per_step if buckets else 0, busy)
 
     def close(self) -> None:
-        """Count the last steps (DDP logs a step's statistics at the next forward pass; the steps
-        after the last one it timed count as that one) and stop timing; called when the job
-        finishes. Idempotent."""
+        """Count the last step (DDP logs its statistics now, as it would at the next forward pass)
+        and stop timing; called when the job finishes. Idempotent."""
         if self._handle is None:
             return
         self._handle.remove()
         self._handle = None
         self._resume_phase()
-        if self._ddp.logger is not None:
+        if self._ddp.logger is not None and self._backward_ran:
             self._ddp.logger.set_runtime_stats_and_log()
-            self._take_sample(_logging_data(self._ddp))
-        with self._lock:
-            untimed = 0 if self._base is None else self._base + self._forwards - self._iteration
-            self._iteration += untimed
-        self._count(untimed)
+        self._count_previous_step()
 
 
 class TimedWork:
