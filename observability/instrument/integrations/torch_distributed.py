@@ -36,7 +36,8 @@ Two ways to time DDP (`register_ddp(ddp, per_bucket=...)`):
   PyTorch's Python hook path (a Python call and a future callback per bucket; BENCHMARKS.md).
 
 Gradient accumulation (`with ddp.no_sync():` around forward and backward) reduces nothing and is
-not timed; the step that synchronizes is, with all its buckets. Unused parameters
+not timed; the step that synchronizes is, with all its buckets. A forward pass without a backward
+after it reduces nothing and counts nothing. Unused parameters
 (`find_unused_parameters=True`): DDP still reduces every bucket, and so they are counted; its
 extra all-reduce of the used-parameter map is not. A module whose parameters span several GPUs
 gives DDP no timer: its steps get the exposed wait but no buckets, bytes or busy time. DDP's own
