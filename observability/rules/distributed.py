@@ -228,8 +228,12 @@ def hang_in_collective_expr(cfg: ObservabilityConfig) -> str:
 
 
 def communication_expr(cfg: ObservabilityConfig) -> str:
+    """Jobs whose ranks wait in collectives for more than the threshold's share of their step time,
+    unless no rank has completed a step for the hang threshold: the ranks of a hung job wait in a
+    collective for the rank at fault, which the hang alerts name (the network is not the cause)."""
     share = cfg.thresholds.training_communication_share_ratio
-    return f"{JOB_COMMUNICATION_SHARE} > {share.promql}"
+    hang = cfg.thresholds.training_rank_hang_seconds
+    return f"{JOB_COMMUNICATION_SHARE} > {share.promql}\nunless {on(JOB)}\n({JOB_LAST_STEP_AGE} > {hang.promql})"
 
 
 def alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
@@ -381,7 +385,8 @@ def alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             rationale=(
                 "Counts only the exposed wait (the `collective` phase): communication that overlaps compute "
                 "costs nothing and is not counted. A straggler also raises it (the others wait for it): check "
-                "TrainingRankStraggler first."
+                "TrainingRankStraggler first. A job that made no step for the hang threshold is not judged: its "
+                "ranks wait for the one at fault, which TrainingJobHung names, so the alert's `for` starts again."
             ),
         ),
     )

@@ -227,6 +227,9 @@ def communication_cases(th: Thresholds) -> Sequence[Case]:
     share = th.training_communication_share_ratio.value
     above, below = share + 0.02, share - 0.02
     # the first rate at 15s, `for` 10m: firing at 615s
+    normal = {"compute": COMPUTE, "collective": S - COMPUTE}
+    hung_samples = 60  # steps stop at sample 4 (60 s); the share is 1 for the 10m `for` from 75 s on
+    waiting = {"collective": float(S)}
     return (
         Case(
             "TrainingCommunicationBound",
@@ -239,6 +242,12 @@ def communication_cases(th: Thresholds) -> Sequence[Case]:
             f"{below:.0%} of the step waiting in collectives stays silent",
             job(*(balanced(r, S * (1 - below), COMMUNICATION_SAMPLES) for r in RANKS)),
             silent(615, 645),
+        ),
+        Case(
+            "TrainingCommunicationBound",
+            "a hung job, every rank waiting in a collective for more than 10m, is left to the hang alerts",
+            job(*(rank_series(r, normal, steps_until=4, phases_after=waiting, samples=hung_samples) for r in RANKS)),
+            silent(705, 810),
         ),
     )
 
