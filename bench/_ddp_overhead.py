@@ -49,12 +49,12 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
-from observability.instrument import TrainingMetrics
-from observability.instrument.collectives import ALL_REDUCE
-from observability.instrument.integrations.torch_distributed import CollectiveTimer, instrument_rank
-from observability.instrument.phases import COMPUTE
-from observability.instrument.server import MetricsServer, rank_metrics_port
-from observability.instrument.training import JobMetrics
+from foxhunt_trainer import TrainingMetrics
+from foxhunt_trainer.collectives import ALL_REDUCE
+from foxhunt_trainer.integrations.torch_distributed import CollectiveTimer, instrument_rank
+from foxhunt_trainer.phases import COMPUTE
+from foxhunt_trainer.server import MetricsServer, rank_metrics_port
+from foxhunt_trainer.training import JobMetrics
 
 WIDTH, LAYERS, BATCH = 128, 16, 64
 BUCKET_CAP_MB = 0.0625

@@ -27,9 +27,9 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from observability.instrument import TrainingMetrics
-from observability.instrument.integrations.torch_distributed import instrument_rank
-from observability.instrument.phases import COMPUTE
+from foxhunt_trainer import TrainingMetrics
+from foxhunt_trainer.integrations.torch_distributed import instrument_rank
+from foxhunt_trainer.phases import COMPUTE
 
 WIDTH = 64
 BATCH = 16

@@ -12,7 +12,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from observability.exposition import MetricsPage, negotiate
+from foxhunt_trainer.contract.exposition import MetricsPage, negotiate
 from poller import cli, server
 
 

@@ -32,9 +32,9 @@ from pathlib import Path
 
 from bench._prometheus import PrometheusServer, config_yaml
 from bench._report import write_section
+from foxhunt_trainer.contract import catalog
 from infra.settings import available_stacks
 from infra.settings.stack_files import read_stack_config, validate_stack
-from observability import catalog
 from observability.config import ObservabilityConfig
 from observability.rules import CRITICAL_DETECTION_ALERTS, alert_rules, rules_file_yaml
 from observability.rules.detection import detection_budget

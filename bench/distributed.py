@@ -41,11 +41,11 @@ from typing import Any
 
 from bench._prometheus import PrometheusServer, config_yaml, free_port
 from bench._report import write_section
+from foxhunt_trainer.trainer_env import METRICS_BASE_PORT_ENV
 from infra import REPO_ROOT
 from infra.settings import read_stack_config, validate_stack
 from observability.config import ObservabilityConfig
 from observability.rules import distributed, rules_file_yaml
-from observability.trainer_env import METRICS_BASE_PORT_ENV
 
 BEGIN = "<!-- bench.distributed: begin -->"
 END = "<!-- bench.distributed: end -->"

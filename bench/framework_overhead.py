@@ -35,9 +35,9 @@ from stable_baselines3 import DQN, PPO
 from torch.utils.data import DataLoader, TensorDataset
 
 from bench._report import write_section
-from observability.instrument import JobMetrics, TrainingMetrics
-from observability.instrument.integrations.lightning import MetricsCallback as LightningCallback
-from observability.instrument.integrations.sb3 import MetricsCallback as Sb3Callback
+from foxhunt_trainer import JobMetrics, TrainingMetrics
+from foxhunt_trainer.integrations.lightning import MetricsCallback as LightningCallback
+from foxhunt_trainer.integrations.sb3 import MetricsCallback as Sb3Callback
 
 SECTION_START = "<!-- framework-integrations:start -->"
 SECTION_END = "<!-- framework-integrations:end -->"

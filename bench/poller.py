@@ -38,7 +38,7 @@ from types import ModuleType
 from prometheus_client import CollectorRegistry, generate_latest
 
 from bench._report import BENCHMARKS, write_section
-from observability import catalog
+from foxhunt_trainer.contract import catalog
 from poller.error_counters import ErrorCounters
 from poller.metrics_page import TextPageWriter
 from poller.nvml_source import NvmlSource

@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench._report import write_section
+from foxhunt_trainer.contract import catalog
 from infra.settings import read_stack_config
 from infra.settings.stack_files import validate_stack
 from infra.stacks import available_stacks
-from observability import catalog
 from tests.poller.fake_nvml import fake_nvml_harness as harness
 
 SECTION_START = "<!-- poller-scrape-load:start -->"

@@ -43,8 +43,8 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from bench._report import write_section
-from observability.instrument import JobMetrics, TrainingMetrics, render_openmetrics
-from observability.instrument.integrations.torch import DEFAULT_CHECK_EVERY, watch
+from foxhunt_trainer import JobMetrics, TrainingMetrics, render_openmetrics
+from foxhunt_trainer.integrations.torch import DEFAULT_CHECK_EVERY, watch
 
 BEGIN = "<!-- trainer-overhead:begin (written by `python -m bench.trainer_overhead`) -->"
 END = "<!-- trainer-overhead:end -->"

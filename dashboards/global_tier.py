@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from dashboards.queries import PanelQuery, panel_queries
-from observability import catalog
+from foxhunt_trainer.contract import catalog
 from observability.config import ObservabilityConfig, RemoteWrite
 from observability.partials import is_partial
 from observability.promql.syntax import series_names

@@ -21,7 +21,8 @@ from typing import Any
 from dashboards import variables
 from dashboards.layout import DashboardSpec, Row, assemble
 from dashboards.panels import allocation, efficiency, gpm, gpu, gpu_errors, monitoring, poller, targets, traces
-from observability import alert_links, catalog, promql
+from foxhunt_trainer.contract import catalog
+from observability import alert_links, promql
 from observability.config import ObservabilityConfig
 
 UID = alert_links.INFRA_COCKPIT_UID

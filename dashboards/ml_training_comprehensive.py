@@ -27,7 +27,8 @@ from dashboards.panels import (
     steps,
     training,
 )
-from observability import catalog, promql
+from foxhunt_trainer.contract import catalog
+from observability import promql
 from observability.config import ObservabilityConfig
 
 UID = "ml-training-comprehensive"

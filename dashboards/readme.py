@@ -24,7 +24,7 @@ Four Grafana dashboards written in Python with grafana-foundation-sdk, one modul
 (`training_cockpit.py`, `traces.py`, `infra_cockpit.py`, `ml_training_comprehensive.py`),
 composing their rows from `panels/`, `variables.py`,
 `observability/promql/` (catalog-typed PromQL, and reading it with a parser) and
-`layout.py` (grid, ids, serialisation). Every query is built from `observability/catalog.py`;
+`layout.py` (grid, ids, serialisation). Every query is built from `foxhunt_trainer/contract/catalog.py`;
 heavy expressions read the recording rules of `observability/rules/dashboard_recording.py`.
 
 {topics}

@@ -18,7 +18,8 @@ from typing import Any
 from dashboards import variables
 from dashboards.layout import DashboardSpec, Row, assemble
 from dashboards.panels import traces as trace_panels
-from observability import catalog, promql
+from foxhunt_trainer.contract import catalog
+from observability import promql
 from observability.config import ObservabilityConfig
 
 UID = "foxhunt-traces"

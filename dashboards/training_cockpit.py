@@ -31,7 +31,8 @@ from dashboards.panels import (
     steps,
     training,
 )
-from observability import alert_links, catalog, promql
+from foxhunt_trainer.contract import catalog
+from observability import alert_links, promql
 from observability.config import ObservabilityConfig
 
 UID = alert_links.TRAINING_COCKPIT_UID

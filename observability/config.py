@@ -38,7 +38,7 @@ class RemoteWrite(enum.Enum):
 class ScrapeSecurity:
     """How Prometheus scrapes the project's own exporters (the GPU poller, the training jobs) when
     they serve TLS with authentication: the files on the Prometheus side that verify the server and
-    carry the credential. The exporters read the matching web config (observability.web_config)."""
+    carry the credential. The exporters read the matching web config (foxhunt_trainer.contract.web_config)."""
 
     server_name: str  # a name in the exporters' certificate (they are reached by pod IP)
     tls_secret: str  # Secret with the exporters' `ca.crt` (and `tls.crt`, `tls.key` for the exporters)

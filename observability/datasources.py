@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from observability import catalog
+from foxhunt_trainer.contract import catalog
 from observability.config import ObservabilityConfig
 
 # The attribute keys the OTEL env sets on every span (infra: OTEL_RESOURCE_ATTRIBUTES) mapped to

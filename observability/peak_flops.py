@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from observability import catalog
+from foxhunt_trainer.contract import catalog
 
 PEAK_FLOPS_FILE = Path(__file__).with_name("peak_flops.yaml")
 

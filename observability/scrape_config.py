@@ -89,7 +89,7 @@ def requirement_comment() -> str:
 
 
 def final_scrape_wait_seconds(cfg: ObservabilityConfig) -> int:
-    """The job template's `observability.trainer_env.FINAL_SCRAPE_WAIT_ENV`: two scrape intervals
+    """The job template's `foxhunt_trainer.trainer_env.FINAL_SCRAPE_WAIT_ENV`: two scrape intervals
     (one scrape may fail, the next one still sees the final values)."""
     return 2 * cfg.scrape_interval_seconds
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from observability import catalog
+from foxhunt_trainer.contract import catalog
 from poller.nvml_fields import NvmlField
 from poller.samples import NVML_FIELDS, GpuSample
 

@@ -3,7 +3,7 @@
 A prometheus-client collector with `generate_latest` produces the same page (the tests parse
 both and compare), but builds a dict and a namedtuple per sample and format every
 label on every scrape: several microseconds a sample. Here every GPU's label block is escaped
-once, when the GPU is first seen (with `observability.exposition`'s pieces, the one place that
+once, when the GPU is first seen (with `foxhunt_trainer.contract.exposition`'s pieces, the one place that
 knows the format), and a sample line is one string concatenation, which keeps a full 8-GPU page
 well under the cost of spawning one process. The page carries no exemplars, so the poller offers
 only the text format whatever the scraper asks for.
@@ -14,8 +14,8 @@ from __future__ import annotations
 import operator
 from typing import TypeVar
 
-from observability import catalog
-from observability.exposition import format_value, label_block, series_prefix, text_header
+from foxhunt_trainer.contract import catalog
+from foxhunt_trainer.contract.exposition import format_value, label_block, series_prefix, text_header
 from poller.error_counters import CountersSnapshot
 from poller.exported_metrics import ECC_TYPES, GPU_COUNTERS, GPU_GAUGES, INTERCONNECT_COUNTERS, THROTTLE_REASONS
 from poller.samples import GpuIdentity, PassResult

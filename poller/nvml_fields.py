@@ -23,7 +23,7 @@ from typing import Any
 
 import pynvml
 
-from observability import catalog
+from foxhunt_trainer.contract import catalog
 
 
 @dataclass(frozen=True)

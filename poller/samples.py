@@ -9,7 +9,7 @@ from dataclasses import dataclass, fields
 
 import pynvml
 
-from observability import catalog
+from foxhunt_trainer.contract import catalog
 from poller.nvml_fields import (
     CLOCK_EVENTS,
     CORRECTED,

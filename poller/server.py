@@ -14,9 +14,9 @@ import threading
 from collections.abc import Sequence
 from types import FrameType
 
-from observability.exposition import TEXT, TEXT_ONLY, Format, MetricsHTTPServer
-from observability.http_server import ServerLimits
-from observability.web_config import WebConfig, WebConfigError, load_web_config
+from foxhunt_trainer.contract.exposition import TEXT, TEXT_ONLY, Format, MetricsHTTPServer
+from foxhunt_trainer.contract.http_server import ServerLimits
+from foxhunt_trainer.contract.web_config import WebConfig, WebConfigError, load_web_config
 from poller.error_counters import ErrorCounters
 from poller.metrics_page import TextPageWriter
 from poller.nvml_source import NvmlSource

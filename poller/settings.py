@@ -39,7 +39,7 @@ class PollerSettings:
     min_interval_seconds: float
     node_name: str
     log_level: str = "INFO"
-    web_config_file: str | None = None  # TLS and authentication (observability.web_config)
+    web_config_file: str | None = None  # TLS and authentication (foxhunt_trainer.contract.web_config)
     max_requests: int = DEFAULT_MAX_REQUESTS
     read_header_timeout_seconds: float = DEFAULT_READ_HEADER_TIMEOUT_SECONDS
 

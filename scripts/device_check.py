@@ -47,7 +47,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from observability import catalog  # noqa: E402  (the repository root is on the path from here)
+from foxhunt_trainer.contract import catalog  # noqa: E402  (the repository root is on the path from here)
 
 DEPS_SITE = REPO_ROOT / "build" / "device-check" / "site"
 BENCHMARKS = REPO_ROOT / "BENCHMARKS.md"

@@ -25,7 +25,7 @@ from bench.fleet.data import FleetShape, all_series, series_text
 from bench.fleet.query_timing import GroupTiming, Timing
 from bench.fleet.series import HistogramSpec, SeriesSpec, stable_key
 from bench.fleet.values import Patterns, le_text
-from observability import catalog
+from foxhunt_trainer.contract import catalog
 from observability.config import ObservabilityConfig
 from observability.promql import identifiers
 from observability.rules import gpu, jobs, rule_groups

@@ -81,7 +81,7 @@ def render(
         f"synthesized as OpenMetrics text (timestamps in seconds, `# EOF`) for N nodes x "
         f"{big.shape.gpus_per_node} GPUs (every series the poller exports: 9 gauges, 9 throttle reasons, "
         f"2 ECC and 3 error types per GPU, XID codes only on GPUs that had one, plus per-node poller health) and "
-        f"{big.shape.training_jobs} training jobs (the series `observability.instrument` exposes), plus the "
+        f"{big.shape.training_jobs} training jobs (the series `foxhunt_trainer` exposes), plus the "
         "ML service and Tempo span metrics; target labels as scrape discovery sets them. Backfilled with "
         "`promtool tsdb create-blocks-from openmetrics`, recording rules backfilled with "
         "`promtool tsdb create-blocks-from rules` (in dependency order), Prometheus 2.42 started on the "

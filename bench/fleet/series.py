@@ -3,7 +3,7 @@
 Every series is a `SeriesSpec`: its full label set (target labels included, as Prometheus stores
 it after a scrape) and the name of the value pattern that fills it (`values`). The GPU
 series follow the poller's own tables (`poller.exported_metrics`), the training-job series are
-whatever `observability.instrument` exposes for a running job (read back from its `/metrics`
+whatever `foxhunt_trainer` exposes for a running job (read back from its `/metrics`
 text), so the benchmark data cannot drift from what the producers really emit.
 """
 
@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.fleet.values import has_rare_error
-from observability import catalog
+from foxhunt_trainer import TrainingMetrics, render_text
+from foxhunt_trainer.collectives import ALL_REDUCE, track_rank
+from foxhunt_trainer.contract import catalog
+from foxhunt_trainer.hyperparameters import Hyperparameters
+from foxhunt_trainer.remediation import Remediation, RemediationPolicy
 from observability.config import ObservabilityConfig
-from observability.instrument import TrainingMetrics, render_text
-from observability.instrument.collectives import ALL_REDUCE, track_rank
-from observability.instrument.hyperparameters import Hyperparameters
-from observability.instrument.remediation import Remediation, RemediationPolicy
 from observability.scrape_config import JOB_NAME
 from poller.exported_metrics import (
     ECC_TYPES,

@@ -12,7 +12,7 @@ import math
 import random
 from collections.abc import Callable, Sequence
 
-from observability import catalog
+from foxhunt_trainer.contract import catalog
 
 VARIANTS = 32
 PLACEHOLDER = "\x00"

@@ -36,7 +36,8 @@ from grafana_foundation_sdk.models import heatmap as heatmap_model
 from grafana_foundation_sdk.models import prometheus as prometheus_model
 from grafana_foundation_sdk.models import tempo as tempo_model
 
-from observability import catalog, promql
+from foxhunt_trainer.contract import catalog
+from observability import promql
 from observability.config import ObservabilityConfig
 
 PanelBuilder = cogbuilder.Builder[dashboard_model.Panel]

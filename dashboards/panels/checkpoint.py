@@ -5,7 +5,8 @@ model-type matcher; `job` the matchers of one job (model type and `$job_id`)."""
 from __future__ import annotations
 
 from dashboards.panels import ERRORS, GREEN, JOB_LEGEND, RED, Common, PanelBuilder, Query, sum_rate, timeseries
-from observability import catalog, promql
+from foxhunt_trainer.contract import catalog
+from observability import promql
 from observability.rules import dashboard_recording as rec
 
 

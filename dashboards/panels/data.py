@@ -4,7 +4,8 @@ the dashboard's model-type matcher."""
 from __future__ import annotations
 
 from dashboards.panels import Common, PanelBuilder, Query, duration_heatmap, sum_rate, timeseries
-from observability import catalog, promql
+from foxhunt_trainer.contract import catalog
+from observability import promql
 from observability.rules import dashboard_recording as rec
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from dashboards.panels import GREEN, RED, YELLOW, ColourSteps, Common, PanelBuilder, Query, prometheus_table, stat
 from dashboards.panels import timeseries as _timeseries
-from observability import catalog, promql
+from foxhunt_trainer.contract import catalog
+from observability import promql
 from observability.config import ObservabilityConfig
 from observability.rules import distributed as d
 from observability.thresholds import Threshold

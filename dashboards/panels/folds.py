@@ -16,7 +16,8 @@ from dashboards.panels import (
     sum_rate,
     timeseries,
 )
-from observability import catalog, promql
+from foxhunt_trainer.contract import catalog
+from observability import promql
 
 FOLD_LEGEND = "{{model_type}} {{job_id}} fold {{fold}}"
 

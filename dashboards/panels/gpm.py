@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dashboards.panels import Common, PanelBuilder, Query, timeseries
-from observability import catalog, promql
+from foxhunt_trainer.contract import catalog
+from observability import promql
 from observability.rules import dashboard_recording as rec
 from observability.rules import jobs
 

@@ -10,7 +10,8 @@ from collections.abc import Sequence
 
 from dashboards.panels import Common, PanelBuilder, Query, ThresholdStyle, stat, timeseries, worst_now
 from dashboards.threshold_steps import gpu_memory_steps, gpu_utilization_steps, temperature_steps
-from observability import catalog, promql
+from foxhunt_trainer.contract import catalog
+from observability import promql
 from observability.rules import dashboard_recording as rec
 from observability.thresholds import Thresholds
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dashboards.panels import Common, PanelBuilder, Query, timeseries
 from dashboards.panels.training import per_job
-from observability import catalog, promql
+from foxhunt_trainer.contract import catalog
+from observability import promql
 
 STUDY_LEGEND = "{{study}} {{job_id}}"
 PER_STUDY_STATE = ("model_type", "study", "state")

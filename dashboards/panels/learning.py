@@ -18,7 +18,8 @@ from dashboards.panels import (
     timeseries,
 )
 from dashboards.panels.training import per_job
-from observability import catalog, promql
+from foxhunt_trainer.contract import catalog
+from observability import promql
 
 ACCURACY = ColourSteps(RED, ((0.85, YELLOW), (0.90, GREEN)))  # red <0.85, yellow 0.85-0.90, green >0.90
 

@@ -18,7 +18,8 @@ from dashboards.panels import (
     prometheus_table,
     timeseries,
 )
-from observability import catalog, promql
+from foxhunt_trainer.contract import catalog
+from observability import promql
 from observability.config import ObservabilityConfig
 from observability.rules import health, project_group_names
 

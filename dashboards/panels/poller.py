@@ -18,7 +18,8 @@ from dashboards.panels import (
     timeseries,
     worst_now,
 )
-from observability import catalog, promql
+from foxhunt_trainer.contract import catalog
+from observability import promql
 from observability.rules import dashboard_recording as rec
 
 

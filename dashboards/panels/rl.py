@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dashboards.panels import JOB_LEGEND, Common, PanelBuilder, Query, timeseries
 from dashboards.panels.training import per_job
-from observability import catalog, promql
+from foxhunt_trainer.contract import catalog
+from observability import promql
 
 
 def episode_reward(model: str, *, w: int) -> PanelBuilder:

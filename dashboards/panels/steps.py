@@ -5,7 +5,8 @@ model-type matcher."""
 from __future__ import annotations
 
 from dashboards.panels import JOB_LEGEND, Common, PanelBuilder, Query, duration_heatmap, stat, timeseries
-from observability import catalog, promql
+from foxhunt_trainer.contract import catalog
+from observability import promql
 from observability.rules import dashboard_recording as rec
 
 PER_RANK = ("model_type", "job_id", "rank")

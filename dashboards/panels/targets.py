@@ -15,7 +15,8 @@ from dashboards.panels import (
     stat,
     timeseries,
 )
-from observability import catalog, promql
+from foxhunt_trainer.contract import catalog
+from observability import promql
 from observability.config import ObservabilityConfig
 
 

@@ -24,7 +24,8 @@ from dashboards.panels import (
     timeseries,
     trace_table,
 )
-from observability import catalog, promql
+from foxhunt_trainer.contract import catalog
+from observability import promql
 from observability.rules import dashboard_recording as rec
 
 ERROR_SHARE = ColourSteps(GREEN, ((0.01, YELLOW), (0.05, RED)))

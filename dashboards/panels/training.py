@@ -18,7 +18,8 @@ from dashboards.panels import (
     timeseries,
 )
 from dashboards.threshold_steps import GOOD_TRAINING_SPEED, training_speed_steps
-from observability import catalog, promql
+from foxhunt_trainer.contract import catalog
+from observability import promql
 from observability.rules import dashboard_recording as rec
 from observability.thresholds import Thresholds
 

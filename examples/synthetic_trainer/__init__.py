@@ -1,4 +1,4 @@
-"""A synthetic DQN/PPO-like trainer instrumented with `observability.instrument`.
+"""A synthetic DQN/PPO-like trainer instrumented with `foxhunt_trainer`.
 
 It trains nothing: loss curves, folds, data loading and checkpoints are simulated (checkpoints
 are real files), so dashboards and alerts can be exercised without a GPU. Faults on demand:

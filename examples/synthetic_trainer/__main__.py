@@ -14,7 +14,7 @@ from types import FrameType
 
 from examples.synthetic_trainer.faults import FaultPlan
 from examples.synthetic_trainer.job import SyntheticTrainer, TrainerSettings
-from observability.instrument import METRICS_PORT, TrainingMetrics, init_observability, log_context
+from foxhunt_trainer import METRICS_PORT, TrainingMetrics, init_observability, log_context
 
 log = logging.getLogger("examples.synthetic_trainer")
 

@@ -15,7 +15,7 @@ from opentelemetry import trace
 
 from examples.synthetic_trainer.faults import FaultPlan
 from examples.synthetic_trainer.simulation import LossCurve, quality_from_loss
-from observability.instrument import JobMetrics, log_context
+from foxhunt_trainer import JobMetrics, log_context
 
 tracer = trace.get_tracer("examples.synthetic_trainer")
 log = logging.getLogger(__name__)

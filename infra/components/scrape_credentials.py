@@ -21,10 +21,10 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
+from foxhunt_trainer.contract.web_config import secret_hash, web_config_document
 from infra.components.common import METRICS_TLS_DIR, WEB_CONFIG_KEY, ExporterWeb, child, metadata
 from observability.config import ScrapeSecurity
 from observability.scrape_config import CA_KEY, CERT_KEY, KEY_KEY
-from observability.web_config import secret_hash, web_config_document
 
 TYPE = "foxhunt:observability:ScrapeCredentials"
 APP = "scrape-credentials"

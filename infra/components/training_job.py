@@ -11,7 +11,7 @@ The same Job (kind Job, same pod template) is written to `rendered/<stack>/kuber
 `kubectl create -f` (it uses `generateName`, so it can be created repeatedly).
 
 Distributed jobs (`trainingJob.command` set): the container runs `torchrun` with one process per
-GPU, through `foxhunt-torchrun` (`observability.launcher`: the trainer's documented exit code
+GPU, through `foxhunt-torchrun` (`foxhunt_trainer.launcher`: the trainer's documented exit code
 becomes the pod's, which torchrun's own would hide from the podFailurePolicy), and each process
 (rank) serves its own metrics on `metricsPort + LOCAL_RANK`, declared as container port
 `metrics-<local rank>`; the pod annotation `foxhunt.io/scrape-rank-ports: "true"` makes the
@@ -39,6 +39,17 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from foxhunt_trainer.contract.web_config import WEB_CONFIG_ENV
+from foxhunt_trainer.gpus import DRIVER_CAPABILITIES, DRIVER_CAPABILITIES_ENV
+from foxhunt_trainer.launcher import UNFIXABLE_EXIT_CODES
+from foxhunt_trainer.trainer_env import (
+    FINAL_SCRAPE_WAIT_ENV,
+    METRICS_BASE_PORT_ENV,
+    REMEDIATION_ENABLED_ENV,
+    REMEDIATION_LR_FACTOR_ENV,
+    REMEDIATION_MAX_ROLLBACKS_ENV,
+    TERMINATION_GRACE_ENV,
+)
 from infra.components.common import (
     GPU_RESOURCE,
     NVIDIA_RUNTIME_CLASS,
@@ -56,9 +67,6 @@ from infra.components.common import (
 )
 from infra.settings import TrainingJobSettings
 from observability.config import ObservabilityConfig
-from observability.instrument import remediation
-from observability.instrument.gpus import DRIVER_CAPABILITIES, DRIVER_CAPABILITIES_ENV
-from observability.instrument.remediation import UNFIXABLE_EXIT_CODES
 from observability.scrape_config import (
     RANK_PORTS_ANNOTATION,
     SECURED_ANNOTATION,
@@ -68,8 +76,6 @@ from observability.scrape_config import (
     prometheus_requirement_annotations,
     rank_port_name,
 )
-from observability.trainer_env import FINAL_SCRAPE_WAIT_ENV, METRICS_BASE_PORT_ENV, TERMINATION_GRACE_ENV
-from observability.web_config import WEB_CONFIG_ENV
 
 TYPE = "foxhunt:observability:TrainingJobTemplate"
 COMPONENT = "training"
@@ -157,7 +163,7 @@ def training_env(args: TrainingJobArgs) -> list[dict[str, Any]]:
         extra_env=[
             field_env(JOB_NAME_ENV, "metadata.labels['batch.kubernetes.io/job-name']"),
             # The trainer's metrics server waits up to this long for a last scrape before exiting,
-            # so the job's duration and final status are recorded (observability.instrument).
+            # so the job's duration and final status are recorded (foxhunt_trainer).
             {"name": FINAL_SCRAPE_WAIT_ENV, "value": str(final_scrape_wait_seconds(cfg))},
             # On SIGTERM the trainer stops the job and flushes within the pod's grace period.
             {"name": TERMINATION_GRACE_ENV, "value": str(TERMINATION_GRACE_PERIOD_SECONDS)},
@@ -165,7 +171,7 @@ def training_env(args: TrainingJobArgs) -> list[dict[str, Any]]:
             # by UUID through NVML (ml_training_job_gpu_info) without any privilege.
             {"name": DRIVER_CAPABILITIES_ENV, "value": DRIVER_CAPABILITIES},
             *distributed_env(args),
-            # TLS and authentication of the metrics server (observability.web_config).
+            # TLS and authentication of the metrics server (foxhunt_trainer.contract.web_config).
             *([{"name": WEB_CONFIG_ENV, "value": args.web.web_config_file}] if args.web else []),
             *remediation_env(job),
         ],
@@ -258,7 +264,7 @@ def pod_template(args: TrainingJobArgs) -> dict[str, Any]:
 
 def pod_failure_policy() -> dict[str, Any]:
     """Fail the Job at once on the trainer's exit codes for what a restart cannot fix (non-finite
-    training past its rollback budget, observability.instrument.remediation); ignore disruptions
+    training past its rollback budget, foxhunt_trainer.remediation); ignore disruptions
     (node drain, preemption: the pod is recreated without counting a retry); every other failure
     (a GPU or collective error, an out-of-memory kill) counts against backoffLimit."""
     return {
@@ -276,9 +282,9 @@ def remediation_env(job: TrainingJobSettings) -> list[dict[str, str]]:
     """The stack's remediation policy for every job of the template (a job may set its own)."""
     policy = job.remediation
     return [
-        {"name": remediation.ENABLED_ENV, "value": "on" if policy.enabled else "off"},
-        {"name": remediation.MAX_ROLLBACKS_ENV, "value": str(policy.max_rollbacks)},
-        {"name": remediation.LR_FACTOR_ENV, "value": f"{policy.lr_factor:g}"},
+        {"name": REMEDIATION_ENABLED_ENV, "value": "on" if policy.enabled else "off"},
+        {"name": REMEDIATION_MAX_ROLLBACKS_ENV, "value": str(policy.max_rollbacks)},
+        {"name": REMEDIATION_LR_FACTOR_ENV, "value": f"{policy.lr_factor:g}"},
     ]
 
 

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any, Literal, TypeVar
 
+from foxhunt_trainer.trainer_env import REMEDIATION_MAX_ROLLBACKS_LIMIT as MAX_ROLLBACKS_LIMIT
 from infra.settings.reading import DNS_LABEL, DNS_LABEL_EXPECTED, Reader, SecretReader
 from infra.settings.typed import (
     DEFAULT_CRITICAL_DETECTION_SECONDS,
@@ -56,7 +57,6 @@ from observability.config import (
     RemoteWrite,
     ScrapeSecurity,
 )
-from observability.instrument.remediation import MAX_ROLLBACKS_LIMIT
 from observability.prometheus_config import REMOTE_WRITE_PATH
 from observability.rules.detection import detection_budget
 from observability.scrape_config import MAX_SHARDS

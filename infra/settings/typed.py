@@ -140,7 +140,7 @@ class PollerSettings:
 
 @dataclass(frozen=True)
 class RemediationSettings:
-    """Bounded rollback of non-finite training (observability.instrument.remediation), for every job
+    """Bounded rollback of non-finite training (foxhunt_trainer.remediation), for every job
     of the template; a job may override it in its own environment."""
 
     enabled: bool = False

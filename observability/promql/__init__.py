@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from observability.catalog import Metric, MetricType
+from foxhunt_trainer.contract.catalog import Metric, MetricType
 
 RATE_INTERVAL = "$__rate_interval"
 _IDENTIFIER = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")

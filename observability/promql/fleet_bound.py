@@ -27,7 +27,7 @@ from collections.abc import Mapping
 
 import promql_parser as pp
 
-from observability import catalog
+from foxhunt_trainer.contract import catalog
 from observability.promql.syntax import metric_name
 
 # Labels that tell one GPU or node (or the poller pod on it) from another. `gpu_id` alone is not

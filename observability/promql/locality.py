@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import promql_parser as pp
 
-from observability import catalog
-from observability.catalog import Producer
+from foxhunt_trainer.contract import catalog
+from foxhunt_trainer.contract.catalog import Producer
 from observability.promql.syntax import metric_name
 
 

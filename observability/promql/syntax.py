@@ -14,8 +14,8 @@ from datetime import timedelta
 
 import promql_parser as pp
 
-from observability import catalog
-from observability.catalog import MetricType
+from foxhunt_trainer.contract import catalog
+from foxhunt_trainer.contract.catalog import MetricType
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from observability import catalog
+from foxhunt_trainer.contract import catalog
 from observability.config import ObservabilityConfig
 from observability.rules.rule_types import RecordingRule
 

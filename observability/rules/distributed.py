@@ -17,7 +17,7 @@ is mostly communication.
 
 from __future__ import annotations
 
-from observability import catalog
+from foxhunt_trainer.contract import catalog
 from observability.config import ObservabilityConfig
 from observability.promql import by, duration, on
 from observability.rules.rule_types import AlertRule, RecordingRule, RunbookQuery, Severity

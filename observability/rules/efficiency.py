@@ -7,7 +7,7 @@ routed to the low-priority receiver, never paged. Each description says what to 
 
 from __future__ import annotations
 
-from observability import catalog
+from foxhunt_trainer.contract import catalog
 from observability.config import ObservabilityConfig
 from observability.rules import goodput, jobs
 from observability.rules.rule_types import AlertRule, RunbookQuery, Severity

@@ -36,7 +36,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from observability import catalog
+from foxhunt_trainer.contract import catalog
 from observability.config import ObservabilityConfig
 from observability.promql import by, duration, matcher, regex_matcher
 from observability.rules import distributed, jobs

@@ -27,7 +27,7 @@ GPUErrorsDetected reads only ml_gpu_errors_total, never the per-code XID series.
 
 from __future__ import annotations
 
-from observability import catalog
+from foxhunt_trainer.contract import catalog
 from observability.config import ObservabilityConfig
 from observability.promql import by, duration
 from observability.rules import jobs, recording

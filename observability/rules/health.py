@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from observability import catalog
+from foxhunt_trainer.contract import catalog
 from observability.config import ObservabilityConfig
 from observability.promql import by, duration, on
 from observability.rules.rule_types import AlertRule, RunbookQuery, Severity

@@ -1,7 +1,7 @@
 """Group `ml_training_job_gpus.recording`: the GPUs each training job holds, seen per job.
 
 A training job exports `ml_training_job_gpu_info{model_type, job_id, uuid} 1` for every GPU its
-container was given (`observability.instrument.gpus`); the poller labels every GPU series with
+container was given (`foxhunt_trainer.gpus`); the poller labels every GPU series with
 `uuid`. Joining the two on `uuid` gives each held GPU its job:
 
     <per-GPU expression> * on (uuid) group_left (model_type, job_id) <holder>
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from observability import catalog
+from foxhunt_trainer.contract import catalog
 from observability.config import ObservabilityConfig
 from observability.promql import by, duration
 from observability.rules import recording

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from observability import catalog
+from foxhunt_trainer.contract import catalog
 from observability.config import ObservabilityConfig
 from observability.promql import counter_rate
 from observability.rules import recording

@@ -43,7 +43,7 @@ from typing import Any
 
 import promql_parser as pp
 
-from observability import catalog
+from foxhunt_trainer.contract import catalog
 from observability.partials import PARTIAL_LEVEL, SHARD_LABEL, is_partial
 from observability.promql.locality import Locality, locality_of
 from observability.promql.syntax import children, walk

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from observability import catalog
+from foxhunt_trainer.contract import catalog
 from observability.config import ObservabilityConfig
 from observability.promql import by, duration, gauge_by, histogram_quantile_rate
 from observability.rules.rule_types import RecordingRule

@@ -198,7 +198,7 @@ def _decide(
         if unknown:
             problems.append(
                 f"{group}/{name} reads {', '.join(sorted(unknown))}, outside the metric catalog: add the series to "
-                f"observability/catalog.py or declare the rule's tier in observability.rules.tiers.DECLARED"
+                f"foxhunt_trainer/contract/catalog.py or declare the rule's tier in observability.rules.tiers.DECLARED"
             )
         return Placement(group, name, tier, reason)
     if declaration.tier is Tier.SHARD and not unknown and tier is Tier.GLOBAL:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from observability import catalog
+from foxhunt_trainer.contract import catalog
 from observability.config import ObservabilityConfig
 from observability.promql import by, counter_increased, counter_rate, duration, gauge_by
 from observability.rules import recording

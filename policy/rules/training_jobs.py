@@ -9,7 +9,7 @@ the rest a bounded number of times, ignores disruptions, and bounds the trainer'
 - remediation set explicitly on every container (`FOXHUNT_REMEDIATION` on or off), and with it on,
   `FOXHUNT_REMEDIATION_MAX_ROLLBACKS` a whole number from 0 to MAX_ROLLBACKS.
 
-The names are the trainer library's (observability.instrument.remediation); the pack imports
+The names are the trainer library's (foxhunt_trainer.remediation); the pack imports
 nothing of the project, so they are spelled here and a test compares them.
 """
 

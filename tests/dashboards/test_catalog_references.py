@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from dashboards.queries import panel_queries
-from observability import catalog
+from foxhunt_trainer.contract import catalog
 from observability.promql.syntax import selector_uses, series_names
 from observability.rules import dashboard_recording, distributed, goodput, jobs, recording
 from observability.rules.dashboard_recording import dashboard_recording_groups

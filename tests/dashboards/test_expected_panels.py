@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from dashboards.queries import panel_queries, substitute_variables
-from observability import catalog
+from foxhunt_trainer.contract import catalog
 from observability.config import ObservabilityConfig
 from observability.promql.syntax import series_names
 from observability.rules import dashboard_recording as rec

@@ -18,7 +18,7 @@ import pytest
 
 from dashboards import lint
 from dashboards.queries import panel_queries
-from observability import catalog
+from foxhunt_trainer.contract import catalog
 from observability.promql import gauge_by
 from observability.promql.fleet_bound import MAX_TOPK, FleetBound, fleet_sized
 from observability.rules import dashboard_recording as rec

@@ -7,7 +7,7 @@ from typing import Any
 from dashboards import infra_cockpit
 from dashboards.lint import recorded_expressions
 from dashboards.queries import panel_queries
-from observability import catalog
+from foxhunt_trainer.contract import catalog
 from observability.config import ObservabilityConfig
 from observability.promql.fleet_bound import fleet_sized
 from observability.rules import project_group_names

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from observability.instrument import TrainingMetrics
+from foxhunt_trainer import TrainingMetrics
 
 SHAPES = ("input", "compute", "checkpoint", "gpu")
 MAX_SECONDS = 180.0  # a run the test forgot to stop ends by itself

@@ -27,9 +27,9 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-from observability.instrument import TrainingMetrics
-from observability.instrument.integrations.torch import record_regression_quality, watch
-from observability.instrument.training import JobMetrics
+from foxhunt_trainer import TrainingMetrics
+from foxhunt_trainer.integrations.torch import record_regression_quality, watch
+from foxhunt_trainer.training import JobMetrics
 
 FEATURES = 8
 

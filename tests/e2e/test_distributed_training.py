@@ -35,9 +35,9 @@ import pytest
 
 from bench import _ddp_trainer as ddp_trainer
 from bench._prometheus import PrometheusServer, config_yaml, free_port
+from foxhunt_trainer.contract import catalog
 from infra import REPO_ROOT
 from infra.offline import render
-from observability import catalog
 from observability.config import ObservabilityConfig
 from observability.promql import duration
 from observability.rules import distributed, rules_file_yaml

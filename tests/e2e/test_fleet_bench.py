@@ -54,8 +54,8 @@ from bench.fleet.series import (
 from bench.fleet.values import Patterns
 from dashboards import build_all
 from dashboards.queries import PanelQuery
-from observability import catalog
-from observability.catalog import Producer
+from foxhunt_trainer.contract import catalog
+from foxhunt_trainer.contract.catalog import Producer
 from observability.config import ObservabilityConfig
 from observability.rules import gpu, jobs, rule_groups
 from observability.rules.render import dump_groups

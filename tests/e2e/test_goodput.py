@@ -30,7 +30,7 @@ import pytest
 import yaml
 
 from bench._prometheus import PrometheusServer, free_port
-from observability import catalog
+from foxhunt_trainer.contract import catalog
 from observability.alertmanager import ReceiverUrls, alertmanager_config_yaml
 from observability.config import ObservabilityConfig
 from observability.rules import efficiency, goodput, rule_groups

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
+from foxhunt_trainer import TrainingMetrics, render_text
+from foxhunt_trainer.contract import catalog
+from foxhunt_trainer.gpus import Discovery, Source, discover, from_visible_devices
 from infra import REPO_ROOT
-from observability import catalog
-from observability.instrument import TrainingMetrics, render_text
-from observability.instrument.gpus import Discovery, Source, discover, from_visible_devices
 
 from .conftest import load_harness
 
@@ -31,7 +31,7 @@ def fake_nvml(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def discover_in_a_container(
     tmp_path: Path, lib_dir: Path | None, visible_devices: str | None
 ) -> tuple[dict[str, Any], str]:
-    """`python -m observability.instrument` as a container would run it: (its JSON, its log)."""
+    """`python -m foxhunt_trainer` as a container would run it: (its JSON, its log)."""
     harness = load_harness()
     config = tmp_path / "nvml.conf"
     harness.FakeNvml(gpus=[harness.FakeGpu(uuid=UUID_A), harness.FakeGpu(uuid=UUID_B)]).write(config)
@@ -40,7 +40,7 @@ def discover_in_a_container(
     if visible_devices is not None:
         env["NVIDIA_VISIBLE_DEVICES"] = visible_devices
     done = subprocess.run(
-        [sys.executable, "-m", "observability.instrument"],
+        [sys.executable, "-m", "foxhunt_trainer"],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,
@@ -116,7 +116,7 @@ def test_a_job_exports_one_info_series_per_gpu_it_holds() -> None:
 
 def test_a_job_discovers_its_gpus_at_start(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NVIDIA_VISIBLE_DEVICES", UUID_B)
-    monkeypatch.setattr("observability.instrument.gpus.nvml_uuids", lambda: None)
+    monkeypatch.setattr("foxhunt_trainer.gpus.nvml_uuids", lambda: None)
     metrics = TrainingMetrics()
     job = metrics.start_job("dqn", "job-1")
     assert job.gpu_uuids == (UUID_B,)

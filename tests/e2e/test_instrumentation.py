@@ -1,4 +1,4 @@
-"""observability.instrument: exposed names equal the catalog's, per-job children, the helpers, the server."""
+"""foxhunt_trainer: exposed names equal the catalog's, per-job children, the helpers, the server."""
 
 from __future__ import annotations
 
@@ -12,10 +12,7 @@ import pytest
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
-from observability import catalog
-from observability.catalog import MetricType, Producer
-from observability.exposition import ScrapeLog, format_value
-from observability.instrument import (
+from foxhunt_trainer import (
     CHECKPOINT_ERROR_TYPES,
     FAILURE_ERROR_TYPES,
     JOB_STATUSES,
@@ -26,9 +23,12 @@ from observability.instrument import (
     render_openmetrics,
     render_text,
 )
-from observability.instrument.collectives import CollectiveCollector, track_rank
-from observability.instrument.server import final_scrape_wait_from_env
-from observability.trainer_env import FINAL_SCRAPE_WAIT_ENV
+from foxhunt_trainer.collectives import CollectiveCollector, track_rank
+from foxhunt_trainer.contract import catalog
+from foxhunt_trainer.contract.catalog import MetricType, Producer
+from foxhunt_trainer.contract.exposition import ScrapeLog, format_value
+from foxhunt_trainer.server import final_scrape_wait_from_env
+from foxhunt_trainer.trainer_env import FINAL_SCRAPE_WAIT_ENV
 
 from .conftest import http_get
 

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from bench._prometheus import PrometheusServer
-from observability import catalog
+from foxhunt_trainer.contract import catalog
 from observability.config import ObservabilityConfig
 from observability.rules import jobs, rule_groups
 from observability.rules.render import dump_groups

@@ -28,10 +28,11 @@ from prometheus_client import CollectorRegistry
 from bench._prometheus import PrometheusServer, config_yaml
 from dashboards import build_all
 from dashboards.queries import PanelQuery, duration_seconds, panel_queries
-from observability import catalog
-from observability.catalog import Producer
+from foxhunt_trainer import MetricsServer
+from foxhunt_trainer.contract import catalog
+from foxhunt_trainer.contract.catalog import Producer
+from foxhunt_trainer.trainer_env import FINAL_SCRAPE_WAIT_ENV
 from observability.config import ObservabilityConfig
-from observability.instrument import MetricsServer
 from observability.rules import rule_groups, rules_file_yaml
 from observability.scrape_config import (
     JOB_NAME,
@@ -43,7 +44,6 @@ from observability.scrape_config import (
     annotation_relabel_configs,
     pod_label,
 )
-from observability.trainer_env import FINAL_SCRAPE_WAIT_ENV
 
 from .conftest import TrainerProcess, load_harness
 

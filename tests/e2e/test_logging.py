@@ -15,9 +15,9 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Tracer, format_span_id, format_trace_id
 
+from foxhunt_trainer import configure_logging, log_context
+from foxhunt_trainer.logs import LOG_FORMAT_ENV, LOG_LEVEL_ENV, LogSettingsError, log_settings, logfmt_value
 from infra import REPO_ROOT
-from observability.instrument import configure_logging, log_context
-from observability.instrument.logs import LOG_FORMAT_ENV, LOG_LEVEL_ENV, LogSettingsError, log_settings, logfmt_value
 
 LOGFMT_PAIR = re.compile(r'([A-Za-z_][A-Za-z0-9_.]*)=("(?:[^"\\]|\\.)*"|\S*)')
 

@@ -41,10 +41,10 @@ from bench._prometheus import PrometheusServer, free_port
 from dashboards import build_all
 from dashboards.queries import PanelQuery, panel_queries
 from dashboards.training_cockpit import UID as COCKPIT
-from observability import catalog
+from foxhunt_trainer import remediation
+from foxhunt_trainer.contract import catalog
+from foxhunt_trainer.finite import nonfinite_entries
 from observability.config import ObservabilityConfig
-from observability.instrument import remediation
-from observability.instrument.finite import nonfinite_entries
 from observability.rules import efficiency, rules_file_yaml
 
 from .test_live_prometheus import annotated_pods_prometheus, pod_target, wait_until

@@ -18,10 +18,10 @@ import pytest
 import yaml
 
 from bench._prometheus import PrometheusServer
-from observability import catalog
+from foxhunt_trainer.contract import catalog
+from foxhunt_trainer.contract.web_config import WEB_CONFIG_ENV, secret_hash, web_config_document
 from observability.config import ScrapeSecurity
 from observability.scrape_config import CA_KEY, CERT_KEY, KEY_KEY, secured_scrape_fields
-from observability.web_config import WEB_CONFIG_ENV, secret_hash, web_config_document
 from tests.tls_material import Certificates, make_certificates
 
 from .conftest import TrainerProcess, load_harness

@@ -43,8 +43,8 @@ from dashboards import build_all
 from dashboards.clusters import CLUSTER_LABEL, CLUSTER_VARIABLE
 from dashboards.global_tier import is_drilldown
 from dashboards.queries import panel_queries
-from observability import catalog
-from observability.catalog import MetricType
+from foxhunt_trainer.contract import catalog
+from foxhunt_trainer.contract.catalog import MetricType
 from observability.config import ObservabilityConfig, RemoteWrite
 from observability.partials import SHARD_LABEL, is_partial
 from observability.rules import Tier, rule_groups, tier_rule_groups

@@ -36,9 +36,9 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
 from bench._prometheus import PrometheusServer, config_yaml, free_port
 from dashboards.queries import builtin_values, substitute_variables
+from foxhunt_trainer.contract import catalog
 from infra import REPO_ROOT
 from infra.offline import render
-from observability import catalog
 from observability.datasources import TRACE_ID_REGEX
 from observability.scrape_config import EXEMPLAR_STORAGE_FEATURE, PROMETHEUS_REQUIRES_ANNOTATION
 from tests.querylang.logql import log_queries

@@ -15,8 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from examples.synthetic_trainer.faults import FaultPlan
 from examples.synthetic_trainer.job import SyntheticTrainer, TrainerSettings
-from observability import catalog
-from observability.instrument import TrainingMetrics, render_text
+from foxhunt_trainer import TrainingMetrics, render_text
+from foxhunt_trainer.contract import catalog
 
 from .conftest import TrainerProcess
 

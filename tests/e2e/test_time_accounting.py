@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from observability import catalog
-from observability.instrument import TrainingMetrics
-from observability.instrument.phases import PHASES, PhaseClock
-from observability.instrument.ranks import RankInfo
+from foxhunt_trainer import TrainingMetrics
+from foxhunt_trainer.contract import catalog
+from foxhunt_trainer.phases import PHASES, PhaseClock
+from foxhunt_trainer.ranks import RankInfo
 
 from .test_instrumentation import value
 

@@ -12,9 +12,9 @@ import pytest
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
+from foxhunt_trainer import build_tracer_provider
+from foxhunt_trainer.tracing import exporter_choice, span_exporter
 from infra import REPO_ROOT
-from observability.instrument import build_tracer_provider
-from observability.instrument.tracing import exporter_choice, span_exporter
 
 
 def test_without_an_endpoint_nothing_floods_the_terminal():
@@ -92,7 +92,7 @@ def test_init_observability_installs_the_global_provider(otlp_collector):
     collector, port = otlp_collector
     code = (
         "from opentelemetry import trace\n"
-        "from observability.instrument import init_observability\n"
+        "from foxhunt_trainer import init_observability\n"
         "provider = init_observability('train_baseline_supervised')\n"
         "assert trace.get_tracer_provider() is provider\n"
         "with trace.get_tracer('t').start_as_current_span('hyperopt_trial'):\n"

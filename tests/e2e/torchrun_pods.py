@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from foxhunt_trainer.trainer_env import METRICS_BASE_PORT_ENV
 from infra import REPO_ROOT
 from infra.components import training_job
-from observability.trainer_env import METRICS_BASE_PORT_ENV
 
 _REFERENCE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 

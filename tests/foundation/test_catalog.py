@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from observability import catalog
-from observability.catalog import MetricType, Producer
+from foxhunt_trainer.contract import catalog
+from foxhunt_trainer.contract.catalog import MetricType, Producer
 
 METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")

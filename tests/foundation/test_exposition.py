@@ -1,4 +1,4 @@
-"""observability.exposition: format negotiation, both formats written from one registry, exemplars,
+"""foxhunt_trainer.contract.exposition: format negotiation, both formats written from one registry, exemplars,
 the catalog counter without `_total`, and the HTTP server both the poller and the trainer run."""
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as _parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
-from observability import catalog
-from observability.exposition import (
+from foxhunt_trainer import TrainingMetrics
+from foxhunt_trainer.contract import catalog
+from foxhunt_trainer.contract.exposition import (
     OPENMETRICS,
     TEXT,
     TEXT_AND_OPENMETRICS,
@@ -28,7 +29,6 @@ from observability.exposition import (
     render_openmetrics,
     render_text,
 )
-from observability.instrument import TrainingMetrics
 
 
 def parse_openmetrics(text: str) -> list[Any]:

@@ -13,8 +13,15 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from observability.exposition import CollectorPage, MetricsHTTPServer
-from observability.http_server import BadRequest, BoundedHTTPServer, Request, Response, ServerLimits, parse_request_head
+from foxhunt_trainer.contract.exposition import CollectorPage, MetricsHTTPServer
+from foxhunt_trainer.contract.http_server import (
+    BadRequest,
+    BoundedHTTPServer,
+    Request,
+    Response,
+    ServerLimits,
+    parse_request_head,
+)
 
 
 def raw(port: int, data: bytes, timeout: float = 5.0) -> bytes:

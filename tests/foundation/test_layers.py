@@ -136,7 +136,7 @@ def test_the_pulumi_program_imports_no_offline_tooling() -> None:
 PROMQL_PACKAGE = "observability.promql"
 PROMQL_REWRITERS = frozenset({"dashboards.clusters", "observability.rules.pushdown"})
 # What the PromQL package may import of the project: the metric catalog it types expressions by.
-PROMQL_MAY_IMPORT = frozenset({"observability", "observability.catalog"})
+PROMQL_MAY_IMPORT = frozenset({"observability", "foxhunt_trainer.contract.catalog"})
 
 
 def _imports_promql_parser(tree: ast.AST) -> bool:

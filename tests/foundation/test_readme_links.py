@@ -6,10 +6,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from foxhunt_trainer.contract import catalog
+from foxhunt_trainer.logs import LOG_FORMATS
 from infra import REPO_ROOT
-from observability import catalog
 from observability.datasources import TRACE_TO_LOG_TAGS, TRACE_TO_METRIC_TAGS
-from observability.instrument.logs import LOG_FORMATS
 from observability.scrape_config import EXEMPLAR_STORAGE_FEATURE
 
 README = (REPO_ROOT / "README.md").read_text()

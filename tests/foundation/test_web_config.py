@@ -12,9 +12,9 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry, Counter
 
-from observability.exposition import CollectorPage, MetricsHTTPServer
-from observability.http_server import Request
-from observability.web_config import (
+from foxhunt_trainer.contract.exposition import CollectorPage, MetricsHTTPServer
+from foxhunt_trainer.contract.http_server import Request
+from foxhunt_trainer.contract.web_config import (
     WebConfig,
     WebConfigError,
     authorizer,

@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Counter
 
-from observability.exposition import CollectorPage, MetricsHTTPServer
-from observability.http_server import BadRequest, Request, ServerLimits, parse_request_head
+from foxhunt_trainer.contract.exposition import CollectorPage, MetricsHTTPServer
+from foxhunt_trainer.contract.http_server import BadRequest, Request, ServerLimits, parse_request_head
 
 EXPECTED_STATUSES = {200, 400, 404, 405, 431, 505}
 

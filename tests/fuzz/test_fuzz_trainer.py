@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
-from observability.exposition import render_openmetrics, render_text
-from observability.instrument import TrainingMetrics
-from observability.instrument.ranks import RankInfo
+from foxhunt_trainer import TrainingMetrics
+from foxhunt_trainer.contract.exposition import render_openmetrics, render_text
+from foxhunt_trainer.ranks import RankInfo
 
 labels = st.one_of(
     st.text(max_size=40),

@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
+from foxhunt_trainer import termination, trainer_env
+from foxhunt_trainer.contract import catalog
 from infra import REPO_ROOT, components, generated_content, program
 from infra.components import alert_routing, common, gpu_poller, grafana, training_job
 from infra.components.service_scrape import PATCH_FIELD_MANAGER_ANNOTATION
@@ -29,9 +31,8 @@ from infra.settings import (
     read_stack_config,
     validate_stack,
 )
-from observability import alertmanager, catalog, notifications, scrape_config, trainer_env
+from observability import alertmanager, notifications, scrape_config
 from observability.config import ObservabilityConfig
-from observability.instrument import termination
 from observability.partials import PARTIAL_SERIES_REGEX, is_partial
 from observability.rules import Tier
 from observability.scrape_config import PATH_ANNOTATION, PORT_ANNOTATION, SCRAPE_ANNOTATION, SERVICE_LABEL

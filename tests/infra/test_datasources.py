@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 import yaml
 
+from foxhunt_trainer.contract import catalog
 from infra.offline import artifacts
 from infra.offline.result import RenderResult
-from observability import catalog
 from observability.config import DatasourceUids, ObservabilityConfig
 from observability.datasources import (
     TRACE_ID_REGEX,

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from foxhunt_trainer.contract.web_config import WEB_CONFIG_ENV, parse_web_config, secret_hash
 from infra.components import gpu_poller
 from infra.components.common import METRICS_TLS_DIR, WEB_CONFIG_KEY
 from infra.offline import render
@@ -18,7 +19,6 @@ from infra.offline.policy_context import context_from_settings, rendered_objects
 from infra.offline.result import RenderResult
 from infra.settings import SCRAPE_CREDENTIAL_KEY, placeholder_secret
 from observability import scrape_config
-from observability.web_config import WEB_CONFIG_ENV, parse_web_config, secret_hash
 from policy.engine import evaluate
 from policy.rules.network import NETWORK_POLICY_COVERAGE, selects
 from tests.infra.support import STACKS, objects, one

@@ -408,7 +408,7 @@ def graphics_clock(gpus: tuple[str, ...], top: int, *, w: int) -> PanelBuilder:
 
 
 def test_adding_a_gpu_field_is_its_attribute_with_its_nvml_row_its_metric_and_its_fake_value(repo: Path) -> None:
-    edit(repo, "observability/catalog.py", "GPU_MEMORY_CLOCK_HERTZ = Metric(",
+    edit(repo, "foxhunt_trainer/contract/catalog.py", "GPU_MEMORY_CLOCK_HERTZ = Metric(",
          'GPU_GRAPHICS_CLOCK_HERTZ = Metric(\n    "ml_gpu_graphics_clock_hertz", MetricType.GAUGE, "hertz", '
          '"Current graphics clock.", GPU, _G\n)\n')  # fmt: skip
     edit(repo, "poller/samples.py", "    # a bit mask: one ml_gpu_clock_throttle_active series",
@@ -426,7 +426,7 @@ def test_adding_a_gpu_field_is_its_attribute_with_its_nvml_row_its_metric_and_it
     edit(repo, "dashboards/training_cockpit.py", GPU_ROW_END, "            gpu.graphics_clock(gpus, TOP, w=24),\n",
          before=False)  # fmt: skip
     assert changed_files(repo) == {
-        "observability/catalog.py",
+        "foxhunt_trainer/contract/catalog.py",
         "poller/samples.py",
         "tests/poller/fake_nvml/fake_nvml.c",
         "dashboards/panels/gpu.py",

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from observability import catalog
+from foxhunt_trainer.contract import catalog
 from observability.config import ObservabilityConfig
 from observability.scrape_config import (
     INTERVAL_ANNOTATION,

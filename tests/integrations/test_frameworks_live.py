@@ -38,12 +38,12 @@ from torch.utils.data import DataLoader, TensorDataset
 from bench._prometheus import PrometheusServer, config_yaml
 from dashboards import build_all
 from dashboards.queries import PanelQuery, panel_queries
-from observability import catalog
+from foxhunt_trainer import TrainingMetrics, render_text
+from foxhunt_trainer.contract import catalog
+from foxhunt_trainer.integrations.lightning import MetricsCallback as LightningCallback
+from foxhunt_trainer.integrations.optuna import STATES, StudyMonitor
+from foxhunt_trainer.integrations.sb3 import MetricsCallback as Sb3Callback
 from observability.config import ObservabilityConfig
-from observability.instrument import TrainingMetrics, render_text
-from observability.instrument.integrations.lightning import MetricsCallback as LightningCallback
-from observability.instrument.integrations.optuna import STATES, StudyMonitor
-from observability.instrument.integrations.sb3 import MetricsCallback as Sb3Callback
 from observability.rules import efficiency, rules_file_yaml
 
 pytestmark = pytest.mark.slow

@@ -14,11 +14,11 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from stable_baselines3 import SAC
 from torch.utils.data import DataLoader, TensorDataset
 
-from observability import catalog
-from observability.instrument import JobMetrics, TrainingMetrics, render_text
-from observability.instrument.integrations.lightning import MetricsCallback as LightningCallback
-from observability.instrument.integrations.sb3 import MetricsCallback as Sb3Callback
-from observability.instrument.search import TRIAL_STATES
+from foxhunt_trainer import JobMetrics, TrainingMetrics, render_text
+from foxhunt_trainer.contract import catalog
+from foxhunt_trainer.integrations.lightning import MetricsCallback as LightningCallback
+from foxhunt_trainer.integrations.sb3 import MetricsCallback as Sb3Callback
+from foxhunt_trainer.search import TRIAL_STATES
 
 FRAMEWORKS = ("stable_baselines3", "pytorch_lightning", "optuna", "torch", "gymnasium")
 
@@ -30,11 +30,11 @@ def imported_frameworks(statement: str) -> list[str]:
 
 
 def test_the_trainer_library_imports_no_framework():
-    assert imported_frameworks("import observability.instrument, observability.instrument.integrations") == []
+    assert imported_frameworks("import foxhunt_trainer, foxhunt_trainer.integrations") == []
 
 
 def test_the_optuna_integration_imports_optuna_and_no_other_framework():
-    assert imported_frameworks("import observability.instrument.integrations.optuna") == ["optuna"]
+    assert imported_frameworks("import foxhunt_trainer.integrations.optuna") == ["optuna"]
 
 
 def job() -> JobMetrics:

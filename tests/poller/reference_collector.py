@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from observability import catalog
+from foxhunt_trainer.contract import catalog
 from poller.error_counters import CountersSnapshot, ErrorCounters
 from poller.exported_metrics import ECC_TYPES, GPU_COUNTERS, GPU_GAUGES, INTERCONNECT_COUNTERS, THROTTLE_REASONS
 from poller.samples import PassResult

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from observability import catalog
+from foxhunt_trainer.contract import catalog
 from poller.error_counters import ErrorCounters
 from poller.nvml_source import Backoff, NvmlSource
 from poller.samples import GpuSample

@@ -52,7 +52,7 @@ def test_the_copied_modules_alone_run_the_poller(tmp_path: Path) -> None:
                 relative = str(source.relative_to(REPO_ROOT))
                 assert allowed_by_dockerignore(relative), f"{relative} is copied but .dockerignore excludes it"
                 shutil.copy(source, target / source.name)
-    code = "import poller.server, poller.healthcheck, poller.cli, observability.exposition as e; print(e.__file__)"
+    code = "import poller.server, poller.healthcheck, poller.cli, foxhunt_trainer.contract.exposition as e; print(e.__file__)"
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)}, capture_output=True, text=True
     )

@@ -9,7 +9,7 @@ import dataclasses
 
 import pytest
 
-from observability import catalog
+from foxhunt_trainer.contract import catalog
 from poller import exported_metrics, nvml_calls
 from poller.nvml_calls import FIELDS, READING_COUNT, READINGS_LAYOUT, Readings, sample_from
 from poller.nvml_fields import MEMORY, U64, NvmlField, check_fields, nvml, table_of

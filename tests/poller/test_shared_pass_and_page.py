@@ -12,8 +12,8 @@ from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from observability import catalog
-from observability.exposition import format_value
+from foxhunt_trainer.contract import catalog
+from foxhunt_trainer.contract.exposition import format_value
 from poller.error_counters import ErrorCounters
 from poller.exported_metrics import ERROR_TYPES, FAILURE_REASONS, GPU_GAUGES
 from poller.metrics_page import TextPageWriter

@@ -9,7 +9,7 @@ while a rule that stops reading its threshold (or compares the wrong way) fails 
 
 from __future__ import annotations
 
-from observability import catalog
+from foxhunt_trainer.contract import catalog
 from observability.config import ObservabilityConfig
 from observability.promql import duration
 from observability.rules import gpu as gpu_rules

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from observability import catalog
+from foxhunt_trainer.contract import catalog
 from observability.promql import duration
 from observability.rules import distributed
 from observability.thresholds import Thresholds

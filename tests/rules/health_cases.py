@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from observability import catalog
+from foxhunt_trainer.contract import catalog
 from observability.promql import duration
 from observability.thresholds import DEFAULT_THRESHOLDS, Thresholds
 from tests.rules.promtool_harness import Case, Check, Firing, counter, gpu_labels, join, poller_target, series, values

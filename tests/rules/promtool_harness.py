@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from observability.catalog import Metric
+from foxhunt_trainer.contract.catalog import Metric
 from observability.config import ObservabilityConfig
 from observability.promql import identifiers
 from observability.rules import efficiency, goodput, rule_groups

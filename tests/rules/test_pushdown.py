@@ -31,7 +31,7 @@ from bench.fleet.live import NO_JOB, targets
 from bench.fleet.series import job_id, node_name
 from bench.fleet.sharded_topology import hashmod
 from bench.fleet.values import Patterns
-from observability import catalog
+from foxhunt_trainer.contract import catalog
 from observability.config import ObservabilityConfig
 from observability.partials import PARTIAL_SERIES_REGEX, SHARD_LABEL, is_partial
 from observability.rules import Tier, rule_groups, tier_rule_groups

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
+from foxhunt_trainer.contract import catalog
 from infra.settings import available_stacks, read_stack_config, validate_stack
-from observability import catalog
 from observability.config import ObservabilityConfig
 from observability.rules import (
     ALERT_GROUP_NAMES,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from observability import catalog
+from foxhunt_trainer.contract import catalog
 from observability.config import ObservabilityConfig
 from observability.partials import is_partial
 from observability.promql.locality import Locality, derive

@@ -29,11 +29,11 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from observability.instrument import TrainingMetrics
-from observability.instrument.collectives import ALL_REDUCE
-from observability.instrument.integrations.torch_distributed import CollectiveTimer, instrument_rank
-from observability.instrument.phases import COMPUTE
-from observability.instrument.training import JobMetrics
+from foxhunt_trainer import TrainingMetrics
+from foxhunt_trainer.collectives import ALL_REDUCE
+from foxhunt_trainer.integrations.torch_distributed import CollectiveTimer, instrument_rank
+from foxhunt_trainer.phases import COMPUTE
+from foxhunt_trainer.training import JobMetrics
 
 WIDTH, BATCH = 64, 8
 BUCKET_CAP_MB = 0.01  # a few buckets for this model

@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from observability.instrument import TrainingMetrics
-from observability.instrument.remediation import Remediation, RemediationPolicy
+from foxhunt_trainer import TrainingMetrics
+from foxhunt_trainer.remediation import Remediation, RemediationPolicy
 
 STARTUP_TIMEOUT_SECONDS = 120.0
 

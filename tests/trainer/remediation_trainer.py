@@ -23,10 +23,10 @@ import time
 
 import torch
 
-from observability.exposition import render_text
-from observability.instrument import TrainingMetrics
-from observability.instrument.integrations.torch_remediation import TrainingState
-from observability.instrument.tracing import init_observability
+from foxhunt_trainer import TrainingMetrics
+from foxhunt_trainer.contract.exposition import render_text
+from foxhunt_trainer.integrations.torch_remediation import TrainingState
+from foxhunt_trainer.tracing import init_observability
 
 
 def main(argv: list[str]) -> int:

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-from observability import catalog
-from observability.instrument import JobMetrics, TrainingMetrics
-from observability.instrument.errors import checkpoint_error_type
-from observability.instrument.finite import nonfinite_entries
+from foxhunt_trainer import JobMetrics, TrainingMetrics
+from foxhunt_trainer.contract import catalog
+from foxhunt_trainer.errors import checkpoint_error_type
+from foxhunt_trainer.finite import nonfinite_entries
 
 from .test_job_lifecycle import ClientError, value
 
@@ -99,7 +99,7 @@ def _without_dac_override() -> None:
 
 SAVE_READ_ONLY = """
 import sys, torch
-from observability.instrument import JobMetrics, TrainingMetrics
+from foxhunt_trainer import JobMetrics, TrainingMetrics
 job = TrainingMetrics().start_job("mlp", "run-1", gpu_uuids=[])
 with job.checkpoint(sys.argv[1], step=1, state={"w": torch.ones(2)}, suppress_errors=True) as ckpt:
     torch.save({"w": torch.ones(2)}, sys.argv[1])

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
+from foxhunt_trainer import TrainingMetrics
+from foxhunt_trainer.collectives import ALL_REDUCE, CollectiveCounts
 from infra import REPO_ROOT
-from observability.instrument import TrainingMetrics
-from observability.instrument.collectives import ALL_REDUCE, CollectiveCounts
 from tests.trainer import ddp_timing_worker as worker
 
 TORCHRUN = Path(sys.executable).parent / "torchrun"

@@ -24,21 +24,21 @@ PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 # (the NVML discovery, one framework integration each), inside that part alone.
 DEPENDENCIES = {"prometheus_client", "opentelemetry"}
 OPTIONAL = {
-    "pynvml": ("observability/instrument/gpus.py",),
-    "yaml": ("observability/web_config.py",),
+    "pynvml": ("foxhunt_trainer/gpus.py",),
+    "yaml": ("foxhunt_trainer/contract/web_config.py",),
     "torch": (
-        "observability/instrument/flops.py",  # only when a step's FLOPs are measured
-        "observability/instrument/integrations/torch.py",
-        "observability/instrument/integrations/sb3.py",
-        "observability/instrument/integrations/lightning.py",
-        "observability/instrument/integrations/torch_distributed.py",
-        "observability/instrument/integrations/optimizers.py",
-        "observability/instrument/integrations/torch_remediation.py",
+        "foxhunt_trainer/flops.py",  # only when a step's FLOPs are measured
+        "foxhunt_trainer/integrations/torch.py",
+        "foxhunt_trainer/integrations/sb3.py",
+        "foxhunt_trainer/integrations/lightning.py",
+        "foxhunt_trainer/integrations/torch_distributed.py",
+        "foxhunt_trainer/integrations/optimizers.py",
+        "foxhunt_trainer/integrations/torch_remediation.py",
     ),
-    "numpy": ("observability/instrument/integrations/sb3.py",),
-    "stable_baselines3": ("observability/instrument/integrations/sb3.py",),
-    "pytorch_lightning": ("observability/instrument/integrations/lightning.py",),
-    "optuna": ("observability/instrument/integrations/optuna.py",),
+    "numpy": ("foxhunt_trainer/integrations/sb3.py",),
+    "stable_baselines3": ("foxhunt_trainer/integrations/sb3.py",),
+    "pytorch_lightning": ("foxhunt_trainer/integrations/lightning.py",),
+    "optuna": ("foxhunt_trainer/integrations/optuna.py",),
 }
 FORBIDDEN_DISTRIBUTIONS = {
     "pulumi",
@@ -54,11 +54,11 @@ FORBIDDEN_DISTRIBUTIONS = {
 
 def shipped_modules() -> dict[str, Path]:
     """Module name -> source file of everything the distribution ships (from pyproject.toml)."""
-    setuptools = PYPROJECT["tool"]["setuptools"]
-    modules = {name: REPO / (name.replace(".", "/") + ".py") for name in setuptools["py-modules"]}
-    modules["observability"] = REPO / "observability" / "__init__.py"
-    patterns = setuptools["packages"]["find"]["include"]
-    for init in sorted((REPO / "observability").rglob("__init__.py")):
+    patterns = PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]
+    modules: dict[str, Path] = {}
+    for init in sorted(REPO.rglob("__init__.py")):
+        if ".venv" in init.parts:
+            continue
         package = ".".join(init.parent.relative_to(REPO).parts)
         if any(fnmatch.fnmatch(package, p) for p in patterns):
             for source in sorted(init.parent.glob("*.py")):
@@ -91,7 +91,7 @@ def test_the_library_imports_only_what_it_ships_its_two_dependencies_and_the_sta
         relative = str(source.relative_to(REPO))
         for imported in imports_of(source, module_level=True):
             top = imported.split(".")[0]
-            if top == "observability":
+            if top == "foxhunt_trainer":
                 # `from pkg import name` names a module or an attribute of pkg: either is shipped.
                 if imported not in shipped and imported.rsplit(".", 1)[0] not in shipped:
                     problems.append(f"{name} imports {imported}, which the distribution does not ship")
@@ -100,8 +100,9 @@ def test_the_library_imports_only_what_it_ships_its_two_dependencies_and_the_sta
             elif relative not in OPTIONAL.get(top, ()):
                 problems.append(f"{name} imports {top}, not a dependency of the trainer library")
     assert problems == []
-    # And the rest of the project (rules, dashboards, Pulumi) is not in it.
-    assert not {n for n in shipped if n.startswith(("observability.rules", "observability.config"))}
+    # One import package named for the distribution: the platform's `observability` (rules,
+    # dashboards, Pulumi) is not in it.
+    assert {name.split(".")[0] for name in shipped} == {"foxhunt_trainer"}
 
 
 def build_wheel(work: Path) -> Path:
@@ -110,7 +111,7 @@ def build_wheel(work: Path) -> Path:
     source.mkdir()
     shutil.copy2(REPO / "pyproject.toml", source)
     listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "observability"],
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "foxhunt_trainer"],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -134,8 +135,8 @@ def offline_env() -> dict[str, str]:
 
 SCRIPT = """
 import json, math, urllib.request
-import observability.instrument as instrument
-from observability.instrument import TrainingMetrics
+import foxhunt_trainer as instrument
+from foxhunt_trainer import TrainingMetrics
 
 metrics = TrainingMetrics()
 server = metrics.serve(0, "127.0.0.1")
@@ -195,6 +196,6 @@ def test_the_wheel_installs_offline_into_an_empty_venv_and_instruments_a_script(
     # The launcher the training job template runs torchrun through is installed as a command.
     usage = subprocess.run([str(target / "bin" / "foxhunt-torchrun"), "--help"], capture_output=True, text=True)
     assert usage.returncode == 0 and "torchrun" in usage.stdout, usage.stderr
-    for absent in ("yaml", "pulumi", "observability.rules", "dashboards"):
+    for absent in ("yaml", "pulumi", "observability", "dashboards"):
         probe = subprocess.run([str(python), "-I", "-c", f"import {absent}"], cwd=tmp_path, capture_output=True)
         assert probe.returncode != 0, f"{absent} is importable from the trainer's venv"

@@ -8,7 +8,7 @@ import threading
 import time
 from pathlib import Path
 
-from observability.instrument import TrainingMetrics
+from foxhunt_trainer import TrainingMetrics
 
 from ..e2e.conftest import http_get
 
@@ -77,7 +77,7 @@ def test_a_process_nobody_scrapes_exits_without_waiting():
 
 CRASHING_SCRIPT = """
 import sys, time
-from observability.instrument import TrainingMetrics
+from foxhunt_trainer import TrainingMetrics
 metrics = TrainingMetrics()
 server = metrics.serve(0, "127.0.0.1")
 print(server.port, flush=True)

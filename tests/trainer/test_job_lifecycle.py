@@ -10,9 +10,9 @@ import torch
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.parser import text_string_to_metric_families
 
-from observability import catalog
-from observability.instrument import TrainingMetrics, render_text
-from observability.instrument.errors import FAILURE_ERROR_TYPES, failure_type
+from foxhunt_trainer import TrainingMetrics, render_text
+from foxhunt_trainer.contract import catalog
+from foxhunt_trainer.errors import FAILURE_ERROR_TYPES, failure_type
 
 
 def value(metrics: TrainingMetrics, name: str, **labels: str) -> float | None:

@@ -1,4 +1,4 @@
-"""`foxhunt-torchrun` (observability/launcher.py) around a real torchrun of two local workers
+"""`foxhunt-torchrun` (foxhunt_trainer/launcher.py) around a real torchrun of two local workers
 (`tests/trainer/launcher_worker.py`): a worker that ends with the documented code 80 (its
 rollback budget spent, through the trainer library's remediation) makes the launcher exit 80,
 where torchrun alone exits 1; a retriable failure stays retriable; a clean run exits 0; SIGTERM
@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from foxhunt_trainer import launcher, remediation
 from infra import REPO_ROOT
-from observability import launcher
-from observability.instrument import remediation
 
 TORCHRUN_BIN = Path(sys.executable).parent
 TWO_WORKERS = ("--standalone", "--nnodes=1", "--nproc-per-node=2")
@@ -39,7 +38,7 @@ def _worker(out: Path, *args: str) -> list[str]:
 
 
 def _launch(out: Path, *worker_args: str, through_launcher: bool = True) -> subprocess.Popen[str]:
-    head = [sys.executable, "-m", "observability.launcher"] if through_launcher else [str(TORCHRUN_BIN / "torchrun")]
+    head = [sys.executable, "-m", "foxhunt_trainer.launcher"] if through_launcher else [str(TORCHRUN_BIN / "torchrun")]
     return subprocess.Popen(
         [*head, *TWO_WORKERS, *_worker(out, *worker_args)],
         cwd=REPO_ROOT, env=_env(out / "tmp"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -9,10 +9,10 @@ import pytest
 import torch
 from torch import nn
 
-from observability import catalog
-from observability.instrument import JobMetrics, TrainingMetrics
-from observability.instrument.flops import measure_step_flops, model_precision, precision_of
-from observability.instrument.ranks import RankInfo
+from foxhunt_trainer import JobMetrics, TrainingMetrics
+from foxhunt_trainer.contract import catalog
+from foxhunt_trainer.flops import measure_step_flops, model_precision, precision_of
+from foxhunt_trainer.ranks import RankInfo
 
 from .test_job_lifecycle import value
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
+from foxhunt_trainer import remediation
 from infra import REPO_ROOT
-from observability.instrument import remediation
 
 
 def _run(directory: Path, *args: str, **env: str) -> tuple[int, str, dict[str, Any] | None]:

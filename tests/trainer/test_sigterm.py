@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from observability.instrument import termination
-from observability.trainer_env import FINAL_SCRAPE_WAIT_ENV, TERMINATION_GRACE_ENV
+from foxhunt_trainer import termination
+from foxhunt_trainer.trainer_env import FINAL_SCRAPE_WAIT_ENV, TERMINATION_GRACE_ENV
 
 from .test_flush_on_exit import Scraper
 
@@ -25,8 +25,8 @@ from .test_flush_on_exit import Scraper
 TRAINING_SCRIPT = """
 import signal, sys, time
 import torch
-from observability.instrument import TrainingMetrics
-from observability.instrument.integrations.torch import watch
+from foxhunt_trainer import TrainingMetrics
+from foxhunt_trainer.integrations.torch import watch
 
 if sys.argv[1] == "previous":
     def previous(signum, frame):

@@ -10,9 +10,9 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from observability import catalog
-from observability.instrument import TrainingMetrics
-from observability.instrument.integrations.torch import (
+from foxhunt_trainer import TrainingMetrics
+from foxhunt_trainer.contract import catalog
+from foxhunt_trainer.integrations.torch import (
     batch_size_of,
     record_regression_quality,
     regression_quality,

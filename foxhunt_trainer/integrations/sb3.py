@@ -1,0 +1,196 @@
+"""Stable-Baselines3: a callback that exports what DQN and PPO compute, as the algorithm computes it.
+
+    from foxhunt_trainer.integrations.sb3 import MetricsCallback
+
+    with metrics.job("ppo", job_id) as job:
+        model = PPO("MlpPolicy", env)
+        model.learn(total_timesteps, callback=MetricsCallback(job))
+
+What it reads, and where from (nothing is recomputed that the algorithm already computed):
+- steps: every step of the policy's optimizer (a post-step hook on `model.policy.optimizer`), with
+  the environment transitions collected since the previous step as its samples
+  (`ml_training_samples_total` then follows SB3's `time/total_timesteps`);
+- the loss and the policy-update statistics SB3 records into its logger at each `train()`
+  (`train/loss` as the step loss; PPO and A2C: `train/entropy_loss` as the policy entropy, `train/value_loss`,
+  `train/approx_kl`, `train/clip_fraction`, `train/explained_variance`), read when the next rollout
+  starts and when training ends, before SB3's logger clears them at its next dump;
+- the learning rate of the policy optimizer after each update, and the global norm of the
+  gradients it steps with (after SB3's clipping) every `check_every` optimizer steps; the
+  hyperparameters series (batch size, optimizer, precision, constant or scheduled learning rate);
+- DQN: the exploration rate (`model.exploration_rate`, what `rollout/exploration_rate` logs) after
+  each rollout, and the Q-value of the greedy action on the latest observations, from the
+  algorithm's own Q-network, every `q_value_every` environment steps (one forward pass; on a GPU
+  one synchronisation) and when training ends;
+- episodes: those the environments' `Monitor` wrapper reports (`info["episode"]`), and the mean
+  reward and length of the algorithm's episode buffer (`rollout/ep_rew_mean`, `rollout/ep_len_mean`),
+  after each rollout;
+- time: collecting rollouts counts as "data_wait" (the learner waits for experience), updating the
+  policy as "compute".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from stable_baselines3.common.callbacks import BaseCallback
+from torch.utils.hooks import RemovableHandle
+
+from foxhunt_trainer.hyperparameters import UNKNOWN, Hyperparameters
+from foxhunt_trainer.integrations.optimizers import gradient_norm, learning_rates, short_name
+from foxhunt_trainer.integrations.phase_blocks import PhaseBlocks
+from foxhunt_trainer.integrations.torch import precision_of
+from foxhunt_trainer.phases import COMPUTE, DATA_WAIT
+from foxhunt_trainer.training import JobMetrics
+
+# SB3 logger keys of a policy update, and the keyword of `RlMetrics.record_policy_update` each feeds.
+UPDATE_KEYS: dict[str, str] = {
+    "train/value_loss": "value_loss",
+    "train/approx_kl": "approx_kl",
+    "train/clip_fraction": "clip_fraction",
+    "train/explained_variance": "explained_variance",
+}
+ENTROPY_LOSS_KEY = "train/entropy_loss"  # minus the mean entropy
+LOSS_KEY = "train/loss"
+DEFAULT_Q_VALUE_EVERY = 1000
+DEFAULT_CHECK_EVERY = 50
+
+
+class MetricsCallback(BaseCallback):
+    """Exports a Stable-Baselines3 run's steps, losses and model-specific values into `job`."""
+
+    def __init__(
+        self,
+        job: JobMetrics,
+        *,
+        q_value_every: int = DEFAULT_Q_VALUE_EVERY,
+        check_every: int = DEFAULT_CHECK_EVERY,
+        verbose: int = 0,
+    ) -> None:
+        if q_value_every < 1:
+            raise ValueError(f"q_value_every is a number of environment steps of at least 1, got {q_value_every}")
+        if check_every < 1:
+            raise ValueError(f"check_every is a number of optimizer steps of at least 1, got {check_every}")
+        super().__init__(verbose)
+        self.job = job
+        self.q_value_every = q_value_every
+        self.check_every = check_every
+        self._phases = PhaseBlocks(job)
+        self._hooks: list[RemovableHandle] = []
+        self._optimizer: torch.optim.Optimizer | None = None
+        self._counted_timesteps = 0
+        self._episodes = 0
+        self._q_value_at = 0
+        self._updates_read: int | None = None
+
+    # --- SB3's hooks --------------------------------------------------------------------------
+    def _on_training_start(self) -> None:
+        optimizer = getattr(self.model.policy, "optimizer", None)
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(
+                f"{type(self.model).__name__}: MetricsCallback counts the steps of the policy's optimizer "
+                "(`model.policy.optimizer`, as DQN, PPO and A2C have); this algorithm has none"
+            )
+        self._counted_timesteps = self.model.num_timesteps
+        self._q_value_at = self.model.num_timesteps
+        self._updates_read = getattr(self.model, "_n_updates", None)
+        self._optimizer = optimizer
+        self._hooks = [
+            optimizer.register_step_pre_hook(self._before_optimizer_step),
+            optimizer.register_step_post_hook(self._optimizer_stepped),
+        ]
+        self.job.set_hyperparameters(self._hyperparameters(optimizer))
+
+    def _on_rollout_start(self) -> None:
+        self._read_update()
+        self._phases.switch(DATA_WAIT)
+
+    def _on_step(self) -> bool:
+        infos: list[dict[str, Any]] = self.locals.get("infos") or []
+        self._episodes += sum(1 for info in infos if "episode" in info)
+        return True
+
+    def _on_rollout_end(self) -> None:
+        self._read_rollout()
+        if self.num_timesteps - self._q_value_at >= self.q_value_every:
+            self._read_q_value()
+        self._phases.switch(COMPUTE)
+
+    def _on_training_end(self) -> None:
+        try:
+            self._read_update()
+            self._read_rollout()
+            self._read_q_value()
+        finally:
+            self._phases.close()
+            for hook in self._hooks:
+                hook.remove()
+            self._hooks = []
+
+    # --- reading the algorithm's values -------------------------------------------------------
+    def _hyperparameters(self, optimizer: torch.optim.Optimizer) -> Hyperparameters:
+        rate = getattr(self.model, "learning_rate", None)
+        schedule = "constant" if isinstance(rate, int | float) else short_name(getattr(rate, "__name__", UNKNOWN))
+        batch_size = getattr(self.model, "batch_size", None)
+        return Hyperparameters(
+            batch_size=batch_size if isinstance(batch_size, int) and batch_size > 0 else None,
+            optimizer=short_name(type(optimizer).__name__),
+            precision=precision_of(self.model.policy),
+            lr_schedule=schedule,
+        )
+
+    def _before_optimizer_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        # After SB3 clipped them: the gradients the optimizer steps with (at check steps only).
+        if (self.job.steps_done + 1) % self.check_every == 0:
+            norm = gradient_norm([optimizer])
+            if norm is not None:
+                self.job.record_gradient_norm(float(norm))
+
+    def _optimizer_stepped(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        timesteps = self.model.num_timesteps
+        samples, self._counted_timesteps = max(timesteps - self._counted_timesteps, 0), timesteps
+        self.job.record_step(samples=samples)
+
+    def _read_update(self) -> None:
+        updates = getattr(self.model, "_n_updates", None)
+        if updates == self._updates_read:
+            return  # no policy update since the last read: SB3's logger holds the same values
+        self._updates_read = updates
+        logged: dict[str, Any] = self.model.logger.name_to_value
+        if LOSS_KEY in logged:
+            self.job.record_step_loss(float(logged[LOSS_KEY]))
+        if self._optimizer is not None:
+            self.job.set_learning_rates(learning_rates([self._optimizer]))
+        update = {keyword: float(logged[key]) for key, keyword in UPDATE_KEYS.items() if key in logged}
+        if ENTROPY_LOSS_KEY in logged:
+            update["entropy"] = -float(logged[ENTROPY_LOSS_KEY])
+        if update:
+            self.job.rl.record_policy_update(**update)
+
+    def _read_rollout(self) -> None:
+        rate = getattr(self.model, "exploration_rate", None)
+        if isinstance(rate, float) and hasattr(self.model, "exploration_schedule"):
+            self.job.rl.set_exploration_rate(rate)
+        finished, self._episodes = self._episodes, 0
+        if not finished:
+            return  # the episode buffer changes only when episodes end
+        buffer = self.model.ep_info_buffer
+        if buffer:
+            rewards = [float(episode["r"]) for episode in buffer]
+            lengths = [float(episode["l"]) for episode in buffer]
+            self.job.rl.record_episodes(finished, float(np.mean(rewards)), float(np.mean(lengths)))
+        else:
+            self.job.rl.record_episodes(finished)
+
+    def _read_q_value(self) -> None:
+        q_net = getattr(self.model, "q_net", None)
+        observations = getattr(self.model, "_last_obs", None)
+        if not isinstance(q_net, torch.nn.Module) or observations is None:
+            return
+        self._q_value_at = self.num_timesteps
+        with torch.no_grad():
+            tensor, _ = self.model.policy.obs_to_tensor(observations)
+            value = float(q_net(tensor).max(dim=1).values.mean())
+        self.job.rl.set_q_value(value)
+        self.job.check_finite(value, "activation")

@@ -1,0 +1,27 @@
+"""The environment variables the training job template sets and the trainer library reads.
+
+Imports nothing: the Pulumi program (`observability.scrape_config`, `infra/`) and the trainer
+library (`foxhunt_trainer`, shipped alone in the training image) both take the names
+from here.
+"""
+
+# A finished process's last values (a training job's duration, its final status) reach Prometheus
+# only if it is scraped once more before it exits: the trainer's metrics server waits for that
+# scrape, at most this many seconds (the job template sets two scrape intervals).
+FINAL_SCRAPE_WAIT_ENV = "FOXHUNT_METRICS_FINAL_SCRAPE_WAIT_SECONDS"
+
+# Where torchrun runs several ranks in a pod, each serves its metrics on this base port plus its
+# local rank (container port `metrics-<local rank>`, scraped one target per rank).
+METRICS_BASE_PORT_ENV = "FOXHUNT_METRICS_BASE_PORT"
+
+# The pod's terminationGracePeriodSeconds, as the job template renders it: on SIGTERM the trainer
+# records the job as stopped and flushes its metrics within it (foxhunt_trainer.termination).
+TERMINATION_GRACE_ENV = "FOXHUNT_TERMINATION_GRACE_PERIOD_SECONDS"
+
+# Bounded rollback of non-finite training (foxhunt_trainer.remediation): the template sets these
+# from the stack file's trainingJob.remediation; a job's own environment may override them.
+REMEDIATION_ENABLED_ENV = "FOXHUNT_REMEDIATION"  # "on" or "off"
+REMEDIATION_MAX_ROLLBACKS_ENV = "FOXHUNT_REMEDIATION_MAX_ROLLBACKS"
+REMEDIATION_LR_FACTOR_ENV = "FOXHUNT_REMEDIATION_LR_FACTOR"
+# The most rollbacks a job may be allowed: a run that needs more is diverging, not unlucky.
+REMEDIATION_MAX_ROLLBACKS_LIMIT = 10
