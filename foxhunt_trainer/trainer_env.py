@@ -25,3 +25,11 @@ REMEDIATION_MAX_ROLLBACKS_ENV = "FOXHUNT_REMEDIATION_MAX_ROLLBACKS"
 REMEDIATION_LR_FACTOR_ENV = "FOXHUNT_REMEDIATION_LR_FACTOR"
 # The most rollbacks a job may be allowed: a run that needs more is diverging, not unlucky.
 REMEDIATION_MAX_ROLLBACKS_LIMIT = 10
+
+# Progress lines in the job's log: one every this many seconds (default 60); "0" or "off" turns
+# them off (the end-of-run summary stays). foxhunt_trainer.summary reads and checks it.
+PROGRESS_SECONDS_ENV = "FOXHUNT_PROGRESS_SECONDS"
+DEFAULT_PROGRESS_SECONDS = 60.0
+# The GPU model the job runs on, as NVML names it ("NVIDIA H100 80GB HBM3"), where NVML cannot say:
+# the end-of-run summary's MFU looks its peak up in the peak-FLOPs table.
+GPU_MODEL_ENV = "FOXHUNT_GPU_MODEL"
