@@ -44,6 +44,7 @@ from foxhunt_trainer.gpus import DRIVER_CAPABILITIES, DRIVER_CAPABILITIES_ENV
 from foxhunt_trainer.launcher import UNFIXABLE_EXIT_CODES
 from foxhunt_trainer.trainer_env import (
     FINAL_SCRAPE_WAIT_ENV,
+    JOB_NAME_ENV,
     METRICS_BASE_PORT_ENV,
     REMEDIATION_ENABLED_ENV,
     REMEDIATION_LR_FACTOR_ENV,
@@ -80,7 +81,6 @@ from observability.scrape_config import (
 TYPE = "foxhunt:observability:TrainingJobTemplate"
 COMPONENT = "training"
 CONTAINER = "trainer"
-JOB_NAME_ENV = "TRAINING_JOB_NAME"
 MODEL_TYPE_LABEL = "foxhunt.io/model-type"
 NEVER = "0 0 1 1 *"  # a valid schedule for the API; the CronJob is suspended so it never fires
 SCRATCH_SIZE = "20Gi"

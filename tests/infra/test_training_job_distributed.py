@@ -82,12 +82,12 @@ def test_multi_node_jobs_are_indexed_with_torchrun_ranks_from_the_completion_ind
         index = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
         assert env[training_job.NODE_RANK_ENV]["valueFrom"]["fieldRef"]["fieldPath"] == index
         assert env[training_job.MASTER_ADDR_ENV]["value"] == (
-            f"$({training_job.JOB_NAME_ENV})-0.{service['metadata']['name']}.{namespace}.svc"
+            f"$({trainer_env.JOB_NAME_ENV})-0.{service['metadata']['name']}.{namespace}.svc"
         )
         assert env[training_job.MASTER_PORT_ENV]["value"] == str(training_job.RENDEZVOUS_PORT)
         assert env[trainer_env.METRICS_BASE_PORT_ENV]["value"] == str(settings.metrics_port)
         names = list(env)  # $(VAR) in an env value resolves only against variables defined earlier
-        assert names.index(training_job.JOB_NAME_ENV) < names.index(training_job.MASTER_ADDR_ENV)
+        assert names.index(trainer_env.JOB_NAME_ENV) < names.index(training_job.MASTER_ADDR_ENV)
         ports = {p["name"]: p["containerPort"] for p in container["ports"]}
         assert ports == {
             **{f"metrics-{i}": settings.metrics_port + i for i in range(settings.gpu_count)},
