@@ -41,3 +41,8 @@ AUTOLOG_DISABLE_ENV = "FOXHUNT_AUTOLOG_DISABLE"
 # rendered Job file gets its own) and the stack's model type (trainingJob.modelType).
 JOB_NAME_ENV = "TRAINING_JOB_NAME"
 MODEL_TYPE_ENV = "FOXHUNT_MODEL_TYPE"
+
+# The trainer wheel's commands (pyproject's [project.scripts]) the template starts a program with:
+# one process, auto-instrumented, or torchrun with one process per GPU.
+RUN_COMMAND = "foxhunt-run"
+TORCHRUN_COMMAND = "foxhunt-torchrun"
