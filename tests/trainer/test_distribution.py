@@ -200,6 +200,12 @@ def test_the_wheel_installs_offline_into_an_empty_venv_and_instruments_a_script(
     # The launcher the training job template runs torchrun through is installed as a command.
     usage = subprocess.run([str(target / "bin" / "foxhunt-torchrun"), "--help"], capture_output=True, text=True)
     assert usage.returncode == 0 and "torchrun" in usage.stdout, usage.stderr
+    # The run report is a command of the wheel too, with no dependency beyond it (its plots are SVG).
+    unreachable = subprocess.run(
+        [str(target / "bin" / "foxhunt-report"), "job", "--url", "http://127.0.0.1:9"], capture_output=True, text=True
+    )
+    assert unreachable.returncode == 2, unreachable.stderr
+    assert unreachable.stderr.startswith("foxhunt-report: cannot reach Prometheus at http://127.0.0.1:9: ")
     for absent in ("yaml", "pulumi", "observability", "dashboards"):
         probe = subprocess.run([str(python), "-I", "-c", f"import {absent}"], cwd=tmp_path, capture_output=True)
         assert probe.returncode != 0, f"{absent} is importable from the trainer's venv"
