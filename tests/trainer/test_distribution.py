@@ -193,6 +193,10 @@ def test_the_wheel_installs_offline_into_an_empty_venv_and_instruments_a_script(
     assert 'ml_training_nan_count{job_id="from-wheel",model_type="mlp",tensor_type="loss"} 1.0' in page
     assert 'ml_training_failures_total{error_type="timeout",job_id="from-wheel",model_type="mlp"} 1.0' in page
     assert 'ml_training_jobs_by_status{status="failed"} 1.0' in page
+    # The end-of-run summary (a script that configured no logging: on stderr), with the peak table
+    # and the verdict's thresholds the wheel ships.
+    assert "foxhunt model_type=mlp job_id=from-wheel: run summary: failed after" in run.stderr, run.stderr
+    assert "verdict: " in run.stderr and "MFU: not known: the job reports no model FLOPs" in run.stderr, run.stderr
     # The launcher the training job template runs torchrun through is installed as a command.
     usage = subprocess.run([str(target / "bin" / "foxhunt-torchrun"), "--help"], capture_output=True, text=True)
     assert usage.returncode == 0 and "torchrun" in usage.stdout, usage.stderr
