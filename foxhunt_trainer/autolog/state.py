@@ -87,3 +87,10 @@ def guarded(integration: str, default: Any = None) -> Callable[[Callable[P, R]],
         return wrapper
 
     return decorate
+
+
+def guarded_subclass(base: type[R], integration: str, methods: dict[str, Any]) -> type[R]:
+    """A subclass of a framework callback `base` whose `methods` (name -> what to return when off
+    or failed) run `guarded`: the framework calls it, and its failure never reaches the training."""
+    namespace = {name: guarded(integration, default)(getattr(base, name)) for name, default in methods.items()}
+    return type(f"Auto{base.__name__}", (base,), namespace)
