@@ -13,7 +13,8 @@ Installed right after the program imports torch (`importer`); nothing happens un
   detached and kept on its device until the check sums them (no sync in the step);
 - data wait vs compute: every DataLoader iterator's `__next__` (`_BaseDataLoaderIter`) is
   data_wait, the time after it compute (evaluation when gradients are off: `torch.no_grad()`);
-  its batches' leading dimension are the samples (training batches only);
+  its batches' leading dimension are the samples (training batches only); a loop without a
+  DataLoader counts the time from its first optimizer step on as compute;
 - hyperparameters: batch size (the first training batch), optimizer class, parameter precision,
   the class of the LR scheduler made for the optimizer (`LRScheduler.__init__`);
 - model FLOPs: the second optimizer step of the process runs under PyTorch's FlopCounterMode
@@ -121,6 +122,8 @@ class AutoTorch:
         self._flops: Any = None  # the FlopCounterMode of the measured step
         self._flops_dtype: torch.dtype | None = None
         self._flops_done = False
+        # Without a DataLoader to tell data wait from compute, the time from the first step on is compute.
+        self._step_block: PhaseBlock | None = None
 
     # --- optimizer steps ------------------------------------------------------------------------
     def before_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
@@ -134,6 +137,8 @@ class AutoTorch:
         if watcher is None or not watcher.is_for(optimizer):
             return
         watcher._after_step(optimizer, args, kwargs)
+        if self._step_block is None and not self._loaders:
+            self._step_block = self.job.phases.block(COMPUTE)
         self._measure_flops(watcher, optimizer)
 
     def _watcher_for(self, optimizer: torch.optim.Optimizer) -> AutoWatcher | None:
@@ -206,6 +211,9 @@ class AutoTorch:
                     del loaders[index + 1 :]
                 block = loaders[index][1]
                 return block, block.switch(DATA_WAIT)
+        if self._step_block is not None:  # a DataLoader tells data wait from compute from now on
+            self._step_block.close()
+            self._step_block = None
         while loaders and loaders[-1][0]() is None:  # iterators gone (a loop left early)
             loaders.pop()[1].close()
         block = self.job.phases.block(DATA_WAIT)
@@ -258,6 +266,9 @@ class AutoTorch:
         for _, block in reversed(self._loaders):
             block.close()
         self._loaders = []
+        if self._step_block is not None:
+            self._step_block.close()
+            self._step_block = None
 
 
 def is_training_state(state: object, depth: int = 0) -> bool:

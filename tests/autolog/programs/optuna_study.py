@@ -44,7 +44,7 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 study = optuna.create_study(study_name="mlp-lr", sampler=optuna.samplers.TPESampler(seed=0))
 study.optimize(objective, n_trials=args.trials)
 
-states = {}
+states: dict[str, int] = {}
 for trial in study.trials:
     states[trial.state.name.lower()] = states.get(trial.state.name.lower(), 0) + 1
 with open(os.path.join(args.out_dir, "result.json"), "w") as result:

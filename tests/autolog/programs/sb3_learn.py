@@ -18,6 +18,7 @@ parser.add_argument("algorithm", choices=["ppo", "dqn"])
 parser.add_argument("--timesteps", type=int, default=2048)
 args = parser.parse_args()
 
+model: PPO | DQN
 if args.algorithm == "ppo":
     model = PPO("MlpPolicy", "CartPole-v1", n_steps=256, batch_size=64, n_epochs=4, seed=0, device="cpu")
 else:
