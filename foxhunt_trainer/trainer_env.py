@@ -46,3 +46,11 @@ MODEL_TYPE_ENV = "FOXHUNT_MODEL_TYPE"
 # one process, auto-instrumented, or torchrun with one process per GPU.
 RUN_COMMAND = "foxhunt-run"
 TORCHRUN_COMMAND = "foxhunt-torchrun"
+
+# Progress lines in the job's log: one every this many seconds (default 60); "0" or "off" turns
+# them off (the end-of-run summary stays). foxhunt_trainer.summary reads and checks it.
+PROGRESS_SECONDS_ENV = "FOXHUNT_PROGRESS_SECONDS"
+DEFAULT_PROGRESS_SECONDS = 60.0
+# The GPU model the job runs on, as NVML names it ("NVIDIA H100 80GB HBM3"), where NVML cannot say:
+# the end-of-run summary's MFU looks its peak up in the peak-FLOPs table.
+GPU_MODEL_ENV = "FOXHUNT_GPU_MODEL"

@@ -4,6 +4,8 @@ this writes.
 
 - docs/runbooks.md: one section per alert, from the rule definitions (observability.rules);
 - dashboards/README.md: every dashboard's rows, panels and the series they read (dashboards);
+- foxhunt_trainer/contract/verdict_thresholds.py: the bottleneck verdict's thresholds of
+  observability/thresholds.yaml, for the trainer's end-of-run summary (the wheel reads no YAML);
 - docs/alerts.md, between its two markers only: the alert groups with their alerts, and the
   recording groups (observability.rules); the rest of the page is written by hand.
 
@@ -19,6 +21,7 @@ from collections.abc import Callable
 from dashboards import readme
 from infra import REPO_ROOT
 from observability.config import ObservabilityConfig
+from observability.rules import goodput
 from observability.rules.runbooks import render_alert_groups, render_runbooks
 
 # The generated part of a page otherwise written by hand lies between these two lines.
@@ -44,6 +47,7 @@ def generators() -> dict[str, Callable[[], str]]:
     return {
         "docs/runbooks.md": lambda: render_runbooks(ObservabilityConfig()),
         "dashboards/README.md": readme.render,
+        goodput.VERDICT_THRESHOLDS_MODULE: lambda: goodput.render_verdict_thresholds(ObservabilityConfig()),
         "docs/alerts.md": spliced("docs/alerts.md", lambda: render_alert_groups(ObservabilityConfig())),
     }
 
