@@ -3,7 +3,9 @@ from the code. Never edit these files by hand; `make check` fails when one diffe
 this writes.
 
 - docs/runbooks.md: one section per alert, from the rule definitions (observability.rules);
-- dashboards/README.md: every dashboard's rows, panels and the series they read (dashboards).
+- dashboards/README.md: every dashboard's rows, panels and the series they read (dashboards);
+- foxhunt_trainer/contract/verdict_thresholds.py: the bottleneck verdict's thresholds of
+  observability/thresholds.yaml, for the trainer's end-of-run summary (the wheel reads no YAML).
 
 The CrossGuard pack's stack context is not among them: the render writes it from the stack's own
 settings (rendered/<stack>/policy/pack-config.json), so there is no committed copy to go stale.
@@ -17,6 +19,7 @@ from collections.abc import Callable
 from dashboards import readme
 from infra import REPO_ROOT
 from observability.config import ObservabilityConfig
+from observability.rules import goodput
 from observability.rules.runbooks import render_runbooks
 
 
@@ -25,6 +28,7 @@ def generators() -> dict[str, Callable[[], str]]:
     return {
         "docs/runbooks.md": lambda: render_runbooks(ObservabilityConfig()),
         "dashboards/README.md": readme.render,
+        goodput.VERDICT_THRESHOLDS_MODULE: lambda: goodput.render_verdict_thresholds(ObservabilityConfig()),
     }
 
 

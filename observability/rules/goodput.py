@@ -5,7 +5,7 @@ Inputs: the trainer's time split (`ml_training_phase_seconds_total{model_type, j
 phase}`, every second of each rank's life in one phase), its model FLOPs
 (`ml_training_model_flops_total{..., precision}`), the GPUs it holds and their own evidence
 (`jobs.py`: GPM SM activity where the GPU has GPM, NVML utilization elsewhere, joined on `uuid`),
-the peak-FLOPs table (`observability/peak_flops.yaml`) and the verdict thresholds
+the peak-FLOPs table (`foxhunt_trainer/contract/peak_flops.json`) and the verdict thresholds
 (`observability/thresholds.yaml`).
 
 What is recorded, per job:
@@ -36,7 +36,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from foxhunt_trainer.contract import catalog
+from foxhunt_trainer.contract import catalog, verdicts
 from observability.config import ObservabilityConfig
 from observability.promql import by, duration, matcher, regex_matcher
 from observability.rules import distributed, jobs
@@ -51,13 +51,14 @@ BYTES_PER_GB = 1e9
 
 # The trainer's time split: the phases and the one that is productive.
 PHASE_SECONDS = catalog.TRAINING_PHASE_SECONDS_TOTAL.name
-GOOD_PHASE = "compute"
+GOOD_PHASE = verdicts.GOOD_PHASE
 
-VERDICT_INPUT = "input-bound"
-VERDICT_CHECKPOINT = "checkpoint-bound"
-VERDICT_COMMUNICATION = "communication-bound"
-VERDICT_COMPUTE = "compute-saturated"
-VERDICT_UNDERUTILIZED = "underutilized"
+# The verdicts (names, meaning, advice) are shared with the trainer's end-of-run summary.
+VERDICT_INPUT = verdicts.INPUT_BOUND.name
+VERDICT_CHECKPOINT = verdicts.CHECKPOINT_BOUND.name
+VERDICT_COMMUNICATION = verdicts.COMMUNICATION_BOUND.name
+VERDICT_COMPUTE = verdicts.COMPUTE_SATURATED.name
+VERDICT_UNDERUTILIZED = verdicts.UNDERUTILIZED.name
 VERDICTS: tuple[str, ...] = (
     VERDICT_INPUT,
     VERDICT_CHECKPOINT,
@@ -179,7 +180,7 @@ def held_peak(cfg: ObservabilityConfig) -> RecordingRule:
         HELD_PEAK,
         "\nor\n".join(per_precision),
         "Dense peak FLOP/s of one GPU of each model a training job holds, by precision "
-        "(observability/peak_flops.yaml); models the table does not know are not recorded.",
+        "(foxhunt_trainer/contract/peak_flops.json); models the table does not know are not recorded.",
     )
 
 
@@ -306,6 +307,31 @@ def cost_rules(cfg: ObservabilityConfig) -> tuple[RecordingRule, ...]:
             f"hours, each kept {retention} at {price}.",
         ),
     )
+
+
+# The verdict's thresholds (thresholds.yaml records) as the trainer wheel reads them.
+VERDICT_THRESHOLDS_MODULE = "foxhunt_trainer/contract/verdict_thresholds.py"
+_VERDICT_THRESHOLD_NAMES = (
+    "training_data_wait_ratio",
+    "training_checkpoint_ratio",
+    "training_communication_share_ratio",
+    "training_compute_saturated_ratio",
+    "training_compute_saturated_gpu_busy_percent",
+)
+
+
+def render_verdict_thresholds(cfg: ObservabilityConfig) -> str:
+    """The text of `VERDICT_THRESHOLDS_MODULE`: the verdict's thresholds of `cfg` as constants."""
+    lines = [
+        '"""The bottleneck verdict\'s thresholds (`foxhunt_trainer.contract.verdicts`), copied from',
+        "observability/thresholds.yaml by `make generate`: edit that file, never this one (a test fails while",
+        'this copy is stale)."""',
+        "",
+    ]
+    for name in _VERDICT_THRESHOLD_NAMES:
+        record = getattr(cfg.thresholds, name)
+        lines.append(f"{name.upper()} = {record.value!r}  # {record.name} ({record.unit})")
+    return "\n".join(lines) + "\n"
 
 
 def goodput_rules(cfg: ObservabilityConfig) -> tuple[RecordingRule, ...]:
