@@ -29,6 +29,7 @@ from prometheus_client.registry import Collector
 
 from foxhunt_trainer import errors, families, gpus, hyperparameters
 from foxhunt_trainer import flops as flops_module
+from foxhunt_trainer.autolog.state import STATE as AUTOLOG
 from foxhunt_trainer.checkpoints import WEIGHTS, CheckpointSave, GoodCheckpoint
 from foxhunt_trainer.contract import catalog
 from foxhunt_trainer.contract.catalog import Metric
@@ -161,6 +162,7 @@ class TrainingMetrics:
         for status in JOB_STATUSES:
             self.jobs_by_status.labels(status=status).set(0)
         SIGTERM_HANDLER.watch_jobs(self)
+        AUTOLOG.metrics_created()  # a program's own metrics: the auto-instrumentation steps aside
 
     @property
     def catalog_metrics(self) -> tuple[Metric, ...]:
