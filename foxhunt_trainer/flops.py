@@ -8,7 +8,7 @@ PaLM does; elementwise work and the optimizer are not model FLOPs. The step is n
 result is the caller's, as if it had run without the counter.
 
 `precision_of(dtype)` names the precision a floating-point dtype multiplies in, as the peak table
-(`observability/peak_flops.yaml`) spells it. PyTorch is imported only when these are called.
+(`foxhunt_trainer/contract/peak_flops.json`) spells it. PyTorch is imported only when these are called.
 """
 
 from __future__ import annotations

@@ -8,6 +8,10 @@ its rule fails the Job at once on them). The training job template therefore run
 
 which starts `torchrun` with the same arguments and:
 
+- auto-instruments every worker as `foxhunt-run` does (`foxhunt_trainer.autolog`: its
+  `sitecustomize` first on PYTHONPATH, unless FOXHUNT_AUTOLOG=off), with one job ID for all ranks
+  (FOXHUNT_JOB_ID: the Kubernetes Job's name where the template sets it, else the program's name
+  and the start time);
 - gives it (and through it every worker) a fresh directory of its own, named in
   `WORKER_EXIT_DIR_ENV`: a worker that ends with a documented code writes it there first
   (`record_exit_code`, called by the trainer library's remediation);
@@ -33,6 +37,8 @@ import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
+
+from foxhunt_trainer.autolog.launch import BOOTSTRAP, JOB_ID_ENV, PYTHONPATH, instrumented_env, shared_job_id
 
 # Exit codes of training that a restart cannot fix (the podFailurePolicy fails the Job on them).
 EXIT_ROLLBACK_BUDGET_SPENT = 80
@@ -104,6 +110,10 @@ def run(args: Sequence[str], environ: Mapping[str, str] | None = None) -> int:
     if torchrun is None:
         print(f"foxhunt-torchrun: {TORCHRUN} is not on PATH ({env.get('PATH', '')}): install PyTorch", file=sys.stderr)
         return EXIT_NOT_FOUND
+    env = instrumented_env(env)  # the workers auto-instrumented (foxhunt_trainer.autolog)
+    job_id = shared_job_id(args, env)
+    if job_id is not None and env.get(PYTHONPATH, "").startswith(str(BOOTSTRAP)):
+        env[JOB_ID_ENV] = job_id  # one job, whatever second each rank starts in
     with tempfile.TemporaryDirectory(prefix="foxhunt-worker-exits-") as directory:
         env[WORKER_EXIT_DIR_ENV] = directory
         child = subprocess.Popen([torchrun, *args], env=env)

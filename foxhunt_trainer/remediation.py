@@ -169,7 +169,7 @@ class Remediation:
             job.rewind_steps(checkpoint.step)
             job.mark_lost_work(until_step=steps_before)
             self.rollbacks += 1
-            job._m.rollbacks.labels(model_type=job.model_type, job_id=job.job_id).inc()
+            job.record_rollback()
             self._publish_budget()
             span.set_attributes(
                 {"checkpoint.step": checkpoint.step, "rollback.number": self.rollbacks, "rollback.what": what}

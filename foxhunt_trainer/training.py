@@ -29,6 +29,7 @@ from prometheus_client.registry import Collector
 
 from foxhunt_trainer import errors, families, gpu_memory, gpus, hyperparameters
 from foxhunt_trainer import flops as flops_module
+from foxhunt_trainer.autolog.state import STATE as AUTOLOG
 from foxhunt_trainer.checkpoints import WEIGHTS, CheckpointSave, GoodCheckpoint
 from foxhunt_trainer.contract import catalog
 from foxhunt_trainer.contract.catalog import Metric
@@ -38,6 +39,7 @@ from foxhunt_trainer.ranks import RankInfo
 from foxhunt_trainer.reinforcement import RlFamilies, RlMetrics
 from foxhunt_trainer.search import SearchFamilies, StudyMetrics
 from foxhunt_trainer.server import METRICS_PORT, MetricsServer, rank_metrics_port
+from foxhunt_trainer.summary import RunReporter, RunState, progress_interval
 from foxhunt_trainer.tallies import TALLIED, StepTally, TallyCollector
 from foxhunt_trainer.termination import HANDLER as SIGTERM_HANDLER
 from foxhunt_trainer.trace_context import trace_exemplar
@@ -161,6 +163,7 @@ class TrainingMetrics:
         for status in JOB_STATUSES:
             self.jobs_by_status.labels(status=status).set(0)
         SIGTERM_HANDLER.watch_jobs(self)
+        AUTOLOG.metrics_created()  # a program's own metrics: the auto-instrumentation steps aside
 
     @property
     def catalog_metrics(self) -> tuple[Metric, ...]:
@@ -213,6 +216,7 @@ class TrainingMetrics:
         The job's time accounting (`job.phases`) starts now, in "startup".
         """
         where = RankInfo.from_env() if rank is None else rank
+        interval = progress_interval()  # a bad FOXHUNT_PROGRESS_SECONDS stops the job before it starts
         held = gpus.discover().uuids if gpu_uuids is None else _check_uuids(gpu_uuids)
         with self._lock:
             key = (model_type, job_id)
@@ -223,6 +227,7 @@ class TrainingMetrics:
         job.create_children(folds_planned=folds_planned, workers=workers)
         job.set_gpus(held)
         job.set_status(status)
+        job.start_reporting(interval)
         return job
 
     def job(
@@ -333,6 +338,21 @@ class JobMetrics:
         self.model_flops_precision: str | None = None
         self._hyperparameter_labels: dict[str, str] | None = None
         self._at_finish: list[Callable[[], None]] = []
+        # What the progress lines and the end-of-run summary read (foxhunt_trainer.summary); none
+        # of it changes per step.
+        self.reporter: RunReporter | None = None
+        self.epoch: int | None = None
+        self.epochs_planned: int | None = None
+        self.steps_planned: int | None = None
+        self._progress_percent: float | None = None
+        self.folds_planned = 1
+        self._folds_done = 0
+        self._nan_events: dict[str, int] = {}
+        self._rollbacks = 0
+        self._checkpoints_saved = 0
+        self._checkpoint_failures = 0
+        self._checkpoint_bytes = 0
+        self._checkpoint_seconds = 0.0
 
     # --- the job as a context manager ---------------------------------------------------------
     def __enter__(self) -> JobMetrics:
@@ -399,6 +419,7 @@ class JobMetrics:
 
     def create_children(self, *, folds_planned: int, workers: int) -> None:
         m, job = self._m, self._job
+        self.folds_planned = folds_planned
         for tensor_type in NAN_TENSOR_TYPES:
             m.nan_count.labels(**job, tensor_type=tensor_type)
         for error_type in CHECKPOINT_ERROR_TYPES:
@@ -464,6 +485,7 @@ class JobMetrics:
             m.validation_loss.labels(**job).set(val_loss)
             self.check_finite(val_loss, VALIDATION_LOSS)
         m.current_epoch.labels(**job).set(epoch)
+        self.epoch = epoch
         m.iteration_seconds.labels(**job).observe(duration_secs, trace_exemplar())
         if duration_secs > 0:
             m.epochs_per_second.labels(**job).set(1.0 / duration_secs)
@@ -561,6 +583,15 @@ class JobMetrics:
         if not 0 <= percent <= 100:
             raise ValueError(f"progress is a percentage 0-100, got {percent}")
         self._m.progress_percent.labels(**self._job).set(percent)
+        self._progress_percent = float(percent)
+
+    def set_planned(self, *, steps: int | None = None, epochs: int | None = None) -> None:
+        """The run's planned length (optimizer steps, epochs): the progress lines show it and the
+        time left at the current pace. None leaves a value as it was."""
+        if steps is not None:
+            self.steps_planned = _check_count(steps, "steps")
+        if epochs is not None:
+            self.epochs_planned = _check_count(epochs, "epochs")
 
     # --- NaN and errors -------------------------------------------------------------------------
     def record_nan_detection(self, tensor_type: str = LOSS) -> None:
@@ -569,6 +600,13 @@ class JobMetrics:
         self._m.nan_count.labels(**self._job, tensor_type=tensor_type).inc()
         with self._lock:
             self._suspect_state = True
+            self._nan_events[tensor_type] = self._nan_events.get(tensor_type, 0) + 1
+
+    def record_rollback(self) -> None:
+        """One rollback to the last good checkpoint (`ml_training_rollbacks_total`)."""
+        self._m.rollbacks.labels(**self._job).inc()
+        with self._lock:
+            self._rollbacks += 1
 
     def record_gradient_explosion(self) -> None:
         self._m.gradient_explosions.labels(**self._job).inc()
@@ -603,6 +641,10 @@ class JobMetrics:
             if size is not None:
                 m.checkpoint_size.labels(**job).set(size)
                 m.checkpoint_written.labels(**self.rank_labels).inc(size)
+            with self._lock:
+                self._checkpoints_saved += 1
+                self._checkpoint_bytes += size or 0
+                self._checkpoint_seconds += duration
         else:
             error_type = error_type or errors.CHECKPOINT_IO
             if error_type not in CHECKPOINT_ERROR_TYPES:
@@ -610,6 +652,8 @@ class JobMetrics:
                     f"unknown checkpoint error type {error_type!r}; expected one of {CHECKPOINT_ERROR_TYPES}"
                 )
             m.checkpoint_failures.labels(**job, error_type=error_type).inc()
+            with self._lock:
+                self._checkpoint_failures += 1
 
     def record_good_checkpoint(self, checkpoint: GoodCheckpoint) -> None:
         """The checkpoint a rollback would restore: `last_good_checkpoint`, and its step and time
@@ -685,6 +729,8 @@ class JobMetrics:
         m.fold_epoch.labels(**labels).set(epochs)
         m.fold_duration.labels(**labels).set(duration_secs)
         m.folds_completed.labels(**self._job).inc()
+        with self._lock:
+            self._folds_done += 1
 
     # --- model quality and resources -------------------------------------------------------------------
     def set_model_quality(
@@ -738,6 +784,40 @@ class JobMetrics:
         self._m.active_workers.labels(**self._job).set(workers)
 
     # --- lifecycle ------------------------------------------------------------------------------------
+    def start_reporting(self, interval: float | None) -> None:
+        """Start the job's progress lines every `interval` seconds (None: none) and its end-of-run
+        summary (`foxhunt_trainer.summary`); `TrainingMetrics.start_job` calls it."""
+        if self.reporter is None:
+            self.reporter = RunReporter(
+                self.run_state, self._job, rank=self.rank.rank, gpu_uuids=self.gpu_uuids, interval=interval
+            )
+
+    def run_state(self) -> RunState:
+        """What the job has counted so far: its clock, steps, samples, FLOPs and events."""
+        wall, totals = self.phases.wall(), self.phases.totals()
+        steps, samples, _, flops, _, _ = self.tally.snapshot()
+        with self._lock:
+            return RunState(
+                at=time.monotonic(),
+                wall=wall,
+                phases=totals,
+                steps=steps,
+                samples=samples,
+                flops=flops,
+                epoch=self.epoch,
+                epochs_planned=self.epochs_planned,
+                steps_planned=self.steps_planned,
+                progress_percent=self._progress_percent,
+                folds_planned=self.folds_planned,
+                folds_done=self._folds_done,
+                nan_events=dict(self._nan_events),
+                rollbacks=self._rollbacks,
+                checkpoints_saved=self._checkpoints_saved,
+                checkpoint_failures=self._checkpoint_failures,
+                checkpoint_bytes=self._checkpoint_bytes,
+                checkpoint_seconds=self._checkpoint_seconds,
+            )
+
     def at_finish(self, callback: Callable[[], None]) -> None:
         """Call `callback` when the job finishes, before its clock stops (an extension records what
         it learns only at the end, e.g. the last step's collective timing). A callback that raises is
@@ -768,6 +848,8 @@ class JobMetrics:
         self._m.job_end_time.labels(**self._job).set(time.time())
         self.set_active_workers(0)
         self.set_status(status)
+        if self.reporter is not None:
+            self.reporter.finish(status)
         return duration
 
 

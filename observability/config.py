@@ -171,7 +171,7 @@ class ObservabilityConfig:
     # Checkpoint storage: price of a GB kept for a month, and how long each checkpoint is kept.
     checkpoint_storage_price_per_gb_month: float = 0.023
     checkpoint_retention_days: float = 30.0
-    # Dense peak FLOP/s by GPU model and precision (observability/peak_flops.yaml): the denominator of MFU.
+    # Dense peak FLOP/s by GPU model and precision (foxhunt_trainer/contract/peak_flops.json): the denominator of MFU.
     peak_flops: PeakFlopsTable = DEFAULT_PEAK_FLOPS
     # TLS and authentication of the scrapes of the poller and the training jobs; None: plain HTTP.
     scrape_security: ScrapeSecurity | None = None

@@ -19,19 +19,14 @@ from dashboards.panels import (
     timeseries,
     worst_now,
 )
+from foxhunt_trainer.contract import verdicts
 from observability import promql
 from observability.config import ObservabilityConfig
 from observability.rules import goodput, jobs
 from observability.thresholds import Thresholds
 
-VERDICT_HELP = (
-    f"{goodput.VERDICT_INPUT}: the job waits for data (more DataLoader workers, prefetch, pinned memory); "
-    f"{goodput.VERDICT_CHECKPOINT}: saving checkpoints takes its time (save less often or asynchronously); "
-    f"{goodput.VERDICT_COMMUNICATION}: collectives take its time (larger batches per GPU, overlap, interconnect); "
-    f"{goodput.VERDICT_COMPUTE}: the job computes nearly all the time and its GPUs are busy (maxed out: only "
-    f"a better kernel, precision or more GPUs make it faster); {goodput.VERDICT_UNDERUTILIZED}: its GPUs are "
-    "mostly idle for another reason (start-up, evaluation, redone work, small kernels, host overhead)."
-)
+# Each verdict's meaning and hint, as the trainer's end-of-run summary reads them too.
+VERDICT_HELP = "; ".join(f"{v.name}: {v.meaning} ({v.hint})" for v in verdicts.VERDICTS) + "."
 
 
 def _one(record: str, job: Sequence[str]) -> str:
@@ -69,8 +64,8 @@ def mfu(job: Sequence[str]) -> PanelBuilder:
         Common(
             "MFU",
             "Model FLOPs utilization over the last 5 minutes: the model FLOP/s $job_id achieves over the dense peak of "
-            "the GPUs it holds at its precision (observability/peak_flops.yaml). Empty when the job reports no model "
-            "FLOPs or holds a GPU model the peak table does not know.",
+            "the GPUs it holds at its precision (foxhunt_trainer/contract/peak_flops.json). Empty when the job reports "
+            "no model FLOPs or holds a GPU model the peak table does not know.",
             "percentunit",
             w=4,
             h=5,
@@ -184,8 +179,8 @@ def unknown_gpu_models() -> PanelBuilder:
         Common(
             "GPU Models Without a Peak",
             "GPU models (as NVML names them) held by training jobs that the peak-FLOPs table "
-            "(observability/peak_flops.yaml) does not know, with how many are held: their jobs have no MFU until the "
-            "model is added with its source.",
+            "(foxhunt_trainer/contract/peak_flops.json) does not know, with how many are held: their jobs have no MFU "
+            "until the model is added with its source.",
             "short",
             w=6,
         ),

@@ -478,7 +478,7 @@ CHECKPOINT_WRITTEN_BYTES_TOTAL = Metric(
 
 # --- Training efficiency: model FLOPs (the numerator of model FLOPs utilization) ------------------
 # The values of the model-FLOPs counter's `precision` label: fp32 on CUDA cores, the others on
-# tensor cores (the peak-FLOPs table, observability/peak_flops.yaml, is keyed by them too).
+# tensor cores (the peak-FLOPs table, foxhunt_trainer/contract/peak_flops.json, is keyed by them too).
 MODEL_FLOPS_PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8")
 TRAINING_MODEL_FLOPS_TOTAL = Metric(
     "ml_training_model_flops_total",

@@ -10,6 +10,14 @@ limits, the NVIDIA runtime class, `restartPolicy: Never`, a backoff limit and a 
 The same Job (kind Job, same pod template) is written to `rendered/<stack>/kubernetes/` for
 `kubectl create -f` (it uses `generateName`, so it can be created repeatedly).
 
+Every program runs auto-instrumented (`trainingJob.autolog`, on unless the stack turns it off): a
+job without torchrun runs `foxhunt-run <trainingJob.program>`, and torchrun's launcher instruments
+its workers, so a training program reports its steps, loss, phases and status with no code of its
+own. The container says which in `FOXHUNT_AUTOLOG` (on or off; a job may set its own, and turn
+integrations off one by one in `FOXHUNT_AUTOLOG_DISABLE`), beside the job's identity the trainer
+reads: the Kubernetes Job's name (`TRAINING_JOB_NAME`, from the pod's job-name label), the stack's
+model type (`FOXHUNT_MODEL_TYPE`) and the metrics port (`FOXHUNT_METRICS_BASE_PORT`).
+
 Distributed jobs (`trainingJob.command` set): the container runs `torchrun` with one process per
 GPU, through `foxhunt-torchrun` (`foxhunt_trainer.launcher`: the trainer's documented exit code
 becomes the pod's, which torchrun's own would hide from the podFailurePolicy), and each process
@@ -22,8 +30,8 @@ pod's GPU series once per rank). `trainingJob.nodes` > 1 makes the Job Indexed
 `--node-rank`, and index 0, reached by its stable hostname `<job>-0.<rendezvous Service>`, hosts
 the static rendezvous (`--master-addr`). The rendezvous Service is headless, shared by every job of
 the template (the hostnames carry the job name) and publishes pods before they are ready, so
-rendezvous starts as soon as pod 0 has an IP. A single-node stack without `command` renders the
-template it always had.
+rendezvous starts as soon as pod 0 has an IP. A single-node stack without `command` runs one pod
+of one process.
 
 Jobs created with `--from=cronjob/...` get the CronJob as owner. The CronJob carries
 `pulumi.com/deletionPropagationPolicy: orphan`, so `pulumi destroy` (or a replacement of the
@@ -43,12 +51,19 @@ from foxhunt_trainer.contract.web_config import WEB_CONFIG_ENV
 from foxhunt_trainer.gpus import DRIVER_CAPABILITIES, DRIVER_CAPABILITIES_ENV
 from foxhunt_trainer.launcher import UNFIXABLE_EXIT_CODES
 from foxhunt_trainer.trainer_env import (
+    AUTOLOG_ENV,
+    AUTOLOG_OFF,
+    AUTOLOG_ON,
     FINAL_SCRAPE_WAIT_ENV,
+    JOB_NAME_ENV,
     METRICS_BASE_PORT_ENV,
+    MODEL_TYPE_ENV,
     REMEDIATION_ENABLED_ENV,
     REMEDIATION_LR_FACTOR_ENV,
     REMEDIATION_MAX_ROLLBACKS_ENV,
+    RUN_COMMAND,
     TERMINATION_GRACE_ENV,
+    TORCHRUN_COMMAND,
 )
 from infra.components.common import (
     GPU_RESOURCE,
@@ -80,7 +95,6 @@ from observability.scrape_config import (
 TYPE = "foxhunt:observability:TrainingJobTemplate"
 COMPONENT = "training"
 CONTAINER = "trainer"
-JOB_NAME_ENV = "TRAINING_JOB_NAME"
 MODEL_TYPE_LABEL = "foxhunt.io/model-type"
 NEVER = "0 0 1 1 *"  # a valid schedule for the API; the CronJob is suspended so it never fires
 SCRATCH_SIZE = "20Gi"
@@ -92,8 +106,10 @@ DELETION_POLICY_ANNOTATION = "pulumi.com/deletionPropagationPolicy"
 # torchrun's static rendezvous: node rank from the Indexed Job's completion index, the TCP store
 # on index 0 (torchrun's default port). The container runs torchrun through the trainer library's
 # launcher, which exits with the trainer's documented code (torchrun's own is 1 for any failed
-# worker), so the podFailurePolicy sees it.
-LAUNCHER = "foxhunt-torchrun"
+# worker), so the podFailurePolicy sees it, and instruments the workers while autolog is on.
+LAUNCHER = TORCHRUN_COMMAND
+# A job without torchrun (`trainingJob.program`) runs through this one while autolog is on.
+AUTOLOG_RUNNER = RUN_COMMAND
 RENDEZVOUS_PORT = 29500
 NODE_RANK_ENV = "TORCHRUN_NODE_RANK"
 MASTER_ADDR_ENV = "TORCHRUN_MASTER_ADDR"
@@ -150,6 +166,19 @@ def torchrun_args(job: TrainingJobSettings) -> list[str]:
     return [*rendezvous, f"--nproc-per-node={job.processes_per_node}", *job.command]
 
 
+def container_command(job: TrainingJobSettings) -> dict[str, list[str]]:
+    """The container's `command` and `args`: torchrun through the launcher (`trainingJob.command`),
+    else the program, through `foxhunt-run` while autolog is on; with neither, the image's entrypoint
+    (the settings allow that only with autolog off)."""
+    if job.command:
+        return {"command": [LAUNCHER], "args": torchrun_args(job)}
+    if not job.program:
+        return {}
+    if job.autolog:
+        return {"command": [AUTOLOG_RUNNER], "args": list(job.program)}
+    return {"command": [job.program[0]], "args": list(job.program[1:])}
+
+
 def usage(args: TrainingJobArgs) -> str:
     return f"kubectl -n {args.namespace} create job <name> --from=cronjob/{args.job.name}"
 
@@ -161,7 +190,14 @@ def training_env(args: TrainingJobArgs) -> list[dict[str, Any]]:
         cfg.training_job_service,
         extra_attributes=[("ml.model_type", job.model_type), ("k8s.job.name", f"$({JOB_NAME_ENV})")],
         extra_env=[
+            # The job's identity for the trainer (its job_id and model type).
             field_env(JOB_NAME_ENV, "metadata.labels['batch.kubernetes.io/job-name']"),
+            {"name": MODEL_TYPE_ENV, "value": job.model_type},
+            # foxhunt-run and foxhunt-torchrun instrument the program unless this says off; a job may
+            # set its own (FOXHUNT_AUTOLOG=off, or integrations off in FOXHUNT_AUTOLOG_DISABLE).
+            {"name": AUTOLOG_ENV, "value": AUTOLOG_ON if job.autolog else AUTOLOG_OFF},
+            # The metrics server's port (a rank's is this plus its local rank).
+            {"name": METRICS_BASE_PORT_ENV, "value": str(job.metrics_port)},
             # The trainer's metrics server waits up to this long for a last scrape before exiting,
             # so the job's duration and final status are recorded (foxhunt_trainer).
             {"name": FINAL_SCRAPE_WAIT_ENV, "value": str(final_scrape_wait_seconds(cfg))},
@@ -179,19 +215,15 @@ def training_env(args: TrainingJobArgs) -> list[dict[str, Any]]:
 
 
 def distributed_env(args: TrainingJobArgs) -> list[dict[str, Any]]:
-    """What torchrun and the ranks read: the metrics base port (a rank serves on base + LOCAL_RANK),
-    and with several nodes the node rank (the completion index) and index 0's address."""
-    job = args.job
-    if not job.command:
+    """What torchrun reads with several nodes: the node rank (the completion index) and index 0's
+    address."""
+    if args.job.nodes == 1:
         return []
-    env = [{"name": METRICS_BASE_PORT_ENV, "value": str(job.metrics_port)}]
-    if job.nodes > 1:
-        env += [
-            field_env(NODE_RANK_ENV, f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"),
-            {"name": MASTER_ADDR_ENV, "value": master_address(args)},
-            {"name": MASTER_PORT_ENV, "value": str(RENDEZVOUS_PORT)},
-        ]
-    return env
+    return [
+        field_env(NODE_RANK_ENV, f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"),
+        {"name": MASTER_ADDR_ENV, "value": master_address(args)},
+        {"name": MASTER_PORT_ENV, "value": str(RENDEZVOUS_PORT)},
+    ]
 
 
 def container_ports(job: TrainingJobSettings) -> list[dict[str, Any]]:
@@ -243,7 +275,7 @@ def pod_template(args: TrainingJobArgs) -> dict[str, Any]:
                     "name": CONTAINER,
                     "image": job.image,
                     "imagePullPolicy": "IfNotPresent",
-                    **({"command": [LAUNCHER], "args": torchrun_args(job)} if job.command else {}),
+                    **container_command(job),
                     "ports": container_ports(job),
                     "env": training_env(args),
                     "resources": resources(job.resources, {GPU_RESOURCE: str(job.gpu_count)}),

@@ -145,6 +145,12 @@ class Reader:
             return low
         return number
 
+    def boolean(self, key: str, value: Any) -> bool:
+        if not isinstance(value, bool):
+            self.problem(key, value, "true or false")
+            return False
+        return value
+
     def number(self, key: str, value: Any, low_exclusive: float, high: float) -> float:
         try:
             number = float(value) if not isinstance(value, bool) else None

@@ -17,6 +17,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Literal, TypeVar
 
 from foxhunt_trainer.trainer_env import REMEDIATION_MAX_ROLLBACKS_LIMIT as MAX_ROLLBACKS_LIMIT
+from foxhunt_trainer.trainer_env import RUN_COMMAND, TORCHRUN_COMMAND
 from infra.settings.reading import DNS_LABEL, DNS_LABEL_EXPECTED, Reader, SecretReader
 from infra.settings.typed import (
     DEFAULT_CRITICAL_DETECTION_SECONDS,
@@ -388,7 +389,7 @@ def training_job(r: Reader, s: Parsed) -> TrainingJobSettings:
         "trainingJob",
         r.required("trainingJob"),
         {"name", "image", "modelType", "gpuCount", "backoffLimit", "ttlSecondsAfterFinished", "metricsPort",
-         "nodeSelector", "tolerations", "resources", "nodes", "command", "remediation"},
+         "nodeSelector", "tolerations", "resources", "nodes", "command", "program", "autolog", "remediation"},
     )  # fmt: skip
     nodes = r.integer("trainingJob.nodes", tj.get("nodes", 1), 1, MAX_TRAINING_NODES)
     command = training_command(r, tj.get("command"))
@@ -398,6 +399,8 @@ def training_job(r: Reader, s: Parsed) -> TrainingJobSettings:
             f"the program torchrun starts on each of the {nodes} nodes, as a list such as "
             "['-m', 'train', '--config', '/etc/train.yaml'] (trainingJob.nodes > 1 launches torchrun)",
         )  # fmt: skip
+    autolog = r.boolean("trainingJob.autolog", tj.get("autolog", True))
+    program = training_program(r, tj.get("program"), command, autolog)
     return TrainingJobSettings(
         name=r.dns_name("trainingJob.name", tj.get("name", "training-job-template")),
         image=r.string("trainingJob.image", tj.get("image"), _DIGEST_REF, DIGEST_EXPECTED),
@@ -415,6 +418,8 @@ def training_job(r: Reader, s: Parsed) -> TrainingJobSettings:
         resources=resources(r, "trainingJob.resources", tj.get("resources"), Resources("2", "8", "8Gi", "32Gi")),
         nodes=nodes,
         command=command,
+        program=program,
+        autolog=autolog,
         remediation=remediation(r, tj.get("remediation")),
     )
 
@@ -429,10 +434,7 @@ def remediation(r: Reader, value: Any) -> RemediationSettings:
         return RemediationSettings()
     m = r.mapping("trainingJob.remediation", value, {"enabled", "maxRollbacks", "lrFactor"})
     default = RemediationSettings()
-    enabled = m.get("enabled", default.enabled)
-    if not isinstance(enabled, bool):
-        r.problem("trainingJob.remediation.enabled", enabled, "true or false")
-        enabled = False
+    enabled = r.boolean("trainingJob.remediation.enabled", m.get("enabled", default.enabled))
     factor = r.number("trainingJob.remediation.lrFactor", m.get("lrFactor", default.lr_factor), 0, 1)
     if factor >= 1:
         r.problem("trainingJob.remediation.lrFactor", factor, "a factor below 1 (it lowers the learning rate)")
@@ -461,6 +463,39 @@ def training_command(r: Reader, value: Any) -> tuple[str, ...]:
         r.problem(
             "trainingJob.command", value,
             "the training script or `-m module` first: torchrun's own options come from the template",
+        )  # fmt: skip
+        return ()
+    return tuple(value)
+
+
+def training_program(r: Reader, value: Any, command: tuple[str, ...], autolog: bool) -> tuple[str, ...]:
+    """`trainingJob.program`: the command line of a single-process job (its executable first, such as
+    ['python', '-m', 'train']), which the template runs through `foxhunt-run` while autolog is on.
+    Required then unless torchrun runs (`command`): the image's own entrypoint cannot be wrapped."""
+    if value is None:
+        if autolog and not command:
+            r.problem(
+                "trainingJob.program", value,
+                "the command line the training image runs, such as ['python', '-m', 'train'] (the template runs "
+                "it through foxhunt-run, the image's own entrypoint cannot be wrapped), or trainingJob.autolog: "
+                "false to run the image's entrypoint as it is",
+            )  # fmt: skip
+        return ()
+    if not isinstance(value, list) or not value or not all(isinstance(a, str) and a for a in value):
+        r.problem("trainingJob.program", value, "a list of non-empty strings, such as ['python', '-m', 'train']")
+        return ()
+    if command:
+        r.problem(
+            "trainingJob.program", value,
+            "no program while trainingJob.command is set (torchrun starts the command on every GPU; program is "
+            "the command line of a job without torchrun)",
+        )  # fmt: skip
+        return ()
+    if value[0].rsplit("/", 1)[-1] in (RUN_COMMAND, TORCHRUN_COMMAND):
+        r.problem(
+            "trainingJob.program", value,
+            "the training program itself, such as ['python', '-m', 'train']: the template adds foxhunt-run "
+            "(trainingJob.autolog)",
         )  # fmt: skip
         return ()
     return tuple(value)

@@ -165,11 +165,17 @@ class TrainingJobSettings:
     # What torchrun starts on every node (a script or `-m module`, then its arguments): set, the
     # template launches torchrun with one process per GPU; empty, the image's entrypoint runs alone.
     command: tuple[str, ...] = ()
+    # The command line of a job without torchrun (its executable first); empty with autolog off, the
+    # image's entrypoint runs as it is.
+    program: tuple[str, ...] = ()
+    # Every program runs auto-instrumented (`foxhunt-run`, `foxhunt-torchrun`; FOXHUNT_AUTOLOG in
+    # its env), unless the stack turns it off; a job's own env may override it.
+    autolog: bool = True
     remediation: RemediationSettings = RemediationSettings()
 
     @property
     def processes_per_node(self) -> int:
-        """torchrun's processes per pod: one per GPU when torchrun launches, else the one entrypoint."""
+        """torchrun's processes per pod: one per GPU when torchrun launches, else the one program."""
         return self.gpu_count if self.command else 1
 
 

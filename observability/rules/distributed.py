@@ -17,7 +17,7 @@ is mostly communication.
 
 from __future__ import annotations
 
-from foxhunt_trainer.contract import catalog
+from foxhunt_trainer.contract import catalog, verdicts
 from observability.config import ObservabilityConfig
 from observability.promql import by, duration, on
 from observability.rules.rule_types import AlertRule, RecordingRule, RunbookQuery, Severity
@@ -373,7 +373,7 @@ def alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             impact="GPUs idle while gradients move: the job pays for compute it does not use",
             action=(
                 "Compare the job's bus bandwidth with what its interconnect should give",
-                "Raise the per-rank batch (or gradient accumulation) so compute hides the all-reduce",
+                verdicts.COMMUNICATION_BOUND.change,
                 "Check the DDP bucket size and gradient compression, or place the ranks on fewer, closer nodes",
             ),
             locating_labels=JOB,

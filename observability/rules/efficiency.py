@@ -7,7 +7,7 @@ routed to the low-priority receiver, never paged. Each description says what to 
 
 from __future__ import annotations
 
-from foxhunt_trainer.contract import catalog
+from foxhunt_trainer.contract import catalog, verdicts
 from observability.config import ObservabilityConfig
 from observability.rules import goodput, jobs
 from observability.rules.rule_types import AlertRule, RunbookQuery, Severity
@@ -48,11 +48,8 @@ def efficiency_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             summary=f"A training job has lost more than {data_wait.text} of its time waiting for data for 30 minutes.",
             description=(
                 f"{_JOB} spent {{{{ $value | humanizePercentage }}}} of its time over the last 5m waiting for the "
-                f"next batch, above {data_wait.short} for 30m: its GPUs wait for the input pipeline. Give the "
-                "DataLoader more worker processes (num_workers, up to the CPU cores the pod requests), keep them "
-                "alive between epochs "
-                "(persistent_workers=True), prefetch more batches per worker (prefetch_factor) with pin_memory=True, "
-                "and move decoding and augmentation off the training process (or onto the GPU)."
+                f"next batch, above {data_wait.short} for 30m: its GPUs wait for the input pipeline. "
+                f"{verdicts.INPUT_BOUND.change}."
             ),
             impact="The job's GPUs are paid for while they wait for input; the run takes longer than its compute needs",
             action=(
@@ -88,10 +85,7 @@ def efficiency_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             ),
             description=(
                 f"{_JOB} spent {{{{ $value | humanizePercentage }}}} of its time over the last 5m saving checkpoints, "
-                f"above {checkpoint.short} for 30m: training stops while it saves. Save less often (a longer "
-                "checkpoint interval, in steps or minutes), save asynchronously "
-                "(torch.distributed.checkpoint.async_save) or to fast local storage first, and save only what a "
-                "restart needs."
+                f"above {checkpoint.short} for 30m: training stops while it saves. {verdicts.CHECKPOINT_BOUND.change}."
             ),
             impact="The job's GPUs idle while checkpoints are written; the run takes longer than its compute needs",
             action=(

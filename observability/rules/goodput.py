@@ -5,7 +5,7 @@ Inputs: the trainer's time split (`ml_training_phase_seconds_total{model_type, j
 phase}`, every second of each rank's life in one phase), its model FLOPs
 (`ml_training_model_flops_total{..., precision}`), the GPUs it holds and their own evidence
 (`jobs.py`: GPM SM activity where the GPU has GPM, NVML utilization elsewhere, joined on `uuid`),
-the peak-FLOPs table (`observability/peak_flops.yaml`) and the verdict thresholds
+the peak-FLOPs table (`foxhunt_trainer/contract/peak_flops.json`) and the verdict thresholds
 (`observability/thresholds.yaml`).
 
 What is recorded, per job:
@@ -36,28 +36,31 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from foxhunt_trainer.contract import catalog
+from foxhunt_trainer.contract import catalog, records, verdicts
 from observability.config import ObservabilityConfig
 from observability.promql import by, duration, matcher, regex_matcher
-from observability.rules import distributed, jobs, recording
+from observability.rules import distributed, jobs
 from observability.rules.rule_types import RecordingRule
 
 GROUP = "ml_training_goodput.recording"
 JOB_LABELS = jobs.JOB_LABELS  # model_type, job_id
 WINDOW_SECONDS = 300
 WINDOW = duration(WINDOW_SECONDS)
+if WINDOW != records.WINDOW:
+    raise ValueError(f"the report reads the records of a {records.WINDOW} window, the rules use {WINDOW}")
 SECONDS_PER_MONTH = 365.25 / 12 * 86400
 BYTES_PER_GB = 1e9
 
 # The trainer's time split: the phases and the one that is productive.
 PHASE_SECONDS = catalog.TRAINING_PHASE_SECONDS_TOTAL.name
-GOOD_PHASE = "compute"
+GOOD_PHASE = verdicts.GOOD_PHASE
 
-VERDICT_INPUT = "input-bound"
-VERDICT_CHECKPOINT = "checkpoint-bound"
-VERDICT_COMMUNICATION = "communication-bound"
-VERDICT_COMPUTE = "compute-saturated"
-VERDICT_UNDERUTILIZED = "underutilized"
+# The verdicts (names, meaning, advice) are shared with the trainer's end-of-run summary.
+VERDICT_INPUT = verdicts.INPUT_BOUND.name
+VERDICT_CHECKPOINT = verdicts.CHECKPOINT_BOUND.name
+VERDICT_COMMUNICATION = verdicts.COMMUNICATION_BOUND.name
+VERDICT_COMPUTE = verdicts.COMPUTE_SATURATED.name
+VERDICT_UNDERUTILIZED = verdicts.UNDERUTILIZED.name
 VERDICTS: tuple[str, ...] = (
     VERDICT_INPUT,
     VERDICT_CHECKPOINT,
@@ -90,23 +93,23 @@ JOB_TIME = RecordingRule(
     "accounted for none are not recorded.",
 )
 PHASE_SHARE = RecordingRule(
-    f"model_type_job_id_phase:ml_training_phase_seconds:ratio_rate{WINDOW}",
+    records.PHASE_SHARE,
     f"{PHASE_RATE.record}\n/ {_ON_J} group_left ()\n{JOB_TIME.record}",
     f"Share (0-1) of each training job's time in each phase over {WINDOW}; the phases other than compute "
     "are its badput by cause.",
 )
 GOODPUT = RecordingRule(
-    recording.JOB_GOODPUT,
+    records.GOODPUT,
     f'sum {_J} ({PHASE_SHARE.record}{{phase="{GOOD_PHASE}"}})\nor {_ON_J}\n{JOB_TIME.record} * 0',
     f"Goodput (0-1): the share of each training job's time in productive training steps over {WINDOW}.",
 )
 PHASE_SHARE_SO_FAR = RecordingRule(
-    "model_type_job_id_phase:ml_training_phase_seconds:ratio",
+    records.PHASE_SHARE_SO_FAR,
     f"sum {_JP} ({PHASE_SECONDS})\n/ {_ON_J} group_left ()\n(sum {_J} ({PHASE_SECONDS}) > 0)",
     "Share (0-1) of each training job's life so far in each phase (its ranks' totals).",
 )
 GOODPUT_SO_FAR = RecordingRule(
-    "model_type_job_id:ml_training_goodput:ratio",
+    records.GOODPUT_SO_FAR,
     f'sum {_J} ({PHASE_SHARE_SO_FAR.record}{{phase="{GOOD_PHASE}"}})\n'
     f"or {_ON_J}\nsum {_J} ({PHASE_SHARE_SO_FAR.record}) * 0",
     "Goodput (0-1) of each training job over its life so far.",
@@ -114,7 +117,7 @@ GOODPUT_SO_FAR = RecordingRule(
 
 # --- the GPUs' own evidence -------------------------------------------------------------------------
 GPU_BUSY = RecordingRule(
-    "model_type_job_id_source:ml_gpu_busy_percent:avg",
+    records.GPU_BUSY,
     _with_label(jobs.JOB_SM_ACTIVE_AVG.record, "source", "gpm_sm_active")
     + f"\nor {_ON_J}\n"
     + _with_label(
@@ -158,7 +161,7 @@ JOB_PEAK = RecordingRule(
     "its share of its GPU's SMs); only where every GPU it holds has a peak at that precision.",
 )
 MFU = RecordingRule(
-    f"model_type_job_id:ml_training_mfu:ratio_rate{WINDOW}",
+    records.MFU,
     f"sum {_J} (\n  {ACHIEVED_FLOPS.record}\n  / on (model_type, job_id, precision)\n  {JOB_PEAK.record}\n)\n"
     f"unless {_ON_J}\n"
     f"(\n  {ACHIEVED_FLOPS.record}\n  unless on (model_type, job_id, precision)\n  {JOB_PEAK.record}\n)",
@@ -191,7 +194,7 @@ def held_peak(cfg: ObservabilityConfig) -> RecordingRule:
         HELD_PEAK,
         "\nor\n".join(per_precision),
         "Dense peak FLOP/s of one GPU of each model a training job holds, by precision "
-        "(observability/peak_flops.yaml); models the table does not know are not recorded.",
+        "(foxhunt_trainer/contract/peak_flops.json); models the table does not know are not recorded.",
     )
 
 
@@ -207,7 +210,7 @@ def _models_matcher(names: list[str]) -> str:
 
 # --- the verdict ------------------------------------------------------------------------------------
 CAUSES = "model_type_job_id_verdict:ml_training_bottleneck:share"
-VERDICT = "model_type_job_id_verdict:ml_training_bottleneck:info"
+VERDICT = records.VERDICT
 
 
 def _phase(phase: str) -> str:
@@ -268,7 +271,7 @@ BADPUT_COST_BY_PHASE = "model_type_job_id_phase:ml_training_badput:cost"
 VERDICT_GPUS = "verdict:ml_training_job_gpu_info:count"
 VERDICT_GPU_HOURS_24H = "verdict:ml_training_job_gpu_info:gpu_hours_24h"
 CHECKPOINT_BYTES = RecordingRule(
-    "model_type_job_id:ml_checkpoint_written_bytes:sum",
+    records.CHECKPOINT_BYTES,
     f"sum {_J} ({_WRITTEN})",
     "Bytes of checkpoints each training job has saved so far, summed over its ranks.",
 )
@@ -318,6 +321,31 @@ def cost_rules(cfg: ObservabilityConfig) -> tuple[RecordingRule, ...]:
             f"hours, each kept {retention} at {price}.",
         ),
     )
+
+
+# The verdict's thresholds (thresholds.yaml records) as the trainer wheel reads them.
+VERDICT_THRESHOLDS_MODULE = "foxhunt_trainer/contract/verdict_thresholds.py"
+_VERDICT_THRESHOLD_NAMES = (
+    "training_data_wait_ratio",
+    "training_checkpoint_ratio",
+    "training_communication_share_ratio",
+    "training_compute_saturated_ratio",
+    "training_compute_saturated_gpu_busy_percent",
+)
+
+
+def render_verdict_thresholds(cfg: ObservabilityConfig) -> str:
+    """The text of `VERDICT_THRESHOLDS_MODULE`: the verdict's thresholds of `cfg` as constants."""
+    lines = [
+        '"""The bottleneck verdict\'s thresholds (`foxhunt_trainer.contract.verdicts`), copied from',
+        "observability/thresholds.yaml by `make generate`: edit that file, never this one (a test fails while",
+        'this copy is stale)."""',
+        "",
+    ]
+    for name in _VERDICT_THRESHOLD_NAMES:
+        record = getattr(cfg.thresholds, name)
+        lines.append(f"{name.upper()} = {record.value!r}  # {record.name} ({record.unit})")
+    return "\n".join(lines) + "\n"
 
 
 def goodput_rules(cfg: ObservabilityConfig) -> tuple[RecordingRule, ...]:

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from foxhunt_trainer.contract import catalog
+from foxhunt_trainer.contract import catalog, records
 from observability.config import MIG_COST_COMPUTE_SHARE, ObservabilityConfig
 from observability.promql import by, duration
 from observability.rules import recording
@@ -170,7 +170,7 @@ JOB_SHARED_GPUS = RecordingRule(
     "GPUs each training job holds that other jobs share (time-sliced); jobs holding none are not recorded.",
 )
 # A job holding a GPU other jobs share is judged by its own time split: the share of its time in compute.
-_OWN_TIME_SPLIT = f"(\n  100 * {recording.JOB_GOODPUT}\n  and on (model_type, job_id)\n  {JOB_SHARED_GPUS.record}\n)"
+_OWN_TIME_SPLIT = f"(\n  100 * {records.GOODPUT}\n  and on (model_type, job_id)\n  {JOB_SHARED_GPUS.record}\n)"
 JOB_UTILIZATION_AVG = RecordingRule(
     f"model_type_job_id:{catalog.GPU_UTILIZATION_PERCENT.name}:avg",
     f"avg {_JOB} ({HELD_UTILIZATION.record})\nunless on (model_type, job_id)\n{JOB_SHARED_GPUS.record}\n"

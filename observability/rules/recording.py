@@ -28,9 +28,6 @@ _RATE_WINDOW = duration(RATE_WINDOW_SECONDS)
 
 # The metric part of every recorded name of a GPU's memory used over its total (a fraction, 0-1).
 MEMORY_USED_OVER_TOTAL = f"{catalog.GPU_MEMORY_USED_BYTES.name.removesuffix('_bytes')}_over_total"
-# Each training job's goodput over 5m (recorded by goodput.py; the share of its time in compute): what a
-# job on a shared GPU is judged by, read by jobs.py too.
-JOB_GOODPUT = "model_type_job_id:ml_training_goodput:ratio_rate5m"
 INFERENCE_LATENCY_P99 = RecordingRule(
     record="namespace_service_model_type:ml_inference_latency_seconds:p99_rate5m",
     expr=histogram_quantile_rate(0.99, catalog.INFERENCE_LATENCY_SECONDS, RATE_WINDOW_SECONDS, SERVICE_MODEL_LABELS),

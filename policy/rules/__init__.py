@@ -16,7 +16,7 @@ from policy.rules.network import NETWORK_POLICY_COVERAGE
 from policy.rules.plaintext import NO_PLAINTEXT_SECRETS
 from policy.rules.pod_security import POD_SECURITY_RESTRICTED
 from policy.rules.telemetry import OTEL_ENDPOINT_POLICY, SCRAPE_ANNOTATIONS, SCRAPE_COVERAGE, TRAINING_JOB_OTEL
-from policy.rules.training_jobs import TRAINING_FAILURE_POLICY
+from policy.rules.training_jobs import TRAINING_AUTOLOG, TRAINING_FAILURE_POLICY
 from policy.vocabulary import Policy
 
 ALL_POLICIES: tuple[Policy, ...] = (
@@ -31,6 +31,7 @@ ALL_POLICIES: tuple[Policy, ...] = (
     OTEL_ENDPOINT_POLICY,
     TRAINING_JOB_OTEL,
     TRAINING_FAILURE_POLICY,
+    TRAINING_AUTOLOG,
     DASHBOARD_CONFIGMAPS,
     DASHBOARD_UIDS_UNIQUE,
     DATASOURCE_LINKS_RESOLVE,

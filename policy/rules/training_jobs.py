@@ -9,7 +9,12 @@ the rest a bounded number of times, ignores disruptions, and bounds the trainer'
 - remediation set explicitly on every container (`FOXHUNT_REMEDIATION` on or off), and with it on,
   `FOXHUNT_REMEDIATION_MAX_ROLLBACKS` a whole number from 0 to MAX_ROLLBACKS.
 
-The names are the trainer library's (foxhunt_trainer.remediation); the pack imports
+And it reports every program with no code of its own (`training-job-autolog`): every container says
+whether auto-instrumentation is on (`FOXHUNT_AUTOLOG` on or off, from the stack's
+trainingJob.autolog), and with it on runs its program through the trainer wheel's `foxhunt-run` or
+`foxhunt-torchrun`; an image's entrypoint run as it is reports nothing of its training.
+
+The names are the trainer library's (foxhunt_trainer.trainer_env); the pack imports
 nothing of the project, so they are spelled here and a test compares them.
 """
 
@@ -18,13 +23,15 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from policy.manifests import as_int, containers, env_value, mapping, pod_templates, sequence
+from policy.manifests import Container, as_int, containers, env_value, mapping, pod_templates, sequence, string
 from policy.vocabulary import Enforcement, Finding, KubeObject, Policy, PolicyContext
 
 REMEDIATION_ENV = "FOXHUNT_REMEDIATION"
 MAX_ROLLBACKS_ENV = "FOXHUNT_REMEDIATION_MAX_ROLLBACKS"
 MAX_ROLLBACKS = 10
 MAX_BACKOFF_LIMIT = 10
+AUTOLOG_ENV = "FOXHUNT_AUTOLOG"
+AUTOLOG_COMMANDS = ("foxhunt-run", "foxhunt-torchrun")
 
 
 def _job_spec(obj: KubeObject) -> tuple[str, Mapping[str, Any]] | None:
@@ -51,8 +58,32 @@ def _ignores_disruptions(policy: Mapping[str, Any]) -> bool:
     return False
 
 
+def _training_service(ctx: PolicyContext) -> str | None:
+    """The `app.kubernetes.io/name` of the training template's pods (its declared service)."""
+    for service in ctx.services or ():
+        if ctx.training_job_name in service.workloads:
+            return service.name
+    return None
+
+
+def _is_training_template(obj: KubeObject, ctx: PolicyContext) -> bool:
+    """The stack's training template (by name), or a Job made from it: the rendered Job file has no
+    name of its own (`generateName`), only the template's pods."""
+    if obj.is_patch:
+        return False
+    if ctx.training_job_name is None or obj.name == ctx.training_job_name:
+        return True
+    service = _training_service(ctx)
+    return (
+        obj.kind == "Job"
+        and not obj.name
+        and service is not None
+        and any(template.labels.get("app.kubernetes.io/name") == service for template in pod_templates(obj))
+    )
+
+
 def check_training_failure_policy(obj: KubeObject, ctx: PolicyContext) -> Iterator[Finding]:
-    if obj.is_patch or (ctx.training_job_name is not None and obj.name != ctx.training_job_name):
+    if not _is_training_template(obj, ctx):
         return
     found = _job_spec(obj)
     if found is None:
@@ -114,6 +145,54 @@ TRAINING_FAILURE_POLICY = Policy(
     enforcement=Enforcement.MANDATORY,
     remediation="Render the template from the stack's trainingJob settings (backoffLimit, remediation).",
     check=check_training_failure_policy,
-    uses=("training_job_name",),
+    uses=("training_job_name", "services"),
     tags=("reliability", "training"),
+)
+
+
+def _launcher(container: Container) -> str | None:
+    """The command the container starts (its executable's file name), None for the image's entrypoint."""
+    command = sequence(container.spec.get("command"))
+    first = string(command[0]) if command else None
+    return first.rsplit("/", 1)[-1] if first else None
+
+
+def check_training_autolog(obj: KubeObject, ctx: PolicyContext) -> Iterator[Finding]:
+    if not _is_training_template(obj, ctx) or _job_spec(obj) is None:
+        return
+    for template in pod_templates(obj):
+        for container in containers(template, ("containers",)):
+            is_set, value = env_value(container, AUTOLOG_ENV)
+            if not is_set or value not in ("on", "off"):
+                yield Finding(
+                    container.field("env"),
+                    f"training container {container.name} does not say whether its program is auto-instrumented "
+                    f"({AUTOLOG_ENV} is {value!r}, expected on or off)",
+                    "render the template from the stack's trainingJob settings (trainingJob.autolog)",
+                )
+                continue
+            launcher = _launcher(container)
+            if value == "on" and launcher not in AUTOLOG_COMMANDS:
+                started = f"runs {launcher!r}" if launcher else "runs the image's entrypoint"
+                yield Finding(
+                    container.field("command"),
+                    f"training container {container.name} {started} with {AUTOLOG_ENV}=on, not through "
+                    f"{' or '.join(AUTOLOG_COMMANDS)}: its program reports nothing of its training unless it "
+                    "instruments itself",
+                    "set trainingJob.program (one process) or trainingJob.command (torchrun) in Pulumi.<stack>.yaml, "
+                    "or trainingJob.autolog: false to run the program as it is",
+                )
+
+
+TRAINING_AUTOLOG = Policy(
+    id="training-job-autolog",
+    description=(
+        "The training job template runs every program through the trainer's auto-instrumentation "
+        "(foxhunt-run, foxhunt-torchrun) unless the stack turned it off, and says which in FOXHUNT_AUTOLOG."
+    ),
+    enforcement=Enforcement.MANDATORY,
+    remediation="Render the template from the stack's trainingJob settings (program or command, autolog).",
+    check=check_training_autolog,
+    uses=("training_job_name", "services"),
+    tags=("observability", "training"),
 )

@@ -329,10 +329,10 @@ def test_training_cronjob_is_a_suspended_template_with_otel_env_for_the_stacks_t
     assert settings.endpoints.tempo_otlp_grpc == tempo
     attributes = check_otel_env(container, tempo, cfg.training_job_service, settings.environment)
     assert attributes["ml.model_type"] == job_settings.model_type
-    assert attributes["k8s.job.name"] == f"$({training_job.JOB_NAME_ENV})"
-    assert field_ref(container, training_job.JOB_NAME_ENV) == "metadata.labels['batch.kubernetes.io/job-name']"
+    assert attributes["k8s.job.name"] == f"$({trainer_env.JOB_NAME_ENV})"
+    assert field_ref(container, trainer_env.JOB_NAME_ENV) == "metadata.labels['batch.kubernetes.io/job-name']"
     names = [e["name"] for e in container["env"]]
-    assert names.index(training_job.JOB_NAME_ENV) < names.index("OTEL_RESOURCE_ATTRIBUTES")
+    assert names.index(trainer_env.JOB_NAME_ENV) < names.index("OTEL_RESOURCE_ATTRIBUTES")
     # The trainer waits for one more scrape before exiting: two of this stack's scrape intervals.
     wait = {e["name"]: e.get("value") for e in container["env"]}[trainer_env.FINAL_SCRAPE_WAIT_ENV]
     assert wait == str(2 * cfg.scrape_interval_seconds) == {"prod": "20"}.get(stack, "30")

@@ -82,12 +82,12 @@ def test_multi_node_jobs_are_indexed_with_torchrun_ranks_from_the_completion_ind
         index = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
         assert env[training_job.NODE_RANK_ENV]["valueFrom"]["fieldRef"]["fieldPath"] == index
         assert env[training_job.MASTER_ADDR_ENV]["value"] == (
-            f"$({training_job.JOB_NAME_ENV})-0.{service['metadata']['name']}.{namespace}.svc"
+            f"$({trainer_env.JOB_NAME_ENV})-0.{service['metadata']['name']}.{namespace}.svc"
         )
         assert env[training_job.MASTER_PORT_ENV]["value"] == str(training_job.RENDEZVOUS_PORT)
         assert env[trainer_env.METRICS_BASE_PORT_ENV]["value"] == str(settings.metrics_port)
         names = list(env)  # $(VAR) in an env value resolves only against variables defined earlier
-        assert names.index(training_job.JOB_NAME_ENV) < names.index(training_job.MASTER_ADDR_ENV)
+        assert names.index(trainer_env.JOB_NAME_ENV) < names.index(training_job.MASTER_ADDR_ENV)
         ports = {p["name"]: p["containerPort"] for p in container["ports"]}
         assert ports == {
             **{f"metrics-{i}": settings.metrics_port + i for i in range(settings.gpu_count)},
@@ -156,7 +156,9 @@ def training_job_file(result: RenderResult) -> str:
     return f"kubernetes/job_{result.settings.namespaces.training}_{result.settings.training_job.name}.yaml"
 
 
-def test_single_node_stacks_without_torchrun_keep_the_single_pod_template(rendered: dict[str, RenderResult]) -> None:
+def test_single_node_stacks_without_torchrun_keep_the_single_pod_template_and_run_their_program(
+    rendered: dict[str, RenderResult],
+) -> None:
     plain = [s for s in STACKS if not rendered[s].settings.training_job.command]
     assert plain, "every stack launches torchrun: the single-pod template is unchecked"
     for stack in plain:
@@ -166,13 +168,14 @@ def test_single_node_stacks_without_torchrun_keep_the_single_pod_template(render
         pod = spec["template"]
         assert "subdomain" not in pod["spec"]
         (container,) = pod["spec"]["containers"]
-        assert "command" not in container and "args" not in container
+        settings = result.settings.training_job
+        assert container["command"] == [training_job.AUTOLOG_RUNNER] and container["args"] == list(settings.program)
         assert scrape_config.RANK_PORTS_ANNOTATION not in pod["metadata"]["annotations"]
         assert rendezvous_services(result) == []
 
 
 def test_a_single_node_torchrun_job_runs_standalone_with_a_port_per_rank() -> None:
-    result = render.render_stack("prod", overrides=training_overrides("prod", command=["-m", "train"]))
+    result = render.render_stack("prod", overrides=training_overrides("prod", command=["-m", "train"], program=None))
     settings = result.settings.training_job
     spec = one(result, "CronJob")["spec"]["jobTemplate"]["spec"]
     assert "completionMode" not in spec
@@ -185,7 +188,7 @@ def test_a_single_node_torchrun_job_runs_standalone_with_a_port_per_rank() -> No
 def training_overrides(stack: str, **changes: Any) -> dict[str, Any]:
     base = json.loads(read_stack_config(stack).values["trainingJob"])
     base.update(changes)
-    return {"trainingJob": base}
+    return {"trainingJob": {k: v for k, v in base.items() if v is not None}}
 
 
 @pytest.mark.parametrize(

@@ -13,8 +13,18 @@ from policy import engine
 from policy.engine import check_files, check_stack_file, evaluate, mandatory
 from policy.rules import ALL_POLICIES, policy_by_id
 from policy.rules.containers import split_image
+from policy.rules.training_jobs import TRAINING_AUTOLOG
 from policy.vocabulary import Enforcement, Finding, KubeObject, Policy, PolicyContext
-from tests.policy.fixtures import CASES, CONTEXT, DATASOURCES_YAML, compliant_stack, dashboard, objects, readonly
+from tests.policy.fixtures import (
+    CASES,
+    CONTEXT,
+    DATASOURCES_YAML,
+    compliant_stack,
+    dashboard,
+    labels,
+    objects,
+    readonly,
+)
 
 WRAPS = {"dict": lambda m: m, "readonly": readonly}
 
@@ -272,3 +282,24 @@ def test_file_and_stack_file_checks_come_from_the_one_registry(monkeypatch):
     assert [v.policy for v in engine.check_stack_file("Pulumi.dev.yaml", "config: {}\n")] == ["probe-files"]
     with_files = {p.id for p in ALL_POLICIES if p.file_check is not None}
     assert {"alert-rule-annotations", "no-plaintext-secrets"} <= with_files
+
+
+def test_a_job_made_from_the_training_template_is_held_to_it_by_its_pods() -> None:
+    """The rendered Job file has only a generateName: it is the training template's by its pods'
+    service, and a Job of other pods is not."""
+    stack = compliant_stack()
+    template = stack["training-job"]
+    job_file = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"generateName": "dqn-training-", "namespace": "training-dev", "labels": labels("training-job")},
+        "spec": copy.deepcopy(template["spec"]["jobTemplate"]["spec"]),
+    }
+    (container,) = job_file["spec"]["template"]["spec"]["containers"]
+    del container["command"], container["args"]  # the image's entrypoint with FOXHUNT_AUTOLOG=on
+    violations = evaluate(objects({"training-job-file": job_file}), CONTEXT, [TRAINING_AUTOLOG])
+    assert [(v.subject, v.path) for v in violations] == [
+        ("Job training-dev/", "spec.template.spec.containers[trainer].command")
+    ], violations
+    job_file["spec"]["template"]["metadata"]["labels"] = labels("batch-export")
+    assert evaluate(objects({"training-job-file": job_file}), CONTEXT, [TRAINING_AUTOLOG]) == []

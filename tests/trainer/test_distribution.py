@@ -34,11 +34,18 @@ OPTIONAL = {
         "foxhunt_trainer/integrations/torch_distributed.py",
         "foxhunt_trainer/integrations/optimizers.py",
         "foxhunt_trainer/integrations/torch_remediation.py",
+        # the auto-instrumentation's patches, each imported once the program imported its framework
+        "foxhunt_trainer/autolog/torch_patches.py",
+        "foxhunt_trainer/autolog/sb3_patches.py",
+        "foxhunt_trainer/autolog/lightning_patches.py",
     ),
     "numpy": ("foxhunt_trainer/integrations/sb3.py",),
-    "stable_baselines3": ("foxhunt_trainer/integrations/sb3.py",),
-    "pytorch_lightning": ("foxhunt_trainer/integrations/lightning.py",),
-    "optuna": ("foxhunt_trainer/integrations/optuna.py",),
+    "stable_baselines3": ("foxhunt_trainer/integrations/sb3.py", "foxhunt_trainer/autolog/sb3_patches.py"),
+    "pytorch_lightning": (
+        "foxhunt_trainer/integrations/lightning.py",
+        "foxhunt_trainer/autolog/lightning_patches.py",
+    ),
+    "optuna": ("foxhunt_trainer/integrations/optuna.py", "foxhunt_trainer/autolog/optuna_patches.py"),
 }
 FORBIDDEN_DISTRIBUTIONS = {
     "pulumi",
@@ -193,9 +200,27 @@ def test_the_wheel_installs_offline_into_an_empty_venv_and_instruments_a_script(
     assert 'ml_training_nan_count{job_id="from-wheel",model_type="mlp",tensor_type="loss"} 1.0' in page
     assert 'ml_training_failures_total{error_type="timeout",job_id="from-wheel",model_type="mlp"} 1.0' in page
     assert 'ml_training_jobs_by_status{status="failed"} 1.0' in page
+    # The end-of-run summary (a script that configured no logging: on stderr), with the peak table
+    # and the verdict's thresholds the wheel ships.
+    assert "foxhunt model_type=mlp job_id=from-wheel: run summary: failed after" in run.stderr, run.stderr
+    assert "verdict: " in run.stderr and "MFU: not known: the job reports no model FLOPs" in run.stderr, run.stderr
     # The launcher the training job template runs torchrun through is installed as a command.
     usage = subprocess.run([str(target / "bin" / "foxhunt-torchrun"), "--help"], capture_output=True, text=True)
     assert usage.returncode == 0 and "torchrun" in usage.stdout, usage.stderr
+    # foxhunt-run, the job template's command for one process: its sitecustomize is shipped and
+    # installs the import hook in the program it runs (from the wheel, nothing of the checkout).
+    probe = "import sys, foxhunt_trainer.autolog.state as s; print(s.STATE.installed, s.__file__)"
+    hooked = subprocess.run(
+        [str(target / "bin" / "foxhunt-run"), str(python), "-c", probe],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60, env={"PATH": os.environ.get("PATH", "")},
+    )  # fmt: skip
+    assert hooked.returncode == 0 and hooked.stdout.startswith(f"True {target}"), hooked.stderr
+    # The run report is a command of the wheel too, with no dependency beyond it (its plots are SVG).
+    unreachable = subprocess.run(
+        [str(target / "bin" / "foxhunt-report"), "job", "--url", "http://127.0.0.1:9"], capture_output=True, text=True
+    )
+    assert unreachable.returncode == 2, unreachable.stderr
+    assert unreachable.stderr.startswith("foxhunt-report: cannot reach Prometheus at http://127.0.0.1:9: ")
     for absent in ("yaml", "pulumi", "observability", "dashboards"):
         probe = subprocess.run([str(python), "-I", "-c", f"import {absent}"], cwd=tmp_path, capture_output=True)
         assert probe.returncode != 0, f"{absent} is importable from the trainer's venv"

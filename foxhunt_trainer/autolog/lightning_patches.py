@@ -1,0 +1,111 @@
+"""PyTorch Lightning with no code: `MetricsCallback` added to every `Trainer`.
+
+`pytorch_lightning.Trainer(...)` gets the integration's callback after the program's own, and
+its `fit`, `validate`, `test` and `predict` leave the optimizer steps, losses and loaders to it
+(the plain PyTorch integration steps aside while they run). Every method of the callback
+Lightning calls, and its checkpoint IO, is guarded (`state`). The `lightning` package
+(`lightning.pytorch`, a second copy of the same classes) is not patched.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+import pytorch_lightning as pl
+
+from foxhunt_trainer.autolog import job as auto_job
+from foxhunt_trainer.autolog.state import STATE, guarded_subclass
+from foxhunt_trainer.autolog.switches import LIGHTNING
+from foxhunt_trainer.integrations.lightning import MetricsCallback, MonitoredCheckpointIO
+
+HOOKS = (
+    "on_train_start", "on_train_epoch_start", "on_train_batch_start", "on_before_optimizer_step",
+    "on_train_batch_end", "on_train_epoch_end", "on_train_end", "on_exception", "on_validation_start",
+    "on_validation_end",
+)  # fmt: skip
+
+
+class _GuardedCheckpointIO(MonitoredCheckpointIO):
+    """The strategy's checkpoint IO inside `job.checkpoint`, the save itself unguarded: the
+    program's checkpoint errors stay its own, the integration's turn it off."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
+        saving = None
+        if STATE.on(LIGHTNING):
+            try:
+                saving = self.job.checkpoint(
+                    path, step=int(checkpoint.get("global_step", 0)), state=checkpoint.get("state_dict")
+                )
+                saving.__enter__()
+            except Exception as error:
+                STATE.failed(LIGHTNING, error)
+                saving = None
+        if saving is None:
+            self.inner.save_checkpoint(checkpoint, path, storage_options)
+            return
+        try:
+            self.inner.save_checkpoint(checkpoint, path, storage_options)
+        except BaseException as error:
+            try:
+                saving.__exit__(type(error), error, error.__traceback__)
+            except Exception as failure:
+                STATE.failed(LIGHTNING, failure)
+            raise
+        try:
+            saving.__exit__(None, None, None)
+        except Exception as error:
+            STATE.failed(LIGHTNING, error)
+
+
+class _Callback(MetricsCallback):
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        io = trainer.strategy.checkpoint_io
+        if not isinstance(io, MonitoredCheckpointIO):
+            trainer.strategy.checkpoint_io = _GuardedCheckpointIO(self.job, io)
+
+
+AutoMetricsCallback = guarded_subclass(_Callback, LIGHTNING, dict.fromkeys(("setup", *HOOKS)))
+
+
+def _with_callback(callbacks: Any, added: pl.Callback) -> list[Any]:
+    if callbacks is None:
+        return [added]
+    if isinstance(callbacks, pl.Callback):
+        return [callbacks, added]
+    return [*callbacks, added]
+
+
+def _patch_init() -> None:
+    original = pl.Trainer.__init__
+
+    @functools.wraps(original)
+    def __init__(self: pl.Trainer, *args: Any, **kwargs: Any) -> None:
+        try:
+            if STATE.on(LIGHTNING) and (auto := auto_job.current()) is not None:
+                kwargs["callbacks"] = _with_callback(kwargs.get("callbacks"), AutoMetricsCallback(auto.job))
+        except Exception as error:
+            STATE.failed(LIGHTNING, error)
+        original(self, *args, **kwargs)
+
+    pl.Trainer.__init__ = __init__  # type: ignore[method-assign]
+
+
+def _framework_run(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def run(self: pl.Trainer, *args: Any, **kwargs: Any) -> Any:
+        STATE.framework_depth += 1
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            STATE.framework_depth -= 1
+
+    return run
+
+
+def install(module: ModuleType) -> None:
+    _patch_init()
+    for name in ("fit", "validate", "test", "predict"):
+        setattr(pl.Trainer, name, _framework_run(getattr(pl.Trainer, name)))

@@ -1,0 +1,131 @@
+"""The auto-instrumentation never changes what a program does: with its step hook forced to
+raise, a training program's stdout, result file, checkpoints and exit code are byte-identical to
+an uninstrumented run, and one line on stderr names the integration turned off. Patches apply
+whichever comes first, the framework's import or the instrumentation (`autolog()` in code), and
+the job ends by what ended the program."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from bench._prometheus import free_port
+from infra import REPO_ROOT
+
+pytestmark = pytest.mark.slow
+
+PROGRAMS = REPO_ROOT / "tests" / "autolog" / "programs"
+RUN = [sys.executable, "-m", "foxhunt_trainer.autolog", sys.executable]
+# A sitecustomize the auto-instrumentation's chains to (the environment's own): it breaks the
+# library's step counting, as a bug in it would.
+FAULT = textwrap.dedent(
+    """
+    from foxhunt_trainer.training import JobMetrics
+
+    def record_step(self, *args, **kwargs):
+        raise RuntimeError("forced failure of the step hook")
+
+    JobMetrics.record_step = record_step
+    """
+)
+
+
+def _env(pythonpath: str = str(REPO_ROOT), **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "FOXHUNT_", "PYTHON"))}
+    return {
+        **env,
+        "PYTHONPATH": pythonpath,
+        "OMP_NUM_THREADS": "1",
+        "FOXHUNT_METRICS_BASE_PORT": str(free_port()),
+        "FOXHUNT_PROGRESS_SECONDS": "off",
+        **extra,
+    }
+
+
+def _run(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, timeout=180)
+
+
+def test_a_failing_hook_leaves_output_results_and_exit_code_byte_identical_and_says_so_once(tmp_path):
+    plain, faulty = tmp_path / "plain", tmp_path / "faulty"
+    (tmp_path / "fault").mkdir()
+    (tmp_path / "fault" / "sitecustomize.py").write_text(FAULT)
+    for out in (plain, faulty):
+        out.mkdir()
+    loop = [str(PROGRAMS / "plain_loop.py"), "--epochs", "2"]
+    reference = _run([sys.executable, loop[0], str(plain), *loop[1:]], _env(FOXHUNT_AUTOLOG="off"))
+    broken = _run([*RUN, loop[0], str(faulty), *loop[1:]], _env(f"{REPO_ROOT}{os.pathsep}{tmp_path / 'fault'}"))
+    assert reference.returncode == broken.returncode == 0, broken.stderr.decode()
+    assert broken.stdout == reference.stdout
+    assert sorted(p.name for p in faulty.iterdir()) == sorted(p.name for p in plain.iterdir())
+    for made in plain.iterdir():
+        assert (faulty / made.name).read_bytes() == made.read_bytes(), made.name
+    lines = [line for line in broken.stderr.decode().splitlines() if line.startswith("foxhunt-autolog")]
+    assert lines == [
+        "foxhunt-autolog: the torch integration failed and is off (RuntimeError: forced failure of the step hook)"
+    ]
+
+
+ORDERS = {
+    "framework first": "import torch\nfrom foxhunt_trainer.autolog import autolog\nautolog()\n",
+    "instrumentation first": "from foxhunt_trainer.autolog import autolog\nautolog()\nimport torch\n",
+}
+TRAIN = textwrap.dedent(
+    """
+    from torch.utils.data import DataLoader, TensorDataset
+    from foxhunt_trainer.autolog import job
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in DataLoader(TensorDataset(torch.randn(40, 4), torch.randn(40, 1)), batch_size=8):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    print(job.existing().job.steps_done)
+    """
+)
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_autolog_in_code_instruments_torch_imported_before_or_after_it(order):
+    done = _run([sys.executable, "-c", ORDERS[order] + TRAIN], _env())
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.decode().split()[0] == "5"
+
+
+ENDINGS = {
+    "an exception": ("raise KeyError('missing column')", 1, "failed", "config"),
+    "a non-zero sys.exit": ("import sys; sys.exit(3)", 3, "failed", "exception"),
+    "a clean end": ("pass", 0, "completed", None),
+}
+
+
+@pytest.mark.parametrize("ending", ENDINGS)
+def test_the_job_ends_by_what_ended_the_program(ending):
+    code, expected_code, status, error_type = ENDINGS[ending]
+    probe = textwrap.dedent(
+        f"""
+        import atexit, torch
+        from foxhunt_trainer.autolog import job
+
+        def report():
+            auto = job.existing()
+            failures = auto.metrics.failures.collect()[0].samples
+            failed = sorted(s.labels["error_type"] for s in failures if s.name.endswith("_total") and s.value)
+            print(auto.job.status, failed, flush=True)
+
+        atexit.register(report)  # before the job exists: runs after the job's own exit hook
+        model = torch.nn.Linear(2, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        model(torch.ones(1, 2)).sum().backward()
+        optimizer.step()
+        {code}
+        """
+    )
+    done = _run([*RUN, "-c", probe], _env())
+    assert done.returncode == expected_code, done.stderr.decode()
+    assert done.stdout.decode().strip() == f"{status} {[error_type] if error_type else []}"
