@@ -30,6 +30,7 @@ def main() -> None:
     job.track_gpu_memory(lambda: {args.uuid: args.reserved_bytes})
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    loss_fn = torch.nn.MSELoss()
     x, y = torch.randn(256, 32), torch.randn(256, 1)
     job.set_status("running")
     while True:
@@ -37,7 +38,8 @@ def main() -> None:
         with job.phase("compute"):
             while time.monotonic() - start < args.compute_share:
                 optimizer.zero_grad()
-                torch.nn.functional.mse_loss(model(x), y).backward()
+                loss = loss_fn(model(x), y)
+                loss.backward()
                 optimizer.step()
         with job.phase("idle"):
             time.sleep(max(0.0, 1.0 - (time.monotonic() - start)))
