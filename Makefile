@@ -1,5 +1,7 @@
 # foxhunt-observability: render stacks offline, test, lint, benchmark.
-# A .venv is created on first use from the exact pins in requirements.txt.
+# A .venv is created on first use from the locks: requirements.txt (the deploy set: the Pulumi
+# program, the render, the policy pack) for render/diff/venv, requirements-dev.txt (the deploy set
+# and the frameworks, test and lint tools) for everything else. Both pin every package with hashes.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -12,30 +14,44 @@ STACKS := $(shell python3 -m infra.stacks)
 # PYTEST_ARGS= (one process) or PYTEST_ARGS="-n 4 -k rules". The 30 slowest tests are listed at the end.
 PYTEST_ARGS ?= -n 2 --durations=30
 
-.PHONY: render render-all diff generate check test lint bench clean sysdeps venv device-check device-check-deps wheel
+.PHONY: render render-all diff generate check test lint lock bench clean sysdeps venv device-check device-check-deps wheel
 
-$(VENV)/.installed: requirements.txt
-	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -r requirements.txt
+# --no-compile: modules are compiled when first imported (most of the providers' never are).
+PIP_INSTALL := $(VENV)/bin/pip install --quiet --no-compile
+LOCK := $(VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links $(LOCK_ARGS)
+
+$(VENV)/.deploy: requirements.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP_INSTALL) --require-hashes -r requirements.txt
 	touch $@
 
-venv: $(VENV)/.installed
+$(VENV)/.dev: requirements-dev.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP_INSTALL) --require-hashes -r requirements-dev.txt
+	touch $@
+
+## the deploy set alone into .venv (what pulumi preview / up and the policy pack run in)
+venv: $(VENV)/.deploy
+
+## rewrite the locks from requirements.in and requirements-dev.in (LOCK_ARGS=--upgrade to move unpinned ones)
+lock: $(VENV)/.dev
+	$(LOCK) -o requirements.txt requirements.in
+	$(LOCK) -o requirements-dev.txt requirements-dev.in
 
 ## the trainer library's wheel (what a training image installs) into dist/: prometheus-client and OpenTelemetry only
-wheel: $(VENV)/.installed
+wheel: $(VENV)/.dev
 	$(PY) -m pip wheel --quiet --no-deps --no-build-isolation --no-index --wheel-dir dist .
 
 ## render the stack offline (Pulumi mock engine) into rendered/$(STACK)/ and check it
-render: sysdeps $(VENV)/.installed
+render: sysdeps $(VENV)/.deploy
 	$(PY) -m infra.offline.render --stack $(STACK)
 
 ## render every stack: the Pulumi.<stack>.yaml files present
-render-all: sysdeps $(VENV)/.installed
+render-all: sysdeps $(VENV)/.deploy
 	for s in $(STACKS); do $(PY) -m infra.offline.render --stack $$s || exit 1; done
 
 ## review diff: render BASE (a git ref, default HEAD) and the working tree, print a per-file diff of rendered/$(STACK)/
-diff: $(VENV)/.installed
+diff: $(VENV)/.deploy
 	@$(PY) -m infra.offline.review_diff --stack $(STACK) --base $(BASE) --format $(DIFF_FORMAT)
 
 ## Debian packages the tests need (Prometheus, Alertmanager, buildah, debootstrap, gcc); as root
@@ -43,7 +59,7 @@ sysdeps:
 	./scripts/install-system-packages.sh
 
 ## rewrite every committed generated file from the code (runbooks, dashboards README)
-generate: $(VENV)/.installed
+generate: $(VENV)/.dev
 	$(PY) -m infra.offline.regenerate
 
 ## what CI runs (.ci/run): generated files current and committed, lint, format, strict types, tests
@@ -57,18 +73,18 @@ check: sysdeps generate
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 ## the whole test suite
-test: sysdeps $(VENV)/.installed
+test: sysdeps $(VENV)/.dev
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 ## ruff (lint and format), mypy strict, actionlint over the CI workflows
-lint: $(VENV)/.installed
+lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/actionlint
 
 ## benchmarks; figures go to BENCHMARKS.md
-bench: $(VENV)/.installed
+bench: $(VENV)/.dev
 	$(PY) -m bench
 
 ## on a machine with an NVIDIA GPU: the poller against the real driver and nvidia-smi (builds nothing;

@@ -30,6 +30,7 @@ What it reads:
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 from typing import Any
@@ -165,6 +166,11 @@ class MetricsCallback(pl.Callback):
             lr_schedule=short_name(type(schedulers[0].scheduler).__name__) if schedulers else UNKNOWN,
         )
         self.job.set_hyperparameters(self._hyperparameters)
+        # The planned length, for the job's progress lines (time left at the current pace).
+        planned = trainer.estimated_stepping_batches
+        steps = int(planned) if isinstance(planned, int | float) and math.isfinite(planned) and planned > 0 else None
+        epochs = trainer.max_epochs if trainer.max_epochs is not None and trainer.max_epochs > 0 else None
+        self.job.set_planned(steps=steps, epochs=epochs)
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._epoch_loss = LossSum()

