@@ -329,6 +329,9 @@ class JobMetrics:
         self.model_flops_precision: str | None = None
         self._hyperparameter_labels: dict[str, str] | None = None
         self._at_finish: list[Callable[[], None]] = []
+        # Children of the series an integration sets every check or update, looked up once
+        # (prometheus-client's `labels()` costs microseconds a call).
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         # What the progress lines and the end-of-run summary read (foxhunt_trainer.summary); none
         # of it changes per step.
         self.reporter: RunReporter | None = None
@@ -374,6 +377,14 @@ class JobMetrics:
         )
         self.finish("failed")
         return error_type
+
+    def _child(self, family: Any, *extra: str) -> Any:
+        """`family`'s child for this job (and the values of its further labels, in order)."""
+        key = (id(family), extra)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = family.labels(self.model_type, self.job_id, *extra)
+        return child
 
     @property
     def finished(self) -> bool:
@@ -679,19 +690,19 @@ class JobMetrics:
     def record_step_loss(self, loss: float) -> bool:
         """The mean training loss of the latest steps (`ml_training_step_loss`); a non-finite one
         counts as a NaN detection of the loss. Returns whether it is finite."""
-        self._m.step_loss.labels(**self._job).set(loss)
+        self._child(self._m.step_loss).set(loss)
         return self.check_finite(loss, LOSS)
 
     def record_gradient_norm(self, norm: float) -> bool:
         """The global gradient norm at a check (`ml_training_gradient_norm`); a non-finite one
         counts as a NaN detection of the gradient. Returns whether it is finite."""
-        self._m.gradient_norm.labels(**self._job).set(norm)
+        self._child(self._m.gradient_norm).set(norm)
         return self.check_finite(norm, GRADIENT)
 
     def set_learning_rates(self, rates: Mapping[str, float]) -> None:
         """Learning rate per optimizer parameter group (`param_group`: its name or index)."""
         for group, rate in rates.items():
-            self._m.learning_rate.labels(**self._job, param_group=group).set(rate)
+            self._child(self._m.learning_rate, group).set(rate)
 
     def set_hyperparameters(self, values: hyperparameters.Hyperparameters) -> None:
         """The job's one `ml_training_hyperparameters_info` series (replacing an earlier one)."""

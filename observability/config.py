@@ -147,6 +147,17 @@ class ObservabilityConfig:
     shards: int = 1
     # What the shards remote-write to the global tier (with more than one shard).
     remote_write: RemoteWrite = RemoteWrite.ALL
+    # Prometheus replicas per server (a shard, or the one Prometheus): each scrapes the same targets
+    # and evaluates the same rules, and carries its own value of `replica_label` as an external label
+    # (docs/scaling.md, "High availability"). The global tier stays one writer.
+    prometheus_replicas: int = 1
+    # The external label that tells replicas apart: the global tier deduplicates on it and every
+    # alert drops it before Alertmanager sees it (the Prometheus Operator's name by default).
+    replica_label: str = "prometheus_replica"
+    # Alertmanager peers of one gossip cluster (`host:port` of each peer's web listener); every
+    # Prometheus sends to all of them. Empty: the servers' alerting is configured elsewhere.
+    alertmanager_peers: tuple[str, ...] = ()
+    alertmanager_replicas: int = 1
     # This stack's cluster: the `cluster` external label of every Prometheus of the stack.
     cluster: str = ""
     # Every cluster whose series the dashboards' Prometheus (the global tier) holds; with more than
@@ -165,3 +176,8 @@ class ObservabilityConfig:
     peak_flops: PeakFlopsTable = DEFAULT_PEAK_FLOPS
     # TLS and authentication of the scrapes of the poller and the training jobs; None: plain HTTP.
     scrape_security: ScrapeSecurity | None = None
+
+    @property
+    def replicated(self) -> bool:
+        """Whether the global tier receives each shard's series from more than one replica."""
+        return self.shards > 1 and self.prometheus_replicas > 1

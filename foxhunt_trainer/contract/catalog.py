@@ -984,6 +984,49 @@ PROMETHEUS_RULE_GROUP_INTERVAL_SECONDS = Metric(
     Producer.PROMETHEUS,
 )
 
+# --- Prometheus' remote write (a shard's queue to the global tier; `remote_name`, `url` per queue) ---
+_QUEUE = ("job", "instance", "remote_name", "url")
+PROMETHEUS_REMOTE_STORAGE_SAMPLES_PENDING = Metric(
+    "prometheus_remote_storage_samples_pending",
+    MetricType.GAUGE,
+    "",
+    "Samples read from the WAL and waiting in the queue's shards to be sent.",
+    _QUEUE,
+    Producer.PROMETHEUS,
+)
+PROMETHEUS_REMOTE_STORAGE_SAMPLES_FAILED_TOTAL = Metric(
+    "prometheus_remote_storage_samples_failed_total",
+    MetricType.COUNTER,
+    "",
+    "Samples the queue gave up on after a non-recoverable error (they never reach the receiver).",
+    _QUEUE,
+    Producer.PROMETHEUS,
+)
+PROMETHEUS_REMOTE_STORAGE_SAMPLES_RETRIED_TOTAL = Metric(
+    "prometheus_remote_storage_samples_retried_total",
+    MetricType.COUNTER,
+    "",
+    "Samples sent again after a recoverable error (the receiver down or overloaded).",
+    _QUEUE,
+    Producer.PROMETHEUS,
+)
+PROMETHEUS_REMOTE_STORAGE_HIGHEST_TIMESTAMP_IN_SECONDS = Metric(
+    "prometheus_remote_storage_highest_timestamp_in_seconds",
+    MetricType.GAUGE,
+    "seconds",
+    "The newest sample's timestamp this Prometheus has written to its WAL (Unix seconds).",
+    ("job", "instance"),
+    Producer.PROMETHEUS,
+)
+PROMETHEUS_REMOTE_STORAGE_QUEUE_HIGHEST_SENT_TIMESTAMP_SECONDS = Metric(
+    "prometheus_remote_storage_queue_highest_sent_timestamp_seconds",
+    MetricType.GAUGE,
+    "seconds",
+    "The newest sample's timestamp the queue has sent successfully (Unix seconds).",
+    _QUEUE,
+    Producer.PROMETHEUS,
+)
+
 # --- kube-state-metrics (only where the stack says it runs: `kubeStateMetrics`) -------------------
 KUBE_NODE_STATUS_CAPACITY = Metric(
     "kube_node_status_capacity",

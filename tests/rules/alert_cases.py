@@ -17,6 +17,7 @@ from observability.rules import jobs, recording
 from observability.thresholds import DEFAULT_THRESHOLDS, Thresholds
 from tests.rules.distributed_cases import DISTRIBUTED_RECORD_CASES, distributed_cases
 from tests.rules.goodput_cases import efficiency_alert_cases, goodput_record_cases
+from tests.rules.ha_cases import HA_RECORD_CASES, ha_cases
 from tests.rules.health_cases import HEALTH_CASES, threshold_health_cases
 from tests.rules.promtool_harness import (
     Case,
@@ -1011,6 +1012,7 @@ def alert_cases(th: Thresholds = DEFAULT_THRESHOLDS) -> tuple[Case, ...]:
         # --- ml_monitoring_health (and the lost-at-first-pass GPU): tests/rules/health_cases.py -------
         *HEALTH_CASES,
         *threshold_health_cases(th),
+        *ha_cases(th),
         *recovery_cases(th),
         *efficiency_alert_cases(th),
         *distributed_cases(th),
@@ -1275,7 +1277,13 @@ GPU_INPUT_RECORD_CASES: tuple[RecordCase, ...] = (
         ((GPU0, 1),),
     ),
 )
-_STATIC_RECORD_CASES = (*RECORD_CASES, *JOB_RECORD_CASES, *GPU_INPUT_RECORD_CASES, *DISTRIBUTED_RECORD_CASES)
+_STATIC_RECORD_CASES = (
+    *RECORD_CASES,
+    *JOB_RECORD_CASES,
+    *GPU_INPUT_RECORD_CASES,
+    *DISTRIBUTED_RECORD_CASES,
+    *HA_RECORD_CASES,
+)
 
 
 def record_cases(th: Thresholds = DEFAULT_THRESHOLDS) -> tuple[RecordCase, ...]:
