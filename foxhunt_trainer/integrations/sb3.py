@@ -19,12 +19,12 @@ What it reads, and where from (nothing is recomputed that the algorithm already 
   gradients it steps with (after SB3's clipping) every `check_every` optimizer steps; the
   hyperparameters series (batch size, optimizer, precision, constant or scheduled learning rate);
 - DQN: the exploration rate (`model.exploration_rate`, what `rollout/exploration_rate` logs) after
-  each rollout, and the Q-value of the greedy action on the latest observations, from the
+  a rollout (with the episodes), and the Q-value of the greedy action on the latest observations, from the
   algorithm's own Q-network, every `q_value_every` environment steps (one forward pass; on a GPU
   one synchronisation) and when training ends;
 - episodes: those the environments' `Monitor` wrapper reports (`info["episode"]`), and the mean
   reward and length of the algorithm's episode buffer (`rollout/ep_rew_mean`, `rollout/ep_len_mean`),
-  after each rollout;
+  after a rollout (at most once every `read_every_seconds`, and when training ends);
 - time: collecting rollouts counts as "data_wait" (the learner waits for experience), updating the
   policy as "compute".
 """
@@ -35,6 +35,7 @@ import math
 import time
 from typing import Any
 
+import numpy as np
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
 from torch.utils.hooks import RemovableHandle
@@ -196,11 +197,10 @@ class MetricsCallback(BaseCallback):
         if not finished:
             return  # the episode buffer changes only when episodes end
         buffer = self.model.ep_info_buffer
-        if buffer:
-            count = len(buffer)
-            rewards = math.fsum(float(episode["r"]) for episode in buffer) / count
-            lengths = math.fsum(float(episode["l"]) for episode in buffer) / count
-            self.job.rl.record_episodes(finished, rewards, lengths)
+        if buffer:  # the means as SB3 computes them (`safe_mean`), to the last bit
+            rewards = [float(episode["r"]) for episode in buffer]
+            lengths = [float(episode["l"]) for episode in buffer]
+            self.job.rl.record_episodes(finished, float(np.mean(rewards)), float(np.mean(lengths)))
         else:
             self.job.rl.record_episodes(finished)
 
