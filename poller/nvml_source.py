@@ -38,6 +38,7 @@ from typing import Any
 
 import pynvml
 
+from foxhunt_trainer.contract import catalog
 from poller.error_counters import ErrorCounters
 from poller.gpm import GPM_FUNCTION_NAMES, NO_GPM, GpmAllocationError, GpmCallError, GpmFunctions, GpmReader
 from poller.nvml_calls import (
@@ -50,7 +51,6 @@ from poller.nvml_calls import (
     sample_from,
 )
 from poller.samples import (
-    MIG_COMPUTE_SLICES,
     DriverInfo,
     GpuIdentity,
     GpuSample,
@@ -542,11 +542,11 @@ class NvmlSource:
                 raise
         # NVML names a MIG device "<parent's name> MIG <profile>" (e.g. "... MIG 1g.10gb").
         profile = name.rpartition(" MIG ")[2] if " MIG " in name else ""
-        if compute_slices is None and profile[:1].isdigit():
-            compute_slices = int(profile.split("g", 1)[0]) if profile.split("g", 1)[0].isdigit() else None
+        if compute_slices is None:
+            compute_slices = catalog.mig_profile_compute_slices(profile)
         if not profile and compute_slices is not None:
             profile = f"{compute_slices}g.{round(memory_mb / 1024)}gb"
-        share = min(max((compute_slices or 0) / MIG_COMPUTE_SLICES, 0.0), 1.0)
+        share = min(max((compute_slices or 0) / catalog.MIG_COMPUTE_SLICES, 0.0), 1.0)
         return MigInfo(slot, parent.gpu.uuid, profile, instance, share)
 
     def _refresh_migs(self, session: Session, parent: Device) -> None:

@@ -26,10 +26,6 @@ from poller.nvml_fields import (
     table_of,
 )
 
-# The compute slices of a whole GPU that MIG divides (A100, H100, H200, B200): a MIG device's share of
-# its parent's SMs is its compute slices over these.
-MIG_COMPUTE_SLICES = 7
-
 
 @dataclass(frozen=True)
 class MigInfo:
@@ -39,7 +35,7 @@ class MigInfo:
     parent_uuid: str
     profile: str  # e.g. 1g.10gb
     gpu_instance_id: int
-    sm_share: float  # compute slices / MIG_COMPUTE_SLICES (0-1)
+    sm_share: float  # compute slices / catalog.MIG_COMPUTE_SLICES (0-1)
 
 
 @dataclass(frozen=True)

@@ -344,6 +344,19 @@ GPU_MIG_DEVICE_INFO = Metric(
     (*GPU, "parent_gpu_id", "parent_uuid", "profile"),
     _G,
 )
+# The compute slices of a whole GPU that MIG divides (A100, H100, H200, B200): a MIG device's share of
+# its GPU's SMs is its profile's compute slices over these.
+MIG_COMPUTE_SLICES = 7
+
+
+def mig_profile_compute_slices(profile: str) -> int | None:
+    """The compute slices of a MIG profile (`3g.40gb` -> 3; `1c.3g.40gb`, a compute instance, -> 1);
+    None where the profile does not say."""
+    head = profile.split(".", 1)[0]
+    count = head[:-1] if head[-1:] in ("g", "c") else ""
+    return int(count) if count.isdigit() and 0 < int(count) <= MIG_COMPUTE_SLICES else None
+
+
 GPU_MIG_SM_SHARE_RATIO = Metric(
     "ml_gpu_mig_sm_share_ratio",
     MetricType.GAUGE,
