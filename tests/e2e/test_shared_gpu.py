@@ -15,6 +15,8 @@ import pytest
 import yaml
 
 from bench._prometheus import PrometheusServer
+from dashboards import build_all
+from dashboards.queries import panel_queries, substitute_variables
 from foxhunt_trainer.contract import catalog
 from observability.config import ObservabilityConfig
 from observability.rules import goodput, jobs, rule_groups
@@ -120,8 +122,8 @@ def test_no_job_is_given_the_devices_utilization_and_the_idle_one_is_judged_by_i
     utilization = wait_until("each job's utilization from its time split", settled, timeout=120)
     assert 60 < utilization["nb-busy"] < 99 and utilization["nb-idle"] < 20, utilization
     assert shared.prometheus.api.query(jobs.HELD_UTILIZATION.record) == []  # the 99% is no one job's
-    busy = shared.by_job(goodput.GPU_BUSY.record)
-    assert set(busy) == {"nb-busy", "nb-idle"}
+    busy = wait_until("both jobs' GPU busyness", lambda: len(shared.by_job(goodput.GPU_BUSY.record)) == 2)
+    assert busy
     sources = {s["metric"]["source"] for s in shared.prometheus.api.query(goodput.GPU_BUSY.record)}
     assert sources == {"job_time_split"}
 
@@ -136,6 +138,28 @@ def test_no_job_is_given_the_devices_utilization_and_the_idle_one_is_judged_by_i
     assert wait_until("GPUUtilizationLow for the idle job", low, timeout=60) == ["nb-idle"]
     verdicts = {s["metric"]["job_id"]: s["metric"]["verdict"] for s in shared.prometheus.api.query(goodput.VERDICT)}
     assert verdicts.get("nb-idle") == goodput.VERDICT_UNDERUTILIZED
+
+
+def _cockpit_panel(title: str, job: str) -> list[str]:
+    """The training cockpit's queries of the panel `title`, with $job_id set to `job`."""
+    (cockpit,) = [d for uid, d in build_all(CFG).items() if uid == "foxhunt-training-cockpit"]
+    queries = [q for q in panel_queries(cockpit) if q.panel_title == title and q.datasource_type == "prometheus"]
+    assert queries, title
+    return [substitute_variables(q.expr, {**q.variables, "job_id": job, "model_type": ".*"}) for q in queries]
+
+
+def test_the_cockpit_panels_show_each_job_its_own_share_and_say_the_gpu_is_shared(shared: Shared) -> None:
+    wait_until("each job's memory ratio", lambda: len(shared.by_job(jobs.HELD_MEMORY_RATIO.record)) == 2)
+    for job, (reserved, _) in JOBS.items():
+        (own,) = _cockpit_panel("Job's Own GPU Memory", job)
+        assert [float(s["value"][1]) for s in shared.prometheus.api.query(own)] == [reserved]
+        (memory,) = _cockpit_panel("Job GPU Memory Used", job)
+        assert [float(s["value"][1]) for s in shared.prometheus.api.query(memory)] == [reserved / 80e9]
+        (count,) = _cockpit_panel("Shared GPUs (Time-Sliced)", job)
+        assert [float(s["value"][1]) for s in shared.prometheus.api.query(count)] == [1.0]
+        # the per-GPU utilization panel draws no line for the shared GPU: the device's 99% is no one job's
+        (utilization,) = _cockpit_panel("Job GPU Utilization", job)
+        assert shared.prometheus.api.query(utilization) == []
 
 
 def test_the_rules_under_test_differ_from_the_rendered_ones_only_in_that_for() -> None:
