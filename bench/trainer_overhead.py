@@ -94,7 +94,8 @@ def start_job(metrics: TrainingMetrics, job_id: str, progress_seconds: float | N
 
 
 def block_job(metrics: TrainingMetrics, variant: Variant, job: JobMetrics) -> JobMetrics:
-    """The job `variant`'s block records into: its own, with progress lines, where it has them."""
+    """The job `variant`'s block records into: its own, with progress lines, where it has them (on
+    `metrics`, a registry nobody scrapes, so the scraped page keeps its one job)."""
     if variant.progress_seconds is None:
         return job
     return start_job(metrics, f"bench-progress-{time.monotonic_ns()}", variant.progress_seconds)
@@ -217,13 +218,14 @@ def measure_blocks(rounds: int, steps: int) -> tuple[dict[str, list[float]], flo
         stack.callback(scraper.wait, 10)
         stack.callback(scraper.terminate)
         job = stack.enter_context(start_job(metrics, "bench-overhead", None))
+        unscraped = TrainingMetrics()
         for variant in VARIANTS:  # warm-up: allocator, autograd threads, kernels, first scrape
-            with block_job(metrics, variant, job) as ran:
+            with block_job(unscraped, variant, job) as ran:
                 run_block(variant, model, optimizer, _loader(20), 20, step, ran)
         for r in range(rounds):
             order = VARIANTS if r % 2 == 0 else tuple(reversed(VARIANTS))
             for variant in order:
-                ran = block_job(metrics, variant, job)
+                ran = block_job(unscraped, variant, job)
                 per_variant[variant.name].append(run_block(variant, model, optimizer, loader, steps, step, ran))
                 if ran is not job:
                     ran.finish()
@@ -320,7 +322,10 @@ def report(rows: list[Row], rounds: int, steps: int, command: str, load: str, re
             "to a step whatever the model (optimizer hooks, phase switches, the step and data-load tallies, "
             "keeping the loss tensor); a check adds one device sync and a gradient norm per check interval. "
             "The whole-loop ratios carry the machine's noise between blocks (the spread column), which on a "
-            "shared machine is larger than the goals; the fixed cost is the figure the goals are judged on.",
+            "shared machine is larger than the goals; the fixed cost is the figure the goals are judged on. "
+            f"{PROGRESS}: each whole-loop block (about a second) carries about one progress line of its job's "
+            "timer thread; its fixed-cost runs end before the first line, so they are what a step pays: the "
+            "same calls as time accounting alone.",
             "",
             f"Scrapes are not in the fixed cost: one scrape of this job's page (rendered as OpenMetrics, the median "
             f"of 50) costs the trainer {render * 1e3:.2f} ms of CPU: {100 * render:.3f} % of one core at one scrape "

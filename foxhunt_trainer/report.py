@@ -303,9 +303,9 @@ def load_job(prom: Prometheus, job_id: str, lookback: str, now: float | None = N
     # point of a sum over them would count only the rank scraped last).
     totals: dict[str, float] = {}
     for r in prom.range(f"{compute}{m}", t0, t1, step):
-        if points := _points(r):
+        if stored := _points(r):
             phase = r["metric"].get("phase", "?")
-            totals[phase] = totals.get(phase, 0.0) + points[-1][1]
+            totals[phase] = totals.get(phase, 0.0) + stored[-1][1]
     life = sum(totals.values())
     shares = {phase: seconds / life for phase, seconds in totals.items()} if life > 0 else {}
 
@@ -367,10 +367,17 @@ def summary_lines(job: JobData) -> list[str]:
         f"checkpoints {bytes_text(f.get('checkpoint_bytes') or 0)}"
     )
     if job.alerts:
+        by_name: dict[str, list[Span]] = {}
+        for alert in sorted(job.alerts, key=lambda a: a.start):
+            by_name.setdefault(alert.label, []).append(alert)
+
+        def clock(t: float) -> str:
+            return time.strftime("%H:%M:%S", time.gmtime(t))
+
         fired = ", ".join(
-            f"{a.label} ({time.strftime('%H:%M:%S', time.gmtime(a.start))}-"
-            f"{time.strftime('%H:%M:%S', time.gmtime(a.end))})"
-            for a in job.alerts
+            f"{name} ({clock(spans[0].start)}-{clock(max(a.end for a in spans))}"
+            + (f", {len(spans)} times)" if len(spans) > 1 else ")")
+            for name, spans in by_name.items()
         )
         lines.append(f"  alerts fired: {fired}")
     else:

@@ -120,3 +120,10 @@ def test_the_terminal_summary_has_the_verdict_advice_and_alerts() -> None:
     assert lines[2] == "  verdict: input-bound: the job waits for data"
     assert lines[3] == f"  to change: {verdicts.INPUT_BOUND.change}"
     assert lines[-1].startswith("  alerts fired: TrainingInputBound (")
+
+
+def test_an_alert_that_fired_twice_is_one_entry_with_its_count() -> None:
+    twice = job("run-a", verdicts.INPUT_BOUND, 0.6, 40.0)
+    twice.alerts.append(Span("TrainingInputBound", twice.start + 45, twice.start + 50))
+    fired = summary_lines(twice)[-1]
+    assert fired.count("TrainingInputBound") == 1 and fired.endswith(", 2 times)")
