@@ -27,7 +27,7 @@ from prometheus_client.metrics_core import CounterMetricFamily
 from prometheus_client.metrics_core import Metric as ClientFamily
 from prometheus_client.registry import Collector
 
-from foxhunt_trainer import errors, families, gpus, hyperparameters
+from foxhunt_trainer import errors, families, gpu_memory, gpus, hyperparameters
 from foxhunt_trainer import flops as flops_module
 from foxhunt_trainer.autolog.state import STATE as AUTOLOG
 from foxhunt_trainer.checkpoints import WEIGHTS, CheckpointSave, GoodCheckpoint
@@ -77,9 +77,9 @@ def _check_status(status: str) -> str:
 
 
 def _check_uuids(uuids: Sequence[str]) -> tuple[str, ...]:
-    bad = [u for u in uuids if not u.startswith("GPU-")]
+    bad = [u for u in uuids if not gpus.is_device_uuid(u)]
     if bad:
-        raise ValueError(f"GPU UUIDs start with 'GPU-' (as NVML reports them), got {bad}")
+        raise ValueError(f"GPU UUIDs start with 'GPU-' (a MIG device's with 'MIG-'), as NVML reports them, got {bad}")
     return tuple(uuids)
 
 
@@ -159,6 +159,7 @@ class TrainingMetrics:
         self._jobs: dict[tuple[str, str], JobMetrics] = {}
         self.registry.register(PhaseCollector(self._started_jobs))
         self.registry.register(TallyCollector(lambda: [job.tally for job in self._started_jobs()]))
+        self.registry.register(gpu_memory.GpuMemoryCollector(self._started_jobs))
         for status in JOB_STATUSES:
             self.jobs_by_status.labels(status=status).set(0)
         SIGTERM_HANDLER.watch_jobs(self)
@@ -167,7 +168,12 @@ class TrainingMetrics:
     @property
     def catalog_metrics(self) -> tuple[Metric, ...]:
         """Every catalog family this registry exposes."""
-        return (*self.collector.catalog_metrics, catalog.TRAINING_PHASE_SECONDS_TOTAL, *TALLIED)
+        return (
+            *self.collector.catalog_metrics,
+            catalog.TRAINING_PHASE_SECONDS_TOTAL,
+            *TALLIED,
+            catalog.TRAINING_GPU_MEMORY_RESERVED_BYTES,
+        )
 
     def _counter(self, metric: Metric) -> Counter:
         client = families.counter(metric)
@@ -317,6 +323,9 @@ class JobMetrics:
         self.phases = PhaseClock(STARTUP)
         self.tally = StepTally(self._job, self.rank_labels)
         self._past_startup = False
+        # {GPU UUID: bytes} this rank's allocator holds, read at scrape time (gpu_memory).
+        self.gpu_memory_source: gpu_memory.MemorySource | None = None
+        self._gpu_memory_given = False
         self.steps_done = 0
         self._lost_work_until: int | None = None
         self._rl: RlMetrics | None = None
@@ -460,6 +469,14 @@ class JobMetrics:
         self.gpu_uuids = tuple(dict.fromkeys(uuids))
         for uuid in self.gpu_uuids:
             info.labels(**self._job, uuid=uuid).set(1)
+        if self.gpu_uuids and not self._gpu_memory_given:
+            self.gpu_memory_source = gpu_memory.torch_reserved_memory(self.gpu_uuids)
+
+    def track_gpu_memory(self, source: gpu_memory.MemorySource | None) -> None:
+        """Where this rank's device memory per GPU comes from ({UUID: bytes} at every scrape; None:
+        none reported). The default, for a job holding GPUs, is PyTorch's reserved memory."""
+        self.gpu_memory_source = source
+        self._gpu_memory_given = True
 
     # --- progress -----------------------------------------------------------------------------
     def record_training_iteration(

@@ -106,6 +106,12 @@ class Notifications:
             raise ValueError("notifications: " + "; ".join(problems))
 
 
+# What a job holding a MIG device pays of its GPU's price (ObservabilityConfig.mig_cost, `migCost`).
+MIG_COST_COMPUTE_SHARE = "compute_share"
+MIG_COST_WHOLE_GPU = "whole_gpu"
+MIG_COSTS: tuple[str, ...] = (MIG_COST_COMPUTE_SHARE, MIG_COST_WHOLE_GPU)
+
+
 @dataclass(frozen=True)
 class ObservabilityConfig:
     environment: str = "dev"
@@ -169,6 +175,10 @@ class ObservabilityConfig:
     gpu_hourly_cost_default: float = 2.0
     energy_price_per_kwh: float = 0.15
     currency: str = "USD"
+    # What a job holding a MIG device pays of its GPU's price: `compute_share` (its share of the GPU's
+    # SMs) or `whole_gpu` (the instance priced as the GPU: no one else can use the rest). A GPU shared
+    # by time-slicing is split evenly between the jobs holding it.
+    mig_cost: str = MIG_COST_COMPUTE_SHARE
     # Checkpoint storage: price of a GB kept for a month, and how long each checkpoint is kept.
     checkpoint_storage_price_per_gb_month: float = 0.023
     checkpoint_retention_days: float = 30.0

@@ -9,7 +9,8 @@ PHASE_SHARE_SO_FAR = "model_type_job_id_phase:ml_training_phase_seconds:ratio"
 # Goodput (0-1): the compute share, over the window and over the job's life so far.
 GOODPUT = f"model_type_job_id:ml_training_goodput:ratio_rate{WINDOW}"
 GOODPUT_SO_FAR = "model_type_job_id:ml_training_goodput:ratio"
-# How busy (0-100) the job's GPUs are (label `source`: gpm_sm_active or nvml_utilization).
+# How busy (0-100) the job's GPUs are (label `source`: gpm_sm_active, job_time_split on a GPU other jobs
+# share, or nvml_utilization).
 GPU_BUSY = "model_type_job_id_source:ml_gpu_busy_percent:avg"
 # Model FLOPs utilization (0-1) over the window.
 MFU = f"model_type_job_id:ml_training_mfu:ratio_rate{WINDOW}"

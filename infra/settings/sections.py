@@ -48,6 +48,7 @@ from infra.settings.typed import (
 )
 from observability.alertmanager import CHAT, HEARTBEAT, LOW_PRIORITY, PAGE, RECEIVERS, receiver_kind
 from observability.config import (
+    MIG_COSTS,
     PAGERDUTY,
     RECEIVER_KINDS,
     SEVERITY_NAMES,
@@ -737,6 +738,18 @@ def cost(r: Reader, s: Parsed) -> Prices:
         r.problem("currency", currency, "an ISO 4217 currency code such as USD or EUR")
     listed = tuple(sorted((k, v) for k, v in prices.items() if k != GPU_HOURLY_COST_DEFAULT))
     return listed, prices.get(GPU_HOURLY_COST_DEFAULT, 0.0), energy, str(currency or "")
+
+
+@setting("migCost", into=("mig_cost",))
+def mig_cost(r: Reader, s: Parsed) -> str:
+    """`migCost`: what a job holding a MIG device pays of its GPU's price per hour: `compute_share`
+    (default: the instance's share of the GPU's SMs, its profile's compute slices over 7) or
+    `whole_gpu` (the price of the whole GPU: what is left of it may sit unused). A GPU shared by
+    time-slicing is split evenly between the jobs holding it either way."""
+    given = r.raw("migCost")
+    if given is None:
+        return ObservabilityConfig().mig_cost
+    return str(r.choice("migCost", given, list(MIG_COSTS)))
 
 
 MAX_CHECKPOINT_RETENTION_DAYS = 3650

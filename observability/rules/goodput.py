@@ -120,9 +120,15 @@ GPU_BUSY = RecordingRule(
     records.GPU_BUSY,
     _with_label(jobs.JOB_SM_ACTIVE_AVG.record, "source", "gpm_sm_active")
     + f"\nor {_ON_J}\n"
+    + _with_label(
+        f"{jobs.JOB_UTILIZATION_AVG.record}\nand {_ON_J}\n{jobs.JOB_SHARED_GPUS.record}", "source", "job_time_split"
+    )
+    + f"\nor {_ON_J}\n"
     + _with_label(jobs.JOB_UTILIZATION_AVG.record, "source", "nvml_utilization"),
     "How busy (0-100) the GPUs each training job holds are: their mean SM activity where they have GPM "
-    "(source gpm_sm_active), else NVML's utilization (source nvml_utilization, which only says a kernel ran).",
+    "(source gpm_sm_active), else, for a job on a GPU other jobs share, its own share of its time in compute "
+    "(source job_time_split: the device's figures are no one job's), else NVML's utilization (source "
+    "nvml_utilization, which only says a kernel ran).",
 )
 
 # --- model FLOPs utilization ------------------------------------------------------------------------
@@ -133,20 +139,26 @@ ACHIEVED_FLOPS = RecordingRule(
 )
 HELD_MODELS = RecordingRule(
     "model_type_job_id_gpu_name:ml_training_job_gpu_info:count",
-    f"count by (model_type, job_id, gpu_name) ({jobs.HELD_UTILIZATION.record})",
-    "GPUs each training job holds, by GPU model (gpu_name).",
+    f"count by (model_type, job_id, gpu_name) ({jobs.HELD.record})",
+    "GPUs (whole GPUs and MIG devices) each training job holds, by GPU model (gpu_name, a MIG device's parent's).",
+)
+HELD_CAPACITY = RecordingRule(
+    "model_type_job_id_gpu_name:ml_gpu_mig_sm_share:sum",
+    f"sum by (model_type, job_id, gpu_name) ({jobs.HELD_SM_SHARE.record})",
+    "Whole GPUs' worth of SMs each training job holds, by GPU model: 1 per whole GPU, a MIG device's share "
+    "of its GPU's SMs.",
 )
 HELD_PEAK = "model_type_job_id_gpu_name_precision:ml_gpu_peak_flops:max"
 JOB_PEAK = RecordingRule(
     "model_type_job_id_precision:ml_gpu_peak_flops:sum",
     f"sum by (model_type, job_id, precision) (\n"
-    f"  {HELD_PEAK}\n  * on (model_type, job_id, gpu_name) group_left ()\n  {HELD_MODELS.record}\n)\n"
+    f"  {HELD_PEAK}\n  * on (model_type, job_id, gpu_name) group_left ()\n  {HELD_CAPACITY.record}\n)\n"
     f"and on (model_type, job_id, precision)\n"
     f"(\n  sum by (model_type, job_id, precision) (\n"
     f"    {HELD_PEAK} * 0\n    + on (model_type, job_id, gpu_name) group_left ()\n    {HELD_MODELS.record}\n  )\n"
     f"  == {_ON_J} group_left ()\n  {jobs.JOB_GPUS.record}\n)",
-    "Summed dense peak FLOP/s of the GPUs each training job holds, by precision; only where every GPU "
-    "it holds has a peak at that precision.",
+    "Summed dense peak FLOP/s of the GPUs each training job holds, by precision (a MIG device's scaled by "
+    "its share of its GPU's SMs); only where every GPU it holds has a peak at that precision.",
 )
 MFU = RecordingRule(
     records.MFU,
@@ -348,6 +360,7 @@ def goodput_rules(cfg: ObservabilityConfig) -> tuple[RecordingRule, ...]:
         GPU_BUSY,
         ACHIEVED_FLOPS,
         HELD_MODELS,
+        HELD_CAPACITY,
         held_peak(cfg),
         JOB_PEAK,
         MFU,

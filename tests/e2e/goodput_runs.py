@@ -146,7 +146,9 @@ def train(metrics: TrainingMetrics, args: argparse.Namespace, run: str, stop: th
             with job.phase("data_wait"):
                 x, y = next(batches)
             with job.phase("compute"):
-                losses.append(step(x, y))
+                loss = step(x, y)
+            if args.epoch_steps:
+                losses.append(loss)
             done = job.record_step(samples=len(x))
             if args.epoch_steps and done % args.epoch_steps == 0:
                 with job.phase("evaluation"), torch.no_grad():

@@ -26,7 +26,7 @@ from infra.settings import (
 from infra.settings.sections import CONFIG_FIELDS, SETTINGS, SETTINGS_FIELDS, setting
 from infra.stacks import STACKS
 from observability.config import RemoteWrite
-from observability.rules import goodput, rules_file_yaml
+from observability.rules import goodput, jobs, rules_file_yaml
 
 
 def stack_entries(stack: str) -> dict[str, Any]:
@@ -144,6 +144,7 @@ BAD_CONFIGS = [
     ("checkpoint-price-negative", {"checkpointStoragePricePerGBMonth": -0.02}, "checkpointStoragePricePerGBMonth = -0.02: expected a price: a number of at least 0"),
     ("checkpoint-retention-zero", {"checkpointRetentionDays": 0}, "checkpointRetentionDays = 0: expected a number of days above 0 and at most 3650"),
     ("checkpoint-retention-alone", {"checkpointStoragePricePerGBMonth": None, "checkpointRetentionDays": 7}, "checkpointStoragePricePerGBMonth is missing: checkpointStoragePricePerGBMonth and checkpointRetentionDays are set together"),
+    ("mig-cost-unknown", {"migCost": "by_memory"}, "migCost = 'by_memory': expected one of 'compute_share', 'whole_gpu'"),
 ]  # fmt: skip
 
 
@@ -362,6 +363,16 @@ def test_checkpoint_storage_prices_reach_the_config_and_the_rules() -> None:
     kept = load(checkpointStoragePricePerGBMonth=0.05, checkpointRetentionDays=60).observability_config()
     per_byte = 0.05 / goodput.BYTES_PER_GB * (60 * 86400 / goodput.SECONDS_PER_MONTH)
     assert f"model_type_job_id:ml_checkpoint_written_bytes:sum * {per_byte:.17g}" in rules_file_yaml(kept)
+
+
+def test_mig_cost_reaches_the_config_and_the_rules() -> None:
+    assert load("dev").observability_config().mig_cost == "compute_share"
+    whole = load(migCost="whole_gpu").observability_config()
+    assert whole.mig_cost == "whole_gpu"
+    hourly = next(r for r in jobs.cost_rules(whole) if r.record == jobs.JOB_HOURLY_COST)
+    assert jobs.HELD_SM_SHARE.record not in hourly.expr and "whole GPU's price" in hourly.help
+    shared = next(r for r in jobs.cost_rules(load("dev").observability_config()) if r.record == jobs.JOB_HOURLY_COST)
+    assert jobs.HELD_SM_SHARE.record in shared.expr
 
 
 def test_every_field_is_filled_by_one_registered_parser_and_the_known_keys_are_the_parsers_keys() -> None:

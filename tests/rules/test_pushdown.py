@@ -227,7 +227,19 @@ def _input_series() -> list[dict[str, str]]:
         if scraped:
             own = ",".join(f'{k}="{v}"' for k, v in sorted(target.labels.items()) if not k.startswith("__"))
             out.append({"series": f"{catalog.UP.name}{{{own}{extra}}}", "values": " ".join(["1"] * SAMPLES)})
-    return _input_bound(_on_unknown_model(out + out_extra, job_id(UNKNOWN_MODEL_JOB)), job_id(INPUT_BOUND_JOB))
+    series = _input_bound(_on_unknown_model(out + out_extra, job_id(UNKNOWN_MODEL_JOB)), job_id(INPUT_BOUND_JOB))
+    return _on_shared_gpu(series, job_id(SHARING_JOB))
+
+
+# A second job holding one GPU of this job at once (time-sliced): the GPU is shared.
+SHARING_JOB = 2
+
+
+def _on_shared_gpu(series: list[dict[str, str]], job: str) -> list[dict[str, str]]:
+    """`series` with one more job holding the first GPU `job` holds, from the same pod target."""
+    info = catalog.TRAINING_JOB_GPU_INFO.name + "{"
+    first = next(s for s in series if s["series"].startswith(info) and f'job_id="{job}"' in s["series"])
+    return [*series, {**first, "series": first["series"].replace(f'job_id="{job}"', 'job_id="notebook-shared"')}]
 
 
 # A job computing on GPUs whose model the peak-FLOPs table does not know (it has no MFU, and the

@@ -246,6 +246,16 @@ def test_mfu_is_absent_unless_every_gpu_has_a_peak_at_every_precision() -> None:
     assert both.value == pytest.approx(1e14 / (2 * 989.4e12))
 
 
+def test_a_mig_device_has_its_gpus_peak_scaled_by_its_compute_slices_as_in_the_rules() -> None:
+    run = state(wall=10.0, flops={"bf16": 1e15})
+    one_slice = mfu(run, [f"{H100} MIG 1g.10gb"])
+    assert one_slice.value == pytest.approx(1e14 / (989.4e12 / 7))
+    three = mfu(run, [f"{H100} MIG 3g.40gb", f"{H100} MIG 1c.3g.40gb"])  # a compute instance of one slice
+    assert three.value == pytest.approx(1e14 / (989.4e12 * 4 / 7))
+    assert mfu(run, [f"{H100} MIG mystery"]).value is None  # a profile that does not say: no MFU, not a guess
+    assert DEFAULT_PEAK_FLOPS.peak(f"{H100} MIG 7g.80gb", "bf16") == DEFAULT_PEAK_FLOPS.peak(H100, "bf16")
+
+
 def test_a_summary_before_any_time_is_counted_says_so() -> None:
     records = summary_records(state(wall=0.0), "completed")
     assert records[0][0] == "run summary: completed after 0.0s; no time counted"
