@@ -267,7 +267,10 @@ def test_a_ddp_job_under_foxhunt_torchrun_reports_every_rank(live):
 def test_a_slowed_ddp_rank_is_named_by_training_rank_straggler(live):
     # ALERTS keeps the alert's history: it fired while the job ran, which may be over by now.
     def fired() -> list[dict[str, Any]]:
-        return live.series("ALERTS", alertname="TrainingRankStraggler", alertstate="firing", job_id="ddp-slow")
+        found: list[dict[str, Any]] = live.series(
+            "ALERTS", alertname="TrainingRankStraggler", alertstate="firing", job_id="ddp-slow"
+        )
+        return found
 
     named = wait_until("TrainingRankStraggler firing for ddp-slow", fired, timeout=120)
     assert [alert["metric"]["rank"] for alert in named] == ["1"]
