@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
-from bench._prometheus import PrometheusServer
 from foxhunt_trainer.contract import catalog
+from harness.prometheus import PrometheusServer
 from observability.config import ObservabilityConfig
 from observability.rules import jobs, rule_groups
 from observability.rules.render import dump_groups

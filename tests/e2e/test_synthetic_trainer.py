@@ -171,6 +171,7 @@ def test_the_cli_traces_to_the_otlp_endpoint_of_the_job_template(start_trainer, 
         assert collector.wait_for_span(name)["service.name"] == "synthetic-trainer"
 
 
+@pytest.mark.slow
 def test_the_local_prometheus_config_is_valid_for_promtool(tmp_path):
     from examples.local_prometheus import main
 

@@ -124,6 +124,7 @@ def test_render_checks_catch_a_real_policy_violation() -> None:
     assert any("privileged" in p and "gpu-poller" in p for p in problems), problems
 
 
+@pytest.mark.slow
 def test_render_checks_catch_a_broken_rules_file() -> None:
     result = render.render_stack("dev")
     assert checks.check_rules_with_promtool(result) == []

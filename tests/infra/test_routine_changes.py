@@ -416,7 +416,7 @@ def test_adding_a_gpu_field_is_its_attribute_with_its_nvml_row_its_metric_and_it
          "                                            (pynvml.NVML_CLOCK_GRAPHICS,), U32,\n"
          "                                            catalog.GPU_GRAPHICS_CLOCK_HERTZ, MEGA)\n")  # fmt: skip
     # the fake driver's graphics clock runs with its SM clock, as on the GPUs we run
-    fake = repo / "tests" / "poller" / "fake_nvml" / "fake_nvml.c"
+    fake = repo / "harness" / "fake_nvml" / "fake_nvml.c"
     old = "enum field f = type == 1 ? F_CLOCK_SM"
     assert old in fake.read_text()
     fake.write_text(fake.read_text().replace(old, "enum field f = type == 0 || type == 1 ? F_CLOCK_SM"))
@@ -428,7 +428,7 @@ def test_adding_a_gpu_field_is_its_attribute_with_its_nvml_row_its_metric_and_it
     assert changed_files(repo) == {
         "foxhunt_trainer/contract/catalog.py",
         "poller/samples.py",
-        "tests/poller/fake_nvml/fake_nvml.c",
+        "harness/fake_nvml/fake_nvml.c",
         "dashboards/panels/gpu.py",
         "dashboards/training_cockpit.py",
     }
@@ -449,7 +449,7 @@ def test_adding_a_gpu_field_is_its_attribute_with_its_nvml_row_its_metric_and_it
 GPU_FIELD_PAGE = """
 import ctypes, os, tempfile
 from pathlib import Path
-from tests.poller.fake_nvml import fake_nvml_harness as h
+from harness import fake_nvml as h
 work = Path(tempfile.mkdtemp())
 lib = h.build_fake_nvml(work / "lib")
 h.FakeNvml(gpus=[h.FakeGpu()]).write(work / "nvml.conf")

@@ -14,7 +14,7 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = REPO_ROOT / "scripts" / "device_check.py"
-LOAD = REPO_ROOT / "tests" / "poller" / "fake_nvml" / "fake_gpu_load.py"
+LOAD = REPO_ROOT / "harness" / "fake_nvml" / "fake_gpu_load.py"
 
 
 def run_check(

@@ -50,6 +50,7 @@ def _finish(process: subprocess.Popen[str]) -> tuple[int, str]:
     return process.returncode, output
 
 
+@pytest.mark.slow
 def test_a_worker_that_spent_its_rollback_budget_makes_the_pod_exit_80_where_torchrun_says_1(tmp_path):
     alone, through = tmp_path / "torchrun", tmp_path / "launcher"
     alone.mkdir(), through.mkdir()
