@@ -20,6 +20,10 @@ import yaml
 from tests.repo_copy import copy_repo, reset
 from tests.rules.alert_cases import CASES
 
+# Each runs the project's own tools and tests (renders, promtool, the policy pack) in a copy of the
+# repository: tens of seconds apiece.
+pytestmark = pytest.mark.slow
+
 NEW_SERVICE = """      - name: pricing-engine
         container: pricing
         port: 9111
