@@ -7,6 +7,9 @@ import pkgutil
 import sys
 from pathlib import Path
 
+# Short names (`python -m bench autolog`) of modules named for what they measure.
+ALIASES = {"autolog": "autolog_overhead"}
+
 
 def available() -> list[str]:
     here = Path(__file__).parent
@@ -14,7 +17,7 @@ def available() -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    names = argv or available()
+    names = [ALIASES.get(name, name) for name in argv] or available()
     unknown = sorted(set(names) - set(available()))
     if unknown:
         print(f"unknown benchmark(s) {unknown}; expected some of {available()}", file=sys.stderr)

@@ -13,7 +13,11 @@ the machine's load hits all alike:
   job.phase("compute")` around the step and `job.record_step(samples=...)` after it (the
   documented calls a trainer without an integration makes);
 - watched (default check, and a check every step): `watch(job, model, optimizer)` with the loader
-  wrapper and `record_loss` every step, as docs/trainer.md shows it.
+  wrapper and `record_loss` every step, as docs/trainer.md shows it;
+- time accounting with progress lines every second (60 times the default rate): the same calls, on
+  a job of its own per block whose timer thread logs a progress line every second
+  (`FOXHUNT_PROGRESS_SECONDS=1`, to a discarded stream); every other variant's job has progress
+  off, so the thread's ticks count in this variant's blocks only.
 Every instrumented block runs with its metrics server scraped once a second by another process, as
 Prometheus would: rendering the page is part of the cost, the scraper's own work is not.
 
@@ -43,8 +47,9 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from bench import write_section
-from foxhunt_trainer import JobMetrics, TrainingMetrics, render_openmetrics
+from foxhunt_trainer import JobMetrics, TrainingMetrics, configure_logging, render_openmetrics
 from foxhunt_trainer.integrations.torch import DEFAULT_CHECK_EVERY, watch
+from foxhunt_trainer.trainer_env import PROGRESS_SECONDS_ENV
 
 BEGIN = "<!-- trainer-overhead:begin (written by `python -m bench.trainer_overhead`) -->"
 END = "<!-- trainer-overhead:end -->"
@@ -52,6 +57,7 @@ WIDTH, BATCH, FEATURES = 512, 128, 256
 FIXED_STEPS, FIXED_RUNS = 1000, 15
 
 PLAIN, ACCOUNTED = "plain loop", "time accounting only (job.phase, record_step)"
+PROGRESS = "time accounting, progress line every second"
 DEFAULT_WATCH = f"watch(), check every {DEFAULT_CHECK_EVERY} steps (default)"
 EVERY_STEP = "watch(), check every step"
 
@@ -62,6 +68,7 @@ class Variant:
     kind: str  # "plain", "accounted" or "watched"
     check_every: int = DEFAULT_CHECK_EVERY
     goal: float | None = None  # the largest share of the plain step it may cost
+    progress_seconds: float | None = None  # a job of its own per block with progress lines this often
 
 
 VARIANTS = (
@@ -69,7 +76,30 @@ VARIANTS = (
     Variant(ACCOUNTED, "accounted", goal=0.005),
     Variant(DEFAULT_WATCH, "watched", goal=0.01),
     Variant(EVERY_STEP, "watched", check_every=1),
+    Variant(PROGRESS, "accounted", goal=0.005, progress_seconds=1.0),
 )
+
+
+def start_job(metrics: TrainingMetrics, job_id: str, progress_seconds: float | None) -> JobMetrics:
+    """A job whose progress lines come every `progress_seconds` (None: off)."""
+    saved = os.environ.get(PROGRESS_SECONDS_ENV)
+    os.environ[PROGRESS_SECONDS_ENV] = "off" if progress_seconds is None else f"{progress_seconds:g}"
+    try:
+        return metrics.start_job("mlp", job_id, gpu_uuids=[])
+    finally:
+        if saved is None:
+            del os.environ[PROGRESS_SECONDS_ENV]
+        else:
+            os.environ[PROGRESS_SECONDS_ENV] = saved
+
+
+def block_job(metrics: TrainingMetrics, variant: Variant, job: JobMetrics) -> JobMetrics:
+    """The job `variant`'s block records into: its own, with progress lines, where it has them (on
+    `metrics`, a registry nobody scrapes, so the scraped page keeps its one job)."""
+    if variant.progress_seconds is None:
+        return job
+    return start_job(metrics, f"bench-progress-{time.monotonic_ns()}", variant.progress_seconds)
+
 
 # One loop body for every variant: only what wraps it differs.
 Step = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -187,13 +217,18 @@ def measure_blocks(rounds: int, steps: int) -> tuple[dict[str, list[float]], flo
         scraper = _scraper(server.port)
         stack.callback(scraper.wait, 10)
         stack.callback(scraper.terminate)
-        job = stack.enter_context(metrics.job("mlp", "bench-overhead", gpu_uuids=[]))
+        job = stack.enter_context(start_job(metrics, "bench-overhead", None))
+        unscraped = TrainingMetrics()
         for variant in VARIANTS:  # warm-up: allocator, autograd threads, kernels, first scrape
-            run_block(variant, model, optimizer, _loader(20), 20, step, job)
+            with block_job(unscraped, variant, job) as ran:
+                run_block(variant, model, optimizer, _loader(20), 20, step, ran)
         for r in range(rounds):
             order = VARIANTS if r % 2 == 0 else tuple(reversed(VARIANTS))
             for variant in order:
-                per_variant[variant.name].append(run_block(variant, model, optimizer, loader, steps, step, job))
+                ran = block_job(unscraped, variant, job)
+                per_variant[variant.name].append(run_block(variant, model, optimizer, loader, steps, step, ran))
+                if ran is not job:
+                    ran.finish()
         render = page_render_seconds(metrics)
     return per_variant, render
 
@@ -214,7 +249,7 @@ def _fixed_loop(variant: Variant) -> float:
         return loss
 
     metrics = TrainingMetrics()
-    with metrics.job("mlp", "fixed-cost", gpu_uuids=[]) as job:
+    with start_job(metrics, "fixed-cost", variant.progress_seconds) as job:
         return run_block(variant, model, optimizer, batches, FIXED_STEPS, step, job)
 
 
@@ -287,7 +322,10 @@ def report(rows: list[Row], rounds: int, steps: int, command: str, load: str, re
             "to a step whatever the model (optimizer hooks, phase switches, the step and data-load tallies, "
             "keeping the loss tensor); a check adds one device sync and a gradient norm per check interval. "
             "The whole-loop ratios carry the machine's noise between blocks (the spread column), which on a "
-            "shared machine is larger than the goals; the fixed cost is the figure the goals are judged on.",
+            "shared machine is larger than the goals; the fixed cost is the figure the goals are judged on. "
+            f"{PROGRESS}: each whole-loop block (about a second) carries about one progress line of its job's "
+            "timer thread; its fixed-cost runs end before the first line, so they are what a step pays: the "
+            "same calls as time accounting alone.",
             "",
             f"Scrapes are not in the fixed cost: one scrape of this job's page (rendered as OpenMetrics, the median "
             f"of 50) costs the trainer {render * 1e3:.2f} ms of CPU: {100 * render:.3f} % of one core at one scrape "
@@ -308,6 +346,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.rounds < 1 or args.steps < 10:
         parser.error("--rounds must be at least 1 and --steps at least 10")
     torch.set_num_threads(1)
+    discarded = open(os.devnull, "w")  # noqa: SIM115 (the progress lines' stream, for the whole run)
+    configure_logging("logfmt", "INFO", stream=discarded)
     load_before = os.getloadavg()
     blocks, render = measure_blocks(args.rounds, args.steps)
     fixed = fixed_costs()

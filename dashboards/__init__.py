@@ -2,7 +2,8 @@
 
 `build_all(cfg)` returns the four dashboards as plain dicts (bare classic dashboard JSON models)
 keyed by uid, with a `$cluster` variable when the global tier holds several clusters
-(`dashboards.clusters`); `to_json(dashboard)` is the deterministic text the infra program writes to
+(`dashboards.clusters`), every query reading one copy of what several Prometheus replicas wrote
+(`dashboards.replicas`); `to_json(dashboard)` is the deterministic text the infra program writes to
 `rendered/<stack>/dashboards/<uid>.json` and ships in one ConfigMap per dashboard. On a sharded
 stack, every per-GPU drill-down panel says where it can be queried, and `global_tier_series(cfg)`
 is what the global tier must receive for the rest (`dashboards.global_tier`).
@@ -26,6 +27,7 @@ from dashboards import infra_cockpit, ml_training_comprehensive, traces, trainin
 from dashboards.clusters import with_cluster_variable
 from dashboards.global_tier import aggregates_series, with_drilldown_notes
 from dashboards.layout import to_json
+from dashboards.replicas import with_replica_dedup
 from observability.config import ObservabilityConfig
 
 __all__ = ["BUILDERS", "build_all", "global_tier_series", "to_json"]
@@ -41,7 +43,10 @@ BUILDERS: dict[str, Callable[[ObservabilityConfig], dict[str, Any]]] = {
 
 def build_all(cfg: ObservabilityConfig) -> dict[str, dict[str, Any]]:
     """uid -> dashboard JSON model (plain dict) for the four dashboards; deterministic."""
-    built = {uid: with_drilldown_notes(with_cluster_variable(build(cfg), cfg), cfg) for uid, build in BUILDERS.items()}
+    built = {
+        uid: with_replica_dedup(with_drilldown_notes(with_cluster_variable(build(cfg), cfg), cfg), cfg)
+        for uid, build in BUILDERS.items()
+    }
     for uid, dashboard in built.items():
         if dashboard["uid"] != uid:
             raise ValueError(f"dashboard registered as {uid} has uid {dashboard['uid']}")

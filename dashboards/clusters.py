@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -76,13 +77,18 @@ def _with_matcher(node: pp.Expr) -> pp.Expr | None:
     return pp.parse(f"{name}{{{CLUSTER_MATCHER}}}{rest}")
 
 
-def filter_by_cluster(expr: str) -> str:
-    """`expr` with `cluster=~"$cluster"` on every vector selector (Grafana variables kept)."""
+def rewrite_query(expr: str, rewrite: Callable[[str], str]) -> str:
+    """`rewrite` applied to a dashboard query, its Grafana variables protected while it runs."""
     protected, originals = _protect(expr)
-    printed = str(pp.transform(pp.parse(protected), post_visit=_with_matcher))
+    printed = rewrite(protected)
     for placeholder, variable in originals.items():
         printed = printed.replace(placeholder, variable)
     return printed
+
+
+def filter_by_cluster(expr: str) -> str:
+    """`expr` with `cluster=~"$cluster"` on every vector selector (Grafana variables kept)."""
+    return rewrite_query(expr, lambda text: str(pp.transform(pp.parse(text), post_visit=_with_matcher)))
 
 
 def _variable(cfg: ObservabilityConfig) -> dict[str, Any]:
@@ -141,6 +147,15 @@ def with_cluster_variable(dashboard: dict[str, Any], cfg: ObservabilityConfig) -
             if _is_prometheus(datasource) and isinstance(target.get("expr"), str) and target["expr"]:
                 target["expr"] = filter_by_cluster(target["expr"])
     return out
+
+
+def is_prometheus(datasource: Any) -> bool:
+    return _is_prometheus(datasource)
+
+
+def panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every panel, those inside rows included."""
+    return _panels(dashboard)
 
 
 def _is_prometheus(datasource: Any) -> bool:

@@ -112,8 +112,9 @@ def _gpu_allocation(cfg: ObservabilityConfig) -> Row:
     return Row(
         "GPU Allocation",
         [
-            allocation.held_and_free(w=12),
-            allocation.held_but_idle(cfg.thresholds, w=12),
+            allocation.held_and_free(w=8),
+            allocation.held_but_idle(cfg.thresholds, w=8),
+            allocation.mig_and_shared(w=8),
         ],
     )
 

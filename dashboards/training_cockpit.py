@@ -106,6 +106,9 @@ def _this_jobs_gpus(cfg: ObservabilityConfig) -> Row:
             job_gpus.cost(cfg, job, w=4),
             job_gpus.badput_cost(cfg, job, w=4),
             job_gpus.checkpoint_storage_cost(cfg, job, w=4),
+            job_gpus.own_memory(job, w=10),
+            job_gpus.sm_share(job, w=10),
+            job_gpus.shared_gpus(job, w=4),
         ],
     )
 

@@ -9,11 +9,14 @@ Discovery, first answer wins:
 1. NVML inside the container (nvidia-ml-py). The runtime mounts libnvidia-ml only when the
    container's `NVIDIA_DRIVER_CAPABILITIES` includes `utility` (the job template sets
    `compute,utility`), and NVML then enumerates exactly the devices the container was given.
-2. `NVIDIA_VISIBLE_DEVICES` when it lists `GPU-...` UUIDs (what the NVIDIA device plugin sets
-   with `DEVICE_LIST_STRATEGY=envvar` and `deviceIDStrategy=uuid`).
+   On a GPU in MIG mode the container's NVML shows the parent GPU and the MIG devices the
+   container was given; the job holds those MIG devices (their `MIG-...` UUIDs), not the parent.
+2. `NVIDIA_VISIBLE_DEVICES` when it lists `GPU-...` or `MIG-...` UUIDs (what the NVIDIA device
+   plugin sets with `DEVICE_LIST_STRATEGY=envvar` and `deviceIDStrategy=uuid`; a MIG device's
+   UUID is what the poller labels its series with).
 3. Nothing: a CPU-only job (no variable, or `void`/`none`) exports no series and logs nothing.
-   Indices (`0,1`), `all` or MIG identifiers without NVML name no UUID: the job stays
-   unattributed and says why in one log line.
+   Indices (`0,1`), `all` or the legacy MIG form `MIG-GPU-<uuid>/<gi>/<ci>` (drivers before
+   R470) without NVML name no UUID: the job stays unattributed and says why in one log line.
 
 `python -m foxhunt_trainer` prints what a container would report (JSON).
 """
@@ -27,6 +30,7 @@ import logging
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 LOG = logging.getLogger(__name__)
 
@@ -35,6 +39,19 @@ DRIVER_CAPABILITIES_ENV = "NVIDIA_DRIVER_CAPABILITIES"
 # What the job template sets: `compute` for CUDA, `utility` for libnvidia-ml (NVML) in the container.
 DRIVER_CAPABILITIES = "compute,utility"
 UUID_PREFIX = "GPU-"
+MIG_UUID_PREFIX = "MIG-"
+# The legacy MIG identifier (MIG-GPU-<uuid>/<gi>/<ci>) is no UUID NVML reports.
+_LEGACY_MIG_PREFIX = "MIG-GPU-"
+NVML_DEVICE_MIG_ENABLE = 1
+
+
+def is_device_uuid(value: str) -> bool:
+    """A GPU's (`GPU-...`) or a MIG device's (`MIG-...`) UUID as NVML reports it."""
+    return value.startswith(UUID_PREFIX) or (
+        value.startswith(MIG_UUID_PREFIX) and not value.startswith(_LEGACY_MIG_PREFIX) and "/" not in value
+    )
+
+
 # NVIDIA_VISIBLE_DEVICES values that mean "no GPU" (container runtime semantics).
 NO_DEVICES = frozenset({"", "void", "none"})
 
@@ -71,8 +88,12 @@ def nvml_uuids() -> tuple[str, ...] | None:
     except pynvml.NVMLError:
         return None
     try:
-        count = pynvml.nvmlDeviceGetCount()
-        return tuple(_text(pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))) for i in range(count))
+        uuids: list[str] = []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            migs = _mig_uuids(pynvml, handle)
+            uuids += migs if migs is not None else [_text(pynvml.nvmlDeviceGetUUID(handle))]
+        return tuple(uuids)
     except pynvml.NVMLError as error:
         LOG.warning("NVML answered init but not the device list (%s); falling back to %s", error, VISIBLE_DEVICES_ENV)
         return None
@@ -81,17 +102,35 @@ def nvml_uuids() -> tuple[str, ...] | None:
             pynvml.nvmlShutdown()
 
 
+def _mig_uuids(pynvml: Any, handle: Any) -> list[str] | None:
+    """The UUIDs of the MIG devices of a GPU in MIG mode this container sees; None when the GPU is not
+    in MIG mode (or the driver has no MIG)."""
+    try:
+        if pynvml.nvmlDeviceGetMigMode(handle)[0] != NVML_DEVICE_MIG_ENABLE:
+            return None
+        slots = pynvml.nvmlDeviceGetMaxMigDeviceCount(handle)
+    except pynvml.NVMLError:
+        return None
+    found: list[str] = []
+    for slot in range(slots):
+        try:
+            found.append(_text(pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot))))
+        except pynvml.NVMLError:  # NOT_FOUND: an empty slot, or one given to another container
+            continue
+    return found
+
+
 def from_visible_devices(value: str | None) -> Discovery:
     """What `NVIDIA_VISIBLE_DEVICES` alone says (step 2 and 3 of the discovery)."""
     entries = [] if value is None else [e.strip() for e in value.split(",") if e.strip()]
     if value is None or value.strip().lower() in NO_DEVICES or not entries:
         return Discovery((), Source.NONE)
-    uuids = tuple(dict.fromkeys(e for e in entries if e.startswith(UUID_PREFIX)))
-    others = [e for e in entries if not e.startswith(UUID_PREFIX)]
+    uuids = tuple(dict.fromkeys(e for e in entries if is_device_uuid(e)))
+    others = [e for e in entries if not is_device_uuid(e)]
     if not others:
         return Discovery(uuids, Source.ENVIRONMENT)
     reason = (
-        f"{VISIBLE_DEVICES_ENV}={value!r} names GPUs by index, `all` or MIG identifier, not by UUID, and NVML "
+        f"{VISIBLE_DEVICES_ENV}={value!r} names GPUs by index, `all` or legacy MIG identifier, not by UUID, and NVML "
         f"is not available in the container (set {DRIVER_CAPABILITIES_ENV}={DRIVER_CAPABILITIES}): the job's "
         f"GPU series cannot be joined to it"
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import Counter, Gauge
 
@@ -45,16 +46,25 @@ class RlMetrics:
     def __init__(self, families: RlFamilies, model_type: str, job_id: str) -> None:
         self._f = families
         self._labels = {"model_type": model_type, "job_id": job_id}
+        # The job's child of each family, looked up once: a callback sets some every rollout, and
+        # prometheus-client's `labels()` costs microseconds a call.
+        self._children: dict[int, Any] = {}
         # At 0 from the first scrape, so the first episodes are an increase.
-        families.episodes.labels(**self._labels)
+        self._child(families.episodes)
+
+    def _child(self, family: Any) -> Any:
+        child = self._children.get(id(family))
+        if child is None:
+            child = self._children[id(family)] = family.labels(**self._labels)
+        return child
 
     def set_exploration_rate(self, rate: float) -> None:
         """The probability of a random action now (DQN's epsilon)."""
-        self._f.exploration_rate.labels(**self._labels).set(_ratio("the exploration rate", rate))
+        self._child(self._f.exploration_rate).set(_ratio("the exploration rate", rate))
 
     def set_q_value(self, value: float) -> None:
         """The greedy action's predicted value, averaged over the latest observations."""
-        self._f.q_value.labels(**self._labels).set(value)
+        self._child(self._f.q_value).set(value)
 
     def record_policy_update(
         self,
@@ -66,7 +76,7 @@ class RlMetrics:
         explained_variance: float | None = None,
     ) -> None:
         """The statistics of one policy update (PPO's train step); None leaves a series as it was."""
-        f, labels = self._f, self._labels
+        f = self._f
         if clip_fraction is not None:
             _ratio("the clip fraction", clip_fraction)
         for gauge, value in (
@@ -77,7 +87,7 @@ class RlMetrics:
             (f.explained_variance, explained_variance),
         ):
             if value is not None:
-                gauge.labels(**labels).set(value)
+                self._child(gauge).set(value)
 
     def record_episodes(
         self, finished: int, mean_reward: float | None = None, mean_length: float | None = None
@@ -87,10 +97,10 @@ class RlMetrics:
             raise ValueError(f"finished episodes are a count of at least 0, got {finished}")
         if mean_length is not None and not (math.isfinite(mean_length) and mean_length >= 0):
             raise ValueError(f"a mean episode length is a number of steps of at least 0, got {mean_length}")
-        f, labels = self._f, self._labels
+        f = self._f
         if finished:
-            f.episodes.labels(**labels).inc(finished)
+            self._child(f.episodes).inc(finished)
         if mean_reward is not None:
-            f.episode_reward.labels(**labels).set(mean_reward)
+            self._child(f.episode_reward).set(mean_reward)
         if mean_length is not None:
-            f.episode_length.labels(**labels).set(mean_length)
+            self._child(f.episode_length).set(mean_length)

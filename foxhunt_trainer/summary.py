@@ -265,7 +265,8 @@ def summary_records(
     if efficiency.value is None:
         records.append((f"MFU: not known: {efficiency.reason}", {"mfu": "unknown"}))
     else:
-        records.append((f"MFU: {percent(efficiency.value)} ({efficiency.reason})", {"mfu": round(efficiency.value, 6)}))
+        shown = f"{efficiency.value * 100:.3g}%"
+        records.append((f"MFU: {shown} ({efficiency.reason})", {"mfu": float(f"{efficiency.value:.6g}")}))
 
     nans = sum(state.nan_events.values())
     lost = state.phases.get("lost_work", 0.0)

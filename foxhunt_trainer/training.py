@@ -27,7 +27,7 @@ from prometheus_client.metrics_core import CounterMetricFamily
 from prometheus_client.metrics_core import Metric as ClientFamily
 from prometheus_client.registry import Collector
 
-from foxhunt_trainer import errors, families, gpus, hyperparameters
+from foxhunt_trainer import errors, families, gpu_memory, gpus, hyperparameters
 from foxhunt_trainer import flops as flops_module
 from foxhunt_trainer.autolog.state import STATE as AUTOLOG
 from foxhunt_trainer.checkpoints import WEIGHTS, CheckpointSave, GoodCheckpoint
@@ -77,9 +77,9 @@ def _check_status(status: str) -> str:
 
 
 def _check_uuids(uuids: Sequence[str]) -> tuple[str, ...]:
-    bad = [u for u in uuids if not u.startswith("GPU-")]
+    bad = [u for u in uuids if not gpus.is_device_uuid(u)]
     if bad:
-        raise ValueError(f"GPU UUIDs start with 'GPU-' (as NVML reports them), got {bad}")
+        raise ValueError(f"GPU UUIDs start with 'GPU-' (a MIG device's with 'MIG-'), as NVML reports them, got {bad}")
     return tuple(uuids)
 
 
@@ -159,6 +159,7 @@ class TrainingMetrics:
         self._jobs: dict[tuple[str, str], JobMetrics] = {}
         self.registry.register(PhaseCollector(self._started_jobs))
         self.registry.register(TallyCollector(lambda: [job.tally for job in self._started_jobs()]))
+        self.registry.register(gpu_memory.GpuMemoryCollector(self._started_jobs))
         for status in JOB_STATUSES:
             self.jobs_by_status.labels(status=status).set(0)
         SIGTERM_HANDLER.watch_jobs(self)
@@ -167,7 +168,12 @@ class TrainingMetrics:
     @property
     def catalog_metrics(self) -> tuple[Metric, ...]:
         """Every catalog family this registry exposes."""
-        return (*self.collector.catalog_metrics, catalog.TRAINING_PHASE_SECONDS_TOTAL, *TALLIED)
+        return (
+            *self.collector.catalog_metrics,
+            catalog.TRAINING_PHASE_SECONDS_TOTAL,
+            *TALLIED,
+            catalog.TRAINING_GPU_MEMORY_RESERVED_BYTES,
+        )
 
     def _counter(self, metric: Metric) -> Counter:
         client = families.counter(metric)
@@ -317,6 +323,9 @@ class JobMetrics:
         self.phases = PhaseClock(STARTUP)
         self.tally = StepTally(self._job, self.rank_labels)
         self._past_startup = False
+        # {GPU UUID: bytes} this rank's allocator holds, read at scrape time (gpu_memory).
+        self.gpu_memory_source: gpu_memory.MemorySource | None = None
+        self._gpu_memory_given = False
         self.steps_done = 0
         self._lost_work_until: int | None = None
         self._rl: RlMetrics | None = None
@@ -329,6 +338,9 @@ class JobMetrics:
         self.model_flops_precision: str | None = None
         self._hyperparameter_labels: dict[str, str] | None = None
         self._at_finish: list[Callable[[], None]] = []
+        # Children of the series an integration sets every check or update, looked up once
+        # (prometheus-client's `labels()` costs microseconds a call).
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         # What the progress lines and the end-of-run summary read (foxhunt_trainer.summary); none
         # of it changes per step.
         self.reporter: RunReporter | None = None
@@ -374,6 +386,14 @@ class JobMetrics:
         )
         self.finish("failed")
         return error_type
+
+    def _child(self, family: Any, *extra: str) -> Any:
+        """`family`'s child for this job (and the values of its further labels, in order)."""
+        key = (id(family), extra)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = family.labels(self.model_type, self.job_id, *extra)
+        return child
 
     @property
     def finished(self) -> bool:
@@ -449,6 +469,14 @@ class JobMetrics:
         self.gpu_uuids = tuple(dict.fromkeys(uuids))
         for uuid in self.gpu_uuids:
             info.labels(**self._job, uuid=uuid).set(1)
+        if self.gpu_uuids and not self._gpu_memory_given:
+            self.gpu_memory_source = gpu_memory.torch_reserved_memory(self.gpu_uuids)
+
+    def track_gpu_memory(self, source: gpu_memory.MemorySource | None) -> None:
+        """Where this rank's device memory per GPU comes from ({UUID: bytes} at every scrape; None:
+        none reported). The default, for a job holding GPUs, is PyTorch's reserved memory."""
+        self.gpu_memory_source = source
+        self._gpu_memory_given = True
 
     # --- progress -----------------------------------------------------------------------------
     def record_training_iteration(
@@ -679,19 +707,19 @@ class JobMetrics:
     def record_step_loss(self, loss: float) -> bool:
         """The mean training loss of the latest steps (`ml_training_step_loss`); a non-finite one
         counts as a NaN detection of the loss. Returns whether it is finite."""
-        self._m.step_loss.labels(**self._job).set(loss)
+        self._child(self._m.step_loss).set(loss)
         return self.check_finite(loss, LOSS)
 
     def record_gradient_norm(self, norm: float) -> bool:
         """The global gradient norm at a check (`ml_training_gradient_norm`); a non-finite one
         counts as a NaN detection of the gradient. Returns whether it is finite."""
-        self._m.gradient_norm.labels(**self._job).set(norm)
+        self._child(self._m.gradient_norm).set(norm)
         return self.check_finite(norm, GRADIENT)
 
     def set_learning_rates(self, rates: Mapping[str, float]) -> None:
         """Learning rate per optimizer parameter group (`param_group`: its name or index)."""
         for group, rate in rates.items():
-            self._m.learning_rate.labels(**self._job, param_group=group).set(rate)
+            self._child(self._m.learning_rate, group).set(rate)
 
     def set_hyperparameters(self, values: hyperparameters.Hyperparameters) -> None:
         """The job's one `ml_training_hyperparameters_info` series (replacing an earlier one)."""

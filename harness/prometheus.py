@@ -234,6 +234,14 @@ class PrometheusServer:
             process.kill()
             process.wait(timeout=10)
 
+    def kill(self) -> None:
+        """SIGKILL, as a crashed or OOM-killed Prometheus dies: no stale markers, no WAL flush."""
+        self.api.close()
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGKILL)
+            process.wait(timeout=10)
+
     def __enter__(self) -> PrometheusServer:
         return self.start()
 

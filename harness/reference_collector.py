@@ -65,6 +65,21 @@ def build_families(node: str, result: PassResult, counters: CountersSnapshot) ->
                 family.add_metric(labels, value)
         families.append(family)
 
+    mig_info = GaugeMetricFamily(
+        catalog.GPU_MIG_DEVICE_INFO.name, catalog.GPU_MIG_DEVICE_INFO.help, labels=catalog.GPU_MIG_DEVICE_INFO.labels
+    )
+    mig_share = GaugeMetricFamily(
+        catalog.GPU_MIG_SM_SHARE_RATIO.name,
+        catalog.GPU_MIG_SM_SHARE_RATIO.help,
+        labels=catalog.GPU_MIG_SM_SHARE_RATIO.labels,
+    )
+    for sample, labels in labelled:
+        mig = sample.gpu.mig
+        if mig is not None:
+            mig_info.add_metric([*labels, str(sample.gpu.index), mig.parent_uuid, mig.profile], 1)
+            mig_share.add_metric(labels, mig.sm_share)
+    families += [mig_info, mig_share]
+
     xid = CounterMetricFamily(
         catalog.GPU_XID_ERRORS_TOTAL.name, catalog.GPU_XID_ERRORS_TOTAL.help, labels=catalog.GPU_XID_ERRORS_TOTAL.labels
     )
@@ -108,7 +123,7 @@ def build_families(node: str, result: PassResult, counters: CountersSnapshot) ->
     for reason, count in counters.failures:
         failures.add_metric([node, reason], count)
     families.append(failures)
-    families.append(node_gauge(catalog.GPU_POLLER_DEVICES, len(result.samples)))
+    families.append(node_gauge(catalog.GPU_POLLER_DEVICES, result.whole_gpus_answering))
     families.append(node_gauge(catalog.GPU_POLLER_DEVICES_ENUMERATED, result.enumerated))
     return families
 

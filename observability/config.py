@@ -106,6 +106,12 @@ class Notifications:
             raise ValueError("notifications: " + "; ".join(problems))
 
 
+# What a job holding a MIG device pays of its GPU's price (ObservabilityConfig.mig_cost, `migCost`).
+MIG_COST_COMPUTE_SHARE = "compute_share"
+MIG_COST_WHOLE_GPU = "whole_gpu"
+MIG_COSTS: tuple[str, ...] = (MIG_COST_COMPUTE_SHARE, MIG_COST_WHOLE_GPU)
+
+
 @dataclass(frozen=True)
 class ObservabilityConfig:
     environment: str = "dev"
@@ -147,6 +153,17 @@ class ObservabilityConfig:
     shards: int = 1
     # What the shards remote-write to the global tier (with more than one shard).
     remote_write: RemoteWrite = RemoteWrite.ALL
+    # Prometheus replicas per server (a shard, or the one Prometheus): each scrapes the same targets
+    # and evaluates the same rules, and carries its own value of `replica_label` as an external label
+    # (docs/scaling.md, "High availability"). The global tier stays one writer.
+    prometheus_replicas: int = 1
+    # The external label that tells replicas apart: the global tier deduplicates on it and every
+    # alert drops it before Alertmanager sees it (the Prometheus Operator's name by default).
+    replica_label: str = "prometheus_replica"
+    # Alertmanager peers of one gossip cluster (`host:port` of each peer's web listener); every
+    # Prometheus sends to all of them. Empty: the servers' alerting is configured elsewhere.
+    alertmanager_peers: tuple[str, ...] = ()
+    alertmanager_replicas: int = 1
     # This stack's cluster: the `cluster` external label of every Prometheus of the stack.
     cluster: str = ""
     # Every cluster whose series the dashboards' Prometheus (the global tier) holds; with more than
@@ -158,6 +175,10 @@ class ObservabilityConfig:
     gpu_hourly_cost_default: float = 2.0
     energy_price_per_kwh: float = 0.15
     currency: str = "USD"
+    # What a job holding a MIG device pays of its GPU's price: `compute_share` (its share of the GPU's
+    # SMs) or `whole_gpu` (the instance priced as the GPU: no one else can use the rest). A GPU shared
+    # by time-slicing is split evenly between the jobs holding it.
+    mig_cost: str = MIG_COST_COMPUTE_SHARE
     # Checkpoint storage: price of a GB kept for a month, and how long each checkpoint is kept.
     checkpoint_storage_price_per_gb_month: float = 0.023
     checkpoint_retention_days: float = 30.0
@@ -165,3 +186,8 @@ class ObservabilityConfig:
     peak_flops: PeakFlopsTable = DEFAULT_PEAK_FLOPS
     # TLS and authentication of the scrapes of the poller and the training jobs; None: plain HTTP.
     scrape_security: ScrapeSecurity | None = None
+
+    @property
+    def replicated(self) -> bool:
+        """Whether the global tier receives each shard's series from more than one replica."""
+        return self.shards > 1 and self.prometheus_replicas > 1

@@ -13,6 +13,15 @@ load the right files (docs/scaling.md):
   the scraping resource (`shards`, `externalLabels`, the PodMonitor and rule selectors, remote
   write) and, when sharded, the global tier's.
 
+High availability (`prometheus.replicas` > 1): every scraping server runs as that many replicas,
+each with the same configuration but its own `replica_label` external label (`<file>-replica-<r>`
+in annotations mode; the operator's `replicas` and `replicaExternalLabelName`), so that the global
+tier tells their copies apart and deduplicates them (`observability.promql.replicas`), and every
+server drops the label from its alerts (`alert_relabel_configs`; the operator adds the same), so that
+two replicas' alerts are one alert to Alertmanager. Every server sends to every Alertmanager peer
+(`cfg.alertmanager_peers`); `alertmanager_cluster(cfg, mode)` renders the peers' gossip flags, or
+the operator's Alertmanager resource fields.
+
 Every server keeps exemplars (the training jobs' `trace_id` exemplars, which Grafana links to
 Tempo): the files say it needs `--enable-feature=exemplar-storage`, the operator fields set
 `enableFeatures`, and the shards' remote write sends exemplars on to the global tier.
@@ -38,6 +47,28 @@ REMOTE_WRITE_PATH = "/api/v1/write"  # a Prometheus receiver's (Mimir: /api/v1/p
 # What the Prometheus Operator's config reloader replaces with the shard's number in the config
 # it generates (the whole file is expanded, remote write included).
 OPERATOR_SHARD = "$(SHARD)"
+# The Prometheus Operator's replica label: kube-prometheus runs 2 replicas, each labelled with its pod.
+DEFAULT_REPLICA_LABEL = "prometheus_replica"
+MAX_REPLICAS = 10
+# Labels the fleet's series already carry (target labels, the shards' and the stack's own): a
+# replica label must be none of them.
+TAKEN_LABELS = frozenset(
+    {CLUSTER_LABEL, SHARD_LABEL, "job", "instance", "namespace", "pod", "node", "service", "container", "le"}
+)
+ALERTMANAGER_WEB_PORT = 9093
+ALERTMANAGER_CLUSTER_PORT = 9094
+
+
+def alertmanager_peer_addresses(name: str, namespace: str, replicas: int) -> tuple[str, ...]:
+    """The web addresses of the operator's Alertmanager `name` (pods `alertmanager-<name>-<i>`
+    behind the headless Service `alertmanager-operated`), as kube-prometheus names them."""
+    host = f"alertmanager-operated.{namespace}.svc:{ALERTMANAGER_WEB_PORT}"
+    return tuple(f"alertmanager-{name}-{i}.{host}" for i in range(replicas))
+
+
+def replica_value(replica: int) -> str:
+    """The replica label's value on replica `replica` of a server (annotations mode)."""
+    return f"replica-{replica}"
 
 
 def write_relabel_configs(cfg: ObservabilityConfig, shard: str, forwarded: Sequence[str]) -> list[dict[str, Any]]:
@@ -63,27 +94,56 @@ class RuleFiles:
     global_tier: str
 
 
-def external_labels(cfg: ObservabilityConfig) -> dict[str, str]:
-    """Every server's external labels: the stack's cluster (none without a cluster name)."""
-    return {CLUSTER_LABEL: cfg.cluster} if cfg.cluster else {}
+def external_labels(cfg: ObservabilityConfig, replica: int | None = None) -> dict[str, str]:
+    """A server's external labels: the stack's cluster (none without a cluster name) and, on
+    replica `replica` of a replicated server, the replica label."""
+    labels = {CLUSTER_LABEL: cfg.cluster} if cfg.cluster else {}
+    if replica is not None and cfg.prometheus_replicas > 1:
+        labels[cfg.replica_label] = replica_value(replica)
+    return labels
 
 
-def _global_section(cfg: ObservabilityConfig) -> dict[str, Any]:
+def _global_section(cfg: ObservabilityConfig, replica: int | None = None) -> dict[str, Any]:
     section: dict[str, Any] = {
         "scrape_interval": f"{cfg.scrape_interval_seconds}s",
         "evaluation_interval": f"{cfg.evaluation_interval_seconds}s",
     }
-    labels = external_labels(cfg)
+    labels = external_labels(cfg, replica)
     if labels:
         section["external_labels"] = labels
     return section
 
 
-def config_file_name(shard: int | None, shards: int) -> str:
-    """`prometheus.yml` with one shard; `prometheus-shard-<i>.yml`, `prometheus-global.yml` (None)."""
+def alert_relabel_configs(cfg: ObservabilityConfig) -> list[dict[str, Any]]:
+    """What every server does to its alerts before sending them: drop the replica label, so that the
+    replicas' copies of an alert have one label set and Alertmanager notifies once."""
+    if cfg.prometheus_replicas == 1:
+        return []
+    return [{"action": "labeldrop", "regex": re.escape(cfg.replica_label)}]
+
+
+def alerting_section(cfg: ObservabilityConfig) -> dict[str, Any]:
+    """Every Alertmanager peer of the cluster as one target group (Prometheus sends each alert to
+    every peer; the peers' gossip delivers one notification), and the alerts' relabelling."""
+    section: dict[str, Any] = {}
+    relabel = alert_relabel_configs(cfg)
+    if relabel:
+        section["alert_relabel_configs"] = relabel
+    if cfg.alertmanager_peers:
+        section["alertmanagers"] = [{"static_configs": [{"targets": list(cfg.alertmanager_peers)}]}]
+    return section
+
+
+def config_file_name(shard: int | None, shards: int, replica: int | None = None, replicas: int = 1) -> str:
+    """`prometheus.yml` with one shard; `prometheus-shard-<i>.yml`, `prometheus-global.yml` (None);
+    with replicas, each scraping server's file per replica (`prometheus-replica-<r>.yml`,
+    `prometheus-shard-<i>-replica-<r>.yml`); the global tier is one writer."""
+    base = "prometheus-global" if shard is None else f"prometheus-shard-{shard}"
     if shards == 1:
-        return "prometheus.yml"
-    return "prometheus-global.yml" if shard is None else f"prometheus-shard-{shard}.yml"
+        base = "prometheus"
+    if replicas > 1 and replica is not None and (shard is not None or shards == 1):
+        base += f"-replica-{replica}"
+    return f"{base}.yml"
 
 
 def server_configs(
@@ -94,31 +154,57 @@ def server_configs(
     forwarded: Sequence[str] = (),
 ) -> dict[str, str]:
     """File name -> `prometheus.yml` text of every server of the stack (annotations mode)."""
-    if cfg.shards == 1:
-        document = {
-            "global": _global_section(cfg),
-            "rule_files": [rule_files.whole],
-            "scrape_configs": annotation_scrape_configs(cfg, namespaces),
-        }
-        return {config_file_name(0, 1): requirement_comment() + _dump(document)}
+    replicas = range(cfg.prometheus_replicas)
+    alerting = alerting_section(cfg)
     files = {}
+    if cfg.shards == 1:
+        for replica in replicas:
+            document: dict[str, Any] = {"global": _global_section(cfg, replica), "rule_files": [rule_files.whole]}
+            if alerting:
+                document["alerting"] = alerting
+            document["scrape_configs"] = annotation_scrape_configs(cfg, namespaces)
+            name = config_file_name(0, 1, replica, cfg.prometheus_replicas)
+            files[name] = requirement_comment() + _dump(document)
+        return files
     for shard in range(cfg.shards):
-        document = {
-            "global": _global_section(cfg),
-            "rule_files": [rule_files.shard],
-            "scrape_configs": annotation_scrape_configs(cfg, namespaces, shard),
-            "remote_write": [
+        for replica in replicas:
+            document = {"global": _global_section(cfg, replica), "rule_files": [rule_files.shard]}
+            if alerting:
+                document["alerting"] = alerting
+            document["scrape_configs"] = annotation_scrape_configs(cfg, namespaces, shard)
+            document["remote_write"] = [
                 {
                     "url": remote_write_url,
                     "send_exemplars": True,
                     "write_relabel_configs": write_relabel_configs(cfg, str(shard), forwarded),
                 }
-            ],
-        }
-        files[config_file_name(shard, cfg.shards)] = requirement_comment() + _dump(document)
-    global_tier = {"global": _global_section(cfg), "rule_files": [rule_files.global_tier]}
+            ]
+            name = config_file_name(shard, cfg.shards, replica, cfg.prometheus_replicas)
+            files[name] = requirement_comment() + _dump(document)
+    global_tier: dict[str, Any] = {"global": _global_section(cfg), "rule_files": [rule_files.global_tier]}
+    if alerting:
+        global_tier["alerting"] = alerting
     files[config_file_name(None, cfg.shards)] = requirement_comment() + _dump(global_tier)
     return files
+
+
+def alertmanager_cluster(cfg: ObservabilityConfig, mode: str) -> dict[str, Any]:
+    """The Alertmanager cluster: in annotations mode each peer's address and the gossip flags it
+    runs with (every other peer as `--cluster.peer`); in operator mode the Alertmanager resource's
+    fields (the operator wires the peers of its StatefulSet itself)."""
+    if mode == "operator":
+        return {"alertmanager": {"replicas": cfg.alertmanager_replicas}}
+    peers = []
+    hosts = [address.rsplit(":", 1)[0] for address in cfg.alertmanager_peers]
+    for i, address in enumerate(cfg.alertmanager_peers):
+        others = [f"--cluster.peer={host}:{ALERTMANAGER_CLUSTER_PORT}" for j, host in enumerate(hosts) if j != i]
+        listen = f"0.0.0.0:{ALERTMANAGER_CLUSTER_PORT}" if len(hosts) > 1 else ""
+        peers.append({"address": address, "args": [f"--cluster.listen-address={listen}", *others]})
+    return {"peers": peers}
+
+
+def alertmanager_cluster_yaml(cfg: ObservabilityConfig, mode: str) -> str:
+    return _dump(alertmanager_cluster(cfg, mode))
 
 
 def operator_specs(
@@ -132,6 +218,11 @@ def operator_specs(
         "podMonitorSelector": {"matchLabels": selector},
         "ruleSelector": {"matchLabels": selector},
     }
+    if cfg.prometheus_replicas > 1:
+        # The operator labels each replica with its pod name under this label and drops the label
+        # from the alerts it sends (its generated alert_relabel_configs).
+        scraping["replicas"] = cfg.prometheus_replicas
+        scraping["replicaExternalLabelName"] = cfg.replica_label
     if cfg.shards == 1:
         return {"prometheus": scraping}
     scraping["shards"] = cfg.shards

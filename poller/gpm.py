@@ -16,8 +16,10 @@ over the interval since the previous pass's sample, so a scrape never waits for 
   sample is the next baseline.
 - A metric the GPU does not offer (NVLink on a PCIe card) is dropped from its request until NVML
   re-initialises, with one log line.
-MIG instances (nvmlGpmMigSampleGet) are not read: on a GPU in MIG mode the device-level sample is
-whatever the driver answers for the whole GPU, typically Not Supported, and GPM is then omitted.
+MIG devices: each MIG device of a GPU in MIG mode has its own reader, sampled with
+nvmlGpmMigSampleGet (the parent's handle and the device's GPU instance id), where the driver has it;
+the parent's device-level sample is whatever the driver answers for the whole GPU (often Not
+Supported in MIG mode, and then omitted for the parent).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from typing import Any
 import pynvml
 
 from poller.error_counters import ErrorCounters
-from poller.nvml_calls import nvml_function
+from poller.nvml_calls import FunctionMissingError, nvml_function
 from poller.samples import GPM_FIELDS, GpuIdentity
 
 LOG = logging.getLogger(__name__)
@@ -113,6 +115,12 @@ class GpmFunctions:
         self.sample_free = nvml_function(lib, "nvmlGpmSampleFree")
         self.sample_get = nvml_function(lib, "nvmlGpmSampleGet")
         self.metrics_get = nvml_function(lib, "nvmlGpmMetricsGet")
+        # Per MIG device (R525 and later); None where the driver lacks it.
+        self.mig_sample_get: Callable[..., int] | None
+        try:
+            self.mig_sample_get = nvml_function(lib, "nvmlGpmMigSampleGet")
+        except FunctionMissingError:
+            self.mig_sample_get = None
 
     def device_support(self, handle: Any) -> tuple[int, bool]:
         """(NVML return code, whether the GPU supports GPM)."""
@@ -145,9 +153,21 @@ class GpmReader:
         totals: dict[str, float],
         counters: ErrorCounters,
         clock: Callable[[], float],
+        gpu_instance_id: int | None = None,
     ) -> None:
+        """`gpu_instance_id`: a MIG device's, with its parent's `handle` (nvmlGpmMigSampleGet)."""
         self._functions = functions
         self._sample_get = functions.sample_get
+        if gpu_instance_id is not None:
+            mig_sample_get = functions.mig_sample_get
+            if mig_sample_get is None:
+                raise FunctionMissingError("nvmlGpmMigSampleGet")
+            instance = ctypes.c_uint(gpu_instance_id)
+
+            def sample_mig(handle: Any, sample: Any) -> int:
+                return mig_sample_get(handle, instance, sample)
+
+            self._sample_get = sample_mig
         self._metrics_get = functions.metrics_get
         self._handle = handle
         self._gpu = gpu

@@ -55,6 +55,17 @@ class _GpuLines:
             for metric, directions in INTERCONNECT_COUNTERS
             for direction, _ in directions
         )
+        mig = gpu.mig
+        # A MIG device's info and SM share lines (fixed for its life); empty for a whole GPU.
+        if mig is not None:
+            parent = label_block([("parent_gpu_id", str(gpu.index)), ("parent_uuid", mig.parent_uuid)])
+            info = f"{base},{parent},{label_block([('profile', mig.profile)])}"
+            self.mig_info = series_prefix(catalog.GPU_MIG_DEVICE_INFO.name, info) + "1\n"
+            self.mig_share = (
+                series_prefix(catalog.GPU_MIG_SM_SHARE_RATIO.name, base) + f"{format_value(mig.sm_share)}\n"
+            )
+        else:
+            self.mig_info = self.mig_share = ""
         self._throttle_text: dict[int, str] = {}  # reason mask -> its 9 lines (masks rarely change)
         self.errors: dict[str, str] = {}
         self.xids: dict[int, str] = {}
@@ -109,6 +120,8 @@ _INTERCONNECT_FAMILIES: tuple[tuple[str, range], ...] = tuple(
 )
 _XID_HEADER = _header(catalog.GPU_XID_ERRORS_TOTAL)
 _ERRORS_HEADER = _header(catalog.GPU_ERRORS_TOTAL)
+_MIG_INFO_HEADER = _header(catalog.GPU_MIG_DEVICE_INFO)
+_MIG_SHARE_HEADER = _header(catalog.GPU_MIG_SM_SHARE_RATIO)
 _DRIVER_HEADER = _header(catalog.GPU_DRIVER_INFO)
 _UP_HEADER = _header(catalog.GPU_POLLER_NVML_UP)
 _DURATION_HEADER = _header(catalog.GPU_POLLER_COLLECTION_DURATION_SECONDS)
@@ -219,6 +232,11 @@ class TextPageWriter:
                 if value is not None:
                     append(f"{lines.counters[index]}{format_value(value)}\n")
 
+        append(_MIG_INFO_HEADER)
+        append("".join(lines.mig_info for _, lines in samples))
+        append(_MIG_SHARE_HEADER)
+        append("".join(lines.mig_share for _, lines in samples))
+
         cached = self._counters_cache  # counters change rarely: write them once per change
         if cached is None or cached[0] is not counters:
             cached = self._counters_cache = (counters, *self._render_counters(counters))
@@ -243,7 +261,7 @@ class TextPageWriter:
         append(f"{self._duration}{format_value(result.duration_seconds)}\n")
         append(failures_text)
         append(_DEVICES_HEADER)
-        append(f"{self._devices}{len(result.samples)}\n")
+        append(f"{self._devices}{result.whole_gpus_answering}\n")
         append(_ENUMERATED_HEADER)
         append(f"{self._enumerated}{result.enumerated}\n")
         return "".join(out).encode()

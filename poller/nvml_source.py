@@ -13,7 +13,12 @@ Faults and what the source does about them:
 - NVML itself gone mid-session (uninitialised, driver unloaded): NVML is reported down and
   re-initialised with backoff;
 - GPM (profiling metrics, see poller.gpm) missing from the driver or not supported by a GPU: the
-  GPM metrics of that GPU are omitted, with one log line.
+  GPM metrics of that GPU are omitted, with one log line;
+- a GPU in MIG mode: each of its MIG devices is read as a GPU of its own (memory and GPM, the
+  figures NVML answers for a MIG device), after its parent. The parent's MIG devices are listed
+  again at every pass, and a reconfiguration (instances destroyed or created) replaces them:
+  a destroyed instance's series go with it, and a MIG device that stops answering is dropped and
+  re-listed, never counted as a lost GPU (the parent's own readings say whether the GPU is lost).
 
 Passes are not thread-safe: the caller (shared_pass.SharedPass) runs one at a time. The XID event
 thread shares the session through `session_lock`, which re-initialisation also takes, so NVML is
@@ -22,6 +27,7 @@ never shut down under a waiting event call.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import threading
@@ -32,6 +38,7 @@ from typing import Any
 
 import pynvml
 
+from foxhunt_trainer.contract import catalog
 from poller.error_counters import ErrorCounters
 from poller.gpm import GPM_FUNCTION_NAMES, NO_GPM, GpmAllocationError, GpmCallError, GpmFunctions, GpmReader
 from poller.nvml_calls import (
@@ -43,7 +50,14 @@ from poller.nvml_calls import (
     Readings,
     sample_from,
 )
-from poller.samples import DriverInfo, GpuIdentity, GpuSample, PassResult, unidentified_gpu
+from poller.samples import (
+    DriverInfo,
+    GpuIdentity,
+    GpuSample,
+    MigInfo,
+    PassResult,
+    unidentified_gpu,
+)
 
 LOG = logging.getLogger(__name__)
 
@@ -52,6 +66,10 @@ UNSUPPORTED_CODES = frozenset({pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERRO
 SESSION_CODES = frozenset(
     {pynvml.NVML_ERROR_UNINITIALIZED, pynvml.NVML_ERROR_DRIVER_NOT_LOADED, pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH}
 )
+# What a call on a MIG device answers once its instance is gone (destroyed, or its GPU lost).
+MIG_GONE_CODES = LOST_CODES | {pynvml.NVML_ERROR_INVALID_ARGUMENT, pynvml.NVML_ERROR_NOT_FOUND}
+# The calls a MIG device answers (the others are its parent's device-level readings).
+MIG_CALLS = tuple(call for call in FIELDS if call.name == "memory")
 
 
 class Backoff:
@@ -86,6 +104,8 @@ class Device:
     calls: list[FieldCall]  # the fields this GPU answers (unsupported ones are dropped)
     gpm: GpmReader | None = None  # GPM samples, where the driver and the GPU offer them
     absent: tuple[int, ...] = ()  # the readings no call fills (set by drop_calls)
+    # A GPU in MIG mode: its MIG devices' (slot, UUID) as last listed; None for any other device.
+    mig_layout: tuple[tuple[int, str], ...] | None = None
 
     def drop_calls(self, calls: list[FieldCall]) -> None:
         """Stop making `calls` (until NVML re-initialises); their readings stay absent."""
@@ -164,6 +184,9 @@ class NvmlSource:
         if session is not None:
             try:
                 for device in list(session.devices):
+                    if device.mig_layout is not None and device in session.devices:
+                        self._refresh_migs(session, device)
+                for device in list(session.devices):
                     sample = self._read_device(session, device)
                     if sample is not None:
                         samples.append(sample)
@@ -187,6 +210,9 @@ class NvmlSource:
             code = call.function(*call.arguments)
             if code == 0:
                 continue
+            if device.gpu.mig is not None and code in MIG_GONE_CODES:
+                self._mig_gone(session, device)
+                return None
             if code in LOST_CODES:
                 self._gpu_lost(session, device, self._nvml.NVMLError(code))
                 return None
@@ -237,6 +263,9 @@ class NvmlSource:
     def _gpm_failed(self, session: Session, device: Device, call: str, code: int) -> bool:
         """Act on a failed GPM call; False when the GPU turned out lost."""
         assert device.gpm is not None
+        if device.gpu.mig is not None and code in MIG_GONE_CODES:
+            self._mig_gone(session, device)
+            return False
         if code in LOST_CODES:
             self._gpu_lost(session, device, self._nvml.NVMLError(code))
             return False
@@ -403,6 +432,10 @@ class NvmlSource:
             devices.append(device)
             if gpm is not None:
                 device.gpm = self._bind_gpm(gpm, device, gpm_unsupported)
+            if self._in_mig_mode(device):
+                migs = self._mig_devices(device, gpm)
+                device.mig_layout = tuple((mig.gpu.mig.slot, mig.gpu.uuid) for mig in migs if mig.gpu.mig)
+                devices += migs
         new_unsupported = [gpu for gpu in gpm_unsupported if gpu.uuid not in self._gpm_unsupported_logged]
         if new_unsupported:
             self._gpm_unsupported_logged.update(gpu.uuid for gpu in new_unsupported)
@@ -414,10 +447,156 @@ class NvmlSource:
         session = Session(
             driver=self._driver_info(),
             devices=devices,
-            gpus_by_handle={handle_address(d.handle): d.gpu for d in devices},
+            gpus_by_handle={handle_address(d.handle): d.gpu for d in devices if d.gpu.mig is None},
             enumerated=count,
         )
         return session, complete
+
+    # -- MIG --------------------------------------------------------------------------------
+
+    def _in_mig_mode(self, device: Device) -> bool:
+        """Whether the GPU is in MIG mode now (False where the driver or GPU has no MIG)."""
+        nvml = self._nvml
+        try:
+            current, _pending = nvml.nvmlDeviceGetMigMode(device.handle)
+        except nvml.NVMLError as err:
+            if err.value in SESSION_CODES:
+                raise
+            if err.value not in UNSUPPORTED_CODES:
+                LOG.debug("GPU %d (%s): nvmlDeviceGetMigMode failed (%s)", device.gpu.index, device.gpu.uuid, err)
+            return False
+        return bool(current == pynvml.NVML_DEVICE_MIG_ENABLE)
+
+    def _mig_handles(self, parent: Device) -> list[tuple[int, Any, str]]:
+        """(slot, handle, UUID) of every MIG device the GPU holds now."""
+        nvml = self._nvml
+        found: list[tuple[int, Any, str]] = []
+        for slot in range(nvml.nvmlDeviceGetMaxMigDeviceCount(parent.handle)):
+            try:
+                handle = nvml.nvmlDeviceGetMigDeviceHandleByIndex(parent.handle, slot)
+                found.append((slot, handle, nvml.nvmlDeviceGetUUID(handle)))
+            except nvml.NVMLError as err:
+                if err.value in SESSION_CODES:
+                    raise
+                if err.value not in MIG_GONE_CODES:  # NOT_FOUND: an empty slot
+                    LOG.debug("GPU %d: MIG slot %d not read (%s)", parent.gpu.index, slot, err)
+        return found
+
+    def _mig_devices(self, parent: Device, gpm: GpmFunctions | None) -> list[Device]:
+        """The parent's MIG devices, each a Device of its own (memory and GPM calls only)."""
+        nvml = self._nvml
+        try:
+            handles = self._mig_handles(parent)
+        except nvml.NVMLError as err:
+            if err.value in SESSION_CODES:
+                raise
+            LOG.warning("GPU %d (%s): its MIG devices could not be listed (%s)", parent.gpu.index, parent.gpu.uuid, err)
+            return []
+        gpm_supported = gpm is not None and gpm.mig_sample_get is not None and gpm.device_support(parent.handle)[1]
+        devices: list[Device] = []
+        for slot, handle, uuid in handles:
+            try:
+                gpu = GpuIdentity(parent.gpu.index, uuid, parent.gpu.name, self._mig_info(parent, slot, handle))
+            except nvml.NVMLError as err:
+                if err.value in SESSION_CODES:
+                    raise
+                LOG.info("GPU %d MIG device %d (%s) not read (%s)", parent.gpu.index, slot, uuid, err)
+                continue
+            readings = Readings()
+            calls: list[FieldCall] = []
+            for call in MIG_CALLS:
+                with contextlib.suppress(FunctionMissingError):  # an older driver: the field is left out
+                    calls.append(call.bind(nvml.nvmlLib, handle, readings))
+            device = Device(gpu, handle, readings, calls)
+            device.drop_calls([])
+            if gpm is not None and gpm_supported and gpu.mig is not None:
+                totals = self._gpm_totals.setdefault(uuid, {})
+                instance = gpu.mig.gpu_instance_id
+                try:
+                    device.gpm = GpmReader(
+                        gpm, parent.handle, gpu, totals, self._counters, self._clock, gpu_instance_id=instance
+                    )
+                except (GpmAllocationError, FunctionMissingError) as err:
+                    LOG.warning("GPU %s (%s): GPM not read (%s)", gpu.gpu_id, uuid, err)
+            devices.append(device)
+        if devices:
+            LOG.info(
+                "GPU %d (%s) in MIG mode: %s",
+                parent.gpu.index,
+                parent.gpu.uuid,
+                ", ".join(f"{d.gpu.gpu_id}={d.gpu.uuid} ({d.gpu.mig.profile if d.gpu.mig else ''})" for d in devices),
+            )
+        return devices
+
+    def _mig_info(self, parent: Device, slot: int, handle: Any) -> MigInfo:
+        nvml = self._nvml
+        name = str(nvml.nvmlDeviceGetName(handle))
+        instance = int(nvml.nvmlDeviceGetGpuInstanceId(handle))
+        compute_slices: int | None = None
+        memory_mb = 0
+        try:
+            attributes = nvml.nvmlDeviceGetAttributes(handle)
+            compute_slices, memory_mb = int(attributes.computeInstanceSliceCount), int(attributes.memorySizeMB)
+        except nvml.NVMLError as err:
+            if err.value in SESSION_CODES:
+                raise
+        # NVML names a MIG device "<parent's name> MIG <profile>" (e.g. "... MIG 1g.10gb").
+        profile = name.rpartition(" MIG ")[2] if " MIG " in name else ""
+        if compute_slices is None:
+            compute_slices = catalog.mig_profile_compute_slices(profile)
+        if not profile and compute_slices is not None:
+            profile = f"{compute_slices}g.{round(memory_mb / 1024)}gb"
+        share = min(max((compute_slices or 0) / catalog.MIG_COMPUTE_SLICES, 0.0), 1.0)
+        return MigInfo(slot, parent.gpu.uuid, profile, instance, share)
+
+    def _refresh_migs(self, session: Session, parent: Device) -> None:
+        """List the parent's MIG devices again; a changed set replaces its MIG devices."""
+        nvml = self._nvml
+        try:
+            layout = tuple((slot, uuid) for slot, _, uuid in self._mig_handles(parent))
+        except nvml.NVMLError as err:
+            if err.value in SESSION_CODES:
+                raise SessionBrokenError(str(err)) from err
+            return  # the parent's own reading decides (a lost GPU is counted there)
+        if layout == parent.mig_layout:
+            return
+        old = [d for d in session.devices if d.gpu.mig is not None and d.gpu.mig.parent_uuid == parent.gpu.uuid]
+        for device in old:
+            self._drop(session, device)
+        try:
+            migs = self._mig_devices(parent, self._gpm_functions())
+        except nvml.NVMLError as err:
+            raise SessionBrokenError(str(err)) from err
+        position = session.devices.index(parent) + 1
+        session.devices[position:position] = migs
+        parent.mig_layout = tuple((d.gpu.mig.slot, d.gpu.uuid) for d in migs if d.gpu.mig is not None)
+        LOG.info(
+            "GPU %d (%s): MIG devices reconfigured (%d before, %d now)",
+            parent.gpu.index,
+            parent.gpu.uuid,
+            len(old),
+            len(migs),
+        )
+
+    def _drop(self, session: Session, device: Device) -> None:
+        if device in session.devices:
+            session.devices.remove(device)
+        if device.gpm is not None:
+            device.gpm.free()
+            device.gpm = None
+
+    def _mig_gone(self, session: Session, device: Device) -> None:
+        """A MIG device stopped answering: drop it and list its parent's MIG devices at the next pass."""
+        assert device.gpu.mig is not None
+        self._drop(session, device)
+        for parent in session.devices:
+            if parent.gpu.mig is None and parent.gpu.uuid == device.gpu.mig.parent_uuid:
+                parent.mig_layout = ()
+        LOG.info(
+            "MIG device %s (%s) no longer answers; its parent's MIG devices are listed again",
+            device.gpu.gpu_id,
+            device.gpu.uuid,
+        )
 
     def _gpm_functions(self) -> GpmFunctions | None:
         try:

@@ -28,12 +28,30 @@ from poller.nvml_fields import (
 
 
 @dataclass(frozen=True)
+class MigInfo:
+    """What a MIG device is: its slot on the parent, the parent, its profile and its share of the SMs."""
+
+    slot: int  # nvmlDeviceGetMigDeviceHandleByIndex's index on the parent
+    parent_uuid: str
+    profile: str  # e.g. 1g.10gb
+    gpu_instance_id: int
+    sm_share: float  # compute slices / catalog.MIG_COMPUTE_SLICES (0-1)
+
+
+@dataclass(frozen=True)
 class GpuIdentity:
-    """What labels a GPU's series: NVML index, UUID and product name."""
+    """What labels a GPU's series: NVML index, UUID and product name; a MIG device also has `mig`
+    (its `index` and `name` are its parent's: the peak-FLOPs and price tables name whole GPUs)."""
 
     index: int
     uuid: str
     name: str
+    mig: MigInfo | None = None
+
+    @property
+    def gpu_id(self) -> str:
+        """The `gpu_id` label: the NVML index, `<parent index>/<slot>` for a MIG device."""
+        return str(self.index) if self.mig is None else f"{self.index}/{self.mig.slot}"
 
 
 def unidentified_gpu(index: int) -> GpuIdentity:
@@ -117,6 +135,11 @@ class PassResult:
     # GPUs NVML enumerated (nvmlDeviceGetCount) in the session the pass ran in; 0 when NVML is down.
     # More than len(samples) means some GPU is enumerated but does not answer (lost, or failing).
     enumerated: int = 0
+
+    @property
+    def whole_gpus_answering(self) -> int:
+        """The GPUs (not MIG devices) that answered: what `enumerated` counts."""
+        return sum(1 for sample in self.samples if sample.gpu.mig is None)
 
     @property
     def duration_seconds(self) -> float:

@@ -73,4 +73,4 @@ class SharedPass:
 
 def gpu_label_values(node: str, gpu: GpuIdentity) -> list[str]:
     """Values of catalog.GPU labels (node, gpu_id, uuid, gpu_name), in that order."""
-    return [node, str(gpu.index), gpu.uuid, gpu.name]
+    return [node, gpu.gpu_id, gpu.uuid, gpu.name]

@@ -109,6 +109,8 @@ class XidEventWatcher:
             return
         registered = 0
         for device in session.devices:
+            if device.gpu.mig is not None:  # XID events come on the parent GPU
+                continue
             try:
                 if nvml.nvmlDeviceGetSupportedEventTypes(device.handle) & XID_EVENT:
                     nvml.nvmlDeviceRegisterEvents(device.handle, XID_EVENT, event_set)

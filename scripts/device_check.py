@@ -9,9 +9,16 @@
    capability 9.0 or more), absent elsewhere;
 4. runs a short CUDA load if one is available without downloads (PyTorch, else a PTX kernel
    through the driver's own libcuda; otherwise it says so) and shows the GPM figures rising;
-5. measures collection passes (the poller's own `ml_gpu_poller_collection_duration_seconds`) and
+5. MIG: where a GPU is already in MIG mode (`nvidia-smi --query-gpu=mig.mode.current`; the check
+   never changes a mode or an instance), compares the poller's MIG devices (UUID, parent, profile,
+   memory) with `nvidia-smi -L`; elsewhere it says no GPU is in MIG mode;
+6. two processes on one GPU: where PyTorch with CUDA is available, two processes each allocate a
+   different amount on GPU 0 and report it through the trainer library's default source
+   (`torch.cuda.memory_reserved`, with the device's UUID); each must report its own figure under
+   the UUID the poller labels that GPU with, and the GPU's memory in use must hold both;
+7. measures collection passes (the poller's own `ml_gpu_poller_collection_duration_seconds`) and
    the poller's resident memory;
-6. prints a short report and writes the figures to BENCHMARKS.md ("On a real GPU"); with $OUT
+8. prints a short report and writes the figures to BENCHMARKS.md ("On a real GPU"); with $OUT
    set, copies the report and BENCHMARKS.md there.
 Exit status: 0 when every check passed, 1 when one failed, 2 when there is no GPU to check.
 
@@ -31,6 +38,7 @@ import io
 import json
 import os
 import platform
+import re
 import shlex
 import shutil
 import signal
@@ -590,6 +598,139 @@ def run_load(
     return why
 
 
+# --- MIG and two processes on one GPU -----------------------------------------------------------
+MIG_LINE = re.compile(r"^\s+MIG\s+(\S+)\s+Device\s+\d+:\s+\(UUID:\s+(MIG-[^)\s]+)\)")
+GPU_LINE = re.compile(r"^GPU\s+\d+:.*\(UUID:\s+(GPU-[^)\s]+)\)")
+
+
+def smi_mig_devices(smi: str) -> dict[str, tuple[str, str]]:
+    """`nvidia-smi -L`'s MIG devices: UUID -> (parent GPU's UUID, profile)."""
+    result = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=60)
+    found: dict[str, tuple[str, str]] = {}
+    parent = ""
+    for line in result.stdout.splitlines():
+        gpu = GPU_LINE.match(line)
+        if gpu:
+            parent = gpu.group(1)
+            continue
+        mig = MIG_LINE.match(line)
+        if mig:
+            found[mig.group(2)] = (parent, mig.group(1))
+    return found
+
+
+def check_mig(report: Report, smi: str, samples: Samples) -> int:
+    """The poller's MIG devices against nvidia-smi's, where a GPU is already in MIG mode; how many."""
+    try:
+        modes = query_smi(smi, ["uuid", "mig.mode.current"])
+    except RuntimeError as err:
+        report.note(f"nvidia-smi does not report MIG modes ({str(err)[:120]}): MIG not checked")
+        return 0
+    in_mig = [row["uuid"] for row in modes if row["mig.mode.current"].strip().lower() == "enabled"]
+    if not in_mig:
+        report.note("no GPU is in MIG mode (the check never changes a GPU's mode): MIG devices not checked")
+        return 0
+    listed = smi_mig_devices(smi)
+    info = catalog.GPU_MIG_DEVICE_INFO.name
+    poller = {dict(labels)["uuid"]: dict(labels) for (name, labels), _ in samples.items() if name == info}
+    report.check(
+        set(poller) == set(listed),
+        f"MIG devices: poller {len(poller)}, nvidia-smi -L {len(listed)} on {len(in_mig)} GPU(s) in MIG mode"
+        + ("" if set(poller) == set(listed) else f" (differ: {sorted(set(poller) ^ set(listed))})"),
+    )
+    for uuid, (parent, profile) in sorted(listed.items()):
+        labels = poller.get(uuid)
+        if labels is None:
+            continue
+        report.check(
+            labels["parent_uuid"] == parent and labels["profile"] == profile,
+            f"MIG device {uuid}: parent {labels['parent_uuid']} / {parent}, profile {labels['profile']} / {profile}",
+        )
+        total = gpu_value(samples, catalog.GPU_MEMORY_TOTAL_BYTES.name, uuid)
+        share = gpu_value(samples, catalog.GPU_MIG_SM_SHARE_RATIO.name, uuid)
+        report.check(
+            total is not None and total > 0 and share is not None and 0 < share <= 1,
+            f"MIG device {uuid} ({profile}): memory total {total}, SM share {share}",
+        )
+    return len(listed)
+
+
+TWO_PROCESSES = """
+import sys, time
+sys.path.insert(0, {root!r})
+import torch
+from foxhunt_trainer import TrainingMetrics, render_text
+megabytes, uuid = int(sys.argv[1]), sys.argv[2]
+block = torch.empty(megabytes * 1024 * 1024, dtype=torch.uint8, device="cuda:0")
+metrics = TrainingMetrics()
+metrics.start_job("device-check", "proc-" + sys.argv[1], gpu_uuids=[uuid])
+for line in render_text(metrics.registry).decode().splitlines():
+    if line.startswith("ml_training_gpu_memory_reserved_bytes{{"):
+        print(line, flush=True)
+print("ready", flush=True)
+sys.stdin.read()
+"""
+TORCH_CUDA = "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 3)"
+
+
+def check_two_processes(report: Report, poller: Poller, python: str, uuid: str) -> None:
+    """Two PyTorch processes on GPU 0, each reporting its own memory under the poller's UUID for it."""
+    candidates = [python, sys.executable]
+    torch_python = next(
+        (c for c in candidates if subprocess.run([c, "-c", TORCH_CUDA], capture_output=True).returncode == 0), None
+    )
+    if torch_python is None:
+        report.note("no PyTorch with CUDA: two processes on one GPU not checked")
+        return
+    before = gpu_value(poller.scrape(), catalog.GPU_MEMORY_USED_BYTES.name, uuid) or 0.0
+    sizes = (256, 768)  # MiB each process allocates
+    processes = [
+        subprocess.Popen(
+            [torch_python, "-c", TWO_PROCESSES.format(root=str(REPO_ROOT)), str(size), uuid],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for size in sizes
+    ]
+    reported: list[float | None] = []
+    try:
+        for process in processes:
+            assert process.stdout is not None
+            figure: float | None = None
+            for line in process.stdout:
+                if line.startswith("ml_training_gpu_memory_reserved_bytes{"):
+                    labels, _, value = line.rpartition(" ")
+                    figure = float(value) if f'uuid="{uuid}"' in labels else None
+                if line.strip() == "ready" or not line:
+                    break
+            reported.append(figure)
+        time.sleep(1.0)
+        during = gpu_value(poller.scrape(), catalog.GPU_MEMORY_USED_BYTES.name, uuid) or 0.0
+    finally:
+        for process in processes:
+            if process.stdin is not None:
+                process.stdin.close()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+    for size, figure in zip(sizes, reported, strict=True):
+        report.check(
+            figure is not None and figure >= size * MIB,
+            f"a process holding {size} MiB on GPU 0 reports {0 if figure is None else figure / MIB:.0f} MiB under "
+            f"the poller's UUID {uuid}",
+        )
+    known = [f for f in reported if f is not None]
+    report.check(
+        len(known) == 2 and known[0] != known[1] and during - before >= sum(sizes) * MIB * 0.9,
+        f"two processes on one GPU attributed apart: {', '.join(f'{f / MIB:.0f}' for f in known)} MiB, the GPU's "
+        f"memory in use rose {(during - before) / MIB:.0f} MiB",
+    )
+
+
 def measure_passes(poller: Poller, passes: int) -> tuple[list[float], int]:
     durations: list[float] = []
     for _ in range(passes):
@@ -715,6 +856,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             compare_fields(report, samples, rows, driver)
             compare_energy(report, poller, smi)
             check_gpm(report, samples, gpus)
+            mig_devices = check_mig(report, smi, samples)
+            check_two_processes(report, poller, python, gpus[0].uuid)
 
             load, why = find_load(python, args.load, args.load_seconds)
             remaining = DEADLINE_SECONDS - (time.monotonic() - started)
@@ -749,6 +892,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ),
         "poller RSS": f"{rss / 1024:.1f} MiB",
         "GPUs reporting GPM": f"{len(gpm_gpus)} of {len(gpus)}",
+        "MIG devices (GPUs already in MIG mode)": str(mig_devices),
         "CUDA load": load_text,
     }
     for gpu in gpm_gpus:

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Install what the tests need, if any is missing:
 # - Debian packages: Prometheus 2.42 (server and promtool), Alertmanager (amtool), buildah and
-#   debootstrap (offline image build), gcc (fake NVML library), make, and node with npm when no
-#   node is on PATH. Non-interactive, and no package's service is started. Needs root to install;
-#   prints what is missing and how to install it otherwise.
+#   debootstrap (offline image build), gcc (fake NVML library), make, chromium (foxhunt-report's
+#   page loaded headless), and node with npm when no node is on PATH. Non-interactive, and no
+#   package's service is started. Needs root to install; prints what is missing and how to install
+#   it otherwise.
 # - the npm packages of package.json (query grammars the tests parse queries with), into
 #   node_modules/ of the repository, exact versions, no root needed.
 set -euo pipefail
@@ -16,7 +17,7 @@ install_npm_packages() {
   npm install --no-package-lock --no-audit --no-fund --loglevel=error
 }
 
-packages=(prometheus prometheus-alertmanager buildah debootstrap gcc libc6-dev make python3-venv ca-certificates)
+packages=(prometheus prometheus-alertmanager buildah debootstrap gcc libc6-dev make python3-venv ca-certificates chromium)
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   packages+=(nodejs npm)
 fi

@@ -24,6 +24,20 @@ def held_and_free(*, w: int) -> PanelBuilder:
     )
 
 
+def mig_and_shared(*, w: int) -> PanelBuilder:
+    return timeseries(
+        Common(
+            "MIG Devices Held and Shared GPUs",
+            "MIG devices a training job holds (ml_gpu_mig_device_info joined on uuid), and GPUs held by more than "
+            "one job at once (time-sliced: their device figures are split by job, never copied to each).",
+            "short",
+            w=w,
+            min=0,
+        ),
+        [Query(jobs.FLEET_MIG_HELD.record, "MIG devices held"), Query(jobs.FLEET_SHARED.record, "shared GPUs")],
+    )
+
+
 def held_but_idle(th: Thresholds, *, w: int) -> PanelBuilder:
     return timeseries(
         Common(

@@ -43,8 +43,9 @@ def utilization(th: Thresholds, job: tuple[str, ...], *, w: int) -> PanelBuilder
     low, high = th.gpu_utilization_low_percent.short, th.gpu_utilization_high_percent.short
     return _held(
         "Job GPU Utilization",
-        f"Share of time a kernel ran, per GPU; red below {low} or above {high}, the thresholds the job's "
-        "mean is alerted at (GPUUtilizationLow, GPUUtilizationCritical).",
+        f"Share of time a kernel ran, per GPU the job holds alone (a MIG device: its SM activity); red below {low} "
+        f"or above {high}, the thresholds the job's mean is alerted at (GPUUtilizationLow, GPUUtilizationCritical). "
+        "A GPU other jobs share is not drawn: its figure is no one job's (see Shared GPUs).",
         "percent",
         jobs.HELD_UTILIZATION,
         job,
@@ -58,7 +59,8 @@ def utilization(th: Thresholds, job: tuple[str, ...], *, w: int) -> PanelBuilder
 def memory_used(th: Thresholds, job: tuple[str, ...], *, w: int) -> PanelBuilder:
     return _held(
         "Job GPU Memory Used",
-        f"Share of device memory in use, per GPU; yellow from {th.gpu_memory_high_ratio.short} "
+        "Share of device memory in use, per GPU (a GPU other jobs share: what this job's own processes hold); "
+        f"yellow from {th.gpu_memory_high_ratio.short} "
         f"(GPUMemoryUsageHigh), red from {th.gpu_memory_exhausted_ratio.short} (GPUMemoryExhausted).",
         "percentunit",
         jobs.HELD_MEMORY_RATIO,
@@ -71,7 +73,58 @@ def memory_used(th: Thresholds, job: tuple[str, ...], *, w: int) -> PanelBuilder
 
 
 def power(job: tuple[str, ...], *, w: int) -> PanelBuilder:
-    return _held("Job GPU Power", "Power draw.", "watt", jobs.HELD_POWER, job, w, min=0)
+    return _held(
+        "Job GPU Power",
+        "Power draw (a GPU other jobs share: split evenly between them; a MIG device has none, its GPU's is "
+        "the whole GPU's).",
+        "watt",
+        jobs.HELD_POWER,
+        job,
+        w,
+        min=0,
+    )
+
+
+def own_memory(job: tuple[str, ...], *, w: int) -> PanelBuilder:
+    return timeseries(
+        Common(
+            "Job's Own GPU Memory",
+            "Device memory the job's own processes hold on each GPU, as their allocator reports it "
+            "(ml_training_gpu_memory_reserved_bytes, PyTorch's reserved memory): on a GPU other jobs share, "
+            "this job's part of the device's memory.",
+            "bytes",
+            w=w,
+            min=0,
+        ),
+        [Query(f"topk({JOB_GPUS}, {promql.selector(jobs.JOB_GPU_RESERVED.record, job)})", "{{uuid}}")],
+    )
+
+
+def shared_gpus(job: tuple[str, ...], *, w: int) -> PanelBuilder:
+    return _so_far(
+        "Shared GPUs (Time-Sliced)",
+        "GPUs the job holds that other jobs hold at the same time. On these the device's utilization is no one "
+        "job's: the job's utilization and verdict come from its own time split, its memory from its own "
+        "processes, and the GPU's price and power are split between the jobs.",
+        "short",
+        jobs.JOB_SHARED_GPUS.record,
+        job,
+        w,
+    )
+
+
+def sm_share(job: tuple[str, ...], *, w: int) -> PanelBuilder:
+    return _held(
+        "Job GPU Share of SMs",
+        "Each GPU's share of a whole GPU's SMs: 1 for a whole GPU, a MIG device's compute slices over 7 "
+        "(ml_gpu_mig_sm_share_ratio); its peak FLOPs (MFU) and, with migCost compute_share, its price scale by it.",
+        "percentunit",
+        jobs.HELD_SM_SHARE,
+        job,
+        w,
+        min=0,
+        max=1,
+    )
 
 
 def temperature(th: Thresholds, job: tuple[str, ...], *, w: int) -> PanelBuilder:
@@ -87,7 +140,9 @@ def temperature(th: Thresholds, job: tuple[str, ...], *, w: int) -> PanelBuilder
 
 
 def gpus_held(job: tuple[str, ...], *, w: int) -> PanelBuilder:
-    return _so_far("GPUs Held", "GPUs the job holds now.", "short", jobs.JOB_GPUS.record, job, w)
+    return _so_far(
+        "GPUs Held", "GPUs (whole GPUs and MIG devices) the job holds now.", "short", jobs.JOB_GPUS.record, job, w
+    )
 
 
 def gpu_hours(job: tuple[str, ...], *, w: int) -> PanelBuilder:

@@ -109,6 +109,7 @@ def install(chosen: switches.Switches) -> None:
         if STATE.installed:
             return
         STATE.switches, STATE.installed = chosen, True
+        STATE.refresh()
         wanted = {name for name, (integration, _) in PATCHES.items() if _wanted(integration)}
         _pending.update(wanted)
         if FINDER not in sys.meta_path:

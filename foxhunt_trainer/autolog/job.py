@@ -181,7 +181,7 @@ def current(hint: str | None = None) -> AutoJob | None:
     global _auto
     if _auto is not None:
         return _auto if not STATE.manual else None
-    if STATE.manual or not STATE.installed or "job" in STATE.off:
+    if not STATE.on("job"):
         return None
     with _lock:
         if _auto is None:

@@ -33,9 +33,17 @@ class State:
         # A framework integration (Lightning's fit, SB3's learn) is running: the plain PyTorch
         # integration leaves its optimizer steps, losses and loaders to it.
         self.framework_depth = 0
+        self.live: dict[str, bool] = {}
 
     def on(self, integration: str) -> bool:
-        return self.installed and not self.manual and self.switches.on(integration) and integration not in self.off
+        return self.live.get(integration, False)
+
+    def refresh(self) -> None:
+        """Recompute `live`, what `on` reads (every patched call asks it: a dictionary lookup)."""
+        self.live = {
+            name: self.installed and not self.manual and self.switches.on(name) and name not in self.off
+            for name in (*switches.INTEGRATIONS, "job", "import hook")
+        }
 
     def failed(self, integration: str, error: BaseException) -> None:
         """`integration` raised `error`: turn it off, and say so once."""
@@ -43,6 +51,7 @@ class State:
             if integration in self.off:
                 return
             self.off.add(integration)
+            self.refresh()
         cause = f"{type(error).__name__}: {error}".replace("\n", " ")
         try:
             sys.stderr.write(f"{switches.PREFIX}: the {integration} integration failed and is off ({cause})\n")
@@ -58,6 +67,7 @@ class State:
             if self.manual:
                 return
             self.manual = True
+            self.refresh()
             hand_over = self.on_manual
         if hand_over is not None:
             try:

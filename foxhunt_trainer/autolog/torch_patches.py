@@ -115,6 +115,7 @@ class AutoTorch:
         self._challenger: int | None = None
         self._challenges = 0
         self._stepping: AutoWatcher | None = None
+        self._stepped: torch.optim.Optimizer | None = None  # the optimizer of the step in progress
         self._pending_losses: list[torch.Tensor] = []
         self._pending_samples = 0
         self._batch_size: int | None = None
@@ -128,14 +129,15 @@ class AutoTorch:
     # --- optimizer steps ------------------------------------------------------------------------
     def before_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         watcher = self._watcher_for(optimizer)
-        self._stepping = watcher
+        self._stepping, self._stepped = watcher, optimizer
         if watcher is not None:
             watcher._before_step(optimizer, args, kwargs)
 
     def after_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         watcher, self._stepping = self._stepping, None
-        if watcher is None or not watcher.is_for(optimizer):
+        if watcher is None or self._stepped is not optimizer:
             return
+        self._stepped = None
         watcher._after_step(optimizer, args, kwargs)
         if self._step_block is None and not self._loaders:
             self._step_block = self.job.phases.block(COMPUTE)

@@ -331,6 +331,41 @@ GPU_ENERGY_JOULES_TOTAL = Metric(
     GPU,
     _G,
 )
+# MIG (Multi-Instance GPU): each MIG device is a GPU of its own in the series above (its `uuid` the
+# `MIG-...` the device plugin hands the pod, `gpu_id` `<parent index>/<slot>`, `gpu_name` its parent's
+# product name), reporting what NVML answers for a MIG device (memory, GPM); the parent keeps its
+# device-level series (power, temperature, clocks, errors).
+GPU_MIG_DEVICE_INFO = Metric(
+    "ml_gpu_mig_device_info",
+    MetricType.INFO,
+    "",
+    "1 for each MIG device of a GPU in MIG mode: its parent GPU (parent_gpu_id, parent_uuid) and its MIG "
+    "profile (e.g. 1g.10gb); gone when the instance is destroyed.",
+    (*GPU, "parent_gpu_id", "parent_uuid", "profile"),
+    _G,
+)
+# The compute slices of a whole GPU that MIG divides (A100, H100, H200, B200): a MIG device's share of
+# its GPU's SMs is its profile's compute slices over these.
+MIG_COMPUTE_SLICES = 7
+
+
+def mig_profile_compute_slices(profile: str) -> int | None:
+    """The compute slices of a MIG profile (`3g.40gb` -> 3; `1c.3g.40gb`, a compute instance, -> 1);
+    None where the profile does not say."""
+    head = profile.split(".", 1)[0]
+    count = head[:-1] if head[-1:] in ("g", "c") else ""
+    return int(count) if count.isdigit() and 0 < int(count) <= MIG_COMPUTE_SLICES else None
+
+
+GPU_MIG_SM_SHARE_RATIO = Metric(
+    "ml_gpu_mig_sm_share_ratio",
+    MetricType.GAUGE,
+    "ratio",
+    "The MIG device's share (0-1) of its parent GPU's SMs: its profile's compute slices over the 7 of a whole "
+    "GPU; scales the peak FLOPs (MFU) and the price of the instance.",
+    GPU,
+    _G,
+)
 GPU_DRIVER_INFO = Metric(
     "ml_gpu_driver_info",
     MetricType.INFO,
@@ -466,6 +501,17 @@ TRAINING_MODEL_FLOPS_TOTAL = Metric(
     "training steps this rank completed, by the precision its matrix multiplies run in (fp32, tf32, "
     "bf16, fp16, fp8).",
     (*RANK_JOB, "precision"),
+    _T,
+)
+
+# --- Device memory each process holds on its GPU (what splits a time-sliced GPU by job) ------------
+TRAINING_GPU_MEMORY_RESERVED_BYTES = Metric(
+    "ml_training_gpu_memory_reserved_bytes",
+    MetricType.GAUGE,
+    "bytes",
+    "Device memory this rank's allocator holds on the GPU named by uuid (PyTorch: "
+    "torch.cuda.memory_reserved): the job's own share of a GPU other jobs may share.",
+    (*RANK_JOB, "uuid"),
     _T,
 )
 
@@ -981,6 +1027,49 @@ PROMETHEUS_RULE_GROUP_INTERVAL_SECONDS = Metric(
     "seconds",
     "The rule group's evaluation interval.",
     ("job", "instance", "rule_group"),
+    Producer.PROMETHEUS,
+)
+
+# --- Prometheus' remote write (a shard's queue to the global tier; `remote_name`, `url` per queue) ---
+_QUEUE = ("job", "instance", "remote_name", "url")
+PROMETHEUS_REMOTE_STORAGE_SAMPLES_PENDING = Metric(
+    "prometheus_remote_storage_samples_pending",
+    MetricType.GAUGE,
+    "",
+    "Samples read from the WAL and waiting in the queue's shards to be sent.",
+    _QUEUE,
+    Producer.PROMETHEUS,
+)
+PROMETHEUS_REMOTE_STORAGE_SAMPLES_FAILED_TOTAL = Metric(
+    "prometheus_remote_storage_samples_failed_total",
+    MetricType.COUNTER,
+    "",
+    "Samples the queue gave up on after a non-recoverable error (they never reach the receiver).",
+    _QUEUE,
+    Producer.PROMETHEUS,
+)
+PROMETHEUS_REMOTE_STORAGE_SAMPLES_RETRIED_TOTAL = Metric(
+    "prometheus_remote_storage_samples_retried_total",
+    MetricType.COUNTER,
+    "",
+    "Samples sent again after a recoverable error (the receiver down or overloaded).",
+    _QUEUE,
+    Producer.PROMETHEUS,
+)
+PROMETHEUS_REMOTE_STORAGE_HIGHEST_TIMESTAMP_IN_SECONDS = Metric(
+    "prometheus_remote_storage_highest_timestamp_in_seconds",
+    MetricType.GAUGE,
+    "seconds",
+    "The newest sample's timestamp this Prometheus has written to its WAL (Unix seconds).",
+    ("job", "instance"),
+    Producer.PROMETHEUS,
+)
+PROMETHEUS_REMOTE_STORAGE_QUEUE_HIGHEST_SENT_TIMESTAMP_SECONDS = Metric(
+    "prometheus_remote_storage_queue_highest_sent_timestamp_seconds",
+    MetricType.GAUGE,
+    "seconds",
+    "The newest sample's timestamp the queue has sent successfully (Unix seconds).",
+    _QUEUE,
     Producer.PROMETHEUS,
 )
 

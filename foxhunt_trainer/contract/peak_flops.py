@@ -55,15 +55,30 @@ class PeakFlopsTable:
         return tuple(gpu.name for gpu in self.gpus)
 
     def peak(self, gpu_name: str, precision: str) -> float | None:
-        """Peak FLOP/s of one GPU of model `gpu_name` at `precision`; None where the table has none."""
+        """Peak FLOP/s of one GPU of model `gpu_name` at `precision`; None where the table has none.
+        A MIG device (NVML names it `<GPU> MIG <profile>`) has its GPU's peak scaled by its share of
+        the GPU's SMs (its profile's compute slices over the whole GPU's)."""
+        parent, share = mig_share(gpu_name)
         for gpu in self.gpus:
-            if gpu.name == gpu_name:
-                return gpu.peak(precision)
+            if gpu.name == parent:
+                value = gpu.peak(precision)
+                return None if value is None or share is None else value * share
         return None
 
     def by_precision(self, precision: str) -> tuple[tuple[str, float], ...]:
         """(GPU model, peak FLOP/s) of every model with a figure for `precision`, in table order."""
         return tuple((gpu.name, value) for gpu in self.gpus if (value := gpu.peak(precision)) is not None)
+
+
+def mig_share(gpu_name: str) -> tuple[str, float | None]:
+    """(the GPU model, the share of its SMs) a device named `gpu_name` has: a whole GPU's name and 1, or
+    for a MIG device (`<GPU> MIG <profile>`) its parent's name and its compute slices over the whole
+    GPU's (None where the profile does not say)."""
+    parent, found, profile = gpu_name.rpartition(" MIG ")
+    if not found:
+        return gpu_name, 1.0
+    slices = catalog.mig_profile_compute_slices(profile)
+    return parent, None if slices is None else slices / catalog.MIG_COMPUTE_SLICES
 
 
 class PeakFlopsError(ValueError):

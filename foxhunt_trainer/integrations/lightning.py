@@ -30,6 +30,7 @@ What it reads:
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 from typing import Any
@@ -42,6 +43,7 @@ from pytorch_lightning.utilities.data import extract_batch_size
 from foxhunt_trainer.hyperparameters import UNKNOWN, Hyperparameters
 from foxhunt_trainer.integrations.optimizers import gradient_norm, learning_rates, short_name
 from foxhunt_trainer.integrations.phase_blocks import PhaseBlocks
+from foxhunt_trainer.integrations.torch import batch_size_of
 from foxhunt_trainer.phases import COMPUTE, DATA_WAIT, EVALUATION
 from foxhunt_trainer.training import JobMetrics
 
@@ -66,22 +68,41 @@ def _loss_of(outputs: Any) -> torch.Tensor | None:
 
 
 class LossSum:
-    """Losses summed on their device (no synchronisation) until read."""
+    """Losses kept on their device (no synchronisation, no arithmetic per step) until read: one
+    stack and sum at the read, the list folded into a partial sum every `FOLD_AT` losses."""
+
+    FOLD_AT = 256
 
     def __init__(self) -> None:
-        self.total: torch.Tensor | None = None
+        self._losses: list[torch.Tensor] = []
+        self._partial: torch.Tensor | None = None
         self.count = 0
 
     def add(self, loss: torch.Tensor) -> None:
-        value = loss.to(torch.float32).reshape(())
-        self.total = value if self.total is None else self.total + value
+        self._losses.append(loss)
         self.count += 1
+        if len(self._losses) >= self.FOLD_AT:
+            self._partial, self._losses = self._sum(), []
+
+    def _sum(self) -> torch.Tensor | None:
+        if not self._losses:
+            return self._partial
+        try:
+            total = torch.stack(self._losses).to(torch.float32).sum()
+        except RuntimeError:  # mixed shapes (() and (1,)) or devices
+            device = self._losses[0].device
+            total = torch.stack([t.reshape(()).to(device=device, dtype=torch.float32) for t in self._losses]).sum()
+        return total if self._partial is None else total + self._partial.to(total.device)
 
     def mean(self) -> float | None:
-        return float(self.total) / self.count if self.total is not None else None
+        total = self._sum()
+        return float(total) / self.count if total is not None else None
 
 
 def _batch_size(batch: Any) -> int:
+    size = batch_size_of(batch)  # the common case (a tensor, or a tuple or dict of them), cheaply
+    if size is not None:
+        return size
     try:
         return int(extract_batch_size(batch))
     except Exception:  # a batch Lightning cannot size counts no samples, as Lightning's own logging
@@ -145,6 +166,11 @@ class MetricsCallback(pl.Callback):
             lr_schedule=short_name(type(schedulers[0].scheduler).__name__) if schedulers else UNKNOWN,
         )
         self.job.set_hyperparameters(self._hyperparameters)
+        # The planned length, for the job's progress lines (time left at the current pace).
+        planned = trainer.estimated_stepping_batches
+        steps = int(planned) if isinstance(planned, int | float) and math.isfinite(planned) and planned > 0 else None
+        epochs = trainer.max_epochs if trainer.max_epochs is not None and trainer.max_epochs > 0 else None
+        self.job.set_planned(steps=steps, epochs=epochs)
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._epoch_loss = LossSum()

@@ -3,29 +3,30 @@
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
-
+from foxhunt_trainer.phases import PhaseBlock
 from foxhunt_trainer.training import JobMetrics
 
 
 class PhaseBlocks:
-    """`switch(phase)` closes the open block and opens one in `phase`; `close()` ends it, and the
-    phase the job was in before resumes."""
+    """`switch(phase)` counts the time from now in `phase` (one block, opened at the first switch
+    and switched in place: one clock reading a switch); `close()` ends it, and the phase the job
+    was in before resumes."""
 
     def __init__(self, job: JobMetrics) -> None:
         self._job = job
-        self._open: AbstractContextManager[None] | None = None
+        self._open: PhaseBlock | None = None
         self.current: str | None = None
 
     def switch(self, phase: str) -> None:
         if phase == self.current:
             return
-        self.close()
-        block = self._job.phase(phase)
-        block.__enter__()
-        self._open, self.current = block, phase
+        if self._open is None:
+            self._open = self._job.phases.block(phase)
+        else:
+            self._open.switch(phase)
+        self.current = phase
 
     def close(self) -> None:
         if self._open is not None:
             block, self._open, self.current = self._open, None, None
-            block.__exit__(None, None, None)
+            block.close()

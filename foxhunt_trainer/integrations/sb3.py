@@ -13,23 +13,26 @@ What it reads, and where from (nothing is recomputed that the algorithm already 
 - the loss and the policy-update statistics SB3 records into its logger at each `train()`
   (`train/loss` as the step loss; PPO and A2C: `train/entropy_loss` as the policy entropy, `train/value_loss`,
   `train/approx_kl`, `train/clip_fraction`, `train/explained_variance`), read when the next rollout
-  starts and when training ends, before SB3's logger clears them at its next dump;
+  starts (at most once every `read_every_seconds`, 1 s) and when training ends, before SB3's logger
+  clears them at its next dump;
 - the learning rate of the policy optimizer after each update, and the global norm of the
   gradients it steps with (after SB3's clipping) every `check_every` optimizer steps; the
   hyperparameters series (batch size, optimizer, precision, constant or scheduled learning rate);
 - DQN: the exploration rate (`model.exploration_rate`, what `rollout/exploration_rate` logs) after
-  each rollout, and the Q-value of the greedy action on the latest observations, from the
+  a rollout (with the episodes), and the Q-value of the greedy action on the latest observations, from the
   algorithm's own Q-network, every `q_value_every` environment steps (one forward pass; on a GPU
   one synchronisation) and when training ends;
 - episodes: those the environments' `Monitor` wrapper reports (`info["episode"]`), and the mean
   reward and length of the algorithm's episode buffer (`rollout/ep_rew_mean`, `rollout/ep_len_mean`),
-  after each rollout;
+  after a rollout (at most once every `read_every_seconds`, and when training ends);
 - time: collecting rollouts counts as "data_wait" (the learner waits for experience), updating the
   policy as "compute".
 """
 
 from __future__ import annotations
 
+import math
+import time
 from typing import Any
 
 import numpy as np
@@ -55,6 +58,10 @@ ENTROPY_LOSS_KEY = "train/entropy_loss"  # minus the mean entropy
 LOSS_KEY = "train/loss"
 DEFAULT_Q_VALUE_EVERY = 1000
 DEFAULT_CHECK_EVERY = 50
+# The update statistics and the episode means are read at most this often (and when training ends):
+# a scrape every 15 s sees the same, and an algorithm whose rollouts are a few environment steps
+# (DQN's train_freq=4) does not pay for a read at every one.
+DEFAULT_READ_EVERY_SECONDS = 1.0
 
 
 class MetricsCallback(BaseCallback):
@@ -66,14 +73,19 @@ class MetricsCallback(BaseCallback):
         *,
         q_value_every: int = DEFAULT_Q_VALUE_EVERY,
         check_every: int = DEFAULT_CHECK_EVERY,
+        read_every_seconds: float = DEFAULT_READ_EVERY_SECONDS,
         verbose: int = 0,
     ) -> None:
         if q_value_every < 1:
             raise ValueError(f"q_value_every is a number of environment steps of at least 1, got {q_value_every}")
         if check_every < 1:
             raise ValueError(f"check_every is a number of optimizer steps of at least 1, got {check_every}")
+        if not read_every_seconds >= 0:
+            raise ValueError(f"read_every_seconds is a number of seconds of at least 0, got {read_every_seconds}")
         super().__init__(verbose)
         self.job = job
+        self.read_every_seconds = read_every_seconds
+        self._update_read_at = self._rollout_read_at = -math.inf
         self.q_value_every = q_value_every
         self.check_every = check_every
         self._phases = PhaseBlocks(job)
@@ -103,16 +115,25 @@ class MetricsCallback(BaseCallback):
         self.job.set_hyperparameters(self._hyperparameters(optimizer))
 
     def _on_rollout_start(self) -> None:
-        self._read_update()
+        now = time.monotonic()
+        if now - self._update_read_at >= self.read_every_seconds:
+            self._update_read_at = now
+            self._read_update()
         self._phases.switch(DATA_WAIT)
 
     def _on_step(self) -> bool:
-        infos: list[dict[str, Any]] = self.locals.get("infos") or []
-        self._episodes += sum(1 for info in infos if "episode" in info)
+        infos: list[dict[str, Any]] | None = self.locals.get("infos")
+        if infos:
+            for info in infos:
+                if "episode" in info:
+                    self._episodes += 1
         return True
 
     def _on_rollout_end(self) -> None:
-        self._read_rollout()
+        now = time.monotonic()
+        if now - self._rollout_read_at >= self.read_every_seconds:
+            self._rollout_read_at = now
+            self._read_rollout()
         if self.num_timesteps - self._q_value_at >= self.q_value_every:
             self._read_q_value()
         self._phases.switch(COMPUTE)
@@ -176,7 +197,7 @@ class MetricsCallback(BaseCallback):
         if not finished:
             return  # the episode buffer changes only when episodes end
         buffer = self.model.ep_info_buffer
-        if buffer:
+        if buffer:  # the means as SB3 computes them (`safe_mean`), to the last bit
             rewards = [float(episode["r"]) for episode in buffer]
             lengths = [float(episode["l"]) for episode in buffer]
             self.job.rl.record_episodes(finished, float(np.mean(rewards)), float(np.mean(lengths)))

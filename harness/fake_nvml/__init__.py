@@ -111,6 +111,62 @@ DEFAULT_GPM_RATES: dict[str, float] = {
 
 
 @dataclass
+class FakeMig:
+    """One MIG device of a fake GPU in MIG mode (a GPU instance with one compute instance)."""
+
+    uuid: str
+    profile: str = "1g.10gb"
+    gpu_instance_id: int = 1
+    compute_slices: int = 1
+    gpu_slices: int = 1
+    sm_count: int = 16
+    memory_total: int = 10_737_418_240
+    memory_used: int = 0
+    gpm: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_GPM_RATES))
+    errors: dict[str, int] = field(default_factory=dict)  # memory, name, uuid, attributes, gpm_sample
+
+    def render(self, prefix: str) -> list[str]:
+        lines = [
+            prefix + f"uuid {self.uuid}",
+            prefix + f"profile {self.profile}",
+            prefix + f"gpu_instance_id {self.gpu_instance_id}",
+            prefix + f"compute_slices {self.compute_slices}",
+            prefix + f"gpu_slices {self.gpu_slices}",
+            prefix + f"sm_count {self.sm_count}",
+            prefix + f"memory_total {self.memory_total}",
+            prefix + f"memory_used {self.memory_used}",
+        ]
+        lines += [prefix + f"gpm.{name} {rate!r}" for name, rate in sorted(self.gpm.items())]
+        lines += [prefix + f"error.{name} {code}" for name, code in sorted(self.errors.items())]
+        return lines
+
+
+# The H100 80GB MIG profiles the tests use: (compute slices, GPU slices, SMs, memory bytes).
+MIG_PROFILES: dict[str, tuple[int, int, int, int]] = {
+    "1g.10gb": (1, 1, 16, 10_737_418_240),
+    "2g.20gb": (2, 2, 32, 21_474_836_480),
+    "3g.40gb": (3, 4, 60, 42_949_672_960),
+    "7g.80gb": (7, 8, 132, 85_899_345_920),
+}
+
+
+def mig(uuid: str, profile: str, gpu_instance_id: int, **settings: object) -> FakeMig:
+    """A MIG device of `profile` (one of MIG_PROFILES) with its slices, SMs and memory."""
+    compute, slices, sms, memory = MIG_PROFILES[profile]
+    values: dict[str, object] = {
+        "uuid": uuid,
+        "profile": profile,
+        "gpu_instance_id": gpu_instance_id,
+        "compute_slices": compute,
+        "gpu_slices": slices,
+        "sm_count": sms,
+        "memory_total": memory,
+    }
+    values.update(settings)
+    return FakeMig(**values)  # type: ignore[arg-type]
+
+
+@dataclass
 class FakeGpu:
     """One fake GPU: its readings in NVML's units (bytes, milliwatts, MHz) and its faults."""
 
@@ -140,6 +196,10 @@ class FakeGpu:
     gpm_counter_bits: int = 64  # the counters wrap at 2**bits
     gpm_counter_start: int = 0
     gpm_reset: int = 0  # change it to put the counters back to their start (a GPU reset)
+    # MIG: the mode, the slots (max MIG devices; None: 7 in MIG mode) and the MIG devices by slot.
+    mig_mode: bool = False
+    mig_max: int | None = None
+    migs: dict[int, FakeMig] = field(default_factory=dict)
 
     def default_uuid(self, index: int) -> str:
         return self.uuid or f"GPU-00000000-0000-0000-0000-{index:012d}"
@@ -209,6 +269,11 @@ class FakeNvml:
             ]
             lines += [prefix + f"gpm.{name} {rate!r}" for name, rate in sorted(gpu.gpm.items())]
             lines += [prefix + f"gpm_error.{name} {code}" for name, code in sorted(gpu.gpm_errors.items())]
+            lines.append(prefix + f"mig_mode {int(gpu.mig_mode)}")
+            if gpu.mig_max is not None:
+                lines.append(prefix + f"mig_max {gpu.mig_max}")
+            for slot, device in sorted(gpu.migs.items()):
+                lines += device.render(prefix + f"mig.{slot}.")
         lines += [f"xid {seq} {gpu} {code}" for seq, (gpu, code) in enumerate(self.xids, start=1)]
         return "\n".join(lines) + "\n"
 

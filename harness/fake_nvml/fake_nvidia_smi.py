@@ -2,8 +2,8 @@
 
 It reads the same file the fake libnvidia-ml.so.1 reads ($FAKE_NVML_CONFIG), so the device check
 can compare the poller with "nvidia-smi" without a GPU. Only the query mode the device check uses
-is implemented; an unknown field fails like the real tool. $FAKE_NVIDIA_SMI_OVERRIDES
-(`GPU:field=value;...`) makes it disagree with the library on purpose.
+(and `-L`, the device list with MIG devices) is implemented; an unknown field fails like the real tool.
+$FAKE_NVIDIA_SMI_OVERRIDES (`GPU:field=value;...`) makes it disagree with the library on purpose.
 """
 
 from __future__ import annotations
@@ -99,10 +99,30 @@ def field_values(index: int, gpu: dict[str, str], driver: str) -> dict[str, Call
         "clocks.mem": lambda: number("clock_mem_mhz"),
         "ecc.errors.corrected.volatile.total": lambda: number("ecc_corrected"),
         "ecc.errors.uncorrected.volatile.total": lambda: number("ecc_uncorrected"),
+        "mig.mode.current": lambda: "Enabled" if get("mig_mode") == "1" else "Disabled",
     }
 
 
+def list_devices(top: dict[str, str], gpus: dict[int, dict[str, str]]) -> str:
+    """`nvidia-smi -L`: each GPU, and under a GPU in MIG mode each of its MIG devices."""
+    lines = []
+    for index in range(int(top["device_count"])):
+        gpu = gpus.get(index, {})
+        uuid = gpu.get("uuid", f"GPU-00000000-0000-0000-0000-{index:012d}")
+        lines.append(f"GPU {index}: {gpu.get('name', DEFAULTS['name'])} (UUID: {uuid})")
+        if gpu.get("mig_mode") != "1":
+            continue
+        slots = sorted({int(k.split(".")[1]) for k in gpu if k.startswith("mig.") and k.endswith(".uuid")})
+        for device, slot in enumerate(slots):
+            profile = gpu.get(f"mig.{slot}.profile", "1g.10gb")
+            lines.append(f"  MIG {profile:<12} Device {device:>2}: (UUID: {gpu[f'mig.{slot}.uuid']})")
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> int:
+    if argv == ["-L"]:
+        print(list_devices(*read_config(os.environ["FAKE_NVML_CONFIG"])))
+        return 0
     query = next((a.split("=", 1)[1] for a in argv if a.startswith("--query-gpu=")), None)
     if query is None or "--format=csv,noheader,nounits" not in argv:
         print("fake nvidia-smi: only --query-gpu=... --format=csv,noheader,nounits is implemented", file=sys.stderr)

@@ -39,6 +39,21 @@
  *   gpu.0.gpm_counter_start N      counters start at N (near 2^bits: the next interval wraps)
  *   gpu.0.gpm_reset K              a new K puts the counters back to their start (a GPU reset)
  *   gpu.0.error.gpm_support / gpm_sample CODE   nvmlGpmQueryDeviceSupport / nvmlGpmSampleGet fail
+ * MIG (Multi-Instance GPU): a GPU in MIG mode holds up to mig_max MIG devices, each in a slot
+ * (nvmlDeviceGetMigDeviceHandleByIndex answers NOT_FOUND for an empty slot). A MIG device answers its
+ * name (the parent's name, " MIG ", its profile), UUID, memory, GPU instance id, attributes and GPM
+ * (nvmlGpmMigSampleGet on the parent with its GPU instance id); every other field answers
+ * NOT_SUPPORTED, as the device-level readings of a real MIG device do. Rewriting the slots is a
+ * reconfiguration (instances destroyed and created); a handle whose slot emptied answers
+ * INVALID_ARGUMENT.
+ *   gpu.0.mig_mode 1               nvmlDeviceGetMigMode's current mode (default 0)
+ *   gpu.0.mig_max 7                nvmlDeviceGetMaxMigDeviceCount (default 7 in MIG mode, else 0)
+ *   gpu.0.mig.1.uuid MIG-...       slot 1 holds a MIG device (a slot without uuid is empty)
+ *   gpu.0.mig.1.profile 1g.10gb    gpu.0.mig.1.gpu_instance_id 9    gpu.0.mig.1.compute_slices 1
+ *   gpu.0.mig.1.gpu_slices 1       gpu.0.mig.1.sm_count 16
+ *   gpu.0.mig.1.memory_total N     gpu.0.mig.1.memory_used N        gpu.0.mig.1.gpm.<metric> VALUE
+ *   gpu.0.mig.1.error.<field> CODE (memory, name, uuid, attributes, gpm_sample)
+ *   gpu.0.error.mig_mode CODE      nvmlDeviceGetMigMode fails
  * $FAKE_NVML_GPM_LIVE names a file that always holds the number of GPM samples allocated and not
  * freed (a leak shows as a growing number).
  * $FAKE_NVML_RELOAD_MS (default 0) throttles the check for a changed file; $FAKE_NVML_TRACE names
@@ -64,6 +79,7 @@ enum {
     NVML_SUCCESS = 0,
     NVML_ERROR_UNINITIALIZED = 1,
     NVML_ERROR_INVALID_ARGUMENT = 2,
+    NVML_ERROR_NOT_FOUND = 6,
     NVML_ERROR_NOT_SUPPORTED = 3,
     NVML_ERROR_INSUFFICIENT_SIZE = 7,
     NVML_ERROR_DRIVER_NOT_LOADED = 9,
@@ -74,6 +90,7 @@ enum {
 };
 
 #define MAX_GPUS 64
+#define MAX_MIG 8
 #define MAX_XIDS 4096
 #define MAX_SETS 64
 #define TEXT 96
@@ -81,12 +98,12 @@ enum {
 enum field {
     F_NAME, F_UUID, F_UTILIZATION, F_MEMORY, F_TEMPERATURE, F_POWER, F_POWER_LIMIT, F_CLOCK_SM,
     F_CLOCK_MEM, F_CLOCKS_EVENT_REASONS, F_ECC_CORRECTED, F_ECC_UNCORRECTED, F_SUPPORTED_EVENTS,
-    F_REGISTER_EVENTS, F_ENERGY, F_GPM_SUPPORT, F_GPM_SAMPLE, F_COUNT
+    F_REGISTER_EVENTS, F_ENERGY, F_GPM_SUPPORT, F_GPM_SAMPLE, F_MIG_MODE, F_ATTRIBUTES, F_COUNT
 };
 static const char *const field_names[F_COUNT] = {
     "name", "uuid", "utilization", "memory", "temperature", "power", "power_limit", "clock_sm",
     "clock_mem", "clocks_event_reasons", "ecc_corrected", "ecc_uncorrected", "supported_events",
-    "register_events", "energy", "gpm_support", "gpm_sample",
+    "register_events", "energy", "gpm_support", "gpm_sample", "mig_mode", "attributes",
 };
 
 /* The GPM metrics the fake computes: NVML_GPM_METRIC_* ids, config names, percent or MiB/s. */
@@ -112,6 +129,11 @@ struct gpu {
     unsigned gpm_counter_bits;
     unsigned long long gpm_counter_start;
     long gpm_reset;
+    /* MIG: on a parent, its mode and slot count; on a MIG device (a slot), its identity */
+    int mig_mode;
+    int mig_max;  /* -1: the default */
+    char profile[TEXT];
+    unsigned gpu_instance_id, compute_slices, gpu_slices, sm_count;
 };
 
 struct xid { long seq; unsigned gpu; unsigned long long code; };
@@ -122,12 +144,13 @@ struct config {
     char driver_version[TEXT], nvml_version[TEXT];
     int cuda_driver_version;
     struct gpu gpus[MAX_GPUS];
+    struct gpu migs[MAX_GPUS][MAX_MIG];
     struct xid xids[MAX_XIDS];
     unsigned xid_count;
 };
 
-/* The handle nvidia-ml-py passes around is a pointer to one of these. */
-struct nvmlDevice_st { unsigned index; };
+/* The handle nvidia-ml-py passes around is a pointer to one of these (mig: the slot, -1 for a GPU). */
+struct nvmlDevice_st { unsigned index; int mig; };
 typedef struct nvmlDevice_st *nvmlDevice_t;
 
 struct nvmlEventSet_st { int used; unsigned long long mask[MAX_GPUS]; };
@@ -149,6 +172,7 @@ typedef struct { unsigned long long total; unsigned long long free; unsigned lon
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct config cfg;
 static struct nvmlDevice_st devices[MAX_GPUS];
+static struct nvmlDevice_st mig_devices[MAX_GPUS][MAX_MIG];
 __attribute__((unused)) static struct nvmlEventSet_st sets[MAX_SETS];
 static int init_count;
 static long delivered_seq;
@@ -186,6 +210,19 @@ static void set_defaults(struct config *c) {
         g->energy_mj = 5000000ULL;
         g->gpm_supported = 1;
         g->gpm_counter_bits = 64;
+        g->mig_max = -1;
+        for (unsigned m = 0; m < MAX_MIG; m++) {
+            struct gpu *d = &c->migs[i][m];
+            memset(d, 0, sizeof *d);
+            d->memory_total = 10737418240ULL;
+            d->gpm_counter_bits = 64;
+            d->gpm_supported = 1;
+            d->compute_slices = 1;
+            d->gpu_slices = 1;
+            d->sm_count = 16;
+            d->gpu_instance_id = m + 1;
+            snprintf(d->profile, TEXT, "%s", "1g.10gb");
+        }
     }
 }
 
@@ -225,6 +262,13 @@ static void set_gpu_value(struct gpu *g, const char *key, const char *value) {
     else if (strcmp(key, "gpm_counter_bits") == 0) g->gpm_counter_bits = n >= 1 && n <= 64 ? (unsigned)n : 64;
     else if (strcmp(key, "gpm_counter_start") == 0) g->gpm_counter_start = n;
     else if (strcmp(key, "gpm_reset") == 0) g->gpm_reset = (long)n;
+    else if (strcmp(key, "mig_mode") == 0) g->mig_mode = (int)n;
+    else if (strcmp(key, "mig_max") == 0) g->mig_max = n <= MAX_MIG ? (int)n : MAX_MIG;
+    else if (strcmp(key, "profile") == 0) snprintf(g->profile, TEXT, "%s", value);
+    else if (strcmp(key, "gpu_instance_id") == 0) g->gpu_instance_id = (unsigned)n;
+    else if (strcmp(key, "compute_slices") == 0) g->compute_slices = (unsigned)n;
+    else if (strcmp(key, "gpu_slices") == 0) g->gpu_slices = (unsigned)n;
+    else if (strcmp(key, "sm_count") == 0) g->sm_count = (unsigned)n;
     else if (strncmp(key, "gpm.", 4) == 0 || strncmp(key, "gpm_error.", 10) == 0) {
         int is_error = key[3] == '_';
         const char *metric = key + (is_error ? 10 : 4);
@@ -265,7 +309,14 @@ static void parse_line(struct config *c, char *line) {
     } else if (strncmp(line, "gpu.", 4) == 0) {
         char *end;
         unsigned long index = strtoul(line + 4, &end, 10);
-        if (*end == '.' && index < MAX_GPUS) set_gpu_value(&c->gpus[index], end + 1, value);
+        if (*end == '.' && index < MAX_GPUS) {
+            if (strncmp(end + 1, "mig.", 4) == 0) {
+                char *rest;
+                unsigned long slot = strtoul(end + 5, &rest, 10);
+                if (*rest == '.' && slot < MAX_MIG) set_gpu_value(&c->migs[index][slot], rest + 1, value);
+                else fprintf(stderr, "fake_nvml: bad MIG key %s\n", line);
+            } else set_gpu_value(&c->gpus[index], end + 1, value);
+        }
     } else fprintf(stderr, "fake_nvml: unknown key %s\n", line);
 }
 
@@ -308,9 +359,36 @@ static void reload(void) {
 }
 
 /* Validate a device handle and field; on success *out points at the GPU's settings. */
+static int mig_max_of(const struct gpu *g) {
+    if (!g->mig_mode) return 0;
+    return g->mig_max < 0 ? 7 : g->mig_max;
+}
+
+static int is_mig_handle(nvmlDevice_t device) {
+    return device && (struct nvmlDevice_st *)device >= &mig_devices[0][0] &&
+           (struct nvmlDevice_st *)device < &mig_devices[0][0] + MAX_GPUS * MAX_MIG;
+}
+
+/* A MIG device's settings: its parent must answer, be in MIG mode and still hold the slot. */
+static nvmlReturn_t mig_for(nvmlDevice_t device, enum field f, struct gpu **out) {
+    unsigned index = device->index;
+    int slot = device->mig;
+    if (index >= cfg.device_count || slot < 0 || slot >= MAX_MIG) return NVML_ERROR_INVALID_ARGUMENT;
+    struct gpu *parent = &cfg.gpus[index];
+    if (parent->lost) return NVML_ERROR_GPU_IS_LOST;
+    struct gpu *m = &cfg.migs[index][slot];
+    if (slot >= mig_max_of(parent) || m->uuid[0] == '\0') return NVML_ERROR_INVALID_ARGUMENT;
+    if ((int)f >= 0 && m->error[f] != NVML_SUCCESS) return m->error[f];
+    if ((int)f >= 0 && f != F_NAME && f != F_UUID && f != F_MEMORY && f != F_ATTRIBUTES && f != F_GPM_SAMPLE)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *out = m;
+    return NVML_SUCCESS;
+}
+
 static nvmlReturn_t gpu_for(nvmlDevice_t device, enum field f, struct gpu **out) {
     reload();
     if (init_count == 0) return NVML_ERROR_UNINITIALIZED;
+    if (is_mig_handle(device)) return mig_for(device, f, out);
     if (!device || device < devices || device >= devices + MAX_GPUS) return NVML_ERROR_INVALID_ARGUMENT;
     unsigned index = device->index;
     if (index >= cfg.device_count) return NVML_ERROR_INVALID_ARGUMENT;
@@ -400,6 +478,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice
     if (!device || index >= cfg.device_count) return NVML_ERROR_INVALID_ARGUMENT;
     if (cfg.gpus[index].lost) return NVML_ERROR_GPU_IS_LOST;
     devices[index].index = index;
+    devices[index].mig = -1;
     *device = &devices[index];
     return NVML_SUCCESS;
 }
@@ -414,7 +493,13 @@ EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
 EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length) {
     struct gpu *g;
     nvmlReturn_t rc = gpu_for(device, F_NAME, &g);
-    return rc != NVML_SUCCESS ? rc : copy_text(name, length, g->name);
+    if (rc != NVML_SUCCESS) return rc;
+    if (is_mig_handle(device)) {
+        char text[2 * TEXT + 8];
+        snprintf(text, sizeof text, "%s MIG %s", cfg.gpus[device->index].name, g->profile);
+        return copy_text(name, length, text);
+    }
+    return copy_text(name, length, g->name);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length) {
@@ -631,6 +716,7 @@ EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *dat
             if (x->gpu < cfg.device_count && (set->mask[x->gpu] & EVENT_XID)) {
                 memset(data, 0, sizeof *data);
                 devices[x->gpu].index = x->gpu;
+                devices[x->gpu].mig = -1;
                 data->device = &devices[x->gpu];
                 data->eventType = EVENT_XID;
                 data->eventData = x->code;
@@ -655,6 +741,116 @@ EXPORT nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
 }
 #endif
 
+/* ---- MIG (Multi-Instance GPU) -------------------------------------------------------------- */
+
+typedef struct {
+    unsigned int multiprocessorCount;
+    unsigned int sharedCopyEngineCount;
+    unsigned int sharedDecoderCount;
+    unsigned int sharedEncoderCount;
+    unsigned int sharedJpegCount;
+    unsigned int sharedOfaCount;
+    unsigned int gpuInstanceSliceCount;
+    unsigned int computeInstanceSliceCount;
+    unsigned long long memorySizeMB;
+} nvmlDeviceAttributes_t;
+
+#ifndef OMIT_nvmlDeviceGetMigMode
+EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *current, unsigned int *pending) {
+    struct gpu *g;
+    if (is_mig_handle(device)) return NVML_ERROR_NOT_SUPPORTED;
+    nvmlReturn_t rc = gpu_for(device, F_MIG_MODE, &g);
+    if (rc != NVML_SUCCESS) return rc;
+    if (!current || !pending) return NVML_ERROR_INVALID_ARGUMENT;
+    *current = *pending = g->mig_mode ? 1 : 0;
+    return NVML_SUCCESS;
+}
+#endif
+
+#ifndef OMIT_nvmlDeviceGetMaxMigDeviceCount
+EXPORT nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count) {
+    struct gpu *g;
+    if (is_mig_handle(device)) return NVML_ERROR_NOT_SUPPORTED;
+    nvmlReturn_t rc = gpu_for(device, (enum field)-1, &g);
+    if (rc != NVML_SUCCESS) return rc;
+    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    *count = (unsigned)mig_max_of(g);
+    return NVML_SUCCESS;
+}
+#endif
+
+#ifndef OMIT_nvmlDeviceGetMigDeviceHandleByIndex
+EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index, nvmlDevice_t *mig) {
+    struct gpu *g;
+    if (is_mig_handle(device)) return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t rc = gpu_for(device, (enum field)-1, &g);
+    if (rc != NVML_SUCCESS) return rc;
+    if (!mig || (int)index >= mig_max_of(g)) return NVML_ERROR_INVALID_ARGUMENT;
+    if (cfg.migs[device->index][index].uuid[0] == '\0') return NVML_ERROR_NOT_FOUND;
+    mig_devices[device->index][index].index = device->index;
+    mig_devices[device->index][index].mig = (int)index;
+    *mig = &mig_devices[device->index][index];
+    return NVML_SUCCESS;
+}
+#endif
+
+#ifndef OMIT_nvmlDeviceGetDeviceHandleFromMigDeviceHandle
+EXPORT nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t mig, nvmlDevice_t *device) {
+    struct gpu *g;
+    if (!is_mig_handle(mig)) return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t rc = gpu_for(mig, (enum field)-1, &g);
+    if (rc != NVML_SUCCESS) return rc;
+    devices[mig->index].index = mig->index;
+    devices[mig->index].mig = -1;
+    *device = &devices[mig->index];
+    return NVML_SUCCESS;
+}
+#endif
+
+#ifndef OMIT_nvmlDeviceIsMigDeviceHandle
+EXPORT nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *is_mig) {
+    if (!is_mig) return NVML_ERROR_INVALID_ARGUMENT;
+    *is_mig = is_mig_handle(device) ? 1 : 0;
+    return NVML_SUCCESS;
+}
+#endif
+
+#ifndef OMIT_nvmlDeviceGetGpuInstanceId
+EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id) {
+    struct gpu *g;
+    if (!is_mig_handle(device)) return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t rc = gpu_for(device, (enum field)-1, &g);
+    if (rc == NVML_SUCCESS) *id = g->gpu_instance_id;
+    return rc;
+}
+#endif
+
+#ifndef OMIT_nvmlDeviceGetComputeInstanceId
+EXPORT nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int *id) {
+    struct gpu *g;
+    if (!is_mig_handle(device)) return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t rc = gpu_for(device, (enum field)-1, &g);
+    if (rc == NVML_SUCCESS) *id = 0;
+    return rc;
+}
+#endif
+
+#ifndef OMIT_nvmlDeviceGetAttributes_v2
+EXPORT nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device, nvmlDeviceAttributes_t *attributes) {
+    struct gpu *g;
+    if (!is_mig_handle(device)) return NVML_ERROR_NOT_SUPPORTED; /* "only supports MIG device handles" */
+    nvmlReturn_t rc = gpu_for(device, F_ATTRIBUTES, &g);
+    if (rc != NVML_SUCCESS) return rc;
+    if (!attributes) return NVML_ERROR_INVALID_ARGUMENT;
+    memset(attributes, 0, sizeof *attributes);
+    attributes->multiprocessorCount = g->sm_count;
+    attributes->gpuInstanceSliceCount = g->gpu_slices;
+    attributes->computeInstanceSliceCount = g->compute_slices;
+    attributes->memorySizeMB = g->memory_total / 1048576ULL;
+    return NVML_SUCCESS;
+}
+#endif
+
 /* ---- GPU Performance Monitoring (GPM) ------------------------------------------------------ */
 
 typedef struct { unsigned int version; unsigned int isSupportedDevice; } nvmlGpmSupport_t;
@@ -665,6 +861,7 @@ typedef struct { unsigned int version; unsigned int isSupportedDevice; } nvmlGpm
 struct nvmlGpmSample_st {
     unsigned magic;
     unsigned device;
+    int mig;  /* the MIG slot a nvmlGpmMigSampleGet sample is of; -1 for the whole GPU */
     int filled;
     long long time_ns;
     double counter[GPM_KINDS];
@@ -694,7 +891,7 @@ __attribute__((unused)) static struct gpm_runtime {
     long long last_ns;
     long reset_seen;
     double total[GPM_KINDS];
-} gpm_runtime[MAX_GPUS];
+} gpm_runtime[MAX_GPUS], mig_gpm_runtime[MAX_GPUS][MAX_MIG];
 __attribute__((unused)) static long gpm_samples_live;
 
 __attribute__((unused)) static void gpm_write_live_locked(void) {
@@ -748,15 +945,9 @@ EXPORT nvmlReturn_t nvmlGpmSampleFree(nvmlGpmSample_t sample) {
 }
 #endif
 
-#ifndef OMIT_nvmlGpmSampleGet
-EXPORT nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t sample) {
-    struct gpu *g;
-    nvmlReturn_t rc = gpu_for(device, F_GPM_SAMPLE, &g);
-    if (rc != NVML_SUCCESS) return rc;
-    if (!sample || sample->magic != GPM_SAMPLE_MAGIC) return NVML_ERROR_INVALID_ARGUMENT;
-    if (!g->gpm_supported) return NVML_ERROR_NOT_SUPPORTED;
-    pthread_mutex_lock(&lock);
-    struct gpm_runtime *r = &gpm_runtime[device->index];
+/* Integrate the GPU's (or MIG device's) rates into its counters and copy them into the sample. */
+__attribute__((unused)) static void gpm_fill_locked(const struct gpu *g, struct gpm_runtime *r, unsigned device,
+                                                    int mig, nvmlGpmSample_t sample) {
     long long now = now_ns(CLOCK_MONOTONIC);
     if (!r->started) {
         memset(r, 0, sizeof *r);
@@ -772,10 +963,57 @@ EXPORT nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t sample
     }
     r->last_ns = now;
     double modulus = ldexp(1.0, (int)g->gpm_counter_bits);
-    sample->device = device->index;
+    sample->device = device;
+    sample->mig = mig;
     sample->time_ns = now;
     for (int k = 0; k < GPM_KINDS; k++) sample->counter[k] = fmod((double)g->gpm_counter_start + r->total[k], modulus);
     sample->filled = 1;
+}
+
+#ifndef OMIT_nvmlGpmSampleGet
+EXPORT nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t sample) {
+    struct gpu *g;
+    if (is_mig_handle(device)) return NVML_ERROR_INVALID_ARGUMENT; /* a MIG device's GPM: nvmlGpmMigSampleGet */
+    nvmlReturn_t rc = gpu_for(device, F_GPM_SAMPLE, &g);
+    if (rc != NVML_SUCCESS) return rc;
+    if (!sample || sample->magic != GPM_SAMPLE_MAGIC) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!g->gpm_supported) return NVML_ERROR_NOT_SUPPORTED;
+    pthread_mutex_lock(&lock);
+    gpm_fill_locked(g, &gpm_runtime[device->index], device->index, -1, sample);
+    pthread_mutex_unlock(&lock);
+    return NVML_SUCCESS;
+}
+#endif
+
+/* The slot of the parent's MIG device with this GPU instance id, or -1. */
+__attribute__((unused)) static int mig_slot_of(unsigned index, unsigned gpu_instance_id) {
+    const struct gpu *parent = &cfg.gpus[index];
+    for (int m = 0; m < mig_max_of(parent); m++)
+        if (cfg.migs[index][m].uuid[0] != '\0' && cfg.migs[index][m].gpu_instance_id == gpu_instance_id) return m;
+    return -1;
+}
+
+#ifndef OMIT_nvmlGpmMigSampleGet
+EXPORT nvmlReturn_t nvmlGpmMigSampleGet(nvmlDevice_t device, unsigned int gpuInstanceId, nvmlGpmSample_t sample) {
+    struct gpu *g;
+    if (is_mig_handle(device)) return NVML_ERROR_INVALID_ARGUMENT; /* the parent's handle, as in nvml.h */
+    nvmlReturn_t rc = gpu_for(device, F_GPM_SAMPLE, &g);
+    if (rc != NVML_SUCCESS) return rc;
+    if (!sample || sample->magic != GPM_SAMPLE_MAGIC) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!g->gpm_supported) return NVML_ERROR_NOT_SUPPORTED;
+    pthread_mutex_lock(&lock);
+    int slot = mig_slot_of(device->index, gpuInstanceId);
+    if (slot < 0) {
+        pthread_mutex_unlock(&lock);
+        return NVML_ERROR_NOT_FOUND;
+    }
+    const struct gpu *m = &cfg.migs[device->index][slot];
+    if (m->error[F_GPM_SAMPLE] != NVML_SUCCESS) {
+        nvmlReturn_t code = m->error[F_GPM_SAMPLE];
+        pthread_mutex_unlock(&lock);
+        return code;
+    }
+    gpm_fill_locked(m, &mig_gpm_runtime[device->index][slot], device->index, slot, sample);
     pthread_mutex_unlock(&lock);
     return NVML_SUCCESS;
 }
@@ -789,7 +1027,7 @@ EXPORT nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *request) {
     if (request->version != NVML_GPM_METRICS_GET_VERSION) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
     nvmlGpmSample_t a = request->sample1, b = request->sample2;
     if (!a || !b || a->magic != GPM_SAMPLE_MAGIC || b->magic != GPM_SAMPLE_MAGIC || !a->filled || !b->filled ||
-        a->device != b->device || request->numMetrics > NVML_GPM_METRIC_MAX)
+        a->device != b->device || a->mig != b->mig || request->numMetrics > NVML_GPM_METRIC_MAX)
         return NVML_ERROR_INVALID_ARGUMENT;
     if (b->time_ns <= a->time_ns) return NVML_ERROR_INVALID_ARGUMENT;
     pthread_mutex_lock(&lock);
@@ -797,7 +1035,7 @@ EXPORT nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *request) {
         pthread_mutex_unlock(&lock);
         return NVML_ERROR_GPU_IS_LOST;
     }
-    const struct gpu *g = &cfg.gpus[a->device];
+    const struct gpu *g = a->mig < 0 ? &cfg.gpus[a->device] : &cfg.migs[a->device][a->mig];
     double seconds = (double)(b->time_ns - a->time_ns) / 1e9;
     for (unsigned i = 0; i < request->numMetrics; i++) {
         nvmlGpmMetric_t *m = &request->metrics[i];

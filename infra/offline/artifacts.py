@@ -13,7 +13,7 @@ from infra.program import component_args
 from infra.settings import RECEIVER_KEYS, AlertingReceivers, Settings
 from observability.alertmanager import ReceiverUrls, alertmanager_config_yaml
 from observability.notifications import TEMPLATE_FILE, template_text
-from observability.prometheus_config import operator_specs_yaml, server_configs
+from observability.prometheus_config import alertmanager_cluster_yaml, operator_specs_yaml, server_configs
 from observability.rules import Tier
 from observability.scrape_config import shard_key, shard_scrape_configs
 
@@ -24,6 +24,8 @@ SCRAPE_CONFIG_PATH = "prometheus/scrape-config.yaml"  # one per shard with sever
 DATASOURCES_PATH = "grafana/datasources.yaml"
 ALERTMANAGER_PATH = "alertmanager/alertmanager.yaml"
 ALERTMANAGER_TEMPLATE_PATH = f"alertmanager/{TEMPLATE_FILE}"
+# The Alertmanager cluster: each peer's gossip flags, or the operator's Alertmanager fields.
+ALERTMANAGER_CLUSTER_PATH = "alertmanager/cluster.yaml"
 
 
 def secret_placeholder(key: str) -> str:
@@ -93,6 +95,7 @@ def artifact_files(settings: Settings) -> dict[str, str]:
         DATASOURCES_PATH: stack_datasources_yaml(settings),
         ALERTMANAGER_PATH: alertmanager_yaml(settings),
         ALERTMANAGER_TEMPLATE_PATH: template_text(),
+        ALERTMANAGER_CLUSTER_PATH: alertmanager_cluster_yaml(cfg, settings.scrape.mode),
         job_manifest_path(args.training_job): dump_yaml(job_manifest(args.training_job)),
     }
     files.update({f"dashboards/{uid}.json": text for uid, text in gen.dashboards.items()})

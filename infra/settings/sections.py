@@ -48,6 +48,7 @@ from infra.settings.typed import (
 )
 from observability.alertmanager import CHAT, HEARTBEAT, LOW_PRIORITY, PAGE, RECEIVERS, receiver_kind
 from observability.config import (
+    MIG_COSTS,
     PAGERDUTY,
     RECEIVER_KINDS,
     SEVERITY_NAMES,
@@ -58,7 +59,13 @@ from observability.config import (
     RemoteWrite,
     ScrapeSecurity,
 )
-from observability.prometheus_config import REMOTE_WRITE_PATH
+from observability.prometheus_config import (
+    DEFAULT_REPLICA_LABEL,
+    MAX_REPLICAS,
+    REMOTE_WRITE_PATH,
+    TAKEN_LABELS,
+    alertmanager_peer_addresses,
+)
 from observability.rules.detection import detection_budget
 from observability.scrape_config import MAX_SHARDS
 
@@ -599,31 +606,86 @@ def kubernetes_target(r: Reader, s: Parsed) -> KubernetesTarget:
     return KubernetesTarget(context=context or None, kubeconfig=s.secret(KUBECONFIG_KEY) if has_kubeconfig else None)
 
 
-@setting("cluster", "prometheus", into=("prometheus", "shards", "cluster", "clusters", "remote_write"))
-def prometheus(r: Reader, s: Parsed) -> tuple[PrometheusSettings, int, str, tuple[str, ...], RemoteWrite]:
+@setting(
+    "cluster",
+    "prometheus",
+    into=("prometheus", "shards", "cluster", "clusters", "remote_write", "prometheus_replicas", "replica_label"),
+)
+def prometheus(r: Reader, s: Parsed) -> tuple[PrometheusSettings, int, str, tuple[str, ...], RemoteWrite, int, str]:
     """`cluster` (the external label; default `foxhunt-<environment>`) and `prometheus.shards`,
     `prometheus.clusters`, `prometheus.remoteWriteUrl` (default: the remote-write receiver of the
     Prometheus at `endpoints.prometheus`, the global tier), `prometheus.remoteWrite` (`all` or
-    `aggregates`: what the shards write there) (docs/scaling.md)."""
+    `aggregates`: what the shards write there), `prometheus.replicas` (Prometheus replicas per shard)
+    and `prometheus.replicaLabel` (the external label telling them apart) (docs/scaling.md)."""
     environment_name: str = s.environment
     ep: Endpoints = s.endpoints
     cluster = r.dns_name("cluster", r.raw("cluster") or f"foxhunt-{environment_name or 'dev'}")
-    pr = r.mapping("prometheus", r.raw("prometheus"), {"shards", "clusters", "remoteWriteUrl", "remoteWrite"})
+    pr = r.mapping(
+        "prometheus",
+        r.raw("prometheus"),
+        {"shards", "clusters", "remoteWriteUrl", "remoteWrite", "replicas", "replicaLabel"},
+    )
     mode = RemoteWrite(r.choice("prometheus.remoteWrite", pr.get("remoteWrite", "all"), [m.value for m in RemoteWrite]))
     shards = r.integer("prometheus.shards", pr.get("shards", 1), 1, MAX_SHARDS)
+    replicas = r.integer("prometheus.replicas", pr.get("replicas", 1), 1, MAX_REPLICAS)
+    replica_label = _replica_label(r, pr.get("replicaLabel", DEFAULT_REPLICA_LABEL))
     default_write = f"{ep.prometheus.rstrip('/')}{REMOTE_WRITE_PATH}" if ep.prometheus else ""
     given = pr.get("remoteWriteUrl")
     remote_write = r.url("prometheus.remoteWriteUrl", given) if given is not None else default_write
     listed = pr.get("clusters", [cluster])
     if not isinstance(listed, list) or not listed:
         r.problem("prometheus.clusters", listed, "a non-empty list of cluster names (DNS-1123 labels)")
-        return PrometheusSettings(remote_write), shards, cluster, (cluster,), mode
+        return PrometheusSettings(remote_write), shards, cluster, (cluster,), mode, replicas, replica_label
     clusters = tuple(r.dns_name(f"prometheus.clusters[{i}]", name) for i, name in enumerate(listed))
     if len(set(clusters)) != len(clusters):
         r.problem("prometheus.clusters", listed, "each cluster once")
     if cluster and cluster not in clusters:
         r.problem("prometheus.clusters", listed, f"a list that includes this stack's cluster {cluster!r}")
-    return PrometheusSettings(remote_write), shards, cluster, clusters, mode
+    return PrometheusSettings(remote_write), shards, cluster, clusters, mode, replicas, replica_label
+
+
+_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+
+
+def _replica_label(r: Reader, value: Any) -> str:
+    """A Prometheus label name no series of the fleet carries (not reserved, not a target's label)."""
+    name = r.string("prometheus.replicaLabel", value, _LABEL_NAME, "a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*)")
+    if not name:
+        return DEFAULT_REPLICA_LABEL
+    taken = sorted(TAKEN_LABELS)
+    if name.startswith("__") or name in TAKEN_LABELS:
+        r.problem(
+            "prometheus.replicaLabel",
+            value,
+            f"a label name of its own (not starting with __ and not one of {', '.join(taken)}, which series carry)",
+        )
+        return DEFAULT_REPLICA_LABEL
+    return name
+
+
+@setting("alertmanager", into=("alertmanager_replicas", "alertmanager_peers"))
+def alertmanager(r: Reader, s: Parsed) -> tuple[int, tuple[str, ...]]:
+    """`alertmanager.replicas` (peers of one gossip cluster, default 1), `alertmanager.name` (the
+    operator's Alertmanager resource, default `main`: peers `alertmanager-<name>-<i>` behind the
+    `alertmanager-operated` Service in the monitoring namespace) or `alertmanager.peers` (each
+    peer's `host:port`, one per replica): every Prometheus sends to every peer (docs/scaling.md)."""
+    namespaces: Namespaces = s.namespaces
+    am = r.mapping("alertmanager", r.raw("alertmanager"), {"replicas", "name", "peers"})
+    replicas = r.integer("alertmanager.replicas", am.get("replicas", 1), 1, MAX_REPLICAS)
+    name = r.dns_name("alertmanager.name", am.get("name", "main"))
+    given = am.get("peers")
+    if given is None:
+        return replicas, alertmanager_peer_addresses(name, namespaces.monitoring, replicas)
+    if not isinstance(given, list) or len(given) != replicas:
+        r.problem("alertmanager.peers", given, f"a list of {replicas} host:port addresses, one per replica")
+        return replicas, ()
+    peers = tuple(r.string(f"alertmanager.peers[{i}]", p, _HOST_PORT, "host:port") for i, p in enumerate(given))
+    if len(set(peers)) != len(peers):
+        r.problem("alertmanager.peers", given, "each peer once")
+    return replicas, peers
+
+
+_HOST_PORT = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?:[0-9]{1,5}$")
 
 
 _CURRENCY = re.compile(r"^[A-Z]{3}$")
@@ -676,6 +738,18 @@ def cost(r: Reader, s: Parsed) -> Prices:
         r.problem("currency", currency, "an ISO 4217 currency code such as USD or EUR")
     listed = tuple(sorted((k, v) for k, v in prices.items() if k != GPU_HOURLY_COST_DEFAULT))
     return listed, prices.get(GPU_HOURLY_COST_DEFAULT, 0.0), energy, str(currency or "")
+
+
+@setting("migCost", into=("mig_cost",))
+def mig_cost(r: Reader, s: Parsed) -> str:
+    """`migCost`: what a job holding a MIG device pays of its GPU's price per hour: `compute_share`
+    (default: the instance's share of the GPU's SMs, its profile's compute slices over 7) or
+    `whole_gpu` (the price of the whole GPU: what is left of it may sit unused). A GPU shared by
+    time-slicing is split evenly between the jobs holding it either way."""
+    given = r.raw("migCost")
+    if given is None:
+        return ObservabilityConfig().mig_cost
+    return str(r.choice("migCost", given, list(MIG_COSTS)))
 
 
 MAX_CHECKPOINT_RETENTION_DAYS = 3650

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from observability.config import ObservabilityConfig
 from observability.prometheus_config import external_labels
 from observability.promql import duration
+from observability.promql.replicas import deduplicate, replica_problems
 from observability.rules import (
     distributed,
     efficiency,
@@ -45,7 +46,7 @@ from observability.rules.recording import RECORDING_RULES as _ALERT_RECORDING_RU
 from observability.rules.recording import recording_groups
 from observability.rules.render import dump_groups
 from observability.rules.rule_types import AlertRule, RecordingRule, RunbookQuery, Severity
-from observability.rules.tiers import Tier, split_groups
+from observability.rules.tiers import Tier, rule_name, split_groups
 
 __all__ = [
     "ALERTS_BY_GROUP",
@@ -55,6 +56,7 @@ __all__ = [
     "RECORDING_RULES",
     "AlertRule",
     "RecordingRule",
+    "ReplicaError",
     "RunbookQuery",
     "Severity",
     "Tier",
@@ -91,6 +93,7 @@ _ALERT_GROUP_BUILDERS: tuple[tuple[str, Callable[[ObservabilityConfig], tuple[Al
 _GROUP_INPUTS: dict[str, Callable[[ObservabilityConfig], tuple[RecordingRule, ...]]] = {
     gpu.GROUP: gpu.input_rules,
     distributed.GROUP: distributed.input_rules,
+    health.GROUP: health.input_rules,
 }
 
 
@@ -190,6 +193,8 @@ def tier_rule_groups(
     dashboard filtered by `$cluster` would find the global tier's own records in no cluster."""
     groups = list(groups) if groups is not None else rule_groups(cfg)
     tiers = push_down(split_groups(groups), groups)
+    if cfg.replicated:
+        tiers[Tier.GLOBAL] = deduplicated_groups(tiers[Tier.GLOBAL], cfg.replica_label)
     labels = external_labels(cfg)
     if labels:
         tiers[Tier.GLOBAL] = [
@@ -198,6 +203,31 @@ def tier_rule_groups(
             for group in tiers[Tier.GLOBAL]
         ]  # fmt: skip
     return tiers
+
+
+class ReplicaError(ValueError):
+    """A global rule reads the replicas' copies in a way their deduplication cannot keep."""
+
+
+def deduplicated_groups(groups: Sequence[dict[str, Any]], label: str) -> list[dict[str, Any]]:
+    """The global tier's groups reading one copy of what the shards' replicas wrote
+    (`observability.promql.replicas`); a rule the deduplication cannot keep fails with how to write it."""
+    problems = [
+        f"{group['name']}/{rule_name(rule)}: {problem}"
+        for group in groups
+        for rule in group["rules"]
+        for problem in replica_problems(str(rule["expr"]), label)
+    ]
+    if problems:
+        raise ReplicaError(
+            "global rules that would count each replica's copy (prometheus.replicas > 1):\n"
+            + "\n".join(f"  - {p}" for p in problems)
+        )
+    return [
+        {**group, "rules": [{**rule, "expr": deduplicate(str(rule["expr"]), label, pretty=True)}
+                            for rule in group["rules"]]}
+        for group in groups
+    ]  # fmt: skip
 
 
 def tier_rules_yaml(cfg: ObservabilityConfig) -> dict[Tier, str]:

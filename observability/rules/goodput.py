@@ -36,7 +36,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from foxhunt_trainer.contract import catalog, verdicts
+from foxhunt_trainer.contract import catalog, records, verdicts
 from observability.config import ObservabilityConfig
 from observability.promql import by, duration, matcher, regex_matcher
 from observability.rules import distributed, jobs
@@ -46,6 +46,8 @@ GROUP = "ml_training_goodput.recording"
 JOB_LABELS = jobs.JOB_LABELS  # model_type, job_id
 WINDOW_SECONDS = 300
 WINDOW = duration(WINDOW_SECONDS)
+if WINDOW != records.WINDOW:
+    raise ValueError(f"the report reads the records of a {records.WINDOW} window, the rules use {WINDOW}")
 SECONDS_PER_MONTH = 365.25 / 12 * 86400
 BYTES_PER_GB = 1e9
 
@@ -91,23 +93,23 @@ JOB_TIME = RecordingRule(
     "accounted for none are not recorded.",
 )
 PHASE_SHARE = RecordingRule(
-    f"model_type_job_id_phase:ml_training_phase_seconds:ratio_rate{WINDOW}",
+    records.PHASE_SHARE,
     f"{PHASE_RATE.record}\n/ {_ON_J} group_left ()\n{JOB_TIME.record}",
     f"Share (0-1) of each training job's time in each phase over {WINDOW}; the phases other than compute "
     "are its badput by cause.",
 )
 GOODPUT = RecordingRule(
-    f"model_type_job_id:ml_training_goodput:ratio_rate{WINDOW}",
+    records.GOODPUT,
     f'sum {_J} ({PHASE_SHARE.record}{{phase="{GOOD_PHASE}"}})\nor {_ON_J}\n{JOB_TIME.record} * 0',
     f"Goodput (0-1): the share of each training job's time in productive training steps over {WINDOW}.",
 )
 PHASE_SHARE_SO_FAR = RecordingRule(
-    "model_type_job_id_phase:ml_training_phase_seconds:ratio",
+    records.PHASE_SHARE_SO_FAR,
     f"sum {_JP} ({PHASE_SECONDS})\n/ {_ON_J} group_left ()\n(sum {_J} ({PHASE_SECONDS}) > 0)",
     "Share (0-1) of each training job's life so far in each phase (its ranks' totals).",
 )
 GOODPUT_SO_FAR = RecordingRule(
-    "model_type_job_id:ml_training_goodput:ratio",
+    records.GOODPUT_SO_FAR,
     f'sum {_J} ({PHASE_SHARE_SO_FAR.record}{{phase="{GOOD_PHASE}"}})\n'
     f"or {_ON_J}\nsum {_J} ({PHASE_SHARE_SO_FAR.record}) * 0",
     "Goodput (0-1) of each training job over its life so far.",
@@ -115,12 +117,18 @@ GOODPUT_SO_FAR = RecordingRule(
 
 # --- the GPUs' own evidence -------------------------------------------------------------------------
 GPU_BUSY = RecordingRule(
-    "model_type_job_id_source:ml_gpu_busy_percent:avg",
+    records.GPU_BUSY,
     _with_label(jobs.JOB_SM_ACTIVE_AVG.record, "source", "gpm_sm_active")
+    + f"\nor {_ON_J}\n"
+    + _with_label(
+        f"{jobs.JOB_UTILIZATION_AVG.record}\nand {_ON_J}\n{jobs.JOB_SHARED_GPUS.record}", "source", "job_time_split"
+    )
     + f"\nor {_ON_J}\n"
     + _with_label(jobs.JOB_UTILIZATION_AVG.record, "source", "nvml_utilization"),
     "How busy (0-100) the GPUs each training job holds are: their mean SM activity where they have GPM "
-    "(source gpm_sm_active), else NVML's utilization (source nvml_utilization, which only says a kernel ran).",
+    "(source gpm_sm_active), else, for a job on a GPU other jobs share, its own share of its time in compute "
+    "(source job_time_split: the device's figures are no one job's), else NVML's utilization (source "
+    "nvml_utilization, which only says a kernel ran).",
 )
 
 # --- model FLOPs utilization ------------------------------------------------------------------------
@@ -131,23 +139,29 @@ ACHIEVED_FLOPS = RecordingRule(
 )
 HELD_MODELS = RecordingRule(
     "model_type_job_id_gpu_name:ml_training_job_gpu_info:count",
-    f"count by (model_type, job_id, gpu_name) ({jobs.HELD_UTILIZATION.record})",
-    "GPUs each training job holds, by GPU model (gpu_name).",
+    f"count by (model_type, job_id, gpu_name) ({jobs.HELD.record})",
+    "GPUs (whole GPUs and MIG devices) each training job holds, by GPU model (gpu_name, a MIG device's parent's).",
+)
+HELD_CAPACITY = RecordingRule(
+    "model_type_job_id_gpu_name:ml_gpu_mig_sm_share:sum",
+    f"sum by (model_type, job_id, gpu_name) ({jobs.HELD_SM_SHARE.record})",
+    "Whole GPUs' worth of SMs each training job holds, by GPU model: 1 per whole GPU, a MIG device's share "
+    "of its GPU's SMs.",
 )
 HELD_PEAK = "model_type_job_id_gpu_name_precision:ml_gpu_peak_flops:max"
 JOB_PEAK = RecordingRule(
     "model_type_job_id_precision:ml_gpu_peak_flops:sum",
     f"sum by (model_type, job_id, precision) (\n"
-    f"  {HELD_PEAK}\n  * on (model_type, job_id, gpu_name) group_left ()\n  {HELD_MODELS.record}\n)\n"
+    f"  {HELD_PEAK}\n  * on (model_type, job_id, gpu_name) group_left ()\n  {HELD_CAPACITY.record}\n)\n"
     f"and on (model_type, job_id, precision)\n"
     f"(\n  sum by (model_type, job_id, precision) (\n"
     f"    {HELD_PEAK} * 0\n    + on (model_type, job_id, gpu_name) group_left ()\n    {HELD_MODELS.record}\n  )\n"
     f"  == {_ON_J} group_left ()\n  {jobs.JOB_GPUS.record}\n)",
-    "Summed dense peak FLOP/s of the GPUs each training job holds, by precision; only where every GPU "
-    "it holds has a peak at that precision.",
+    "Summed dense peak FLOP/s of the GPUs each training job holds, by precision (a MIG device's scaled by "
+    "its share of its GPU's SMs); only where every GPU it holds has a peak at that precision.",
 )
 MFU = RecordingRule(
-    f"model_type_job_id:ml_training_mfu:ratio_rate{WINDOW}",
+    records.MFU,
     f"sum {_J} (\n  {ACHIEVED_FLOPS.record}\n  / on (model_type, job_id, precision)\n  {JOB_PEAK.record}\n)\n"
     f"unless {_ON_J}\n"
     f"(\n  {ACHIEVED_FLOPS.record}\n  unless on (model_type, job_id, precision)\n  {JOB_PEAK.record}\n)",
@@ -196,7 +210,7 @@ def _models_matcher(names: list[str]) -> str:
 
 # --- the verdict ------------------------------------------------------------------------------------
 CAUSES = "model_type_job_id_verdict:ml_training_bottleneck:share"
-VERDICT = "model_type_job_id_verdict:ml_training_bottleneck:info"
+VERDICT = records.VERDICT
 
 
 def _phase(phase: str) -> str:
@@ -257,7 +271,7 @@ BADPUT_COST_BY_PHASE = "model_type_job_id_phase:ml_training_badput:cost"
 VERDICT_GPUS = "verdict:ml_training_job_gpu_info:count"
 VERDICT_GPU_HOURS_24H = "verdict:ml_training_job_gpu_info:gpu_hours_24h"
 CHECKPOINT_BYTES = RecordingRule(
-    "model_type_job_id:ml_checkpoint_written_bytes:sum",
+    records.CHECKPOINT_BYTES,
     f"sum {_J} ({_WRITTEN})",
     "Bytes of checkpoints each training job has saved so far, summed over its ranks.",
 )
@@ -346,6 +360,7 @@ def goodput_rules(cfg: ObservabilityConfig) -> tuple[RecordingRule, ...]:
         GPU_BUSY,
         ACHIEVED_FLOPS,
         HELD_MODELS,
+        HELD_CAPACITY,
         held_peak(cfg),
         JOB_PEAK,
         MFU,

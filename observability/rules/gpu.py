@@ -52,11 +52,11 @@ _ONE_JOB = '{model_type="<model_type>", job_id="<job_id>"}'
 _JOB = "Job {{ $labels.job_id }} ({{ $labels.model_type }})"
 # The job's GPUs per node, from the recorded held-GPU series (one small query per firing alert).
 _JOB_PLACEMENT = (
-    '{{ range printf "count by (node) (' + jobs.HELD_UTILIZATION.record + '{job_id=%q, model_type=%q})" '
+    '{{ range printf "count by (node) (' + jobs.HELD.record + '{job_id=%q, model_type=%q})" '
     '$labels.job_id $labels.model_type | query | sortByLabel "node" }}'
     "{{ .Labels.node }}: {{ .Value }} GPU(s); {{ end }}"
 )
-_JOB_GPUS_QUERY = jobs.HELD_UTILIZATION.record + '{job_id="{{ $labels.job_id }}"}'
+_JOB_GPUS_QUERY = jobs.HELD.record + '{job_id="{{ $labels.job_id }}"}'
 
 # GPUMemoryExhaustionPredicted: the linear trend of the last 10 minutes reaches the GPU's total
 # memory within the next 10 minutes, while more than a threshold share of it is in use.
@@ -166,6 +166,22 @@ def input_rules(cfg: ObservabilityConfig) -> tuple[RecordingRule, ...]:
 def _memory_ratio_above(ratio: str) -> str:
     """Per GPU, the fraction of its memory in use where it is above `ratio`, with its job's labels."""
     return jobs.attributed_or_unheld(f"{MEMORY_RATIO_HIGH} > {ratio}")
+
+
+# GPUs held by more than one job at once (time-sliced), computed here: the shards evaluate this group.
+_SHARED_GPUS = f"count by (uuid) ({jobs.HOLDER}) > 1"
+
+
+def _exhaustion_predicted(per_gpu: str) -> str:
+    """`per_gpu` with its job's labels; on a shared GPU, for each job whose own device memory grew over
+    the prediction window (the one heading for the out-of-memory), not for every job holding it."""
+    reserved = catalog.TRAINING_GPU_MEMORY_RESERVED_BYTES.name
+    growing = f"sum by (model_type, job_id, uuid) (deriv({reserved}[{duration(PREDICTION_WINDOW_SECONDS)}])) > 0"
+    return (
+        f"(\n{jobs.attributed_or_unheld(per_gpu)}\n)\nunless on (uuid)\n({_SHARED_GPUS})\n"
+        f"or\n(\n{jobs.attributed(per_gpu)}\n)\nand on (uuid)\n({_SHARED_GPUS})\n"
+        f"and on (model_type, job_id, uuid)\n({growing})"
+    )
 
 
 def _memory_ratio_one_gpu_last(window: str) -> str:
@@ -393,7 +409,7 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             name="GPUMemoryExhaustionPredicted",
             group=GROUP,
             severity=Severity.WARNING,
-            expr=jobs.attributed_or_unheld(f"{EXHAUSTION_PREDICTED} > {floor.promql}"),
+            expr=_exhaustion_predicted(f"{EXHAUSTION_PREDICTED} > {floor.promql}"),
             for_seconds=PREDICTION_FOR_SECONDS,
             summary="A GPU's memory use is on course to reach its total within 10 minutes.",
             description=(
@@ -410,6 +426,11 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
             queries=(
                 RunbookQuery("Memory in use on this GPU over the last hour", _memory_ratio_one_gpu_last("1h")),
                 RunbookQuery(
+                    "Each job's own memory on this GPU (what its processes' allocators hold; several jobs on a "
+                    "shared GPU)",
+                    f'{catalog.TRAINING_GPU_MEMORY_RESERVED_BYTES.name}{{uuid="<uuid>"}}',
+                ),
+                RunbookQuery(
                     "Seconds until the trend of the last 10 minutes reaches the total (negative: never)",
                     f"({catalog.GPU_MEMORY_TOTAL_BYTES.name}{_ONE_GPU}"
                     f" - {catalog.GPU_MEMORY_USED_BYTES.name}{_ONE_GPU})"
@@ -422,7 +443,9 @@ def gpu_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
                 "head of this group, above the lowest memory threshold), so a single spike moves it little, "
                 "flat or falling usage never reaches the total, and `for: 2m` needs the trend to hold "
                 f"for eight more samples; below {floor.short} of the memory the trend is not trusted "
-                "(allocators grow in steps at start-up)."
+                "(allocators grow in steps at start-up). On a GPU several jobs share (time-sliced) it names only "
+                "the jobs whose own memory (ml_training_gpu_memory_reserved_bytes, what their processes report) "
+                "grew over the last 10 minutes: the job about to run the GPU out, not every job on it."
             ),
         ),
     )

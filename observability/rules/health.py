@@ -7,6 +7,14 @@
 - GPUPollerCollectionFailing / GPUPollerCollectionSlow: the poller's NVML passes fail or crawl.
 - RuleGroupEvaluationFailures / RuleGroupSlow: the project's own rule groups fail, or take more
   than a share of their interval (the fleet is outgrowing the Prometheus that evaluates them).
+- PrometheusReplicaDown / PrometheusShardDown: one replica of a scrape shard has stopped writing to
+  the global tier while another still does (the shard still serves), or none does (the shard's
+  targets are unwatched). Each shard replica records `shard:up:timestamp_max`, its latest scrape
+  (the partial of `fleet:up:timestamp_max`), which reaches the global tier with the shard's number
+  and the replica label. They read each replica's copy on purpose (they name the replica label).
+- PrometheusRemoteWriteBehind / PrometheusRemoteWriteFailing / PrometheusRemoteWriteRetrying: a
+  shard's remote-write queue to the global tier lags (its oldest unsent sample), loses samples, or
+  keeps resending them.
 - Watchdog: always firing. Alertmanager sends it, and only it, to the heartbeat receiver every
   minute; an external dead man's switch pages when the heartbeat stops, which is the only way to
   notice that Prometheus, Alertmanager or the path between them is dead.
@@ -23,8 +31,9 @@ from collections.abc import Sequence
 
 from foxhunt_trainer.contract import catalog
 from observability.config import ObservabilityConfig
+from observability.partials import SHARD_LABEL
 from observability.promql import by, duration, on
-from observability.rules.rule_types import AlertRule, RunbookQuery, Severity
+from observability.rules.rule_types import AlertRule, RecordingRule, RunbookQuery, Severity
 
 GROUP = "ml_monitoring_health"
 # Names other modules route or inhibit on.
@@ -43,6 +52,222 @@ GPU_RESOURCE = "nvidia_com_gpu"  # kube-state-metrics' spelling of the `nvidia.c
 _NODE = "node {{ $labels.node }}"
 _ONE_NODE = '{node="<node>"}'
 _GROUP_NAME = re.compile(r"[A-Za-z0-9_.:-]+")
+
+
+# The latest scrape in the fleet (Unix seconds). Pushed down, each shard replica records its own
+# latest scrape as the partial `REPLICA_HEARTBEAT`, which reaches the global tier with the shard's
+# number and the replica label: it says which replicas still write.
+LATEST_SCRAPE = "fleet:up:timestamp_max"
+REPLICA_HEARTBEAT = "shard:up:timestamp_max"
+# How far back the global tier remembers a replica that stopped writing.
+REPLICA_MEMORY_SECONDS = 3600
+REPLICA_DOWN_FOR_SECONDS = 120
+REMOTE_WRITE_FOR_SECONDS = 300
+_QUEUE_LABELS = ("instance", "remote_name", "url")
+REPLICA_ALERTS = ("PrometheusReplicaDown", "PrometheusShardDown")
+
+
+def input_rules(cfg: ObservabilityConfig) -> tuple[RecordingRule, ...]:
+    """The latest scrape, whose partial on each shard is the replicas' heartbeat (module doc)."""
+    return (
+        RecordingRule(
+            LATEST_SCRAPE,
+            f"max(timestamp({catalog.UP.name}))",
+            "The latest scrape of the fleet (Unix seconds); on a sharded stack each shard replica's own "
+            f"({REPLICA_HEARTBEAT}) tells the global tier which replicas still write.",
+        ),
+    )
+
+
+def _replica_age(cfg: ObservabilityConfig, comparison: str) -> str:
+    """Per shard, how many of its replicas last wrote longer ago (`>`) or not (`<=`) than allowed."""
+    memory = duration(REPLICA_MEMORY_SECONDS)
+    return (
+        f"count {by((SHARD_LABEL,))} (\n  max {by((SHARD_LABEL, cfg.replica_label))} "
+        f"(time() - last_over_time({REPLICA_HEARTBEAT}[{memory}]))\n  {comparison} "
+        f"{cfg.thresholds.prometheus_replica_silent_seconds.promql}\n)"
+    )
+
+
+def replica_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
+    """A shard's replicas as the global tier sees them write (module doc)."""
+    silent = cfg.thresholds.prometheus_replica_silent_seconds
+    stale, fresh = _replica_age(cfg, ">"), _replica_age(cfg, "<=")
+    label = cfg.replica_label
+    replicas_query = (
+        RunbookQuery(
+            "Seconds since each replica of each shard last wrote",
+            f"time() - last_over_time({REPLICA_HEARTBEAT}[1h])",
+        ),
+        RunbookQuery(
+            "Evaluations each replica wrote in the last 10 minutes (a restarting one has a hole)",
+            f"count_over_time({REPLICA_HEARTBEAT}[10m])",
+        ),
+    )
+    common_actions = (
+        f"Find the silent replica: the query below lists each `{SHARD_LABEL}` and `{label}` with the seconds "
+        "since it last wrote",
+        "Check the replica's pod (`kubectl -n <namespace> get pods -l app.kubernetes.io/name=prometheus`): crash "
+        "loop, OOM kill, a node lost, a full volume (its WAL replay after a restart takes minutes on a large head)",
+        "Check its remote write to the global tier (PrometheusRemoteWriteBehind, its log's remote-write errors)",
+    )
+    return (
+        AlertRule(
+            name="PrometheusReplicaDown",
+            group=GROUP,
+            severity=Severity.WARNING,
+            expr=f"{stale}\nand {on((SHARD_LABEL,))}\n{fresh}",
+            for_seconds=REPLICA_DOWN_FOR_SECONDS,
+            summary=(
+                f"A replica of a Prometheus shard has not written to the global tier for {silent.text}; another "
+                "replica still does."
+            ),
+            description=(
+                f'{{{{ printf "%.0f" $value }}}} replica(s) of shard {{{{ $labels.{SHARD_LABEL} }}}} have not written '
+                f"to the global tier for more than {silent.short}, for 2m; the shard's other replica still "
+                "writes, so its targets are watched and its alerts still fire."
+            ),
+            impact=(
+                "None yet: the surviving replica scrapes, alerts and writes alone. One more failure and the "
+                "shard's targets are unwatched (PrometheusShardDown)"
+            ),
+            action=common_actions,
+            locating_labels=(SHARD_LABEL,),
+            queries=replicas_query,
+            rationale=(
+                "Each shard replica records its latest scrape as a partial, which reaches the global tier with "
+                f"the shard's number and the replica label `{label}`; a replica whose last one is older than "
+                f"{silent.short} while another's is fresh is down. The global tier remembers a replica for 1h "
+                "(then a replica gone for good is forgotten)."
+            ),
+        ),
+        AlertRule(
+            name="PrometheusShardDown",
+            group=GROUP,
+            severity=Severity.CRITICAL,
+            expr=f"{stale}\nunless {on((SHARD_LABEL,))}\n{fresh}",
+            for_seconds=REPLICA_DOWN_FOR_SECONDS,
+            summary=f"No replica of a Prometheus shard has written to the global tier for {silent.text}.",
+            description=(
+                f"No replica of shard {{{{ $labels.{SHARD_LABEL} }}}} has written to the global tier for more than "
+                f"{silent.short}, for 2m: the shard's targets are unwatched and its alerts cannot fire."
+            ),
+            impact=(
+                "The shard's GPUs and training jobs are unwatched: a hot or failing GPU there pages no one, and "
+                "every fleet figure of the global tier misses the shard"
+            ),
+            action=common_actions,
+            locating_labels=(SHARD_LABEL,),
+            queries=replicas_query,
+            rationale=(
+                "As PrometheusReplicaDown, when no replica of the shard is fresh. After the global tier's own "
+                "outage the shards' queues resend their backlog; the 2m `for` lets them catch up first."
+            ),
+        ),
+    )
+
+
+def remote_write_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
+    """Each shard's remote-write queue to the global tier, as it reports it (its own metrics)."""
+    behind = cfg.thresholds.remote_write_behind_seconds
+    window = duration(REMOTE_WRITE_FOR_SECONDS)
+    queue = by(_QUEUE_LABELS)
+    highest = catalog.PROMETHEUS_REMOTE_STORAGE_HIGHEST_TIMESTAMP_IN_SECONDS.name
+    sent = catalog.PROMETHEUS_REMOTE_STORAGE_QUEUE_HIGHEST_SENT_TIMESTAMP_SECONDS.name
+    failed = catalog.PROMETHEUS_REMOTE_STORAGE_SAMPLES_FAILED_TOTAL.name
+    retried = catalog.PROMETHEUS_REMOTE_STORAGE_SAMPLES_RETRIED_TOTAL.name
+    pending = catalog.PROMETHEUS_REMOTE_STORAGE_SAMPLES_PENDING.name
+    lag = (
+        f"max {queue} (\n  max_over_time({highest}[{window}])\n  - ignoring (remote_name, url) group_right\n"
+        f"  max_over_time({sent}[{window}])\n)"
+    )
+    queries = (
+        RunbookQuery("Oldest unsent sample's age per queue", lag),
+        RunbookQuery("Samples pending per queue", f"sum {queue} ({pending})"),
+        RunbookQuery(
+            "Samples failed and retried per second", f"sum {queue} (rate({failed}[5m]) or rate({retried}[5m]))"
+        ),
+    )
+    actions = (
+        "Check the global tier (the queue's `url`): is it up and ready, does it accept remote write "
+        "(`--web.enable-remote-write-receiver`), is it out of disk or memory",
+        "Read the shard's log for remote-write errors (HTTP status, timeouts, out-of-order samples)",
+        "The WAL holds about 2 hours: a queue that catches up within that loses nothing; past it, samples "
+        "are dropped and the global tier's records have a gap",
+    )
+    return (
+        AlertRule(
+            name="PrometheusRemoteWriteBehind",
+            group=GROUP,
+            severity=Severity.WARNING,
+            expr=f"{lag}\n> {behind.promql}",
+            for_seconds=REMOTE_WRITE_FOR_SECONDS,
+            summary=f"A shard's remote write to the global tier has been more than {behind.text} behind for 5 minutes.",
+            description=(
+                "The remote write {{ $labels.remote_name }} of Prometheus {{ $labels.instance }} to "
+                "{{ $labels.url }} is "
+                f"{{{{ $value | humanizeDuration }}}} behind (its oldest unsent sample), more than {behind.short}, "
+                "for 5m: the global tier's records and dashboards lag by as much."
+            ),
+            impact=(
+                "The global tier's fleet figures, global alerts and dashboards show the shard's data late; nothing "
+                "is lost while the WAL still holds it (about 2 hours)"
+            ),
+            action=actions,
+            locating_labels=_QUEUE_LABELS,
+            queries=queries,
+            rationale=(
+                "The newest sample written to the WAL minus the newest sent, each the maximum of the last 5m (the "
+                "Prometheus mixin's measure): the age of the oldest sample still to send."
+            ),
+        ),
+        AlertRule(
+            name="PrometheusRemoteWriteFailing",
+            group=GROUP,
+            severity=Severity.HIGH,
+            expr=f"sum {queue} (increase({failed}[{window}])) > 0",
+            for_seconds=0,
+            summary="A shard's remote write dropped samples the global tier will never receive.",
+            description=(
+                "The remote write {{ $labels.remote_name }} of Prometheus {{ $labels.instance }} to "
+                "{{ $labels.url }} gave up on "
+                f'{{{{ printf "%.0f" $value }}}} samples in the last {window} (non-recoverable errors): the '
+                "global tier's records have holes for them."
+            ),
+            impact="Samples are lost for the global tier: fleet figures and global alerts miss part of the shard",
+            action=actions,
+            locating_labels=_QUEUE_LABELS,
+            queries=queries,
+            rationale=(
+                "A failed sample is dropped for good (HTTP 4xx from the receiver: out of order, too old, a "
+                "relabelling that made two series one); a recoverable error is retried instead "
+                "(PrometheusRemoteWriteRetrying)."
+            ),
+        ),
+        AlertRule(
+            name="PrometheusRemoteWriteRetrying",
+            group=GROUP,
+            severity=Severity.WARNING,
+            expr=f"sum {queue} (rate({retried}[{window}])) > 0\nand {on(_QUEUE_LABELS)}\nsum {queue} ({pending}) > 0",
+            for_seconds=REMOTE_WRITE_FOR_SECONDS,
+            summary="A shard's remote write has kept resending samples to the global tier for 5 minutes.",
+            description=(
+                "The remote write {{ $labels.remote_name }} of Prometheus {{ $labels.instance }} to "
+                "{{ $labels.url }} resends "
+                '{{ printf "%.1f" $value }} samples per second, with samples pending, for 5m: the global '
+                "tier is down or refuses them for now."
+            ),
+            impact=(
+                "The global tier falls behind while the queue retries; the WAL keeps the samples for about 2 hours"
+            ),
+            action=actions,
+            locating_labels=_QUEUE_LABELS,
+            queries=queries,
+            rationale=(
+                "Retries are recoverable errors (5xx, timeouts, connection refused): the samples wait in the WAL."
+            ),
+        ),
+    )
 
 
 def rule_group_matcher(group_names: Sequence[str]) -> str:
@@ -87,6 +312,11 @@ def _gpus_not_answering(cfg: ObservabilityConfig) -> str:
 
 def health_alerts(cfg: ObservabilityConfig, project_groups: Sequence[str]) -> tuple[AlertRule, ...]:
     """The health group's alerts; `project_groups` names every rule group the project renders."""
+    own = _own_health_alerts(cfg, project_groups)
+    return (*own[:-1], *replica_alerts(cfg), *remote_write_alerts(cfg), own[-1])
+
+
+def _own_health_alerts(cfg: ObservabilityConfig, project_groups: Sequence[str]) -> tuple[AlertRule, ...]:
     groups = rule_group_matcher(project_groups)
     poller = cfg.gpu_poller_service
     ksm = cfg.kube_state_metrics

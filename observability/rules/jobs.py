@@ -2,15 +2,25 @@
 
 A training job exports `ml_training_job_gpu_info{model_type, job_id, uuid} 1` for every GPU its
 container was given (`foxhunt_trainer.gpus`); the poller labels every GPU series with
-`uuid`. Joining the two on `uuid` gives each held GPU its job:
+`uuid`. Joining the two on `uuid` gives each held GPU its job or jobs:
 
-    <per-GPU expression> * on (uuid) group_left (model_type, job_id) <holder>
+    <holder> * on (uuid) group_left (node, gpu_id, gpu_name) <per-GPU expression>
 
-`<holder>` keeps one job per GPU (`topk by (uuid) (1, ...)`), so a GPU that two jobs claim at
-once (a finished pod whose series have not gone stale yet) can never make the join fail with a
-many-to-many error. A finished job's info series go stale when its pod stops being scraped, and
-from the next evaluation its GPUs count for no job. GPUs no job holds are not in these series at
-all: idle free capacity is not a job's waste.
+`<holder>` has one series per (GPU, job), so a GPU held by several jobs at once (time-sliced, or a
+finished pod whose series have not gone stale yet) gives one series per job, never a many-to-many
+error. A finished job's info series go stale when its pod stops being scraped, and from the next
+evaluation its GPUs count for no job. GPUs no job holds are not in these series at all: idle free
+capacity is not a job's waste.
+
+Kinds of GPU:
+- a whole GPU held by one job: its device-level figures are the job's;
+- a MIG device (`uuid` `MIG-...`, `ml_gpu_mig_device_info`): a GPU of its own, joined the same way;
+  NVML has no utilization for it, so its GPM SM activity stands for it; its peak FLOPs and its price
+  are scaled by its share of the parent's SMs (`ml_gpu_mig_sm_share_ratio`);
+- a shared GPU (held by more than one job, `uuid:ml_training_job_gpu_info:count` > 1): its device
+  figures are no job's own. Each job's memory is what its own processes report
+  (`ml_training_gpu_memory_reserved_bytes`), its utilization is its own time split (the share of its
+  time in compute, x 100), and its price is split evenly between the jobs holding it.
 
 What is recorded:
 - per held GPU (`job_gpu:` level, the GPU's labels plus `model_type`, `job_id`): utilization,
@@ -31,8 +41,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from foxhunt_trainer.contract import catalog
-from observability.config import ObservabilityConfig
+from foxhunt_trainer.contract import catalog, records
+from observability.config import MIG_COST_COMPUTE_SHARE, ObservabilityConfig
 from observability.promql import by, duration
 from observability.rules import recording
 from observability.rules.rule_types import RecordingRule
@@ -46,14 +56,39 @@ LATCH_WINDOW = "10m"
 JOULES_PER_KWH = 3_600_000
 
 _INFO = catalog.TRAINING_JOB_GPU_INFO.name
+_RESERVED = catalog.TRAINING_GPU_MEMORY_RESERVED_BYTES.name
 
-# The job that holds each GPU: one series per uuid, labelled model_type and job_id, value 1.
-HOLDER = f"topk by (uuid) (1, max by (uuid, model_type, job_id) ({_INFO}))"
+# The jobs that hold each GPU: one series per (uuid, job), labelled model_type and job_id, value 1.
+HOLDER = f"max by (uuid, model_type, job_id) ({_INFO})"
+_PLACED = "node, gpu_id, gpu_name"  # the GPU labels other than uuid, taken from the poller's side
 
 
 def attributed(per_gpu: str) -> str:
-    """`per_gpu` (one series per GPU, with `uuid`) for the GPUs a job holds, with its job's labels."""
-    return f"(\n{per_gpu}\n)\n* on (uuid) group_left (model_type, job_id)\n{HOLDER}"
+    """`per_gpu` (one series per GPU, with `uuid`) for the GPUs a job holds, with its job's labels (one
+    series per job on a GPU several jobs hold)."""
+    return f"{HOLDER}\n* on (uuid) group_left ({_PLACED})\n(\n{per_gpu}\n)"
+
+
+# How many jobs hold each GPU (label uuid): above 1 the GPU is shared (time-sliced).
+GPU_HOLDERS = RecordingRule(
+    f"uuid:{_INFO}:count",
+    f"count by (uuid) ({HOLDER})",
+    "Training jobs holding each GPU (by uuid); above 1 the GPU is shared by time-slicing and its device-level "
+    "figures are no one job's.",
+)
+_EXCLUSIVE = f"{GPU_HOLDERS.record} == 1"
+_SHARED = f"{GPU_HOLDERS.record} > 1"
+
+
+def attributed_split(per_gpu: str) -> str:
+    """`attributed(per_gpu)` divided evenly between the jobs holding each GPU (a shared GPU's power and
+    energy are counted once across its jobs, never in full for each)."""
+    return f"{attributed(per_gpu)}\n/ on (uuid) group_left ()\n{GPU_HOLDERS.record}"
+
+
+def attributed_exclusive(per_gpu: str) -> str:
+    """`attributed(per_gpu)` for the GPUs exactly one job holds: device-level figures are that job's."""
+    return attributed(f"(\n{per_gpu}\n)\nand on (uuid)\n{_EXCLUSIVE}")
 
 
 def attributed_or_unheld(per_gpu: str) -> str:
@@ -69,44 +104,86 @@ def _per_gpu(metric: catalog.Metric) -> str:
 _USED = catalog.GPU_MEMORY_USED_BYTES.name
 _TOTAL = catalog.GPU_MEMORY_TOTAL_BYTES.name
 _JOB = by(JOB_LABELS)
+_GPU = by(GPU_LABELS)
 
 # --- per held GPU ------------------------------------------------------------------------------
+HELD = RecordingRule(
+    f"job_gpu:{_INFO}:held",
+    attributed(f"group {_GPU} ({_TOTAL})\nor on (uuid)\ngroup {_GPU} ({catalog.GPU_UTILIZATION_PERCENT.name})"),
+    "1 for each GPU (whole GPU or MIG device) a training job holds, labelled with the job and the GPU.",
+)
+# A MIG device has no NVML utilization: its GPM SM activity is its busyness.
+_UTILIZATION = (
+    f"{_per_gpu(catalog.GPU_UTILIZATION_PERCENT)}\nor on (uuid)\n"
+    f"max {by(GPU_LABELS)} (\n  {catalog.GPU_SM_ACTIVE_PERCENT.name}\n  and on (uuid)\n  "
+    f"{catalog.GPU_MIG_DEVICE_INFO.name}\n)"
+)
+_SHARED_HELD = f"(\n  {HELD.record}\n  and on (uuid)\n  {_SHARED}\n)"
 HELD_UTILIZATION = RecordingRule(
     f"job_gpu:{catalog.GPU_UTILIZATION_PERCENT.name}:held",
-    attributed(_per_gpu(catalog.GPU_UTILIZATION_PERCENT)),
-    "Utilization (0-100) of each GPU a training job holds, labelled with the job.",
+    attributed_exclusive(_UTILIZATION),
+    "Utilization (0-100) of each GPU a training job holds alone, labelled with the job: NVML's figure, a MIG "
+    "device's GPM SM activity. A GPU several jobs share has none here: its figure is no one job's.",
+)
+JOB_GPU_RESERVED = RecordingRule(
+    f"model_type_job_id_uuid:{_RESERVED}:sum",
+    f"sum by (model_type, job_id, uuid) ({_RESERVED})",
+    "Device memory (bytes) each training job's processes hold on each GPU, as they report it (their allocator).",
 )
 HELD_MEMORY_RATIO = RecordingRule(
     f"job_gpu:{recording.MEMORY_USED_OVER_TOTAL}:ratio",
-    attributed(f"max {by(GPU_LABELS)} ({_USED} / {_TOTAL})"),
-    "Fraction (0-1) of memory in use on each GPU a training job holds, labelled with the job.",
+    f"{attributed_exclusive(f'max {by(GPU_LABELS)} ({_USED} / {_TOTAL})')}\nor on (uuid, model_type, job_id)\n"
+    f"{_SHARED_HELD}\n* on (uuid, model_type, job_id) group_left ()\n{JOB_GPU_RESERVED.record}\n"
+    f"/ on (uuid) group_left ()\nmax by (uuid) ({_TOTAL})",
+    "Fraction (0-1) of each GPU's memory a training job holds, labelled with the job: the GPU's memory in use "
+    "where the job holds it alone; on a shared GPU, what the job's own processes report.",
 )
 HELD_POWER = RecordingRule(
     f"job_gpu:{catalog.GPU_POWER_WATTS.name}:held",
-    attributed(_per_gpu(catalog.GPU_POWER_WATTS)),
-    "Power draw (W) of each GPU a training job holds, labelled with the job.",
+    attributed_split(_per_gpu(catalog.GPU_POWER_WATTS)),
+    "Power draw (W) of each GPU a training job holds, labelled with the job (a GPU several jobs share: its "
+    "draw split evenly between them).",
 )
 HELD_TEMPERATURE = RecordingRule(
     f"job_gpu:{catalog.GPU_TEMPERATURE_CELSIUS.name}:held",
     attributed(_per_gpu(catalog.GPU_TEMPERATURE_CELSIUS)),
     "Temperature (Celsius) of each GPU a training job holds, labelled with the job.",
 )
+# A MIG device's share of its parent's SMs (1 for a whole GPU): scales its peak FLOPs (MFU).
+HELD_SM_SHARE = RecordingRule(
+    f"job_gpu:{catalog.GPU_MIG_SM_SHARE_RATIO.name}:held",
+    f"{HELD.record}\n* on (uuid) group_left ()\nmax by (uuid) ({catalog.GPU_MIG_SM_SHARE_RATIO.name})\n"
+    f"or on (uuid, model_type, job_id)\n{HELD.record}",
+    "Share (0-1) of a whole GPU's SMs each GPU a training job holds has: a MIG device's compute slices over "
+    "the whole GPU's, 1 for a whole GPU.",
+)
 
 # --- per job -----------------------------------------------------------------------------------
 JOB_GPUS = RecordingRule(
     f"model_type_job_id:{_INFO}:count",
     f"count {_JOB} ({HOLDER})",
-    "GPUs each training job holds.",
+    "GPUs (whole GPUs and MIG devices) each training job holds.",
 )
+JOB_SHARED_GPUS = RecordingRule(
+    f"model_type_job_id:{_INFO}:shared",
+    f"count {_JOB} ({_SHARED_HELD})",
+    "GPUs each training job holds that other jobs share (time-sliced); jobs holding none are not recorded.",
+)
+# A job holding a GPU other jobs share is judged by its own time split: the share of its time in compute.
+_OWN_TIME_SPLIT = f"(\n  100 * {records.GOODPUT}\n  and on (model_type, job_id)\n  {JOB_SHARED_GPUS.record}\n)"
 JOB_UTILIZATION_AVG = RecordingRule(
     f"model_type_job_id:{catalog.GPU_UTILIZATION_PERCENT.name}:avg",
-    f"avg {_JOB} ({HELD_UTILIZATION.record})",
-    "Mean utilization (0-100) of the GPUs each training job holds.",
+    f"avg {_JOB} ({HELD_UTILIZATION.record})\nunless on (model_type, job_id)\n{JOB_SHARED_GPUS.record}\n"
+    f"or on (model_type, job_id)\n{_OWN_TIME_SPLIT}",
+    "Mean utilization (0-100) of the GPUs each training job holds; for a job on a GPU other jobs share, its own "
+    "share of its time in compute (x 100), never the shared device's figure.",
 )
 JOB_UTILIZATION_MIN = RecordingRule(
     f"model_type_job_id:{catalog.GPU_UTILIZATION_PERCENT.name}:min",
-    f"min {_JOB} ({HELD_UTILIZATION.record})",
-    "Utilization (0-100) of the idlest GPU each training job holds.",
+    f"min {_JOB} ({HELD_UTILIZATION.record})\nunless on (model_type, job_id)\n{JOB_SHARED_GPUS.record}\n"
+    f"or on (model_type, job_id)\n{_OWN_TIME_SPLIT}",
+    "Utilization (0-100) of the idlest GPU each training job holds; for a job on a GPU other jobs share, its own "
+    "share of its time in compute (x 100).",
 )
 JOB_MEMORY_RATIO_MAX = RecordingRule(
     f"model_type_job_id:{recording.MEMORY_USED_OVER_TOTAL}:max",
@@ -121,7 +198,7 @@ JOB_POWER = RecordingRule(
 JOB_ENERGY_RATE = RecordingRule(
     f"model_type_job_id:ml_gpu_energy_joules:rate{ENERGY_RATE_WINDOW}",
     f"sum {_JOB} (\n"
-    + attributed(f"sum {by(GPU_LABELS)} (rate({catalog.GPU_ENERGY_JOULES_TOTAL.name}[{ENERGY_RATE_WINDOW}]))")
+    + attributed_split(f"sum {by(GPU_LABELS)} (rate({catalog.GPU_ENERGY_JOULES_TOTAL.name}[{ENERGY_RATE_WINDOW}]))")
     + "\n)",
     f"Energy (J/s = W) the GPUs of each training job consumed, over {ENERGY_RATE_WINDOW} (NVML energy counter).",
 )
@@ -134,25 +211,41 @@ JOB_TEMPERATURE_MAX = RecordingRule(
 # GPM (Hopper and newer): what the job's GPUs really did, beside NVML's "a kernel ran" figure above.
 JOB_SM_ACTIVE_AVG = RecordingRule(
     f"model_type_job_id:{catalog.GPU_SM_ACTIVE_PERCENT.name}:avg",
-    f"avg {_JOB} (\n{attributed(_per_gpu(catalog.GPU_SM_ACTIVE_PERCENT))}\n)",
-    "Mean SM activity (0-100, GPM) of the GPUs each training job holds that report GPM.",
+    f"avg {_JOB} (\n{attributed_exclusive(_per_gpu(catalog.GPU_SM_ACTIVE_PERCENT))}\n)",
+    "Mean SM activity (0-100, GPM) of the GPUs each training job holds alone that report GPM (a shared GPU's "
+    "activity is no one job's).",
 )
 JOB_TENSOR_ACTIVE_AVG = RecordingRule(
     f"model_type_job_id:{catalog.GPU_TENSOR_ACTIVE_PERCENT.name}:avg",
-    f"avg {_JOB} (\n{attributed(_per_gpu(catalog.GPU_TENSOR_ACTIVE_PERCENT))}\n)",
-    "Mean tensor-core activity (0-100, GPM) of the GPUs each training job holds that report GPM.",
+    f"avg {_JOB} (\n{attributed_exclusive(_per_gpu(catalog.GPU_TENSOR_ACTIVE_PERCENT))}\n)",
+    "Mean tensor-core activity (0-100, GPM) of the GPUs each training job holds alone that report GPM.",
 )
 
 # --- fleet allocation ----------------------------------------------------------------------------
+_MIG_INFO = catalog.GPU_MIG_DEVICE_INFO.name
+# A GPU in MIG mode counts as held while a job holds any of its MIG devices.
 FLEET_HELD = RecordingRule(
     f"fleet:{_INFO}:held",
-    f"count({HELD_UTILIZATION.record}) or vector(0)",
-    "GPUs of the fleet held by a training job.",
+    f"count(\n  count by (uuid) ({HELD.record} unless on (uuid) {_MIG_INFO})\n  or\n  count by (uuid) (\n"
+    f'    label_replace(max by (parent_uuid) ({_MIG_INFO} and on (uuid) {HELD.record}), "uuid", "$1", '
+    f'"parent_uuid", "(.*)")\n  )\n) or vector(0)',
+    "Whole GPUs of the fleet held by a training job: held themselves, or one of their MIG devices held (a GPU "
+    "several jobs share counts once).",
+)
+FLEET_MIG_HELD = RecordingRule(
+    f"fleet:{_INFO}:mig_held",
+    f"count(count by (uuid) ({HELD.record} and on (uuid) {_MIG_INFO})) or vector(0)",
+    "MIG devices of the fleet held by a training job.",
 )
 FLEET_UNHELD = RecordingRule(
     f"fleet:{_INFO}:unheld",
     f"sum(max by (node) ({catalog.GPU_POLLER_DEVICES.name})) - {FLEET_HELD.record}",
-    "GPUs of the fleet (as the pollers report them) held by no training job: free capacity.",
+    "Whole GPUs of the fleet (as the pollers report them) held by no training job: free capacity.",
+)
+FLEET_SHARED = RecordingRule(
+    f"fleet:{_INFO}:shared",
+    f"count({_SHARED}) or vector(0)",
+    "GPUs of the fleet held by more than one training job at once (time-sliced).",
 )
 FLEET_HELD_IDLE = f"fleet:{_INFO}:held_idle"
 
@@ -163,7 +256,7 @@ def fleet_held_idle(cfg: ObservabilityConfig) -> RecordingRule:
     return RecordingRule(
         FLEET_HELD_IDLE,
         f"count({HELD_UTILIZATION.record} < {idle.promql}) or vector(0)",
-        f"GPUs held by a training job but below {idle.short} utilization: paid for and idle.",
+        f"GPUs held by a training job alone but below {idle.short} utilization: paid for and idle.",
     )
 
 
@@ -180,7 +273,7 @@ JOB_FIRST_SEEN = RecordingRule(
 )
 JOB_ENERGY = RecordingRule(
     "model_type_job_id:ml_gpu_energy_joules:sum",
-    f"sum {_JOB} (\n{attributed(_per_gpu(catalog.GPU_ENERGY_JOULES_TOTAL))}\n)",
+    f"sum {_JOB} (\n{attributed_split(_per_gpu(catalog.GPU_ENERGY_JOULES_TOTAL))}\n)",
     "Sum of the NVML energy counters (J since each driver loaded) of each training job's GPUs.",
 )
 JOB_ENERGY_FIRST_SEEN = RecordingRule(
@@ -228,13 +321,27 @@ MODEL_KWH_24H = "model_type:ml_gpu_energy_joules:kwh_24h"
 MODEL_COST_24H = f"model_type:{_INFO}:cost_24h"
 
 
+def cost_share(cfg: ObservabilityConfig) -> str:
+    """Per held GPU, the part of its price the job pays: a MIG device its SM share (with `migCost:
+    compute_share`) or 1 (`whole_gpu`), a GPU shared by time-slicing 1 over the jobs holding it."""
+    mig = HELD_SM_SHARE.record if cfg.mig_cost == MIG_COST_COMPUTE_SHARE else HELD.record
+    return f"{mig}\n/ on (uuid) group_left ()\n{GPU_HOLDERS.record}"
+
+
 def cost_rules(cfg: ObservabilityConfig) -> tuple[RecordingRule, ...]:
     """The rules that depend on the stack's prices (`ObservabilityConfig.gpu_hourly_cost`, ...)."""
     energy_price = _number(cfg.energy_price_per_kwh)
+    how = (
+        "a MIG device at its share of its GPU's SMs"
+        if cfg.mig_cost == MIG_COST_COMPUTE_SHARE
+        else "a MIG device at its whole GPU's price"
+    )
     hourly = RecordingRule(
         JOB_HOURLY_COST,
-        f"sum {_JOB} (\n{gpu_hourly_price(cfg, HELD_UTILIZATION.record)}\n)",
-        f"Price ({cfg.currency} per hour) of the GPUs each training job holds.",
+        f"sum {_JOB} (\n(\n{gpu_hourly_price(cfg, HELD.record)}\n)\n"
+        f"* on (uuid, model_type, job_id)\n(\n{cost_share(cfg)}\n)\n)",
+        f"Price ({cfg.currency} per hour) of the GPUs each training job holds: {how}, a GPU several jobs share "
+        "split evenly between them.",
     )
     cost = RecordingRule(
         JOB_COST,
@@ -275,11 +382,16 @@ def cost_rules(cfg: ObservabilityConfig) -> tuple[RecordingRule, ...]:
 
 # Order matters: a rule reads records defined earlier in the group (same evaluation).
 JOB_RULES: tuple[RecordingRule, ...] = (
+    GPU_HOLDERS,
+    HELD,
     HELD_UTILIZATION,
+    JOB_GPU_RESERVED,
     HELD_MEMORY_RATIO,
     HELD_POWER,
     HELD_TEMPERATURE,
+    HELD_SM_SHARE,
     JOB_GPUS,
+    JOB_SHARED_GPUS,
     JOB_UTILIZATION_AVG,
     JOB_UTILIZATION_MIN,
     JOB_SM_ACTIVE_AVG,
@@ -289,7 +401,9 @@ JOB_RULES: tuple[RecordingRule, ...] = (
     JOB_ENERGY_RATE,
     JOB_TEMPERATURE_MAX,
     FLEET_HELD,
+    FLEET_MIG_HELD,
     FLEET_UNHELD,
+    FLEET_SHARED,
 )
 # After the fleet allocation (which reads nothing of them); before the cost rules.
 _JOB_TOTALS: tuple[RecordingRule, ...] = (

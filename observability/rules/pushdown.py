@@ -208,6 +208,8 @@ class _Rewriter:
         if isinstance(node, pp.SubqueryExpr):
             return  # a partial would be sampled at the shards' evaluations, not at the subquery's steps
         if isinstance(node, pp.AggregateExpr):
+            if SHARD_LABEL in _modifier(node)[1]:
+                return  # it reads the partials per shard, as only the global tier labels them
             op = str(node.op)
             inner = locality_of(node.expr, self.records)
             if inner.local and (op in _COMBINE or op == "avg"):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from observability.config import ObservabilityConfig
 from observability.promql import duration
 from observability.promql.syntax import series_names
-from observability.rules import alert_groups, group_inputs
+from observability.rules import alert_groups, group_inputs, project_group_names
 from observability.rules.detection import CRITICAL_DETECTION_ALERTS, promise_text
 from observability.rules.rule_types import AlertRule, RecordingRule, alert_heading, github_anchor
 
@@ -103,3 +103,26 @@ def render_runbooks(cfg: ObservabilityConfig) -> str:
         for alert in alerts:
             lines += _section(alert, inputs)
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def render_alert_groups(cfg: ObservabilityConfig) -> str:
+    """docs/alerts.md's list of the alert groups: each group, its alerts by severity (linked to
+    their runbook sections), then the recording groups; nothing in it is counted by hand."""
+    groups = alert_groups(cfg)
+    total = sum(len(alerts) for _, alerts in groups)
+    lines = [
+        f"{len(groups)} alert groups, {total} alerts (rendered to `rendered/<stack>/prometheus/rules.yaml`; "
+        "each alert's section in [docs/runbooks.md](runbooks.md) gives its expression, `for` and what to check):",
+        "",
+        "| group | alerts (severity) |",
+        "| --- | --- |",
+    ]
+    for group, alerts in groups:
+        links = ", ".join(
+            f"[{a.name}](runbooks.md#{github_anchor(alert_heading(a.name))}) ({a.severity.value})" for a in alerts
+        )
+        lines.append(f"| `{group}` | {links} |")
+    alerting = {group for group, _ in groups}
+    recording = [name for name in project_group_names(cfg) if name not in alerting]
+    lines += ["", "Recording groups (no alerts): " + ", ".join(f"`{name}`" for name in recording) + "."]
+    return "\n".join(lines) + "\n"

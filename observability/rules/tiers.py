@@ -49,7 +49,10 @@ class Declared:
 
 # Rules whose tier cannot be derived (they read series outside the catalog), by rule name
 # (`alert` or `record`), with the reason; `SHARD` declarations are checked (see module doc).
-DECLARED: dict[str, Declared] = {}
+DECLARED: dict[str, Declared] = {
+    name: Declared(Tier.GLOBAL, "reads each shard replica's heartbeat partial, which only the global tier holds")
+    for name in ("PrometheusReplicaDown", "PrometheusShardDown")
+}
 
 
 class TierError(ValueError):

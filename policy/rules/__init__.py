@@ -15,6 +15,7 @@ from policy.rules.metadata import COMMON_LABELS, EXPLICIT_NAMESPACE
 from policy.rules.network import NETWORK_POLICY_COVERAGE
 from policy.rules.plaintext import NO_PLAINTEXT_SECRETS
 from policy.rules.pod_security import POD_SECURITY_RESTRICTED
+from policy.rules.replicas import PROMETHEUS_REPLICAS
 from policy.rules.telemetry import OTEL_ENDPOINT_POLICY, SCRAPE_ANNOTATIONS, SCRAPE_COVERAGE, TRAINING_JOB_OTEL
 from policy.rules.training_jobs import TRAINING_AUTOLOG, TRAINING_FAILURE_POLICY
 from policy.vocabulary import Policy
@@ -36,6 +37,7 @@ ALL_POLICIES: tuple[Policy, ...] = (
     DASHBOARD_UIDS_UNIQUE,
     DATASOURCE_LINKS_RESOLVE,
     ALERT_RULE_ANNOTATIONS,
+    PROMETHEUS_REPLICAS,
     NO_PLAINTEXT_SECRETS,
     EXPLICIT_NAMESPACE,
     COMMON_LABELS,

@@ -58,8 +58,28 @@ def _ignores_disruptions(policy: Mapping[str, Any]) -> bool:
     return False
 
 
+def _training_service(ctx: PolicyContext) -> str | None:
+    """The `app.kubernetes.io/name` of the training template's pods (its declared service)."""
+    for service in ctx.services or ():
+        if ctx.training_job_name in service.workloads:
+            return service.name
+    return None
+
+
 def _is_training_template(obj: KubeObject, ctx: PolicyContext) -> bool:
-    return not obj.is_patch and (ctx.training_job_name is None or obj.name == ctx.training_job_name)
+    """The stack's training template (by name), or a Job made from it: the rendered Job file has no
+    name of its own (`generateName`), only the template's pods."""
+    if obj.is_patch:
+        return False
+    if ctx.training_job_name is None or obj.name == ctx.training_job_name:
+        return True
+    service = _training_service(ctx)
+    return (
+        obj.kind == "Job"
+        and not obj.name
+        and service is not None
+        and any(template.labels.get("app.kubernetes.io/name") == service for template in pod_templates(obj))
+    )
 
 
 def check_training_failure_policy(obj: KubeObject, ctx: PolicyContext) -> Iterator[Finding]:
@@ -125,7 +145,7 @@ TRAINING_FAILURE_POLICY = Policy(
     enforcement=Enforcement.MANDATORY,
     remediation="Render the template from the stack's trainingJob settings (backoffLimit, remediation).",
     check=check_training_failure_policy,
-    uses=("training_job_name",),
+    uses=("training_job_name", "services"),
     tags=("reliability", "training"),
 )
 
@@ -173,6 +193,6 @@ TRAINING_AUTOLOG = Policy(
     enforcement=Enforcement.MANDATORY,
     remediation="Render the template from the stack's trainingJob settings (program or command, autolog).",
     check=check_training_autolog,
-    uses=("training_job_name",),
+    uses=("training_job_name", "services"),
     tags=("observability", "training"),
 )

@@ -22,6 +22,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,7 @@ from harness.prometheus import PrometheusServer, free_port
 from observability.config import ObservabilityConfig
 from observability.rules import rules_file_yaml
 from tests.e2e.test_live_prometheus import annotated_pods_prometheus, pod_target, wait_until
+from tests.e2e.test_real_training import _has_data, cockpit_queries
 
 pytestmark = pytest.mark.slow
 
@@ -256,3 +258,38 @@ def test_a_ddp_job_under_foxhunt_torchrun_reports_every_rank(live):
         operations = catalog.TRAINING_COLLECTIVE_OPERATIONS_TOTAL
         # DDP's gradient buckets every step, and the script's own all_reduce once an epoch
         assert live.value(operations, collective="all_reduce", **labels) >= result["steps"] + 2
+
+
+# The cockpit rows each auto-instrumented job feeds (the GPU rows need a GPU; rollbacks need the
+# remediation; fold, model-quality and epoch panels need the manual API's per-fold calls).
+COCKPIT_ROWS = {
+    "auto": ("Optimization", "Steps and Time", "Data Pipeline", "Checkpoints"),
+    "ppo": ("Optimization", "Steps and Time", "Reinforcement Learning (DQN, PPO)"),
+    "fit": ("Steps and Time", "Checkpoints"),
+    "study": ("Steps and Time", "Hyperparameter Search"),
+    "ddp": ("Steps and Time", "Distributed Ranks"),
+}
+# Panels of those rows a job cannot feed: why.
+NOT_FED = {
+    **{
+        (job, panel): "the remediation's series: a job with remediation on"
+        for job in ("auto", "fit")
+        for panel in ("Rollbacks (Non-Finite Training)", "Rollbacks and Restarts of $job_id")
+    },
+    ("ddp", "Jobs with Stragglers"): "a rank slower than the others (none here)",
+}
+
+
+@pytest.mark.parametrize("job", COCKPIT_ROWS)
+def test_the_training_cockpits_rows_return_data_for_each_auto_instrumented_job(live, job):
+    _done(live, job)
+    time.sleep(2)
+    missing = []
+    for row, query in cockpit_queries():
+        if row not in COCKPIT_ROWS[job] or (job, query.panel_title) in NOT_FED:
+            continue
+        expr = query.substituted.replace('job_id=~".*"', f'job_id="{job}"')
+        now = time.time()
+        if not _has_data(live.prometheus.api.query_range(expr, now - 300, now, "1s")):
+            missing.append(f"{row} / {query.panel_title} {query.ref_id}: {expr}")
+    assert not missing, "panels without data:\n" + "\n".join(missing)

@@ -10,7 +10,10 @@ Shapes (what the bottleneck verdict must say about each):
   the time split says compute, the GPUs' own evidence decides (busy or idle).
 
 The time split comes from the trainer library's documented context managers (`job.phase`); the
-model FLOPs per step from PyTorch's FLOP counter on the first step.
+model FLOPs per step from PyTorch's FLOP counter on the first step. `--seconds` ends the runs by
+themselves (each job finishes "completed" and logs its summary), `--epoch-steps N` records an epoch's
+losses every N steps, `--rank R --world-size W` makes the process rank R of W of each job, `--log`
+writes the trainer's log (logfmt) to stdout, and `--flush` waits for the final scrape at exit.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from foxhunt_trainer import TrainingMetrics
+from foxhunt_trainer import TrainingMetrics, configure_logging
+from foxhunt_trainer.ranks import RankInfo
 
 SHAPES = ("input", "compute", "checkpoint", "gpu")
 MAX_SECONDS = 180.0  # a run the test forgot to stop ends by itself
@@ -83,6 +87,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--run", action="append", required=True, help="SHAPE:JOB_ID[:GPU_UUID] (repeatable)")
     p.add_argument("--model-type", default="mlp")
     p.add_argument("--gpu-step-seconds", type=float, default=0.02, help="gpu shape: device time of a step")
+    p.add_argument("--seconds", type=float, default=MAX_SECONDS, help="each run's length")
+    p.add_argument("--epoch-steps", type=int, default=0, help="record an epoch's losses every N steps (0: never)")
+    p.add_argument("--rank", type=int, default=0)
+    p.add_argument("--world-size", type=int, default=1)
+    p.add_argument("--log", action="store_true", help="the trainer's log (logfmt) on stdout")
+    p.add_argument("--flush", action="store_true", help="wait for one more scrape at exit")
     return p
 
 
@@ -100,7 +110,8 @@ def model_for(shape: str) -> nn.Module:
     return Wide(32, 32, 1)
 
 
-def train(metrics: TrainingMetrics, model_type: str, run: str, stop: threading.Event, gpu_step_seconds: float) -> None:
+def train(metrics: TrainingMetrics, args: argparse.Namespace, run: str, stop: threading.Event) -> None:
+    model_type, gpu_step_seconds = args.model_type, args.gpu_step_seconds
     shape, job_id, *gpu = run.split(":")
     if shape not in SHAPES:
         raise SystemExit(f"unknown shape {shape!r}: expected one of {SHAPES}")
@@ -119,8 +130,12 @@ def train(metrics: TrainingMetrics, model_type: str, run: str, stop: threading.E
         return float(loss.item())
 
     batches = iter(loader(shape))
-    job = metrics.start_job(model_type, job_id, gpu_uuids=gpu)
-    deadline = time.monotonic() + MAX_SECONDS
+    rank = RankInfo(rank=args.rank, world_size=args.world_size)
+    job = metrics.start_job(model_type, job_id, gpu_uuids=gpu, rank=rank)
+    deadline = time.monotonic() + min(args.seconds, MAX_SECONDS)
+    held_out = next(batches)
+    losses: list[float] = []
+    epoch_started = time.monotonic()
     with job:
         with job.phase("data_wait"):
             x, y = next(batches)
@@ -131,8 +146,19 @@ def train(metrics: TrainingMetrics, model_type: str, run: str, stop: threading.E
             with job.phase("data_wait"):
                 x, y = next(batches)
             with job.phase("compute"):
-                step(x, y)
+                loss = step(x, y)
+            if args.epoch_steps:
+                losses.append(loss)
             done = job.record_step(samples=len(x))
+            if args.epoch_steps and done % args.epoch_steps == 0:
+                with job.phase("evaluation"), torch.no_grad():
+                    val = float(nn.functional.cross_entropy(model(held_out[0]), held_out[1]))
+                now = time.monotonic()
+                job.record_training_iteration(
+                    done // args.epoch_steps, sum(losses) / len(losses), val, now - epoch_started
+                )
+                losses.clear()
+                epoch_started = now
             if shape == "checkpoint":
                 path = checkpoints / f"step-{done}.pt"
                 with job.checkpoint(path, step=done, state=model.state_dict()):
@@ -142,6 +168,8 @@ def train(metrics: TrainingMetrics, model_type: str, run: str, stop: threading.E
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.log:
+        configure_logging("logfmt", "INFO")
     torch.set_num_threads(1)
     torch.manual_seed(0)
     host, _, port = args.listen.rpartition(":")
@@ -153,15 +181,15 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_term)
     metrics = TrainingMetrics()
     server = metrics.serve(int(port), host)
-    threads = [
-        threading.Thread(target=train, args=(metrics, args.model_type, run, stop, args.gpu_step_seconds), daemon=True)
-        for run in args.run
-    ]
+    threads = [threading.Thread(target=train, args=(metrics, args, run, stop), daemon=True) for run in args.run]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    server.close(final_scrape_wait=0)
+    if args.flush:
+        server.close()
+    else:
+        server.close(final_scrape_wait=0)
     return 0
 
 

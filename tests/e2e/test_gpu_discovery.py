@@ -28,13 +28,17 @@ def fake_nvml(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return load_harness().build_fake_nvml(tmp_path_factory.mktemp("fake-nvml"))  # type: ignore[no-any-return]
 
 
+MIG_A = "MIG-5c6d7e8f-aaaa-bbbb-cccc-000000000001"
+MIG_B = "MIG-5c6d7e8f-aaaa-bbbb-cccc-000000000002"
+
+
 def discover_in_a_container(
-    tmp_path: Path, lib_dir: Path | None, visible_devices: str | None
+    tmp_path: Path, lib_dir: Path | None, visible_devices: str | None, gpus: list[Any] | None = None
 ) -> tuple[dict[str, Any], str]:
     """`python -m foxhunt_trainer` as a container would run it: (its JSON, its log)."""
     harness = load_harness()
     config = tmp_path / "nvml.conf"
-    harness.FakeNvml(gpus=[harness.FakeGpu(uuid=UUID_A), harness.FakeGpu(uuid=UUID_B)]).write(config)
+    harness.FakeNvml(gpus=gpus or [harness.FakeGpu(uuid=UUID_A), harness.FakeGpu(uuid=UUID_B)]).write(config)
     env = harness.poller_env(lib_dir, config)
     env.pop("NVIDIA_VISIBLE_DEVICES", None)
     if visible_devices is not None:
@@ -56,6 +60,28 @@ def test_nvml_in_the_container_names_every_gpu_it_was_given(tmp_path: Path, fake
     found, log = discover_in_a_container(tmp_path, fake_nvml, "0,1")
     assert found == {"uuids": [UUID_A, UUID_B], "source": "nvml", "unattributed": ""}
     assert "unattributed" not in log
+
+
+def test_nvml_in_a_mig_container_names_the_mig_devices_not_their_parent(tmp_path: Path, fake_nvml: Path) -> None:
+    harness = load_harness()
+    parent = harness.FakeGpu(
+        uuid=UUID_A,
+        mig_mode=True,
+        migs={0: harness.mig(MIG_A, "1g.10gb", 7), 3: harness.mig(MIG_B, "3g.40gb", 2)},
+    )
+    found, _ = discover_in_a_container(tmp_path, fake_nvml, MIG_A, gpus=[parent, harness.FakeGpu(uuid=UUID_B)])
+    assert found == {"uuids": [MIG_A, MIG_B, UUID_B], "source": "nvml", "unattributed": ""}
+
+
+def test_mig_uuids_in_nvidia_visible_devices_are_used_and_the_legacy_form_is_not() -> None:
+    assert from_visible_devices(f"{MIG_A},{MIG_B}") == Discovery((MIG_A, MIG_B), Source.ENVIRONMENT)
+    legacy = from_visible_devices(f"MIG-{UUID_A}/1/0")
+    assert legacy.uuids == () and "legacy MIG identifier" in legacy.unattributed_reason
+    metrics = TrainingMetrics()
+    metrics.start_job("dqn", "job-mig", gpu_uuids=[MIG_A])
+    assert gpu_info_lines(metrics) == [
+        f'ml_training_job_gpu_info{{job_id="job-mig",model_type="dqn",uuid="{MIG_A}"}} 1.0'
+    ]
 
 
 def test_without_nvml_uuids_in_nvidia_visible_devices_are_used(tmp_path: Path) -> None:

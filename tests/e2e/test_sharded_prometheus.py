@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -37,13 +36,13 @@ from bench.fleet.live import NO_JOB, Target, targets
 from bench.fleet.query_timing import first_label_values
 from bench.fleet.series import MODEL_TYPES, job_id, node_name
 from bench.fleet.sharded_topology import TargetServers, Topology, hashmod, start_topology
+from bench.fleet.steady import SteadyFleet
 from bench.fleet.values import GPU_MEMORY_BYTES, Patterns
 from dashboards import build_all
 from dashboards.clusters import CLUSTER_LABEL, CLUSTER_VARIABLE
 from dashboards.global_tier import is_drilldown
 from dashboards.queries import panel_queries
 from foxhunt_trainer.contract import catalog
-from foxhunt_trainer.contract.catalog import MetricType
 from harness.prometheus import PrometheusApi
 from observability.config import ObservabilityConfig, RemoteWrite
 from observability.partials import SHARD_LABEL, is_partial
@@ -71,75 +70,6 @@ REL_TOLERANCE = 1e-9  # the same samples, summed in another order
 EXTERNAL = "cluster"
 
 
-def _counter_series() -> frozenset[str]:
-    names: set[str] = set()
-    for metric in catalog.ALL_METRICS:
-        if metric.type is MetricType.COUNTER:
-            names.add(metric.name)
-        elif metric.type is MetricType.HISTOGRAM:
-            names.update(metric.series_names)
-    return frozenset(names)
-
-
-class SteadyFleet:
-    """Pages of the fleet's targets: 404 until `open()`, then gauges at their first synthesized
-    value and counters growing linearly (histogram buckets keep their order: each grows in
-    proportion to its value).
-
-    Every sample carries its own timestamp, `AHEAD_SECONDS` after the scrape: a rule evaluated at
-    time T reads only samples scraped before T - AHEAD_SECONDS, which the shards have written to
-    the global tier by then, so a global-tier rule sees exactly what the reference's sees. (A real
-    global tier evaluates up to the remote-write delay behind; here that would only blur the
-    comparison.)
-    """
-
-    def __init__(self, fleet: list[Target]) -> None:
-        counters = _counter_series()
-        self._lines = [
-            [(prefix, float(values[0]), prefix.split("{", 1)[0] in counters) for prefix, values in t.lines]
-            for t in fleet
-        ]
-        self._opened: float | None = None
-        self._phases: dict[int, float] = {}
-        self._lock = threading.Lock()
-
-    def set_first(self, target: int, series: str, value: float) -> None:
-        """Give the first `series` of a target this value (to make an alert fire)."""
-        lines = self._lines[target]
-        index = next(i for i, (prefix, _, _) in enumerate(lines) if prefix.startswith(series + "{"))
-        prefix, _, counter = lines[index]
-        lines[index] = (prefix, value, counter)
-
-    def set_all(self, series: str, value: float) -> None:
-        for lines in self._lines:
-            for i, (prefix, _, counter) in enumerate(lines):
-                if prefix.startswith(series + "{"):
-                    lines[i] = (prefix, value, counter)
-
-    def open(self) -> None:
-        with self._lock:
-            self._opened = time.time()
-
-    def page(self, index: int) -> bytes | None:
-        now = time.time()
-        with self._lock:
-            opened = self._opened
-            # Every server scrapes a target at the same phase, milliseconds apart: their scrapes
-            # fall on the same point of the interval's grid through the target's first scrape, which
-            # decides whether the fleet is open yet and is the samples' timestamp.
-            phase = self._phases.setdefault(index, now)
-        grid = phase + round((now - phase) / INTERVAL) * INTERVAL
-        if opened is None or grid < opened or index < 0:
-            return None
-        at = grid + AHEAD_SECONDS
-        growth = 1.0 + (at - opened) / RAMP_SECONDS
-        stamp = round(at * 1000)
-        return "".join(
-            f"{prefix}{value * growth if counter else value!r} {stamp}\n"
-            for prefix, value, counter in self._lines[index]
-        ).encode()
-
-
 def _first(fleet: list[Target], service: str) -> int:
     return next(i for i, t in enumerate(fleet) if t.labels.get("service") == service)
 
@@ -163,7 +93,7 @@ JOB_LABELLED_GPU_ALERTS = ("GPUMemoryExhausted", "GPUErrorsDetected")
 @pytest.fixture(scope="module")
 def topology(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Topology, list[Target]]]:
     fleet = targets(CFG, SHAPE, Patterns(1, INTERVAL, int(time.time())))
-    steady = SteadyFleet(fleet)
+    steady = SteadyFleet(fleet, INTERVAL, AHEAD_SECONDS, RAMP_SECONDS)
     # Make alerts of both tiers fire: a NaN in one job, a GPU error and a full GPU on the first node,
     # whose GPUs the first job holds, and a GPU error on the last node, whose GPUs no job holds
     # (shard tier); training data two days old (global tier).

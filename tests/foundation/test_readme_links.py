@@ -32,10 +32,41 @@ def _anchors(path: Path) -> set[str]:
     return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
 
 
-def test_the_readme_starts_with_the_two_commands_and_deploying_for_real() -> None:
+def test_the_readme_first_screen_says_what_each_audience_runs() -> None:
     first = "\n".join(README.splitlines()[:FIRST_SCREEN_LINES])
-    assert "make render" in first and "make test" in first
-    assert "## Deploying for real" in first and "pulumi up --policy-pack policy" in first
+    # the platform team: render, preview, up (and where the rest of the deployment is)
+    assert "make render STACK=" in first and "(#deploying-for-real-platform-team)" in first
+    assert "pulumi preview --policy-pack policy" in first and "pulumi up --policy-pack policy" in first
+    assert "## Deploying for real (platform team)" in README and "pulumi up --policy-pack policy" in section(
+        "Deploying for real (platform team)", "README.md"
+    )
+    # the ML engineer: the wheel in the image, nothing in the cluster, foxhunt-run locally, where it shows
+    assert "wheel in the training image" in first and "nothing to" in first and "`foxhunt-run`" in first
+    assert "`foxhunt-run python train.py`" in first and "training cockpit" in first and "manual API" in first
+    # the contributor, and the two set-up commands
+    assert "`make check`" in first and "`make test`" in first
+    assert "## Run it: two commands" in first and "make render  " in first and "make test  " in first
+
+
+# The integrations table: each row's callable exists where docs/trainer.md says it lives.
+INTEGRATION_CALLS = {
+    "`watch(job, model, optimizer)`": ("torch.py", "def watch("),
+    "`instrument_rank(job)`": ("torch_distributed.py", "def instrument_rank("),
+    "`MetricsCallback(job)` in `Trainer(callbacks=...)`": ("lightning.py", "class MetricsCallback("),
+    "`MetricsCallback(job)` in `learn(callback=...)`": ("sb3.py", "class MetricsCallback("),
+    "`StudyMonitor(job, study)`": ("optuna.py", "class StudyMonitor"),
+}
+
+
+def test_the_integrations_table_names_every_framework_and_calls_that_exist() -> None:
+    table = section("Integrations", "README.md")
+    assert "| framework | what to call | what it reports |" in table
+    for call, (module, definition) in INTEGRATION_CALLS.items():
+        assert call in table, call
+        source = (REPO_ROOT / "foxhunt_trainer" / "integrations" / module).read_text()
+        assert definition in source, (module, definition)
+    for name in ("plain PyTorch", "`torch.distributed`", "PyTorch Lightning", "Stable-Baselines3", "Optuna"):
+        assert f"| {name}" in table, name
 
 
 def test_every_relative_link_of_the_readme_and_the_docs_resolves() -> None:

@@ -26,7 +26,7 @@ from infra.settings import (
 from infra.settings.sections import CONFIG_FIELDS, SETTINGS, SETTINGS_FIELDS, setting
 from infra.stacks import STACKS
 from observability.config import RemoteWrite
-from observability.rules import goodput, rules_file_yaml
+from observability.rules import goodput, jobs, rules_file_yaml
 
 
 def stack_entries(stack: str) -> dict[str, Any]:
@@ -121,6 +121,14 @@ BAD_CONFIGS = [
     ("shards-fraction", {"prometheus": {"shards": 2.5}}, "prometheus.shards = 2.5: expected a whole number from 1 to 64"),
     ("shards-typo", {"prometheus": {"shard": 2}}, "prometheus.shard is not a known setting"),
     ("remote-write-mode", {"prometheus": {"shards": 2, "remoteWrite": "partials"}}, "prometheus.remoteWrite = 'partials': expected one of 'all', 'aggregates'"),
+    ("replicas-zero", {"prometheus": {"replicas": 0}}, "prometheus.replicas = 0: expected a whole number from 1 to 10"),
+    ("replica-label-reserved", {"prometheus": {"replicaLabel": "__replica__"}}, "prometheus.replicaLabel = '__replica__': expected a label name of its own (not starting with __"),
+    ("replica-label-a-target-label", {"prometheus": {"replicaLabel": "instance"}}, "prometheus.replicaLabel = 'instance': expected a label name of its own"),
+    ("replica-label-not-a-name", {"prometheus": {"replicaLabel": "replica-id"}}, "prometheus.replicaLabel = 'replica-id': expected a Prometheus label name"),
+    ("alertmanager-replicas-text", {"alertmanager": {"replicas": "3"}}, "alertmanager.replicas = '3': expected a whole number from 1 to 10 written without quotes"),
+    ("alertmanager-peers-not-one-per-replica", {"alertmanager": {"replicas": 3, "peers": ["am-0:9093"]}}, "alertmanager.peers = [\"am-0:9093\"]: expected a list of 3 host:port addresses, one per replica"),
+    ("alertmanager-peer-no-port", {"alertmanager": {"replicas": 2, "peers": ["am-0:9093", "am-1"]}}, "alertmanager.peers[1] = 'am-1': expected host:port"),
+    ("alertmanager-typo", {"alertmanager": {"replica": 3}}, "alertmanager.replica is not a known setting"),
     ("cluster-not-a-dns-label", {"cluster": "EU_1"}, "cluster = 'EU_1': expected a DNS-1123 label"),
     ("clusters-without-this-one", {"cluster": "eu-1", "prometheus": {"clusters": ["us-1"]}}, "prometheus.clusters = [\"us-1\"]: expected a list that includes this stack's cluster 'eu-1'"),
     ("remote-write-not-a-url", {"prometheus": {"shards": 2, "remoteWriteUrl": "global:9090"}}, "prometheus.remoteWriteUrl = 'global:9090': expected a URL"),
@@ -136,6 +144,7 @@ BAD_CONFIGS = [
     ("checkpoint-price-negative", {"checkpointStoragePricePerGBMonth": -0.02}, "checkpointStoragePricePerGBMonth = -0.02: expected a price: a number of at least 0"),
     ("checkpoint-retention-zero", {"checkpointRetentionDays": 0}, "checkpointRetentionDays = 0: expected a number of days above 0 and at most 3650"),
     ("checkpoint-retention-alone", {"checkpointStoragePricePerGBMonth": None, "checkpointRetentionDays": 7}, "checkpointStoragePricePerGBMonth is missing: checkpointStoragePricePerGBMonth and checkpointRetentionDays are set together"),
+    ("mig-cost-unknown", {"migCost": "by_memory"}, "migCost = 'by_memory': expected one of 'compute_share', 'whole_gpu'"),
 ]  # fmt: skip
 
 
@@ -316,6 +325,22 @@ def test_shards_and_clusters_reach_the_observability_config() -> None:
     assert cfg.remote_write is RemoteWrite.AGGREGATES and load().observability_config().remote_write is RemoteWrite.ALL
 
 
+def test_replicas_and_the_alertmanager_cluster_reach_the_observability_config() -> None:
+    dev = load().observability_config()
+    assert (dev.prometheus_replicas, dev.alertmanager_replicas, dev.replica_label) == (1, 1, "prometheus_replica")
+    assert dev.alertmanager_peers == ("alertmanager-main-0.alertmanager-operated.monitoring-dev.svc:9093",)
+    for stack, prometheus, alertmanager in (("staging", 2, 3), ("prod", 2, 3)):
+        cfg = load(stack).observability_config()
+        assert (cfg.prometheus_replicas, cfg.alertmanager_replicas) == (prometheus, alertmanager), stack
+        assert len(cfg.alertmanager_peers) == alertmanager and len(set(cfg.alertmanager_peers)) == alertmanager
+    given = load(
+        prometheus={"replicas": 3, "replicaLabel": "replica"},
+        alertmanager={"replicas": 2, "peers": ["a:9093", "b:9093"]},
+    )
+    cfg = given.observability_config()
+    assert (cfg.prometheus_replicas, cfg.replica_label, cfg.alertmanager_peers) == (3, "replica", ("a:9093", "b:9093"))
+
+
 def test_prices_reach_the_observability_config() -> None:
     cfg = load("prod").observability_config()
     assert cfg.currency == "USD" and cfg.energy_price_per_kwh == 0.12 and cfg.gpu_hourly_cost_default == 2.0
@@ -338,6 +363,16 @@ def test_checkpoint_storage_prices_reach_the_config_and_the_rules() -> None:
     kept = load(checkpointStoragePricePerGBMonth=0.05, checkpointRetentionDays=60).observability_config()
     per_byte = 0.05 / goodput.BYTES_PER_GB * (60 * 86400 / goodput.SECONDS_PER_MONTH)
     assert f"model_type_job_id:ml_checkpoint_written_bytes:sum * {per_byte:.17g}" in rules_file_yaml(kept)
+
+
+def test_mig_cost_reaches_the_config_and_the_rules() -> None:
+    assert load("dev").observability_config().mig_cost == "compute_share"
+    whole = load(migCost="whole_gpu").observability_config()
+    assert whole.mig_cost == "whole_gpu"
+    hourly = next(r for r in jobs.cost_rules(whole) if r.record == jobs.JOB_HOURLY_COST)
+    assert jobs.HELD_SM_SHARE.record not in hourly.expr and "whole GPU's price" in hourly.help
+    shared = next(r for r in jobs.cost_rules(load("dev").observability_config()) if r.record == jobs.JOB_HOURLY_COST)
+    assert jobs.HELD_SM_SHARE.record in shared.expr
 
 
 def test_every_field_is_filled_by_one_registered_parser_and_the_known_keys_are_the_parsers_keys() -> None:

@@ -13,6 +13,7 @@ import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -466,4 +467,131 @@ from poller.nvml_source import NvmlSource
 counters = ErrorCounters()
 shared = SharedPass(NvmlSource(counters), counters, min_interval=0.0)
 print(TextPageWriter("n").render(shared.latest(), counters.snapshot()).decode())
+"""
+
+
+# --- a trainer metric: its catalog entry, its client and method, its panel, its test ---------------
+LOSS_SCALE_METRIC = """TRAINING_LOSS_SCALE = Metric(
+    "ml_training_loss_scale",
+    MetricType.GAUGE,
+    "",
+    "Loss scale of mixed-precision training (the gradient scaler's) at the latest step.",
+    JOB,
+    _T,
+)
+"""
+LOSS_SCALE_METHOD = '''    def set_loss_scale(self, scale: float) -> None:
+        """Mixed precision's loss scale (`ml_training_loss_scale`): it halves at every overflow."""
+        self._m.loss_scale.labels(**self._job).set(scale)
+
+'''
+LOSS_SCALE_PANEL = """
+
+def loss_scale(job: tuple[str, ...], *, w: int) -> PanelBuilder:
+    return per_job(
+        "Loss Scale",
+        "Mixed-precision loss scale of $job_id: a scale that keeps halving means gradients overflow.",
+        catalog.TRAINING_LOSS_SCALE,
+        "none",
+        job,
+        w=w,
+        min=0,
+        legend="{{job_id}}",
+    )
+"""
+LOSS_SCALE_TEST = '''"""The loss scale a job reports is on its page, under the job's labels."""
+
+from foxhunt_trainer import TrainingMetrics
+from foxhunt_trainer.contract import catalog
+from tests.trainer.test_job_lifecycle import value
+
+
+def test_the_loss_scale_is_on_the_page() -> None:
+    metrics = TrainingMetrics()
+    job = metrics.start_job("tft", "amp-1")
+    job.set_loss_scale(32768.0)
+    assert value(metrics, catalog.TRAINING_LOSS_SCALE.name, model_type="tft", job_id="amp-1") == 32768.0
+'''
+OPTIMIZATION_ROW_END = "            learning.gradient_norm(job, w=8),\n"
+
+
+def test_adding_a_trainer_metric_is_its_entry_its_method_its_panel_and_its_test(repo: Path) -> None:
+    edit(repo, "foxhunt_trainer/contract/catalog.py", "TRAINING_HYPERPARAMETERS_INFO = Metric(", LOSS_SCALE_METRIC)
+    edit(repo, "foxhunt_trainer/training.py", "        self.gradient_norm = g(catalog.TRAINING_GRADIENT_NORM)\n",
+         "        self.loss_scale = g(catalog.TRAINING_LOSS_SCALE)\n", before=False)  # fmt: skip
+    edit(repo, "foxhunt_trainer/training.py", "    def set_learning_rates(self, rates: Mapping[str, float]) -> None:\n",
+         LOSS_SCALE_METHOD)  # fmt: skip
+    topic = repo / "dashboards" / "panels" / "learning.py"
+    topic.write_text(topic.read_text() + LOSS_SCALE_PANEL)
+    edit(repo, "dashboards/training_cockpit.py", OPTIMIZATION_ROW_END, "            learning.loss_scale(job, w=24),\n",
+         before=False)  # fmt: skip
+    (repo / "tests" / "trainer" / "test_loss_scale.py").write_text(LOSS_SCALE_TEST)
+    assert changed_files(repo) == {
+        "foxhunt_trainer/contract/catalog.py",
+        "foxhunt_trainer/training.py",
+        "dashboards/panels/learning.py",
+        "dashboards/training_cockpit.py",
+        "tests/trainer/test_loss_scale.py",
+    }
+    render_all_and_test(
+        repo,
+        "tests/trainer/test_loss_scale.py",
+        "tests/foundation/test_catalog.py",
+        "tests/dashboards/test_catalog_references.py",
+        "tests/dashboards/test_panel_topics.py",
+    )
+    board = json.loads((repo / "rendered" / "dev" / "dashboards" / "foxhunt-training-cockpit.json").read_text())
+    panels = [q for p in board["panels"] for q in (p, *p.get("panels", []))]
+    (panel,) = [p for p in panels if p["title"] == "Loss Scale"]
+    assert any("ml_training_loss_scale" in t["expr"] for t in panel["targets"])
+    assert "ml_training_loss_scale" in (repo / "dashboards" / "README.md").read_text()  # make generate lists it
+
+
+# --- the stack's auto-instrumentation turned off ---------------------------------------------------
+def test_turning_auto_instrumentation_off_is_one_setting_and_the_policy_follows(repo: Path) -> None:
+    path = repo / "Pulumi.dev.yaml"
+    assert path.read_text().count("    autolog: true\n") == 1
+    path.write_text(path.read_text().replace("    autolog: true\n", "    autolog: false\n"))
+    assert changed_files(repo) == {"Pulumi.dev.yaml"}
+    ci(repo, *STACK_POLICY_TESTS, "tests/infra/test_training_job_autolog.py")
+
+    def trainer(stack: str) -> dict[str, Any]:
+        namespace = yaml.safe_load((repo / f"Pulumi.{stack}.yaml").read_text())["config"][
+            "foxhunt-observability:namespaces"
+        ]["training"]
+        job = yaml.safe_load((repo / "rendered" / stack / "kubernetes" / f"job_{namespace}_training-job-template.yaml")
+                             .read_text())  # fmt: skip
+        (container,) = job["spec"]["template"]["spec"]["containers"]
+        return dict(container)
+
+    off, on = trainer("dev"), trainer("prod")
+    # the program itself runs, FOXHUNT_AUTOLOG says off; the other stacks keep foxhunt-run
+    assert [off["command"], off["args"]] == [["python"], ["-m", "train_baseline_rl"]]
+    assert [on["command"], on["args"]] == [["foxhunt-run"], ["python", "-m", "train_baseline_rl"]]
+    env = {e["name"]: e.get("value") for e in off["env"]}
+    assert env["FOXHUNT_AUTOLOG"] == "off"
+    # the policy follows the setting: the same unwrapped command with the stack's switch on is refused
+    python = str(repo / ".venv" / "bin" / "python")
+    out = run(repo, python, "-c", AUTOLOG_POLICY_ON_THE_OFF_RENDER)
+    assert "runs 'python' with FOXHUNT_AUTOLOG=on" in out, out
+
+
+# The dev render with autolog off, its switch set back on by hand: what training-job-autolog says.
+AUTOLOG_POLICY_ON_THE_OFF_RENDER = """
+from infra.offline import render
+from infra.offline.policy_context import context_from_settings, rendered_objects
+from policy.engine import evaluate
+from policy.rules.training_jobs import TRAINING_AUTOLOG
+result = render.render_stack("dev")
+assert not evaluate(rendered_objects(result), context_from_settings(result.settings), [TRAINING_AUTOLOG])
+objects = rendered_objects(result)
+for obj in objects:
+    if obj.kind in ("CronJob", "Job"):
+        spec = obj.manifest["spec"]
+        pod = (spec["jobTemplate"]["spec"] if obj.kind == "CronJob" else spec)["template"]
+        for entry in pod["spec"]["containers"][0]["env"]:
+            if entry["name"] == "FOXHUNT_AUTOLOG":
+                entry["value"] = "on"
+for violation in evaluate(objects, context_from_settings(result.settings), [TRAINING_AUTOLOG]):
+    print(violation.message())
 """

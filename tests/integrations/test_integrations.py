@@ -128,3 +128,22 @@ def test_a_lightning_checkpoint_that_cannot_be_written_counts_as_a_failed_save(t
     text = render_text(metrics.registry).decode()
     assert 'ml_checkpoint_save_failures_total{error_type="io_error",job_id="j",model_type="tft"} 1.0' in text
     assert 'ml_checkpoint_saves_total{job_id="j",model_type="tft"} 0.0' in text
+
+
+def test_a_lightning_fit_tells_the_job_its_planned_steps_and_epochs(tmp_path):
+    metrics = TrainingMetrics()
+    handle = metrics.start_job("tft", "planned", gpu_uuids=[])
+    trainer = pl.Trainer(
+        max_epochs=3,
+        callbacks=[LightningCallback(handle)],
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        accelerator="cpu",
+        default_root_dir=tmp_path,
+    )
+    trainer.fit(Tiny(), DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8)), batch_size=4))
+    state = handle.run_state()
+    assert (handle.steps_planned, handle.epochs_planned) == (6, 3)  # 2 batches a epoch, 3 epochs
+    assert state.steps == 6 and state.steps_planned == 6

@@ -436,6 +436,18 @@ def _plain_configmap(data: dict[str, str]) -> Callable[[Stack], None]:
     return mutate
 
 
+def _prometheus_resource(**spec: Any) -> Callable[[Stack], None]:
+    def mutate(stack: Stack) -> None:
+        stack["prometheus"] = {
+            "apiVersion": "monitoring.coreos.com/v1",
+            "kind": "Prometheus",
+            "metadata": {"name": "k8s", "namespace": "monitoring-dev", "labels": labels("prometheus")},
+            "spec": spec,
+        }
+
+    return mutate
+
+
 CASES: tuple[Case, ...] = (
     # --- pod-security-restricted -----------------------------------------------------------------
     Case("privileged", "pod-security-restricted", _set([*CONTAINER, "securityContext", "privileged"], True),
@@ -597,6 +609,12 @@ CASES: tuple[Case, ...] = (
               "groups:\n- name: g\n  rules:\n  - alert: A\n    expr: up == 0\n    labels: {severity: warning}\n"
               "    annotations: {description: d, runbook_url: 'https://x.invalid/r#a'}\n", key="rules-file"),
          "data[foxhunt-ml.rules.yaml].groups[g].rules[A].annotations.summary", "has no summary"),
+    # --- Prometheus replicas ------------------------------------------------------------------------
+    Case("replicas-without-label", "prometheus-replicas", _prometheus_resource(replicas=2, replicaExternalLabelName=""),
+         "spec.replicaExternalLabelName", "2 replicas carry no replica label"),
+    Case("replica-label-overridden", "prometheus-replicas",
+         _prometheus_resource(replicas=2, externalLabels={"cluster": "dev", "prometheus_replica": "one"}),
+         "spec.externalLabels.prometheus_replica", "to one value for every replica"),
     # --- plaintext secrets -----------------------------------------------------------------------------
     Case("secret-url-password", "no-plaintext-secrets",
          _plain_configmap({"import.sh": "curl -X POST http://admin:foxhunt123@localhost:3000/api/dashboards/db"}),

@@ -5,16 +5,33 @@ on plain dicts and on read-only Mappings/tuples (what the Pulumi analyzer passes
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
+from typing import Any
 
 import pytest
+import yaml
 
 from infra import REPO_ROOT
+from infra.components.alert_rules import RULE_FILES
+from observability.config import ObservabilityConfig
+from observability.prometheus_config import operator_specs, server_configs
 from policy import engine
 from policy.engine import check_files, check_stack_file, evaluate, mandatory
 from policy.rules import ALL_POLICIES, policy_by_id
 from policy.rules.containers import split_image
+from policy.rules.replicas import OPERATOR_SPECS
+from policy.rules.training_jobs import TRAINING_AUTOLOG
 from policy.vocabulary import Enforcement, Finding, KubeObject, Policy, PolicyContext
-from tests.policy.fixtures import CASES, CONTEXT, DATASOURCES_YAML, compliant_stack, dashboard, objects, readonly
+from tests.policy.fixtures import (
+    CASES,
+    CONTEXT,
+    DATASOURCES_YAML,
+    compliant_stack,
+    dashboard,
+    labels,
+    objects,
+    readonly,
+)
 
 WRAPS = {"dict": lambda m: m, "readonly": readonly}
 
@@ -272,3 +289,69 @@ def test_file_and_stack_file_checks_come_from_the_one_registry(monkeypatch):
     assert [v.policy for v in engine.check_stack_file("Pulumi.dev.yaml", "config: {}\n")] == ["probe-files"]
     with_files = {p.id for p in ALL_POLICIES if p.file_check is not None}
     assert {"alert-rule-annotations", "no-plaintext-secrets"} <= with_files
+
+
+def test_replicated_prometheus_configs_carry_the_replica_label_and_alerts_drop_it():
+    """The rendered configs of an HA stack pass; a replica without its label, replicas sharing one
+    value, alerts keeping the label, or no Alertmanager are each reported on the file at fault."""
+    cfg = ObservabilityConfig(
+        shards=2, prometheus_replicas=2, cluster="dev", alertmanager_peers=("am-0:9093", "am-1:9093")
+    )
+    files = {
+        f"prometheus/{name}": text
+        for name, text in server_configs(cfg, ["training-dev"], "http://global:9090/api/v1/write", RULE_FILES).items()
+    }
+    assert "prometheus/prometheus-shard-1-replica-1.yml" in files
+    assert check_files(files) == []
+
+    def edited(name: str, edit: Callable[[dict[str, Any]], None]) -> dict[str, str]:
+        document = yaml.safe_load(files[name])
+        edit(document)
+        return {**files, name: yaml.safe_dump(document)}
+
+    replica = "prometheus/prometheus-shard-0-replica-1.yml"
+    cases = {
+        "no replica label": edited(replica, lambda d: d["global"]["external_labels"].pop("prometheus_replica")),
+        "one value for both": edited(
+            replica, lambda d: d["global"]["external_labels"].update(prometheus_replica="replica-0")
+        ),
+        "alerts keep it": edited(replica, lambda d: d["alerting"].pop("alert_relabel_configs")),
+        "no Alertmanager": edited(replica, lambda d: d["alerting"].pop("alertmanagers")),
+    }
+    problems = {
+        "no replica label": "carries no replica label",
+        "one value for both": "carries no replica label",
+        "alerts keep it": "alerts keep the replica label prometheus_replica",
+        "no Alertmanager": "sends its alerts to no Alertmanager",
+    }
+    for case, broken in cases.items():
+        found = [v for v in check_files(broken) if v.policy == "prometheus-replicas"]
+        assert found and all(problems[case] in v.message() for v in found), (case, [v.message() for v in found])
+        assert replica in {v.subject for v in found}, case
+    specs = {OPERATOR_SPECS: yaml.safe_dump(operator_specs(cfg, {"release": "x"}, "http://global/api/v1/write"))}
+    assert check_files(specs) == []
+    no_label = yaml.safe_load(specs[OPERATOR_SPECS])
+    no_label["prometheus-shards"]["replicaExternalLabelName"] = ""
+    found = check_files({OPERATOR_SPECS: yaml.safe_dump(no_label)})
+    assert [v.policy for v in found] == ["prometheus-replicas"], found
+
+
+def test_a_job_made_from_the_training_template_is_held_to_it_by_its_pods() -> None:
+    """The rendered Job file has only a generateName: it is the training template's by its pods'
+    service, and a Job of other pods is not."""
+    stack = compliant_stack()
+    template = stack["training-job"]
+    job_file = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"generateName": "dqn-training-", "namespace": "training-dev", "labels": labels("training-job")},
+        "spec": copy.deepcopy(template["spec"]["jobTemplate"]["spec"]),
+    }
+    (container,) = job_file["spec"]["template"]["spec"]["containers"]
+    del container["command"], container["args"]  # the image's entrypoint with FOXHUNT_AUTOLOG=on
+    violations = evaluate(objects({"training-job-file": job_file}), CONTEXT, [TRAINING_AUTOLOG])
+    assert [(v.subject, v.path) for v in violations] == [
+        ("Job training-dev/", "spec.template.spec.containers[trainer].command")
+    ], violations
+    job_file["spec"]["template"]["metadata"]["labels"] = labels("batch-export")
+    assert evaluate(objects({"training-job-file": job_file}), CONTEXT, [TRAINING_AUTOLOG]) == []

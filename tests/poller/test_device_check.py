@@ -92,3 +92,33 @@ def test_without_nvidia_smi_it_says_there_is_no_gpu_and_exits_2(
     assert result.returncode == 2
     assert "no no-such-nvidia-smi on PATH: this machine has no NVIDIA driver to check against" in result.stdout
     assert not (tmp_path / "BENCHMARKS.md").exists()
+
+
+def test_mig_devices_of_a_gpu_already_in_mig_mode_are_compared_with_nvidia_smi(
+    harness: ModuleType, fake_nvml_lib: Path, nvml_config: Path, tmp_path: Path
+) -> None:
+    migs = {
+        0: harness.mig("MIG-aaaaaaaa-0000-0000-0000-000000000001", "3g.40gb", 2),
+        4: harness.mig("MIG-aaaaaaaa-0000-0000-0000-000000000002", "1g.10gb", 9),
+    }
+    parent = harness.FakeGpu(mig_mode=True, migs=migs, errors={"utilization": 3})
+    harness.FakeNvml(gpus=[parent, harness.FakeGpu(name="NVIDIA A100-SXM4-80GB", gpm_supported=False)]).write(
+        nvml_config
+    )
+    result = run_check(harness, fake_nvml_lib, nvml_config, tmp_path, "--load", "none")
+    report = result.stdout
+    assert result.returncode == 0, report + result.stderr
+    assert "[ok] MIG devices: poller 2, nvidia-smi -L 2 on 1 GPU(s) in MIG mode" in report
+    assert "profile 3g.40gb / 3g.40gb" in report and "profile 1g.10gb / 1g.10gb" in report
+    assert "MIG devices (GPUs already in MIG mode) | 2" in (tmp_path / "BENCHMARKS.md").read_text()
+    # this machine's PyTorch has no CUDA: said, not failed
+    assert "[--] no PyTorch with CUDA: two processes on one GPU not checked" in report
+
+
+def test_without_a_gpu_in_mig_mode_it_says_so_and_changes_nothing(
+    harness: ModuleType, fake_nvml_lib: Path, two_gpus: Path, tmp_path: Path
+) -> None:
+    before = two_gpus.read_text()
+    result = run_check(harness, fake_nvml_lib, two_gpus, tmp_path, "--load", "none")
+    assert "[--] no GPU is in MIG mode (the check never changes a GPU's mode): MIG devices not checked" in result.stdout
+    assert two_gpus.read_text() == before

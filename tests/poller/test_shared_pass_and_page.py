@@ -18,11 +18,13 @@ from harness.reference_collector import GpuCollector, build_families
 from poller.error_counters import ErrorCounters
 from poller.exported_metrics import ERROR_TYPES, FAILURE_REASONS, GPU_GAUGES
 from poller.metrics_page import TextPageWriter
-from poller.samples import DriverInfo, GpuIdentity, GpuSample, PassResult, unidentified_gpu
+from poller.samples import DriverInfo, GpuIdentity, GpuSample, MigInfo, PassResult, unidentified_gpu
 from poller.shared_pass import SharedPass
 
 GPU0 = GpuIdentity(0, "GPU-aaaa", "NVIDIA A100-SXM4-80GB")
 GPU1 = GpuIdentity(1, 'GPU-bb"b\\', 'Odd "name"\nwith newline')
+# A MIG device of GPU 0 (slot 2, profile 3g.40gb): its own UUID, its parent's index and product name.
+MIG0 = GpuIdentity(0, "MIG-cccc", "NVIDIA A100-SXM4-80GB", MigInfo(2, "GPU-aaaa", "3g.40gb", 2, 3 / 7))
 
 
 class StubSource:
@@ -163,11 +165,27 @@ def make_page_inputs() -> tuple[PassResult, ErrorCounters]:
         nvml_up=True,
         started_at=10.0,
         finished_at=10.0021,
-        samples=(full_sample(GPU0), partial),
+        samples=(full_sample(GPU0), partial, GpuSample(MIG0, memory_used_bytes=7, memory_total_bytes=42_949_672_960)),
         driver=DriverInfo("550.54.15", "12.550.54.15", "12.4"),
         enumerated=3,
     )
     return result, counters
+
+
+def test_a_mig_device_is_a_gpu_of_its_own_with_its_parent_and_profile() -> None:
+    result, counters = make_page_inputs()
+    page = parsed(TextPageWriter("node-1").render(result, counters.snapshot()).decode())
+    mig = (("gpu_id", "0/2"), ("gpu_name", "NVIDIA A100-SXM4-80GB"), ("node", "node-1"), ("uuid", "MIG-cccc"))
+    assert page[(catalog.GPU_MEMORY_USED_BYTES.name, mig)] == 7
+    assert page[(catalog.GPU_MIG_SM_SHARE_RATIO.name, mig)] == pytest.approx(3 / 7)
+    info = tuple(sorted((*mig, ("parent_gpu_id", "0"), ("parent_uuid", "GPU-aaaa"), ("profile", "3g.40gb"))))
+    assert page[(catalog.GPU_MIG_DEVICE_INFO.name, info)] == 1
+    # the whole GPUs keep no MIG series, and a MIG device is not a GPU answering for GPUsNotAnswering
+    assert [key for key in page if key[0] == catalog.GPU_MIG_DEVICE_INFO.name] == [
+        (catalog.GPU_MIG_DEVICE_INFO.name, info)
+    ]
+    assert page[(catalog.GPU_POLLER_DEVICES.name, (("node", "node-1"),))] == 2
+    assert (catalog.GPU_UTILIZATION_PERCENT.name, mig) not in page
 
 
 def test_text_writer_and_prometheus_client_collector_agree() -> None:

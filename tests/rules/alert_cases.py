@@ -17,6 +17,7 @@ from observability.rules import jobs, recording
 from observability.thresholds import DEFAULT_THRESHOLDS, Thresholds
 from tests.rules.distributed_cases import DISTRIBUTED_RECORD_CASES, distributed_cases
 from tests.rules.goodput_cases import efficiency_alert_cases, goodput_record_cases
+from tests.rules.ha_cases import HA_RECORD_CASES, ha_cases
 from tests.rules.health_cases import HEALTH_CASES, threshold_health_cases
 from tests.rules.promtool_harness import (
     Case,
@@ -34,6 +35,7 @@ from tests.rules.promtool_harness import (
     series,
     values,
 )
+from tests.rules.shared_gpu_cases import SHARED_GPU_RECORD_CASES, shared_gpu_alert_cases
 
 S = 15  # scrape interval of the default config (seconds)
 CFG = ObservabilityConfig()
@@ -1011,9 +1013,11 @@ def alert_cases(th: Thresholds = DEFAULT_THRESHOLDS) -> tuple[Case, ...]:
         # --- ml_monitoring_health (and the lost-at-first-pass GPU): tests/rules/health_cases.py -------
         *HEALTH_CASES,
         *threshold_health_cases(th),
+        *ha_cases(th),
         *recovery_cases(th),
         *efficiency_alert_cases(th),
         *distributed_cases(th),
+        *shared_gpu_alert_cases(),
     )
 
 
@@ -1132,6 +1136,11 @@ _PRICE = dict(CFG.gpu_hourly_cost)
 _JOB1_HOURLY = _PRICE["NVIDIA H100 80GB HBM3"] + _PRICE["NVIDIA H100 80GB HBM3"]
 _JOB2_HOURLY = CFG.gpu_hourly_cost_default
 _PER_RECORD: dict[str, tuple[tuple[dict[str, str], float], ...]] = {
+    jobs.GPU_HOLDERS.record: tuple(({"uuid": gpu["uuid"]}, 1) for gpu in (GPU0, GPU_OTHER_NODE, A100)),
+    jobs.HELD.record: (_held(GPU0, JOB_1, 1), _held(GPU_OTHER_NODE, JOB_1, 1), _held(A100, JOB_2, 1)),
+    jobs.HELD_SM_SHARE.record: (_held(GPU0, JOB_1, 1), _held(GPU_OTHER_NODE, JOB_1, 1), _held(A100, JOB_2, 1)),
+    jobs.FLEET_MIG_HELD.record: (({}, 0),),
+    jobs.FLEET_SHARED.record: (({}, 0),),
     jobs.HELD_UTILIZATION.record: (_held(GPU0, JOB_1, 20), _held(GPU_OTHER_NODE, JOB_1, 40), _held(A100, JOB_2, 90)),
     jobs.HELD_MEMORY_RATIO.record: (
         _held(GPU0, JOB_1, 0.5),
@@ -1275,7 +1284,14 @@ GPU_INPUT_RECORD_CASES: tuple[RecordCase, ...] = (
         ((GPU0, 1),),
     ),
 )
-_STATIC_RECORD_CASES = (*RECORD_CASES, *JOB_RECORD_CASES, *GPU_INPUT_RECORD_CASES, *DISTRIBUTED_RECORD_CASES)
+_STATIC_RECORD_CASES = (
+    *RECORD_CASES,
+    *JOB_RECORD_CASES,
+    *GPU_INPUT_RECORD_CASES,
+    *DISTRIBUTED_RECORD_CASES,
+    *SHARED_GPU_RECORD_CASES,
+    *HA_RECORD_CASES,
+)
 
 
 def record_cases(th: Thresholds = DEFAULT_THRESHOLDS) -> tuple[RecordCase, ...]:

@@ -17,6 +17,7 @@ import re
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -226,7 +227,19 @@ def _input_series() -> list[dict[str, str]]:
         if scraped:
             own = ",".join(f'{k}="{v}"' for k, v in sorted(target.labels.items()) if not k.startswith("__"))
             out.append({"series": f"{catalog.UP.name}{{{own}{extra}}}", "values": " ".join(["1"] * SAMPLES)})
-    return _input_bound(_on_unknown_model(out + out_extra, job_id(UNKNOWN_MODEL_JOB)), job_id(INPUT_BOUND_JOB))
+    series = _input_bound(_on_unknown_model(out + out_extra, job_id(UNKNOWN_MODEL_JOB)), job_id(INPUT_BOUND_JOB))
+    return _on_shared_gpu(series, job_id(SHARING_JOB))
+
+
+# A second job holding one GPU of this job at once (time-sliced): the GPU is shared.
+SHARING_JOB = 2
+
+
+def _on_shared_gpu(series: list[dict[str, str]], job: str) -> list[dict[str, str]]:
+    """`series` with one more job holding the first GPU `job` holds, from the same pod target."""
+    info = catalog.TRAINING_JOB_GPU_INFO.name + "{"
+    first = next(s for s in series if s["series"].startswith(info) and f'job_id="{job}"' in s["series"])
+    return [*series, {**first, "series": first["series"].replace(f'job_id="{job}"', 'job_id="notebook-shared"')}]
 
 
 # A job computing on GPUs whose model the peak-FLOPs table does not know (it has no MFU, and the
@@ -275,23 +288,36 @@ def _input_bound(series: list[dict[str, str]], job: str) -> list[dict[str, str]]
     return out
 
 
-def _proof_file(tmp_path: Path) -> tuple[Path, list[str]]:
-    groups = rule_groups(CFG)
-    tiers = tier_rule_groups(CFG)
+def _proof_file(
+    tmp_path: Path,
+    cfg: ObservabilityConfig = CFG,
+    inputs: list[dict[str, str]] | None = None,
+    shard_rewrite: Callable[[str], str] | None = None,
+    reference_rewrite: Callable[[str], str] = lambda expr: expr,
+    require_answers: bool = True,
+) -> tuple[Path, list[str]]:
+    """The promtool file of the proof. `cfg`'s tiers (replicated: the global tier deduplicates),
+    over `inputs` (default: the fleet, one copy), the shard tier rewritten by `shard_rewrite`
+    (default: `per_shard`), the reference's expressions by `reference_rewrite`."""
+    groups = rule_groups(cfg)
+    tiers = tier_rule_groups(cfg)
     records = {str(r["record"]) for g in groups for r in g["rules"] if "record" in r}
     renamer = _renamer(records)
+    rewrite_shard = shard_rewrite or per_shard
+    series_in = _input_series() if inputs is None else inputs
 
     def ref(text: str) -> str:
         return renamer.sub(lambda m: f"ref_{m.group(1)}", text)
 
     shard_groups = [
-        {**g, "name": f"shard/{g['name']}", "rules": [{**r, "expr": per_shard(r["expr"])} for r in g["rules"]]}
+        {**g, "name": f"shard/{g['name']}", "rules": [{**r, "expr": rewrite_shard(r["expr"])} for r in g["rules"]]}
         for g in tiers[Tier.SHARD]
     ]
     global_groups = [{**g, "name": f"global/{g['name']}"} for g in tiers[Tier.GLOBAL]]
     reference = [
         {**g, "name": f"reference/{g['name']}",
-         "rules": [{"record": ref(r["record"]), "expr": ref(r["expr"])} for r in g["rules"] if "record" in r]}
+         "rules": [{"record": ref(r["record"]), "expr": ref(reference_rewrite(r["expr"]))} for r in g["rules"]
+                   if "record" in r]}
         for g in groups
     ]  # fmt: skip
     rules_path = tmp_path / "rules.yaml"
@@ -302,7 +328,8 @@ def _proof_file(tmp_path: Path) -> tuple[Path, list[str]]:
     # one interpolates between two neighbouring values; in a fleet of a dozen GPUs those can be a
     # bucket apart, so two buckets)
     checks: list[tuple[str, str, str, float]] = []
-    combined_pairs = rewrites(split_groups(groups), groups)
+    # With replicas the partials are read deduplicated: only the global records are compared.
+    combined_pairs = {} if cfg.replicated else rewrites(split_groups(groups), groups)
     originals = {str(r["record"]): str(r["expr"]) for g in groups for r in g["rules"] if "record" in r}
     for name, rewritten in combined_pairs.items():
         for original, combined in rewritten.combined:
@@ -314,15 +341,16 @@ def _proof_file(tmp_path: Path) -> tuple[Path, list[str]]:
                 checks.append((f"record {record}", record, ref(record), _bucket(originals[record])))
     tests = []
     at = f"{(SAMPLES - 1) * INTERVAL}s"
-    fed = {str(i["series"]).split("{", 1)[0] for i in _input_series()}
+    fed = {str(i["series"]).split("{", 1)[0] for i in series_in}
     for what, combined, single, bucket in checks:
-        c, r = f"max without ({SHARD_LABEL}) ({combined})", f"max without ({SHARD_LABEL}) ({single})"
+        drop = f"{SHARD_LABEL}, {cfg.replica_label}"
+        c, r = f"max without ({drop}) ({combined})", f"max without ({drop}) ({single})"
         differs = f"(abs({c} - {r}) > 1e-9 * abs({r}) + {bucket or 1e-9}) or ({c} unless {r}) or ({r} unless {c})"
         tests.append({"expr": differs, "eval_time": at, "exp_samples": []})
         # Each check has an answer, unless it reads only series this fleet does not have (a rule
         # over metrics the synthetic fleet does not produce yet; the equality above still holds).
         read = _raw_inputs(what.split(": ", 1)[-1].removeprefix("record "), originals) & CATALOG_SERIES
-        if read <= fed:
+        if read <= fed and require_answers:
             tests.append({"expr": f"vector(1) unless on () count({r})", "eval_time": at, "exp_samples": []})
     test_file = tmp_path / "proof.yaml"
     test_file.write_text(
@@ -332,7 +360,7 @@ def _proof_file(tmp_path: Path) -> tuple[Path, list[str]]:
                 "evaluation_interval": f"{INTERVAL}s",
                 # The shards first: the global tier reads the partials of the same evaluation.
                 "group_eval_order": [g["name"] for g in ordered],
-                "tests": [{"interval": f"{INTERVAL}s", "input_series": _input_series(), "promql_expr_test": tests}],
+                "tests": [{"interval": f"{INTERVAL}s", "input_series": series_in, "promql_expr_test": tests}],
             },
             sort_keys=False,
             width=100_000,

@@ -12,6 +12,7 @@ import yaml
 from foxhunt_trainer.contract import catalog
 from infra.settings import available_stacks, read_stack_config, validate_stack
 from observability.config import ObservabilityConfig
+from observability.partials import is_partial
 from observability.rules import (
     ALERT_GROUP_NAMES,
     ALERT_NAMES,
@@ -27,7 +28,9 @@ from observability.rules import (
     recording,
     rule_groups,
     rules_file_yaml,
+    tier_rule_groups,
 )
+from observability.rules.tiers import Tier
 from tests.rules.detection_cases import INTERVALS, variant_cfg
 from tests.rules.promtool_harness import alert_rule_dicts, promtool
 
@@ -223,14 +226,18 @@ def test_description_names_every_locating_label_and_only_those(alert):
 def test_aggregations_keep_the_locating_labels(alert):
     """Never `sum` away what locates the problem: every aggregation is `by` a superset of them.
 
-    The job join (`jobs.HOLDER`, one job per GPU uuid) adds `model_type` and `job_id` to a
-    per-GPU expression; the aggregations before it keep the GPU's labels. The rank placement join
-    adds `node` and the rank's GPUs (named `uuid` in the alert) to a per-rank expression, whose
-    job-level conditions (matched `on` the job) aggregate by the job."""
+    The job join (`jobs.HOLDER`, one series per job holding a GPU uuid) adds `model_type` and
+    `job_id` to a per-GPU expression; the aggregations before it keep the GPU's labels; the
+    conditions on who holds a GPU (`count by (uuid)` of the holders: shared or not) and on a job's
+    own figures on it (`by (model_type, job_id, uuid)`) are matched `on` those labels. The rank
+    placement join adds `node` and the rank's GPUs (named `uuid` in the alert) to a per-rank
+    expression, whose job-level conditions (matched `on` the job) aggregate by the job."""
     expr = alert.expr.replace(jobs.HOLDER, "HOLDER")
     required = set(alert.locating_labels)
-    if "group_left (model_type, job_id)\nHOLDER" in expr:
+    conditions: list[set[str]] = []
+    if "HOLDER\n* on (uuid) group_left (node, gpu_id, gpu_name)" in expr:
         required -= set(jobs.JOB_LABELS)
+        conditions = [{"uuid"}, {"model_type", "job_id", "uuid"}]
     job_level: set[str] = set()
     placement = f"group_left (node, {distributed.GPUS_LABEL})\nmax by ({', '.join(distributed.RANK_PLACED)})"
     if placement in expr:
@@ -241,7 +248,7 @@ def test_aggregations_keep_the_locating_labels(alert):
     assert not bare, f"aggregation without `by` in {alert.name}"
     for clause in re.findall(r"\bby \(([^)]*)\)", expr):
         kept = {label.strip() for label in clause.split(",")}
-        assert required <= kept or kept == job_level, (alert.name, clause)
+        assert required <= kept or kept == job_level or kept in conditions, (alert.name, clause)
 
 
 def test_health_alerts_watch_exactly_the_projects_rule_groups():
@@ -334,7 +341,10 @@ def _series_names(expr: str) -> set[str]:
 
 
 def test_rules_query_only_catalog_series_and_recorded_series():
-    known = {s for m in catalog.ALL_METRICS for s in m.series_names} | {r.record for r in RECORDING_RULES}
+    # The partials the shard tier records (the replica alerts read each replica's heartbeat).
+    partials = {str(r["record"]) for g in tier_rule_groups(CFG)[Tier.SHARD] for r in g["rules"]
+                if is_partial(str(r.get("record", "")))}  # fmt: skip
+    known = {s for m in catalog.ALL_METRICS for s in m.series_names} | {r.record for r in RECORDING_RULES} | partials
     exprs = [a.expr for a in alert_rules(CFG)] + [r.expr for r in RECORDING_RULES]
     found = set().union(*(_series_names(e) for e in exprs))
     assert found, "the series-name scan found nothing: it is broken"

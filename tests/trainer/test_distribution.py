@@ -209,12 +209,18 @@ def test_the_wheel_installs_offline_into_an_empty_venv_and_instruments_a_script(
     assert usage.returncode == 0 and "torchrun" in usage.stdout, usage.stderr
     # foxhunt-run, the job template's command for one process: its sitecustomize is shipped and
     # installs the import hook in the program it runs (from the wheel, nothing of the checkout).
-    probe = "import sys, foxhunt_trainer.autolog.state as s; print(s.STATE.installed, s.__file__)"
+    hook_probe = "import sys, foxhunt_trainer.autolog.state as s; print(s.STATE.installed, s.__file__)"
     hooked = subprocess.run(
-        [str(target / "bin" / "foxhunt-run"), str(python), "-c", probe],
+        [str(target / "bin" / "foxhunt-run"), str(python), "-c", hook_probe],
         cwd=tmp_path, capture_output=True, text=True, timeout=60, env={"PATH": os.environ.get("PATH", "")},
     )  # fmt: skip
     assert hooked.returncode == 0 and hooked.stdout.startswith(f"True {target}"), hooked.stderr
+    # The run report is a command of the wheel too, with no dependency beyond it (its plots are SVG).
+    unreachable = subprocess.run(
+        [str(target / "bin" / "foxhunt-report"), "job", "--url", "http://127.0.0.1:9"], capture_output=True, text=True
+    )
+    assert unreachable.returncode == 2, unreachable.stderr
+    assert unreachable.stderr.startswith("foxhunt-report: cannot reach Prometheus at http://127.0.0.1:9: ")
     for absent in ("yaml", "pulumi", "observability", "dashboards"):
         probe = subprocess.run([str(python), "-I", "-c", f"import {absent}"], cwd=tmp_path, capture_output=True)
         assert probe.returncode != 0, f"{absent} is importable from the trainer's venv"

@@ -7,6 +7,7 @@ import io
 import itertools
 import logging
 import re
+import sys
 import time
 from collections.abc import Iterator
 
@@ -29,6 +30,7 @@ from foxhunt_trainer.trainer_env import GPU_MODEL_ENV, PROGRESS_SECONDS_ENV
 from observability.config import ObservabilityConfig
 from observability.rules import goodput
 
+H100 = "NVIDIA H100 80GB HBM3"
 FIELD = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S+)')
 
 
@@ -244,7 +246,64 @@ def test_mfu_is_absent_unless_every_gpu_has_a_peak_at_every_precision() -> None:
     assert both.value == pytest.approx(1e14 / (2 * 989.4e12))
 
 
+def test_a_mig_device_has_its_gpus_peak_scaled_by_its_compute_slices_as_in_the_rules() -> None:
+    run = state(wall=10.0, flops={"bf16": 1e15})
+    one_slice = mfu(run, [f"{H100} MIG 1g.10gb"])
+    assert one_slice.value == pytest.approx(1e14 / (989.4e12 / 7))
+    three = mfu(run, [f"{H100} MIG 3g.40gb", f"{H100} MIG 1c.3g.40gb"])  # a compute instance of one slice
+    assert three.value == pytest.approx(1e14 / (989.4e12 * 4 / 7))
+    assert mfu(run, [f"{H100} MIG mystery"]).value is None  # a profile that does not say: no MFU, not a guess
+    assert DEFAULT_PEAK_FLOPS.peak(f"{H100} MIG 7g.80gb", "bf16") == DEFAULT_PEAK_FLOPS.peak(H100, "bf16")
+
+
 def test_a_summary_before_any_time_is_counted_says_so() -> None:
     records = summary_records(state(wall=0.0), "completed")
     assert records[0][0] == "run summary: completed after 0.0s; no time counted"
     assert records[1][1]["verdict"] == "none"
+
+
+class FakeNvml:
+    """The few NVML calls the summary makes, answering for the GPUs given (name, utilization)."""
+
+    def __init__(self, gpus: dict[str, tuple[str, int]]) -> None:
+        self.gpus, self.calls = gpus, 0
+        self.shut_down = False
+
+    def nvmlInit(self) -> None:
+        pass
+
+    def nvmlShutdown(self) -> None:
+        self.shut_down = True
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> str:
+        return uuid
+
+    def nvmlDeviceGetName(self, handle: str) -> bytes:
+        return self.gpus[handle][0].encode()
+
+    def nvmlDeviceGetUtilizationRates(self, handle: str) -> object:
+        self.calls += 1
+        return type("Utilization", (), {"gpu": self.gpus[handle][1], "memory": 0})()
+
+
+@pytest.mark.parametrize(("busy", "verdict"), [(95, verdicts.COMPUTE_SATURATED), (10, verdicts.UNDERUTILIZED)])
+def test_nvml_utilization_is_the_gpu_evidence_and_the_model_names_the_peak(log, monkeypatch, busy, verdict) -> None:
+    """A job computing all the time is compute-saturated only on busy GPUs (the rules' NVML
+    fallback evidence, sampled by the timer thread); the GPU model NVML names finds the MFU peak."""
+    uuid = "GPU-0000-nvml-fake"
+    nvml = FakeNvml({uuid: (H100, busy)})
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    monkeypatch.setenv(PROGRESS_SECONDS_ENV, "0.2")
+    monkeypatch.delenv(GPU_MODEL_ENV, raising=False)
+    job = TrainingMetrics().start_job("mlp", f"nvml-{busy}", gpu_uuids=[uuid])
+    job.set_model_flops(1e12, "fp32")
+    with job:
+        job.record_step(samples=1)
+        with job.phase("compute"):
+            time.sleep(0.7)
+        job.record_step(samples=1)
+    records = {r["msg"].split(":")[0]: r for r in lines(log, f"nvml-{busy}")}
+    assert records["verdict"]["verdict"] == verdict.name
+    assert float(records["verdict"]["gpu_busy_percent"]) == busy
+    assert nvml.calls >= 3 and nvml.shut_down  # every tick and the finish sampled; NVML closed
+    assert f"fp32 peak of 1 x {H100}" in records["MFU"]["msg"]

@@ -1,0 +1,214 @@
+"""One variant's process for `bench.autolog_overhead`: a PyTorch loop run block by block on
+request (stdin "block" -> stdout its CPU seconds per step), or the framework callbacks timed from
+inside (`--framework`).
+
+    python -m bench._autolog_child --variant plain|auto|watch --model real|tiny --steps N [--port P]
+
+`auto` is started by the parent through `foxhunt-run`: this loop has no instrumentation of its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+WIDTH, BATCH, FEATURES = 512, 128, 256
+
+
+def _model(kind: str) -> torch.nn.Module:
+    if kind == "tiny":
+        model = torch.nn.Module()
+        model.register_parameter("p", torch.nn.Parameter(torch.ones(())))
+        return model
+    layers: list[torch.nn.Module] = [torch.nn.Linear(FEATURES, WIDTH), torch.nn.ReLU()]
+    for _ in range(2):
+        layers += [torch.nn.Linear(WIDTH, WIDTH), torch.nn.ReLU()]
+    return torch.nn.Sequential(*layers, torch.nn.Linear(WIDTH, 1))
+
+
+def _loader(kind: str, steps: int) -> DataLoader[tuple[torch.Tensor, ...]]:
+    generator = torch.Generator().manual_seed(0)
+    features = 1 if kind == "tiny" else FEATURES
+    x = torch.randn(steps * BATCH, features, generator=generator)
+    y = x[:, :1] if kind == "tiny" else x[:, :8].sum(dim=1, keepdim=True)
+    return DataLoader(TensorDataset(x, y), batch_size=BATCH, shuffle=False)
+
+
+def loop(args: argparse.Namespace) -> None:
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = _model(args.model)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    loss_fn = torch.nn.MSELoss()
+    loader = _loader(args.model, args.steps)
+    parameter = next(model.parameters()) if args.model == "tiny" else None
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        loss: torch.Tensor = parameter * 2.0 if parameter is not None else loss_fn(model(x), y)
+        loss.backward()  # type: ignore[no-untyped-call]
+        optimizer.step()
+        optimizer.zero_grad()
+        return loss
+
+    body: Callable[[], None]
+    if args.variant == "watch":
+        from foxhunt_trainer import TrainingMetrics
+        from foxhunt_trainer.integrations.torch import watch
+
+        metrics = TrainingMetrics()
+        server = metrics.serve(args.port, "127.0.0.1")
+        job = metrics.start_job("mlp", "bench-watch", gpu_uuids=[])
+        watcher = watch(job, model, optimizer)
+
+        def body() -> None:
+            for x, y in watcher.loader(loader):
+                watcher.record_loss(step(x, y))
+
+        del server
+    else:
+
+        def body() -> None:
+            for x, y in loader:
+                step(x, y)
+
+    print("ready", flush=True)
+    for line in sys.stdin:
+        if line.strip() != "block":
+            return
+        started = time.process_time()
+        body()
+        print((time.process_time() - started) / args.steps, flush=True)
+
+
+# --- the framework callbacks, timed from inside ---------------------------------------------------
+def _timer(original: Any, spent: list[float]) -> Any:
+    """`original`, the CPU time of this thread inside it added to spent[0], its calls to spent[1]."""
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        started = time.thread_time()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            spent[0] += time.thread_time() - started
+            spent[1] += 1
+
+    return timed
+
+
+def _timed_methods(cls: type, names: tuple[str, ...], spent: list[float]) -> None:
+    for name in names:
+        setattr(cls, name, _timer(getattr(cls, name), spent))
+
+
+def timer_overhead(calls: int = 20000) -> float:
+    """What the timer itself adds to a call (two thread-clock readings): the least of 5 runs of a
+    timed no-op, per call; subtracted from the callbacks' figures."""
+    spent = [0.0, 0]
+    noop = _timer(lambda: None, spent)
+    least = float("inf")
+    for _ in range(5):
+        spent[0] = 0.0
+        for _ in range(calls):
+            noop()
+        least = min(least, spent[0] / calls)
+    return least
+
+
+def frameworks(args: argparse.Namespace) -> None:
+    """Each framework trained under the auto-instrumentation, the time inside its callback summed."""
+    torch.set_num_threads(1)
+    warnings.simplefilter("ignore")
+    logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
+    import pytorch_lightning as pl
+    from stable_baselines3 import DQN, PPO
+
+    from foxhunt_trainer.autolog import autolog, lightning_patches, sb3_patches
+
+    autolog()
+    overhead = timer_overhead()
+    spent = [0.0, 0]
+    _timed_methods(
+        sb3_patches.AutoMetricsCallback,
+        ("_on_training_start", "_on_rollout_start", "_on_step", "_on_rollout_end", "_on_training_end",
+         "_before_optimizer_step", "_optimizer_stepped"),
+        spent,
+    )  # fmt: skip
+    _timed_methods(lightning_patches.AutoMetricsCallback, ("setup", *lightning_patches.HOOKS), spent)
+    results = []
+
+    def measured(name: str, unit: str, train: Callable[[], tuple[int, int]]) -> None:
+        for repeat in range(args.repeats):
+            spent[0], spent[1] = 0.0, 0
+            started = time.process_time()
+            units, optimizer_steps = train()
+            total = time.process_time() - started
+            callback = max(spent[0] - spent[1] * overhead, 0.0)
+            results.append(
+                {"case": name, "repeat": repeat, "unit": unit, "units": units, "optimizer_steps": optimizer_steps,
+                 "total": total, "callback": callback,
+                 "calls": spent[1], "timer_overhead": overhead}
+            )  # fmt: skip
+
+    def ppo() -> tuple[int, int]:
+        model = PPO("MlpPolicy", "CartPole-v1", n_steps=1024, batch_size=64, n_epochs=4, seed=0, device="cpu")
+        model.learn(4096)
+        return model.num_timesteps, model._n_updates * (1024 // 64)
+
+    def dqn() -> tuple[int, int]:
+        model = DQN("MlpPolicy", "CartPole-v1", learning_starts=500, seed=0, device="cpu")
+        model.learn(4000)
+        return model.num_timesteps, model._n_updates
+
+    class Regression(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+
+        def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+            x, y = batch
+            return torch.nn.functional.mse_loss(self.net(x).squeeze(1), y)
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.Adam(self.parameters(), lr=1e-3)
+
+    def fit() -> tuple[int, int]:
+        x = torch.randn(4096, 16, generator=torch.Generator().manual_seed(0))
+        trainer = pl.Trainer(
+            max_epochs=5, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+            enable_model_summary=False, accelerator="cpu",
+        )  # fmt: skip
+        trainer.fit(Regression(), DataLoader(TensorDataset(x, x.sum(dim=1)), batch_size=32))
+        return trainer.global_step, trainer.global_step
+
+    measured("Stable-Baselines3 PPO, CartPole", "environment step", ppo)
+    measured("Stable-Baselines3 DQN, CartPole", "environment step", dqn)
+    measured("Lightning fit, MLP regression", "optimizer step", fit)
+    print(json.dumps(results), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--variant", choices=["plain", "auto", "watch"], default="plain")
+    parser.add_argument("--model", choices=["real", "tiny"], default="real")
+    parser.add_argument("--steps", type=int, default=150)
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--framework", action="store_true")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    if args.framework:
+        frameworks(args)
+    else:
+        loop(args)
+
+
+if __name__ == "__main__":
+    main()
