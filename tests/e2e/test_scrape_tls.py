@@ -20,11 +20,12 @@ import yaml
 from foxhunt_trainer.contract import catalog
 from foxhunt_trainer.contract.web_config import WEB_CONFIG_ENV, secret_hash, web_config_document
 from harness.prometheus import PrometheusServer
+from harness.trainer_process import TrainerProcess
 from observability.config import ScrapeSecurity
 from observability.scrape_config import CA_KEY, CERT_KEY, KEY_KEY, secured_scrape_fields
 from tests.tls_material import Certificates, make_certificates
 
-from .conftest import TrainerProcess, load_harness
+from .conftest import load_harness
 
 pytestmark = pytest.mark.slow
 

@@ -17,8 +17,7 @@ from examples.synthetic_trainer.faults import FaultPlan
 from examples.synthetic_trainer.job import SyntheticTrainer, TrainerSettings
 from foxhunt_trainer import TrainingMetrics, render_text
 from foxhunt_trainer.contract import catalog
-
-from .conftest import TrainerProcess
+from harness.trainer_process import TrainerProcess
 
 
 def run(tmp_path: Path, faults: FaultPlan | None = None, **settings: Any) -> tuple[str, TrainingMetrics]:

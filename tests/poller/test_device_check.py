@@ -12,6 +12,9 @@ from types import ModuleType
 
 import pytest
 
+# Each runs scripts/device_check.py, which starts the poller on the fake driver and reads it for seconds.
+pytestmark = pytest.mark.slow
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = REPO_ROOT / "scripts" / "device_check.py"
 LOAD = REPO_ROOT / "harness" / "fake_nvml" / "fake_gpu_load.py"
@@ -41,7 +44,6 @@ def two_gpus(harness: ModuleType, nvml_config: Path) -> Path:
     return nvml_config
 
 
-@pytest.mark.slow
 def test_device_check_passes_on_the_fake_driver_sees_gpm_rise_and_writes_its_figures(
     harness: ModuleType, fake_nvml_lib: Path, two_gpus: Path, tmp_path: Path
 ) -> None:
@@ -67,7 +69,6 @@ def test_device_check_passes_on_the_fake_driver_sees_gpm_rise_and_writes_its_fig
     assert (out / "BENCHMARKS.md").read_text() == section
 
 
-@pytest.mark.slow
 def test_a_field_nvidia_smi_disagrees_on_fails_the_check_and_is_named(
     harness: ModuleType, fake_nvml_lib: Path, two_gpus: Path, tmp_path: Path
 ) -> None:
