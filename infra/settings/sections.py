@@ -694,10 +694,12 @@ GPU_HOURLY_COST_DEFAULT = "default"
 
 def _price(r: Reader, key: str, value: Any) -> float:
     """A price: a number of at least 0 (JSON numbers only: a quoted "2.5" is a typo worth naming)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0 or value == float("inf"):
-        r.problem(key, value, "a price: a number of at least 0")
+    # An int too large for a float (a YAML 1e400 written out) is no price either.
+    number = float(value) if isinstance(value, float) or (isinstance(value, int) and abs(value) < 2**1023) else None
+    if isinstance(value, bool) or number is None or not number >= 0 or number == float("inf"):
+        r.problem(key, value, "a price: a finite number of at least 0")
         return 0.0
-    return float(value)
+    return number
 
 
 Prices = tuple[tuple[tuple[str, float], ...], float, float, str]

@@ -121,7 +121,7 @@ GPU_BUSY = RecordingRule(
     _with_label(jobs.JOB_SM_ACTIVE_AVG.record, "source", "gpm_sm_active")
     + f"\nor {_ON_J}\n"
     + _with_label(
-        f"{jobs.JOB_UTILIZATION_AVG.record}\nand {_ON_J}\n{jobs.JOB_SHARED_GPUS.record}", "source", "job_time_split"
+        f"{jobs.JOB_UTILIZATION_AVG.record}\nand {_ON_J}\n{jobs.JOB_SHARED_GPUS.record} > 0", "source", "job_time_split"
     )
     + f"\nor {_ON_J}\n"
     + _with_label(jobs.JOB_UTILIZATION_AVG.record, "source", "nvml_utilization"),

@@ -166,21 +166,23 @@ JOB_GPUS = RecordingRule(
 )
 JOB_SHARED_GPUS = RecordingRule(
     f"model_type_job_id:{_INFO}:shared",
-    f"count {_JOB} ({_SHARED_HELD})",
-    "GPUs each training job holds that other jobs share (time-sliced); jobs holding none are not recorded.",
+    f"count {_JOB} ({_SHARED_HELD})\nor on (model_type, job_id)\n{JOB_GPUS.record} * 0",
+    "GPUs each training job holds that other jobs share at the same time (time-sliced); 0 for a job holding "
+    "its GPUs alone.",
 )
+_ON_SHARED = f"({JOB_SHARED_GPUS.record} > 0)"
 # A job holding a GPU other jobs share is judged by its own time split: the share of its time in compute.
-_OWN_TIME_SPLIT = f"(\n  100 * {records.GOODPUT}\n  and on (model_type, job_id)\n  {JOB_SHARED_GPUS.record}\n)"
+_OWN_TIME_SPLIT = f"(\n  100 * {records.GOODPUT}\n  and on (model_type, job_id)\n  {_ON_SHARED}\n)"
 JOB_UTILIZATION_AVG = RecordingRule(
     f"model_type_job_id:{catalog.GPU_UTILIZATION_PERCENT.name}:avg",
-    f"avg {_JOB} ({HELD_UTILIZATION.record})\nunless on (model_type, job_id)\n{JOB_SHARED_GPUS.record}\n"
+    f"avg {_JOB} ({HELD_UTILIZATION.record})\nunless on (model_type, job_id)\n{_ON_SHARED}\n"
     f"or on (model_type, job_id)\n{_OWN_TIME_SPLIT}",
     "Mean utilization (0-100) of the GPUs each training job holds; for a job on a GPU other jobs share, its own "
     "share of its time in compute (x 100), never the shared device's figure.",
 )
 JOB_UTILIZATION_MIN = RecordingRule(
     f"model_type_job_id:{catalog.GPU_UTILIZATION_PERCENT.name}:min",
-    f"min {_JOB} ({HELD_UTILIZATION.record})\nunless on (model_type, job_id)\n{JOB_SHARED_GPUS.record}\n"
+    f"min {_JOB} ({HELD_UTILIZATION.record})\nunless on (model_type, job_id)\n{_ON_SHARED}\n"
     f"or on (model_type, job_id)\n{_OWN_TIME_SPLIT}",
     "Utilization (0-100) of the idlest GPU each training job holds; for a job on a GPU other jobs share, its own "
     "share of its time in compute (x 100).",

@@ -37,13 +37,14 @@ def _replicas(value: Any) -> int:
 
 def spec_findings(spec: Mapping[str, Any], prefix: str) -> Iterator[Finding]:
     """A Prometheus resource's spec: a replicated one keeps its replica label."""
-    if _replicas(spec.get("replicas")) < 2:
+    replicas = _replicas(spec.get("replicas"))
+    if replicas < 2:
         return
     label = spec.get("replicaExternalLabelName", OPERATOR_DEFAULT_LABEL)
     if not isinstance(label, str) or not label:
         yield Finding(
             f"{prefix}.replicaExternalLabelName",
-            f"{spec.get('replicas')} replicas carry no replica label: their remote-written copies are one series "
+            f"{replicas} replicas carry no replica label: their remote-written copies are one series "
             "twice over (counted twice by the global tier), and nothing tells their alerts' sources apart",
             f"remove replicaExternalLabelName (the operator's {OPERATOR_DEFAULT_LABEL}) or give it a label name",
         )

@@ -13,7 +13,8 @@ one real Prometheus evaluating the rendered rules, every program at once:
 - an Optuna study of PyTorch trials: trial counts and best value equal the study's, every trial's
   steps counted;
 - a 2-rank DDP script under `foxhunt-torchrun` (gloo): each rank's steps and samples, its rank
-  info, its all-reduce counted.
+  info, its all-reduce counted; the same script with one rank slowed: TrainingRankStraggler names it;
+- the training cockpit's rows return data for each job.
 """
 
 from __future__ import annotations
@@ -135,6 +136,8 @@ class Live:
         return wait_until(f"{name}{labels} firing", firing, timeout=120)  # type: ignore[no-any-return]
 
 
+# Rank 1 sleeps 60 ms more than rank 0 every step, for about 200 steps (20 s).
+SLOW_RANK = ["--epochs", "10", "--step-seconds", "0.02", "--slow-rank", "1", "--slow-seconds", "0.06"]
 PLAIN = [*RUN, str(PROGRAMS / "plain_loop.py"), "OUT", "--epochs", "3", "--step-seconds", "0.02"]
 BY_HAND = [*RUN, str(PROGRAMS / "plain_loop_by_hand.py"), "OUT", "--epochs", "3", "--step-seconds", "0.02"]
 
@@ -155,6 +158,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
             start(work, "fit", [*RUN, str(PROGRAMS / "lightning_fit.py"), "OUT"]),
             start(work, "study", [*RUN, str(PROGRAMS / "optuna_study.py"), "OUT"]),
             start(work, "ddp", [*TORCHRUN, str(PROGRAMS / "ddp_program.py"), "OUT"], ranks=2),
+            start(work, "ddp-slow", [*TORCHRUN, str(PROGRAMS / "ddp_program.py"), "OUT", *SLOW_RANK], ranks=2),
         ):
             programs[program.name] = program
         targets = [
@@ -258,6 +262,19 @@ def test_a_ddp_job_under_foxhunt_torchrun_reports_every_rank(live):
         operations = catalog.TRAINING_COLLECTIVE_OPERATIONS_TOTAL
         # DDP's gradient buckets every step, and the script's own all_reduce once an epoch
         assert live.value(operations, collective="all_reduce", **labels) >= result["steps"] + 2
+
+
+def test_a_slowed_ddp_rank_is_named_by_training_rank_straggler(live):
+    # ALERTS keeps the alert's history: it fired while the job ran, which may be over by now.
+    def fired() -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = live.series(
+            "ALERTS", alertname="TrainingRankStraggler", alertstate="firing", job_id="ddp-slow"
+        )
+        return found
+
+    named = wait_until("TrainingRankStraggler firing for ddp-slow", fired, timeout=120)
+    assert [alert["metric"]["rank"] for alert in named] == ["1"]
+    _done(live, "ddp-slow")
 
 
 # The cockpit rows each auto-instrumented job feeds (the GPU rows need a GPU; rollbacks need the

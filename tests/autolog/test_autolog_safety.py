@@ -129,3 +129,52 @@ def test_the_job_ends_by_what_ended_the_program(ending):
     done = _run([*RUN, "-c", probe], _env())
     assert done.returncode == expected_code, done.stderr.decode()
     assert done.stdout.decode().strip() == f"{status} {[error_type] if error_type else []}"
+
+
+def test_metrics_made_by_the_program_after_the_auto_job_take_over_its_port():
+    probe = textwrap.dedent(
+        """
+        import torch
+        from foxhunt_trainer import TrainingMetrics
+        from foxhunt_trainer.autolog import job
+        model = torch.nn.Linear(2, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        model(torch.ones(1, 2)).sum().backward()
+        optimizer.step()  # the auto job starts, its server on the base port
+        auto = job.existing()
+        metrics = TrainingMetrics()  # the program's own: the auto layer steps aside
+        server = metrics.serve_rank(addr="127.0.0.1")  # the same port, free again
+        optimizer.step()
+        print(job.existing() is None, auto.job.steps_done, server.port == auto.server.port)
+        server.close(0)
+        """
+    )
+    done = _run([*RUN, "-c", probe], _env())
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.decode().split() == ["True", "1", "True"]
+
+
+def test_under_amp_the_loss_recorded_is_the_one_grad_scaler_scaled():
+    probe = textwrap.dedent(
+        """
+        import torch
+        from foxhunt_trainer.autolog import job
+        torch.manual_seed(0)
+        model = torch.nn.Linear(2, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
+        scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+        for _ in range(3):
+            loss = (model(torch.ones(4, 2)) - 5.0).square().mean()  # about 16 to 40; scaled, over 16,000
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad()
+        auto = job.existing()
+        torch_job = auto.extension("torch", None)
+        torch_job.watcher.check()
+        print(auto.metrics.step_loss.collect()[0].samples[0].value < 100, auto.job.steps_done)
+        """
+    )
+    done = _run([*RUN, "-c", probe], _env())
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.decode().split() == ["True", "3"]

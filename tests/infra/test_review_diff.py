@@ -19,8 +19,8 @@ pytestmark = pytest.mark.slow
 
 def make_diff(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        # `-o .venv/.installed`: the copy shares this checkout's virtualenv; make must not rebuild it
-        ["make", "--no-print-directory", "-o", ".venv/.installed", "diff", *args],
+        # `-o .venv/.deploy`: the copy shares this checkout's virtualenv; make must not reinstall into it
+        ["make", "--no-print-directory", "-o", ".venv/.deploy", "diff", *args],
         cwd=repo,
         capture_output=True,
         text=True,

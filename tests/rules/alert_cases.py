@@ -1141,6 +1141,7 @@ _PER_RECORD: dict[str, tuple[tuple[dict[str, str], float], ...]] = {
     jobs.HELD_SM_SHARE.record: (_held(GPU0, JOB_1, 1), _held(GPU_OTHER_NODE, JOB_1, 1), _held(A100, JOB_2, 1)),
     jobs.FLEET_MIG_HELD.record: (({}, 0),),
     jobs.FLEET_SHARED.record: (({}, 0),),
+    jobs.JOB_SHARED_GPUS.record: ((JOB_1, 0), (JOB_2, 0)),
     jobs.HELD_UTILIZATION.record: (_held(GPU0, JOB_1, 20), _held(GPU_OTHER_NODE, JOB_1, 40), _held(A100, JOB_2, 90)),
     jobs.HELD_MEMORY_RATIO.record: (
         _held(GPU0, JOB_1, 0.5),

@@ -100,7 +100,7 @@ _MIG_RECORDS: dict[str, tuple[tuple[dict[str, str], float], ...]] = {
     jobs.FLEET_MIG_HELD.record: (({}, 2),),
     jobs.FLEET_UNHELD.record: (({}, 0),),
     jobs.FLEET_SHARED.record: (({}, 0),),
-    jobs.JOB_SHARED_GPUS.record: (),
+    jobs.JOB_SHARED_GPUS.record: (_job(JOB_A, 0), _job(JOB_C, 0)),  # MIG devices are not shared GPUs
     # each instance at its share of the GPU's SMs (migCost: compute_share, the default)
     jobs.JOB_HOURLY_COST: (_job(JOB_A, PRICE / 7), _job(JOB_C, PRICE * 3 / 7)),
     goodput.HELD_MODELS.record: (({**JOB_A, "gpu_name": H100}, 1), ({**JOB_C, "gpu_name": H100}, 1)),

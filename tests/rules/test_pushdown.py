@@ -346,6 +346,13 @@ def _proof_file(
         drop = f"{SHARD_LABEL}, {cfg.replica_label}"
         c, r = f"max without ({drop}) ({combined})", f"max without ({drop}) ({single})"
         differs = f"(abs({c} - {r}) > 1e-9 * abs({r}) + {bucket or 1e-9}) or ({c} unless {r}) or ({r} unless {c})"
+        if cfg.replicated and re.search(r":(top|bottom)\d+", what):
+            # Which of equal values a top-k picks depends on the series it is given: with replicas
+            # (and a shard gone) the picks are compared as values only.
+            parts = [
+                f"(abs({a}({c}) - {a}({r})) > 1e-9 * abs({a}({r})) + 1e-9)" for a in ("sum", "min", "max", "count")
+            ]
+            differs = " or ".join(parts) + f" or (count({c}) unless count({r})) or (count({r}) unless count({c}))"
         tests.append({"expr": differs, "eval_time": at, "exp_samples": []})
         # Each check has an answer, unless it reads only series this fleet does not have (a rule
         # over metrics the synthetic fleet does not produce yet; the equality above still holds).

@@ -1,7 +1,9 @@
 """A DistributedDataParallel script as PyTorch's DDP tutorial writes one (torchrun's environment,
 `init_process_group`, the model wrapped, a DistributedSampler), with no observability code.
 
-    torchrun --nproc-per-node=2 ddp_program.py OUT_DIR [--steps-per-epoch N] [--slow-rank R]
+    torchrun --nproc-per-node=2 ddp_program.py OUT_DIR [--epochs N] [--slow-rank R --slow-seconds S]
+
+`--slow-rank` makes one rank's every step longer (a slower node, a throttled GPU).
 
 Each rank writes OUT_DIR/result-<rank>.json with its optimizer steps.
 """
@@ -23,6 +25,8 @@ parser.add_argument("out_dir")
 parser.add_argument("--epochs", type=int, default=2)
 parser.add_argument("--batches", type=int, default=20)
 parser.add_argument("--step-seconds", type=float, default=0.02)
+parser.add_argument("--slow-rank", type=int, default=-1)
+parser.add_argument("--slow-seconds", type=float, default=0.0)
 args = parser.parse_args()
 
 dist.init_process_group("gloo")
@@ -47,7 +51,7 @@ for epoch in range(args.epochs):
         loss.backward()
         optimizer.step()
         steps += 1
-        time.sleep(args.step_seconds)
+        time.sleep(args.step_seconds + (args.slow_seconds if rank == args.slow_rank else 0.0))
     total = torch.tensor([loss.item()])
     dist.all_reduce(total)
 
