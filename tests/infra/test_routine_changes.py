@@ -517,9 +517,9 @@ OPTIMIZATION_ROW_END = "            learning.gradient_norm(job, w=8),\n"
 
 def test_adding_a_trainer_metric_is_its_entry_its_method_its_panel_and_its_test(repo: Path) -> None:
     edit(repo, "foxhunt_trainer/contract/catalog.py", "TRAINING_HYPERPARAMETERS_INFO = Metric(", LOSS_SCALE_METRIC)
-    edit(repo, "foxhunt_trainer/training.py", "        self.gradient_norm = g(catalog.TRAINING_GRADIENT_NORM)\n",
+    edit(repo, "foxhunt_trainer/registry.py", "        self.gradient_norm = g(catalog.TRAINING_GRADIENT_NORM)\n",
          "        self.loss_scale = g(catalog.TRAINING_LOSS_SCALE)\n", before=False)  # fmt: skip
-    edit(repo, "foxhunt_trainer/training.py", "    def set_learning_rates(self, rates: Mapping[str, float]) -> None:\n",
+    edit(repo, "foxhunt_trainer/job_metrics.py", "    def set_learning_rates(self, rates: Mapping[str, float]) -> None:\n",
          LOSS_SCALE_METHOD)  # fmt: skip
     topic = repo / "dashboards" / "panels" / "learning.py"
     topic.write_text(topic.read_text() + LOSS_SCALE_PANEL)
@@ -528,7 +528,8 @@ def test_adding_a_trainer_metric_is_its_entry_its_method_its_panel_and_its_test(
     (repo / "tests" / "trainer" / "test_loss_scale.py").write_text(LOSS_SCALE_TEST)
     assert changed_files(repo) == {
         "foxhunt_trainer/contract/catalog.py",
-        "foxhunt_trainer/training.py",
+        "foxhunt_trainer/registry.py",
+        "foxhunt_trainer/job_metrics.py",
         "dashboards/panels/learning.py",
         "dashboards/training_cockpit.py",
         "tests/trainer/test_loss_scale.py",
