@@ -14,7 +14,7 @@ STACKS := $(shell python3 -m infra.stacks)
 # PYTEST_ARGS= (one process) or PYTEST_ARGS="-n 4 -k rules". The 30 slowest tests are listed at the end.
 PYTEST_ARGS ?= -n 2 --durations=30
 
-.PHONY: render render-all diff generate check test lint lock bench clean sysdeps venv device-check device-check-deps wheel
+.PHONY: render render-all diff generate check test test-fast lint lock bench clean sysdeps venv device-check device-check-deps wheel
 
 # --no-compile: modules are compiled when first imported (most of the providers' never are).
 PIP_INSTALL := $(VENV)/bin/pip install --quiet --no-compile
@@ -75,6 +75,10 @@ check: sysdeps generate
 ## the whole test suite
 test: sysdeps $(VENV)/.dev
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+## the edit loop: every test that starts no server or tool and runs no framework (-m "not slow")
+test-fast: sysdeps $(VENV)/.dev
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
 ## ruff (lint and format), mypy strict, actionlint over the CI workflows
 lint: $(VENV)/.dev

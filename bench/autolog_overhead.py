@@ -37,8 +37,8 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
-from bench._prometheus import free_port
-from bench._report import write_section
+from bench import write_section
+from harness.prometheus import free_port
 from infra import REPO_ROOT
 
 BEGIN = "<!-- autolog-overhead:begin (written by `python -m bench autolog`) -->"

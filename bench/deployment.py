@@ -24,7 +24,7 @@ from typing import Any
 
 import kubernetes_validate
 
-from bench._report import write_section
+from bench import write_section
 from infra import REPO_ROOT
 from infra.offline import render, schema_check
 from infra.offline.result import RenderResult, kubernetes_manifest

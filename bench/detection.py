@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from bench._prometheus import PrometheusServer, config_yaml
-from bench._report import write_section
+from bench import write_section
 from foxhunt_trainer.contract import catalog
+from harness.prometheus import PrometheusServer, config_yaml
 from infra.settings import available_stacks
 from infra.settings.stack_files import read_stack_config, validate_stack
 from observability.config import ObservabilityConfig

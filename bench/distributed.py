@@ -17,7 +17,7 @@ model without device time (the least of interleaved runs), set against the real 
 step. Last, the CPU one scrape of the rank's metrics costs, as a share of the stack's scrape
 interval for training pods.
 
-Detection (`bench/_ddp_trainer.py`): four ranks (torchrun, gloo) scraped by Prometheus 2.42 at the
+Detection (`harness/ddp_trainer.py`): four ranks (torchrun, gloo) scraped by Prometheus 2.42 at the
 stack's scrape and evaluation interval with the stack's rendered rules and thresholds: a balanced
 phase (no alert may fire), rank 3 made 30 % slower in compute until TrainingRankStraggler fires,
 then rank 1 stopped with SIGSTOP until TrainingJobHung fires, and continued.
@@ -39,9 +39,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench._prometheus import PrometheusServer, config_yaml, free_port
-from bench._report import write_section
+from bench import write_section
 from foxhunt_trainer.trainer_env import METRICS_BASE_PORT_ENV
+from harness.prometheus import PrometheusServer, config_yaml, free_port
 from infra import REPO_ROOT
 from infra.settings import read_stack_config, validate_stack
 from observability.config import ObservabilityConfig
@@ -192,7 +192,7 @@ def detection(work: Path, stack: str) -> dict[str, Any]:
                                "evaluation_interval_seconds": cfg.evaluation_interval_seconds,
                                "hang_seconds": cfg.thresholds.training_rank_hang_seconds.value}  # fmt: skip
     prom.start()
-    proc = _torchrun(RANKS, "bench/_ddp_trainer.py", ["--job-id", "bench-ddp", "--control", str(control),
+    proc = _torchrun(RANKS, "harness/ddp_trainer.py", ["--job-id", "bench-ddp", "--control", str(control),
                                                        "--max-seconds", "3000"], base, log)  # fmt: skip
     pid = 0
     try:

@@ -34,7 +34,7 @@ import torch
 from stable_baselines3 import DQN, PPO
 from torch.utils.data import DataLoader, TensorDataset
 
-from bench._report import write_section
+from bench import write_section
 from foxhunt_trainer import JobMetrics, TrainingMetrics
 from foxhunt_trainer.integrations.lightning import MetricsCallback as LightningCallback
 from foxhunt_trainer.integrations.sb3 import MetricsCallback as Sb3Callback

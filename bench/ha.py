@@ -45,7 +45,6 @@ from typing import Any
 import yaml
 
 from bench._alertmanager import AlertmanagerPeer
-from bench._prometheus import PrometheusApi, PrometheusServer
 from bench.fleet.data import FleetShape
 from bench.fleet.live import NO_JOB, Target, targets
 from bench.fleet.phases import rules_directory
@@ -56,6 +55,7 @@ from bench.fleet.values import GPU_MEMORY_BYTES, Patterns
 from dashboards import build_all
 from dashboards.queries import panel_queries
 from foxhunt_trainer.contract import catalog
+from harness.prometheus import PrometheusApi, PrometheusServer
 from observability import alertmanager as am
 from observability.config import Notifications, ObservabilityConfig
 from observability.notifications import TEMPLATE_FILE, template_text

@@ -9,6 +9,8 @@ section of BENCHMARKS.md.
    memory, threads and open files at the peak, the slowest scrape while they are held, and the
    threads once they closed; the poller with the previous design for comparison.
 
+The previous design is the poller of PREVIOUS_REVISION, run from that revision's own tree.
+
 Run: `flock /tmp/foxhunt-bench.lock .venv/bin/python -m bench http_limits`.
 """
 
@@ -22,12 +24,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import half_open
-from bench._report import write_section
+from bench import half_open, write_section
 from bench.poller import CONCURRENT_SCRAPERS, CONCURRENT_SECONDS, GPUS, Distribution, _scrape_loop
-from tests.e2e.conftest import TrainerProcess
-from tests.poller.fake_nvml import fake_nvml_harness as harness
+from harness import fake_nvml as harness
+from harness.revision import revision_tree
+from harness.trainer_process import TrainerProcess
+from infra import REPO_ROOT
 
+# The last commit before the bounded metrics server: the poller's server was a thread per
+# connection with no timeouts and no cap.
+PREVIOUS_REVISION = "e8f3f4f6a0063ea65a737871b8349df51fd0e299"
 SECTION_START = "<!-- http-limits:start -->"
 SECTION_END = "<!-- http-limits:end -->"
 HALF_OPEN = 5_000
@@ -43,19 +49,20 @@ class ScraperFigures:
     max_ms: float
 
 
-def poller(work: Path, lib_dir: Path, previous: bool, *args: str) -> harness.ServedProcess:
+def poller(work: Path, lib_dir: Path, previous: Path | None, *args: str) -> harness.ServedProcess:
+    """The poller of this checkout, or (previous: that revision's tree) the one before its server was bounded."""
     config = work / "nvml.conf"
     harness.FakeNvml(gpus=[harness.FakeGpu() for _ in range(GPUS)]).write(config)
     port = harness.free_port()
-    module = "bench._previous_server" if previous else "poller"
-    command = [sys.executable, "-m", module, "--listen", f"127.0.0.1:{port}", "--min-interval", "0", *args]
+    command = [sys.executable, "-m", "poller", "--listen", f"127.0.0.1:{port}", "--min-interval", "0", *args]
     env = harness.poller_env(lib_dir, config, {"NODE_NAME": "bench", "FAKE_NVML_RELOAD_MS": "1000"})
-    process = harness.ServedProcess("poller-previous" if previous else "poller", command, work, env, port)
+    name = "poller-previous" if previous else "poller"
+    process = harness.ServedProcess(name, command, work, env, port, cwd=previous or REPO_ROOT)
     process.wait_ready()
     return process
 
 
-def measure_scrapers(work: Path, lib_dir: Path, previous: bool) -> ScraperFigures:
+def measure_scrapers(work: Path, lib_dir: Path, previous: Path | None) -> ScraperFigures:
     process = poller(work, lib_dir, previous)
     try:
         latencies: list[float] = []
@@ -78,12 +85,14 @@ def measure_scrapers(work: Path, lib_dir: Path, previous: bool) -> ScraperFigure
     )
 
 
-def measure_half_open(work: Path, lib_dir: Path, what: str) -> half_open.HalfOpenFigures:
+def measure_half_open(work: Path, lib_dir: Path, what: str, previous: Path) -> half_open.HalfOpenFigures:
     if what == "trainer":
         process: harness.ServedProcess = TrainerProcess(work, "--epoch-seconds", "0.05", "--linger", "-1")
         process.wait_ready()
+    elif what == "poller-previous":
+        process = poller(work, lib_dir, previous)  # no read-header timeout to lift: it had none
     else:
-        process = poller(work, lib_dir, what == "poller-previous", "--read-header-timeout", "60")
+        process = poller(work, lib_dir, None, "--read-header-timeout", "60")
     try:
         return half_open.measure(
             process.process.pid, process.host, process.port, HALF_OPEN, batch=500, hold_seconds=2.0
@@ -142,8 +151,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-http-") as tmp:
         work = Path(tmp)
         lib_dir = harness.build_fake_nvml(work / "lib")
-        scrapers = [measure_scrapers(work, lib_dir, previous) for previous in (False, True)]
-        held = {what: measure_half_open(work, lib_dir, what) for what in ("poller", "trainer", "poller-previous")}
+        with revision_tree(PREVIOUS_REVISION) as previous:
+            scrapers = [measure_scrapers(work, lib_dir, tree) for tree in (None, previous)]
+            held = {
+                what: measure_half_open(work, lib_dir, what, previous)
+                for what in ("poller", "trainer", "poller-previous")
+            }
     section = render_section(scrapers, held, load)
     print(section)
     write_section(section, SECTION_START, SECTION_END)

@@ -37,15 +37,15 @@ from types import ModuleType
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from bench._report import BENCHMARKS, write_section
+from bench import BENCHMARKS, write_section
 from foxhunt_trainer.contract import catalog
+from harness import fake_nvml as fake_nvml_harness
+from harness import poller_image as images
+from harness.reference_collector import GpuCollector
 from poller.error_counters import ErrorCounters
 from poller.metrics_page import TextPageWriter
 from poller.nvml_source import NvmlSource
 from poller.shared_pass import SharedPass
-from tests.poller import image_harness as images
-from tests.poller.fake_nvml import fake_nvml_harness
-from tests.poller.reference_collector import GpuCollector
 
 SECTION_START = "<!-- gpu-poller:start -->"
 SECTION_END = "<!-- gpu-poller:end -->"

@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench._report import write_section
+from bench import write_section
 
 GPUS = 8
 MIGS_PER_GPU = 7
@@ -34,11 +34,11 @@ BEGIN, END = "<!-- gpu-poller-mig:start -->", "<!-- gpu-poller-mig:end -->"
 def measure(shape: str, work: Path) -> dict[str, float]:
     """In this process (a child): CPU time (microseconds) of one pass and page for `shape`."""
     from foxhunt_trainer.contract import catalog
+    from harness import fake_nvml as harness
     from poller.error_counters import ErrorCounters
     from poller.metrics_page import TextPageWriter
     from poller.nvml_source import NvmlSource
     from poller.shared_pass import SharedPass
-    from tests.poller.fake_nvml import fake_nvml_harness as harness
 
     lib_dir = harness.build_fake_nvml(work / "lib")
     config = work / "nvml.conf"

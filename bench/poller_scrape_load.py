@@ -23,12 +23,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench._report import write_section
+from bench import write_section
 from foxhunt_trainer.contract import catalog
+from harness import fake_nvml as harness
 from infra.settings import read_stack_config
 from infra.settings.stack_files import validate_stack
 from infra.stacks import available_stacks
-from tests.poller.fake_nvml import fake_nvml_harness as harness
 
 SECTION_START = "<!-- poller-scrape-load:start -->"
 SECTION_END = "<!-- poller-scrape-load:end -->"

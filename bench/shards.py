@@ -33,8 +33,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench._prometheus import PrometheusApi, PrometheusServer
-from bench._report import BENCHMARKS, write_section
+from bench import BENCHMARKS, write_section
 from bench.fleet.data import FleetShape
 from bench.fleet.live import (
     BASELINE_GROUP,
@@ -47,6 +46,7 @@ from bench.fleet.live import (
 from bench.fleet.query_timing import GroupTiming
 from bench.fleet.sharded_topology import TargetServers, Topology, start_topology
 from bench.fleet.values import Patterns
+from harness.prometheus import PrometheusApi, PrometheusServer
 from observability.config import ObservabilityConfig, RemoteWrite
 from observability.rules import Tier, tier_rule_groups
 from observability.rules.render import dump_groups

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from bench._report import write_section
+from bench import write_section
 from foxhunt_trainer import JobMetrics, TrainingMetrics, configure_logging, render_openmetrics
 from foxhunt_trainer.integrations.torch import DEFAULT_CHECK_EVERY, watch
 from foxhunt_trainer.trainer_env import PROGRESS_SECONDS_ENV

@@ -19,7 +19,6 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench._prometheus import binary
 from bench.fleet.series import (
     HistogramSpec,
     SeriesSpec,
@@ -32,6 +31,7 @@ from bench.fleet.series import (
     training_worker_series,
 )
 from bench.fleet.values import PLACEHOLDER, Patterns, body, le_text
+from harness.prometheus import binary
 from observability.config import ObservabilityConfig
 
 BLOCK_SECONDS = 2 * 3600

@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from bench._prometheus import PrometheusApi
 from bench.fleet.data import FleetShape, all_series, series_text
 from bench.fleet.query_timing import GroupTiming, Timing
 from bench.fleet.series import HistogramSpec, SeriesSpec, stable_key
 from bench.fleet.values import Patterns, le_text
 from foxhunt_trainer.contract import catalog
+from harness.prometheus import PrometheusApi
 from observability.config import ObservabilityConfig
 from observability.promql import identifiers
 from observability.rules import gpu, jobs, rule_groups

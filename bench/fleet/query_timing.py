@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bench._prometheus import PrometheusApi
 from dashboards.queries import PanelQuery, dashboard_variables, duration_seconds, substitute_variables
+from harness.prometheus import PrometheusApi
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from bench._previous_design import GROUP as PREVIOUS_GROUP
+from bench.fleet.baseline import GROUP as PREVIOUS_GROUP
+from bench.fleet.baseline import PREVIOUS_REVISION
 from bench.fleet.data import BackfillStats, FleetShape
 from bench.fleet.live import BASELINE_GROUP
 from bench.fleet.query_timing import MIN_REPEAT, ONE_RUN_SECONDS, SLOW_QUERY_SECONDS, GroupTiming, PanelTiming, Timing
@@ -207,8 +208,9 @@ def _previous_design_lines(big: ScaleResult) -> list[str]:
         f"{big.shape.training_jobs} training jobs hold {big.shape.gpus_per_node} GPUs each ({held:,} of "
         f"{big.shape.nodes * big.shape.gpus_per_node:,}), every tenth job keeping them idle; every other GPU is "
         "held by no job and keeps the fleet's mix (an eighth idle, most above 95%). The previous design's "
-        "`ml_gpu_resources` (utilization judged per GPU, no job join, each hardware alert reading the poller's "
-        "series itself; today's records the GPU inputs once at its head) ran after the current groups on a "
+        f"`ml_gpu_resources` (as built at commit {PREVIOUS_REVISION[:12]}: utilization judged per GPU, no job join, "
+        "each hardware alert reading the poller's series itself; today's records the GPU inputs once at its head) "
+        "ran after the current groups on a "
         "second live Prometheus of the same fleet, alone with the baseline, so neither contends with the "
         "other. Active alerts: pending or firing at the last recorded evaluation (the live phase is "
         "shorter than the 10-minute `for` of GPUUtilizationLow, so its alerts are pending).",

@@ -15,9 +15,8 @@ from typing import Any
 
 import yaml
 
-from bench._previous_design import previous_gpu_group
-from bench._prometheus import PrometheusApi, PrometheusError, PrometheusServer, binary, config_yaml, free_port
-from bench._report import BENCHMARKS, write_section
+from bench import BENCHMARKS, write_section
+from bench.fleet.baseline import previous_gpu_group
 from bench.fleet.data import FleetShape, backfill, data_end
 from bench.fleet.live import (
     FleetExporter,
@@ -33,6 +32,7 @@ from bench.fleet.report import BEGIN, END, GROUPS_BEGIN, GROUPS_END, ScaleResult
 from bench.fleet.values import Patterns
 from dashboards import build_all
 from dashboards.queries import PanelQuery, panel_queries
+from harness.prometheus import PrometheusApi, PrometheusError, PrometheusServer, binary, config_yaml, free_port
 from observability.config import ObservabilityConfig
 from observability.rules import health, rule_groups
 from observability.rules.render import dump_groups

@@ -190,6 +190,8 @@ def _trainer_exposition(model_type: str, job: str, gpu_uuids: tuple[str, ...], n
     handle.set_model_quality(0.9, 0.88, 0.9, 0.86)
     handle.set_regression_quality(rmse=0.42, mae=0.31, r2=0.87)
     handle.set_resource_usage(4e9, 180.0)
+    # Each GPU's device memory as the job's own allocator reports it (the default reads PyTorch's).
+    handle.track_gpu_memory(lambda: dict.fromkeys(gpu_uuids, 8e9))
     handle.set_model_flops(5e13, "bf16")
     handle.set_model_flops(5e13, "bf16")
     handle.record_step(samples=64)

@@ -30,10 +30,10 @@ from typing import Any
 
 import yaml
 
-from bench._prometheus import PrometheusServer
 from bench.fleet.live import NO_JOB, text_page_handler
 from bench.fleet.phases import rules_directory
 from dashboards import global_tier_series
+from harness.prometheus import PrometheusServer
 from observability.config import ObservabilityConfig, RemoteWrite
 from observability.prometheus_config import REMOTE_WRITE_PATH, external_labels, write_relabel_configs
 from observability.rules import Tier, tier_rules_yaml

@@ -264,6 +264,8 @@ def _job_values(name: str, rng: random.Random, n: int, variant: int, interval: i
         return [round(x, 4) for x in _walk(rng, n, 0.7, 0.95, 0.005)]
     if name == c.TRAINING_MEMORY_USED_BYTES.name:
         return [round(x) for x in _walk(rng, n, 2e9, 16e9, 1e8)]
+    if name == c.TRAINING_GPU_MEMORY_RESERVED_BYTES.name:  # an allocator's cache grows in steps, then holds
+        return [float(round(x / 2**28) * 2**28) for x in _walk(rng, n, 4e9, 60e9, 5e8)]
     if name == c.TRAINING_CPU_USAGE_PERCENT.name:
         return [round(x, 1) for x in _walk(rng, n, 50.0, 800.0, 20.0)]
     if name == c.CHECKPOINT_SIZE_BYTES.name:

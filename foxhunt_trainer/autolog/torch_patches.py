@@ -9,8 +9,9 @@ Installed right after the program imports torch (`importer`); nothing happens un
   step is `watch()`'s: `record_step` with the samples of the training batches since the previous
   step, and every `check_every` steps (50) or `check_every_seconds` (5) one check: mean loss,
   gradient norm, learning rate per parameter group, NaN and inf counted;
-- the loss: the one-element tensor the program calls `backward()` on (`torch.Tensor.backward`),
-  detached and kept on its device until the check sums them (no sync in the step);
+- the loss: the one-element tensor the program calls `backward()` on (`torch.Tensor.backward`;
+  under AMP, the loss `GradScaler.scale` was given), detached and kept on its device until the
+  check sums them (no sync in the step);
 - data wait vs compute: every DataLoader iterator's `__next__` (`_BaseDataLoaderIter`) is
   data_wait, the time after it compute (evaluation when gradients are off: `torch.no_grad()`);
   its batches' leading dimension are the samples (training batches only); a loop without a
@@ -28,8 +29,8 @@ Installed right after the program imports torch (`importer`); nothing happens un
   timed; ranks from torchrun's environment.
 
 While Lightning's fit or SB3's learn runs, their own integrations count (`STATE.framework_depth`).
-`torch.autograd.backward(loss)` (rather than `loss.backward()`) gives no loss; a loss scaled by
-`GradScaler` is recorded scaled.
+`torch.autograd.backward(loss)` (rather than `loss.backward()`) gives no loss; for
+`scaler.scale(loss).backward()` the loss recorded is the one `GradScaler.scale` was given.
 """
 
 from __future__ import annotations
@@ -196,6 +197,7 @@ class AutoTorch:
     def backward(self, loss: torch.Tensor) -> None:
         if loss.numel() != 1:
             return
+        loss = getattr(loss, _UNSCALED, loss)  # GradScaler's scaled loss: the loss it scaled
         watcher = self.watcher
         if watcher is not None:
             watcher.record_loss(loss)
@@ -400,6 +402,27 @@ def _patch_save() -> None:
     torch.save = save
 
 
+_UNSCALED = "_foxhunt_unscaled_loss"
+
+
+def _patch_grad_scaler() -> None:
+    from torch.amp import GradScaler
+
+    original = GradScaler.scale
+
+    @functools.wraps(original)
+    def scale(self: GradScaler, outputs: Any) -> Any:
+        scaled = original(self, outputs)
+        if scaled is not outputs and isinstance(outputs, torch.Tensor) and _torch_on():
+            try:
+                setattr(scaled, _UNSCALED, outputs.detach())
+            except Exception as error:
+                STATE.failed(TORCH, error)
+        return scaled
+
+    GradScaler.scale = scale  # type: ignore[method-assign]
+
+
 def _patch_schedulers() -> None:
     from torch.optim.lr_scheduler import LRScheduler
 
@@ -529,6 +552,7 @@ def install(module: ModuleType) -> None:
         _patch_loader()
         _patch_save()
         _patch_schedulers()
+        _patch_grad_scaler()
     if STATE.switches.on(DISTRIBUTED) and dist.is_available():
         _patch_ddp()
         _patch_collectives()

@@ -31,8 +31,8 @@ from typing import Any
 
 import pytest
 
-from bench._prometheus import PrometheusServer, free_port
 from foxhunt_trainer.contract import catalog
+from harness.prometheus import PrometheusServer, free_port
 from observability.config import ObservabilityConfig
 from observability.rules import rules_file_yaml
 from tests.e2e.test_live_prometheus import annotated_pods_prometheus, pod_target, wait_until

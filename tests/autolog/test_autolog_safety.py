@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from bench._prometheus import free_port
+from harness.prometheus import free_port
 from infra import REPO_ROOT
 
 pytestmark = pytest.mark.slow
@@ -152,3 +152,29 @@ def test_metrics_made_by_the_program_after_the_auto_job_take_over_its_port():
     done = _run([*RUN, "-c", probe], _env())
     assert done.returncode == 0, done.stderr.decode()
     assert done.stdout.decode().split() == ["True", "1", "True"]
+
+
+def test_under_amp_the_loss_recorded_is_the_one_grad_scaler_scaled():
+    probe = textwrap.dedent(
+        """
+        import torch
+        from foxhunt_trainer.autolog import job
+        torch.manual_seed(0)
+        model = torch.nn.Linear(2, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
+        scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+        for _ in range(3):
+            loss = (model(torch.ones(4, 2)) - 5.0).square().mean()  # about 16 to 40; scaled, over 16,000
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad()
+        auto = job.existing()
+        torch_job = auto.extension("torch", None)
+        torch_job.watcher.check()
+        print(auto.metrics.step_loss.collect()[0].samples[0].value < 100, auto.job.steps_done)
+        """
+    )
+    done = _run([*RUN, "-c", probe], _env())
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.decode().split() == ["True", "3"]

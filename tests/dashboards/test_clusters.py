@@ -66,6 +66,7 @@ def test_several_clusters_filter_every_selector_of_every_query_by_the_variable()
     assert checked > 60
 
 
+@pytest.mark.slow
 def test_the_filtered_queries_pass_promtool(tmp_path: Any) -> None:
     groups = dashboard_query_groups(build_all(TWO))
     result = promtool_check(write_groups(tmp_path / "cluster-queries.yaml", groups))

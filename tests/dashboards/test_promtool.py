@@ -16,6 +16,8 @@ from dashboards.queries import panel_queries, substitute_variables
 from observability.rules import recording
 from observability.rules.dashboard_recording import dashboard_recording_groups
 
+pytestmark = pytest.mark.slow
+
 LABEL_VALUES = re.compile(r"^label_values\((?P<selector>.+),\s*(?P<label>\w+)\)$")
 
 

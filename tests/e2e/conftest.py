@@ -1,11 +1,9 @@
-"""Fixtures of the end-to-end tests: the synthetic trainer as a subprocess, an OTLP collector stub,
-and the fake NVML harness of the poller tests (loaded by path)."""
+"""Fixtures of the end-to-end tests: the synthetic trainer as a subprocess (harness.trainer_process),
+an OTLP collector stub, and the fake NVML harness (harness.fake_nvml)."""
 
 from __future__ import annotations
 
 import importlib
-import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -18,9 +16,9 @@ import grpc  # type: ignore[import-untyped]
 import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
-from bench._prometheus import free_port
+from harness.trainer_process import TrainerProcess
 
-HARNESS_MODULE = "tests.poller.fake_nvml.fake_nvml_harness"
+HARNESS_MODULE = "harness.fake_nvml"
 
 
 def load_harness() -> ModuleType:
@@ -30,23 +28,6 @@ def load_harness() -> ModuleType:
 
 def http_get(port: int, path: str, timeout: float = 5.0) -> tuple[int, bytes, str]:
     return load_harness().http_get("127.0.0.1", port, path, timeout)  # type: ignore[no-any-return]
-
-
-class TrainerProcess(load_harness().ServedProcess):  # type: ignore[misc]
-    """`python -m examples.synthetic_trainer` on a free loopback port, stopped by PID."""
-
-    READY_TIMEOUT = 30.0  # it imports OpenTelemetry's SDK first
-    STOP_TIMEOUT = 15.0
-
-    def __init__(self, work_dir: Path, *args: str, env: dict[str, str] | None = None) -> None:
-        port = free_port()
-        command = [sys.executable, "-m", "examples.synthetic_trainer", "--listen", f"127.0.0.1:{port}", *args]
-        environment = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-        environment.update(env or {})
-        super().__init__("trainer", command, work_dir, environment, port)
-
-    def signal(self, signum: int) -> None:
-        os.kill(self.process.pid, signum)
 
 
 @pytest.fixture

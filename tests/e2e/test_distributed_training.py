@@ -3,7 +3,7 @@ torchrun command as the two pods of a 2-node Indexed Job (two ranks each, gloo o
 tests/e2e/torchrun_pods.py), every rank scraped on its own port through the project's relabelling
 by Debian's Prometheus 2.42, which evaluates the rendered rules.
 
-One run, in phases, steered through the trainer's control files (bench/_ddp_trainer.py):
+One run, in phases, steered through the trainer's control files (harness/ddp_trainer.py):
 1. balanced: every rank's simulated device time is the same;
 2. straggler: rank 3's device time is 30 % longer, then back to normal;
 3. hang: rank 1 is stopped with SIGSTOP, then continued with SIGCONT.
@@ -33,9 +33,9 @@ from typing import Any
 
 import pytest
 
-from bench import _ddp_trainer as ddp_trainer
-from bench._prometheus import PrometheusServer, config_yaml, free_port
 from foxhunt_trainer.contract import catalog
+from harness import ddp_trainer
+from harness.prometheus import PrometheusServer, config_yaml, free_port
 from infra import REPO_ROOT
 from infra.offline import render
 from observability.config import ObservabilityConfig
@@ -61,7 +61,7 @@ JOB_ID = "ddp-e2e"
 K8S_JOB = "ddp-run-7"
 SLOW_RANK, STOPPED_RANK = 3, 1
 HANG_SECONDS = 8
-TRAINER = "bench/_ddp_trainer.py"
+TRAINER = "harness/ddp_trainer.py"
 WAIT = 90.0  # generous: the machine is shared
 
 

@@ -13,10 +13,9 @@ from collections.abc import Iterable
 
 import pytest
 
-from bench._previous_design import GROUP as PREVIOUS_GROUP
-from bench._previous_design import previous_gpu_group
-from bench._prometheus import PrometheusApi, PrometheusServer, config_yaml
-from bench._report import write_section
+from bench import write_section
+from bench.fleet.baseline import GROUP as PREVIOUS_GROUP
+from bench.fleet.baseline import previous_gpu_group
 from bench.fleet.data import BLOCK_SECONDS, FleetShape, all_series, backfill, data_end, timestamps, write_openmetrics
 from bench.fleet.live import (
     BASELINE_GROUP,
@@ -56,6 +55,7 @@ from dashboards import build_all
 from dashboards.queries import PanelQuery
 from foxhunt_trainer.contract import catalog
 from foxhunt_trainer.contract.catalog import Producer
+from harness.prometheus import PrometheusApi, PrometheusServer, config_yaml
 from observability.config import ObservabilityConfig
 from observability.rules import gpu, jobs, rule_groups
 from observability.rules.render import dump_groups
@@ -277,6 +277,7 @@ def test_prometheus_scrapes_the_live_fleet_and_times_every_rule_group_in_engine(
     assert baseline.name == BASELINE_GROUP and baseline.total.series == 2  # two counts recorded
 
 
+@pytest.mark.slow
 def test_the_gpu_alert_group_alone_runs_its_yardstick_floor_and_job_records_first(tmp_path):
     # The floor reads exactly the poller series the group reads, derived from its rules: a series
     # the group starts reading joins the floor.
@@ -342,6 +343,7 @@ def test_instant_targets_are_judged_by_their_instant_query_and_groups_by_fleet_r
     assert f"| {BASELINE_GROUP} |" not in section  # the baseline is a yardstick, not a group
 
 
+@pytest.mark.slow
 def test_the_previous_design_is_the_per_gpu_alert_group_without_the_job_join(tmp_path):
     group = previous_gpu_group(CFG)
     alerts = {r["alert"]: r for r in group["rules"]}

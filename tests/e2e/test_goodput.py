@@ -29,13 +29,13 @@ from typing import Any
 import pytest
 import yaml
 
-from bench._prometheus import PrometheusServer, free_port
 from foxhunt_trainer.contract import catalog
+from harness.prometheus import PrometheusServer, free_port
+from harness.webhook_sink import WebhookSink
 from observability.alertmanager import ReceiverUrls, alertmanager_config_yaml
 from observability.config import ObservabilityConfig
 from observability.rules import efficiency, goodput, rule_groups
 from observability.rules.render import dump_groups
-from tests.webhook_sink import WebhookSink
 
 from .conftest import load_harness
 from .test_live_prometheus import annotated_pods_prometheus, pod_target, wait_until

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from bench import half_open
+from harness.trainer_process import TrainerProcess
 
-from .conftest import TrainerProcess, load_harness
+from .conftest import load_harness
 
 CONNECTIONS = 1_000
 POLLER_MEMORY_LIMIT_KIB = 64 * 1024  # the DaemonSet's memory limit (every stack)

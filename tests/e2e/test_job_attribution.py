@@ -20,13 +20,14 @@ from typing import Any
 import pytest
 import yaml
 
-from bench._prometheus import PrometheusServer
 from foxhunt_trainer.contract import catalog
+from harness.prometheus import PrometheusServer
+from harness.trainer_process import TrainerProcess
 from observability.config import ObservabilityConfig
 from observability.rules import jobs, rule_groups
 from observability.rules.render import dump_groups
 
-from .conftest import TrainerProcess, load_harness
+from .conftest import load_harness
 from .test_live_prometheus import annotated_pods_prometheus, pod_target, wait_until
 
 pytestmark = pytest.mark.slow

@@ -25,13 +25,14 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from bench._prometheus import PrometheusServer, config_yaml
 from dashboards import build_all
 from dashboards.queries import PanelQuery, duration_seconds, panel_queries
 from foxhunt_trainer import MetricsServer
 from foxhunt_trainer.contract import catalog
 from foxhunt_trainer.contract.catalog import Producer
 from foxhunt_trainer.trainer_env import FINAL_SCRAPE_WAIT_ENV
+from harness.prometheus import PrometheusServer, config_yaml
+from harness.trainer_process import TrainerProcess
 from observability.config import ObservabilityConfig
 from observability.rules import rule_groups, rules_file_yaml
 from observability.scrape_config import (
@@ -45,7 +46,7 @@ from observability.scrape_config import (
     pod_label,
 )
 
-from .conftest import TrainerProcess, load_harness
+from .conftest import load_harness
 
 pytestmark = pytest.mark.slow
 

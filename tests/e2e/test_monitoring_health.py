@@ -22,13 +22,13 @@ from typing import Any
 
 import pytest
 
-from bench._prometheus import PrometheusServer
+from harness.alertmanager import AlertmanagerServer
+from harness.prometheus import PrometheusServer
+from harness.webhook_sink import WebhookSink
 from observability.alertmanager import ReceiverUrls, alertmanager_config_yaml
 from observability.config import ObservabilityConfig
 from observability.rules import health, rule_groups
 from observability.rules.render import dump_groups
-from tests.alertmanager_server import AlertmanagerServer
-from tests.webhook_sink import WebhookSink
 
 from .conftest import load_harness
 from .test_live_prometheus import annotated_pods_prometheus, pod_target, wait_until

@@ -37,13 +37,13 @@ from typing import Any
 import pytest
 import torch
 
-from bench._prometheus import PrometheusServer, free_port
 from dashboards import build_all
 from dashboards.queries import PanelQuery, panel_queries
 from dashboards.training_cockpit import UID as COCKPIT
 from foxhunt_trainer import remediation
 from foxhunt_trainer.contract import catalog
 from foxhunt_trainer.finite import nonfinite_entries
+from harness.prometheus import PrometheusServer, free_port
 from observability.config import ObservabilityConfig
 from observability.rules import efficiency, rules_file_yaml
 

@@ -17,14 +17,17 @@ from typing import Any
 import pytest
 import yaml
 
-from bench._prometheus import PrometheusServer
 from foxhunt_trainer.contract import catalog
 from foxhunt_trainer.contract.web_config import WEB_CONFIG_ENV, secret_hash, web_config_document
+from harness.prometheus import PrometheusServer
+from harness.trainer_process import TrainerProcess
 from observability.config import ScrapeSecurity
 from observability.scrape_config import CA_KEY, CERT_KEY, KEY_KEY, secured_scrape_fields
 from tests.tls_material import Certificates, make_certificates
 
-from .conftest import TrainerProcess, load_harness
+from .conftest import load_harness
+
+pytestmark = pytest.mark.slow
 
 SERVER_NAME = "metrics.foxhunt.test"
 TOKEN = "poller-scrape-token-0123456789abcdef"

@@ -31,7 +31,6 @@ from typing import Any
 
 import pytest
 
-from bench._prometheus import PrometheusApi
 from bench.fleet.data import FleetShape
 from bench.fleet.live import NO_JOB, Target, targets
 from bench.fleet.query_timing import first_label_values
@@ -44,10 +43,13 @@ from dashboards.clusters import CLUSTER_LABEL, CLUSTER_VARIABLE
 from dashboards.global_tier import is_drilldown
 from dashboards.queries import panel_queries
 from foxhunt_trainer.contract import catalog
+from harness.prometheus import PrometheusApi
 from observability.config import ObservabilityConfig, RemoteWrite
 from observability.partials import SHARD_LABEL, is_partial
 from observability.rules import Tier, rule_groups, tier_rule_groups
 from observability.scrape_config import SHARD_KEY
+
+pytestmark = pytest.mark.slow
 
 INTERVAL = 5
 CFG = ObservabilityConfig(scrape_interval_seconds=INTERVAL, evaluation_interval_seconds=INTERVAL, shards=2,

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 import yaml
 
-from bench._prometheus import PrometheusServer
 from dashboards import build_all
 from dashboards.queries import panel_queries, substitute_variables
 from foxhunt_trainer.contract import catalog
+from harness.prometheus import PrometheusServer
 from observability.config import ObservabilityConfig
 from observability.rules import goodput, jobs, rule_groups
 from observability.rules.render import dump_groups

@@ -34,9 +34,9 @@ import pytest
 import yaml
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
-from bench._prometheus import PrometheusServer, config_yaml, free_port
 from dashboards.queries import builtin_values, substitute_variables
 from foxhunt_trainer.contract import catalog
+from harness.prometheus import PrometheusServer, config_yaml, free_port
 from infra import REPO_ROOT
 from infra.offline import render
 from observability.datasources import TRACE_ID_REGEX
@@ -45,6 +45,8 @@ from tests.querylang.logql import log_queries
 
 from .conftest import CollectorStub, http_get
 from .test_live_prometheus import wait_until
+
+pytestmark = pytest.mark.slow
 
 STACK = "dev"
 NODE = "gpu-node-1"

@@ -17,8 +17,7 @@ from examples.synthetic_trainer.faults import FaultPlan
 from examples.synthetic_trainer.job import SyntheticTrainer, TrainerSettings
 from foxhunt_trainer import TrainingMetrics, render_text
 from foxhunt_trainer.contract import catalog
-
-from .conftest import TrainerProcess
+from harness.trainer_process import TrainerProcess
 
 
 def run(tmp_path: Path, faults: FaultPlan | None = None, **settings: Any) -> tuple[str, TrainingMetrics]:
@@ -171,6 +170,7 @@ def test_the_cli_traces_to_the_otlp_endpoint_of_the_job_template(start_trainer, 
         assert collector.wait_for_span(name)["service.name"] == "synthetic-trainer"
 
 
+@pytest.mark.slow
 def test_the_local_prometheus_config_is_valid_for_promtool(tmp_path):
     from examples.local_prometheus import main
 

@@ -5,10 +5,13 @@ hides a cycle behind an import inside a function."""
 from __future__ import annotations
 
 import ast
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from bench import http_limits
+from bench.fleet import baseline
 from infra import REPO_ROOT
 
 # Lower layers first; a module may import only modules of earlier layers (or, inside the
@@ -183,3 +186,67 @@ def test_no_module_imports_a_private_name_of_another_package() -> None:
                 if other in PACKAGES and other != package:
                     problems += [f"{name}: {node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
     assert not problems, "private names used across packages:\n" + "\n".join(problems)
+
+
+# Tests and benchmarks share the harness package (Prometheus, Alertmanager, fake NVML, webhook sink,
+# the synthetic trainer process) and reach no further into each other: no test imports a private
+# bench module, no benchmark imports the tests, and the harness imports neither.
+def absolute_imports(tree: ast.AST) -> set[str]:
+    """Every module an import statement names (`from a import b` names a and a.b), and every string
+    constant that reads as a module path or a file path of the repository (`-m bench._x`, "tests/...")."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            text = node.value.strip()
+            if " " not in text and text.startswith(("tests.", "tests/", "bench.", "bench/")):
+                found.add(text.removesuffix(".py").replace("/", "."))
+    return found
+
+
+def private_bench_module(name: str) -> bool:
+    parts = name.split(".")
+    return parts[0] == "bench" and any(p.startswith("_") for p in parts[1:])
+
+
+def test_tests_and_benchmarks_meet_only_in_the_harness() -> None:
+    problems = []
+    for package, forbidden in (
+        ("tests", private_bench_module),
+        ("bench", lambda n: n.split(".")[0] == "tests"),
+        ("harness", lambda n: n.split(".")[0] in ("tests", "bench")),
+    ):
+        for path in sorted((REPO_ROOT / package).rglob("*.py")):
+            if path == Path(__file__).resolve():  # names the forbidden modules as examples
+                continue
+            for name in sorted(absolute_imports(ast.parse(path.read_text()))):
+                if forbidden(name):
+                    problems.append(f"{path.relative_to(REPO_ROOT)} uses {name}")
+    assert not problems, "tests and benchmarks share harness/ and nothing else:\n" + "\n".join(problems)
+
+
+def test_the_layering_check_sees_what_it_forbids() -> None:
+    code = 'from bench._prometheus import free_port\nimport bench._x\nfrom bench import fleet\nrun("-m", "bench._previous_server")'
+    names = absolute_imports(ast.parse(code))
+    assert {n for n in names if private_bench_module(n)} == {
+        "bench._prometheus",
+        "bench._prometheus.free_port",
+        "bench._x",
+        "bench._previous_server",
+    }
+    assert "tests.poller.fake_nvml" in absolute_imports(ast.parse('importlib.import_module("tests.poller.fake_nvml")'))
+
+
+def test_the_baselines_name_revisions_of_this_history() -> None:
+    """The benchmarks' previous designs are commits of this repository, read with git archive."""
+    for revision in (http_limits.PREVIOUS_REVISION, baseline.PREVIOUS_REVISION):
+        done = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "cat-file", "-e", f"{revision}^{{commit}}"], capture_output=True, check=False
+        )
+        assert done.returncode == 0, f"{revision} is not in this clone's history (a shallow clone?)"
+    assert not (REPO_ROOT / "bench" / "_previous_design.py").exists()
+    assert not (REPO_ROOT / "bench" / "_previous_server.py").exists()

@@ -52,6 +52,7 @@ def test_stack_renders_every_kind_of_output(stack: str, tmp_path: Path) -> None:
     assert written == set(result.files)
 
 
+@pytest.mark.slow
 def test_render_is_byte_identical_across_processes(tmp_path: Path) -> None:
     digests = []
     for attempt in ("a", "b"):
@@ -64,6 +65,7 @@ def test_render_is_byte_identical_across_processes(tmp_path: Path) -> None:
     assert len(digests[0]) > 3
 
 
+@pytest.mark.slow
 def test_cli_prints_a_summary(tmp_path: Path) -> None:
     proc = run_cli("--stack", "dev", "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
@@ -112,6 +114,7 @@ def test_mock_engine_restores_integers() -> None:
     assert isinstance(normalize(9400.0), int)
 
 
+@pytest.mark.slow
 def test_render_checks_catch_a_real_policy_violation() -> None:
     result = render.render_stack("dev")
     assert checks.check_policies(result) == []
@@ -124,6 +127,7 @@ def test_render_checks_catch_a_real_policy_violation() -> None:
     assert any("privileged" in p and "gpu-poller" in p for p in problems), problems
 
 
+@pytest.mark.slow
 def test_render_checks_catch_a_broken_rules_file() -> None:
     result = render.render_stack("dev")
     assert checks.check_rules_with_promtool(result) == []

@@ -726,6 +726,7 @@ def sharded() -> dict[str, RenderResult]:
     }
 
 
+@pytest.mark.slow
 def test_sharded_annotations_mode_delivers_one_scrape_config_and_the_rule_tiers_per_key(
     sharded: dict[str, RenderResult],
 ) -> None:
@@ -805,6 +806,7 @@ def _checkable(config_text: str, tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_every_server_of_a_sharded_stack_gets_a_config_promtool_accepts(
     sharded: dict[str, RenderResult], tmp_path: Path
 ) -> None:

@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from infra.components.alert_rules import RULE_FILES
@@ -52,6 +53,7 @@ def test_each_replica_has_its_own_config_with_its_own_replica_label_and_alerts_d
     assert "prometheus_replica" not in configs["prometheus-global.yml"]["global"]["external_labels"]
 
 
+@pytest.mark.slow
 def test_one_replica_renders_as_before_and_promtool_accepts_every_config(tmp_path: Path) -> None:
     single = _configs(ObservabilityConfig(shards=2, cluster="c"))
     assert sorted(single) == ["prometheus-global.yml", "prometheus-shard-0.yml", "prometheus-shard-1.yml"]

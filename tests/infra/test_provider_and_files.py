@@ -92,6 +92,7 @@ def test_a_secret_kubeconfig_must_hold_the_named_context():
 
 
 @pytest.mark.parametrize("stack", STACKS)
+@pytest.mark.slow
 def test_alertmanager_config_is_written_readably_with_secret_placeholders(rendered, stack, tmp_path):
     result = rendered[stack]
     text = result.files[ALERTMANAGER_PATH]

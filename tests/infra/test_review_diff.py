@@ -12,6 +12,10 @@ import yaml
 
 from tests.repo_copy import commit_all, copy_repo
 
+# Each runs the project's own tools and tests (renders, promtool, the policy pack) in a copy of the
+# repository: tens of seconds apiece.
+pytestmark = pytest.mark.slow
+
 
 def make_diff(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(

@@ -21,6 +21,10 @@ import yaml
 from tests.repo_copy import copy_repo, reset
 from tests.rules.alert_cases import CASES
 
+# Each runs the project's own tools and tests (renders, promtool, the policy pack) in a copy of the
+# repository: tens of seconds apiece.
+pytestmark = pytest.mark.slow
+
 NEW_SERVICE = """      - name: pricing-engine
         container: pricing
         port: 9111
@@ -417,7 +421,7 @@ def test_adding_a_gpu_field_is_its_attribute_with_its_nvml_row_its_metric_and_it
          "                                            (pynvml.NVML_CLOCK_GRAPHICS,), U32,\n"
          "                                            catalog.GPU_GRAPHICS_CLOCK_HERTZ, MEGA)\n")  # fmt: skip
     # the fake driver's graphics clock runs with its SM clock, as on the GPUs we run
-    fake = repo / "tests" / "poller" / "fake_nvml" / "fake_nvml.c"
+    fake = repo / "harness" / "fake_nvml" / "fake_nvml.c"
     old = "enum field f = type == 1 ? F_CLOCK_SM"
     assert old in fake.read_text()
     fake.write_text(fake.read_text().replace(old, "enum field f = type == 0 || type == 1 ? F_CLOCK_SM"))
@@ -429,7 +433,7 @@ def test_adding_a_gpu_field_is_its_attribute_with_its_nvml_row_its_metric_and_it
     assert changed_files(repo) == {
         "foxhunt_trainer/contract/catalog.py",
         "poller/samples.py",
-        "tests/poller/fake_nvml/fake_nvml.c",
+        "harness/fake_nvml/fake_nvml.c",
         "dashboards/panels/gpu.py",
         "dashboards/training_cockpit.py",
     }
@@ -450,7 +454,7 @@ def test_adding_a_gpu_field_is_its_attribute_with_its_nvml_row_its_metric_and_it
 GPU_FIELD_PAGE = """
 import ctypes, os, tempfile
 from pathlib import Path
-from tests.poller.fake_nvml import fake_nvml_harness as h
+from harness import fake_nvml as h
 work = Path(tempfile.mkdtemp())
 lib = h.build_fake_nvml(work / "lib")
 h.FakeNvml(gpus=[h.FakeGpu()]).write(work / "nvml.conf")
@@ -513,9 +517,9 @@ OPTIMIZATION_ROW_END = "            learning.gradient_norm(job, w=8),\n"
 
 def test_adding_a_trainer_metric_is_its_entry_its_method_its_panel_and_its_test(repo: Path) -> None:
     edit(repo, "foxhunt_trainer/contract/catalog.py", "TRAINING_HYPERPARAMETERS_INFO = Metric(", LOSS_SCALE_METRIC)
-    edit(repo, "foxhunt_trainer/training.py", "        self.gradient_norm = g(catalog.TRAINING_GRADIENT_NORM)\n",
+    edit(repo, "foxhunt_trainer/registry.py", "        self.gradient_norm = g(catalog.TRAINING_GRADIENT_NORM)\n",
          "        self.loss_scale = g(catalog.TRAINING_LOSS_SCALE)\n", before=False)  # fmt: skip
-    edit(repo, "foxhunt_trainer/training.py", "    def set_learning_rates(self, rates: Mapping[str, float]) -> None:\n",
+    edit(repo, "foxhunt_trainer/job_metrics.py", "    def set_learning_rates(self, rates: Mapping[str, float]) -> None:\n",
          LOSS_SCALE_METHOD)  # fmt: skip
     topic = repo / "dashboards" / "panels" / "learning.py"
     topic.write_text(topic.read_text() + LOSS_SCALE_PANEL)
@@ -524,7 +528,8 @@ def test_adding_a_trainer_metric_is_its_entry_its_method_its_panel_and_its_test(
     (repo / "tests" / "trainer" / "test_loss_scale.py").write_text(LOSS_SCALE_TEST)
     assert changed_files(repo) == {
         "foxhunt_trainer/contract/catalog.py",
-        "foxhunt_trainer/training.py",
+        "foxhunt_trainer/registry.py",
+        "foxhunt_trainer/job_metrics.py",
         "dashboards/panels/learning.py",
         "dashboards/training_cockpit.py",
         "tests/trainer/test_loss_scale.py",

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from foxhunt_trainer.contract import catalog
@@ -43,6 +44,8 @@ from observability.scrape_config import (
     rank_port_name,
     scrape_config_yaml,
 )
+
+pytestmark = pytest.mark.slow
 
 NAMESPACE = "foxhunt-test"
 GPU_METRIC = catalog.GPU_UTILIZATION_PERCENT.name

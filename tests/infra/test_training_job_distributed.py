@@ -98,6 +98,7 @@ def test_multi_node_jobs_are_indexed_with_torchrun_ranks_from_the_completion_ind
         assert yaml.safe_load(result.files[training_job_file(result)])["spec"] == spec
 
 
+@pytest.mark.slow
 def test_the_rendered_multi_node_command_runs_torchrun_through_the_launcher_with_the_trainers_exit_code(
     rendered: dict[str, RenderResult], tmp_path: Path
 ) -> None:

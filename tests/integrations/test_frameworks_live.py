@@ -35,7 +35,6 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import Logger
 from torch.utils.data import DataLoader, TensorDataset
 
-from bench._prometheus import PrometheusServer, config_yaml
 from dashboards import build_all
 from dashboards.queries import PanelQuery, panel_queries
 from foxhunt_trainer import TrainingMetrics, render_text
@@ -43,6 +42,7 @@ from foxhunt_trainer.contract import catalog
 from foxhunt_trainer.integrations.lightning import MetricsCallback as LightningCallback
 from foxhunt_trainer.integrations.optuna import STATES, StudyMonitor
 from foxhunt_trainer.integrations.sb3 import MetricsCallback as Sb3Callback
+from harness.prometheus import PrometheusServer, config_yaml
 from observability.config import ObservabilityConfig
 from observability.rules import efficiency, rules_file_yaml
 

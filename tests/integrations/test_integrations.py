@@ -20,6 +20,8 @@ from foxhunt_trainer.integrations.lightning import MetricsCallback as LightningC
 from foxhunt_trainer.integrations.sb3 import MetricsCallback as Sb3Callback
 from foxhunt_trainer.search import TRIAL_STATES
 
+pytestmark = pytest.mark.slow
+
 FRAMEWORKS = ("stable_baselines3", "pytorch_lightning", "optuna", "torch", "gymnasium")
 
 

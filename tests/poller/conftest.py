@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-HARNESS_MODULE = "tests.poller.fake_nvml.fake_nvml_harness"
+HARNESS_MODULE = "harness.fake_nvml"
 
 
 def load_harness() -> ModuleType:
@@ -20,7 +20,7 @@ def load_harness() -> ModuleType:
 
 @pytest.fixture(scope="session")
 def harness() -> ModuleType:
-    """tests/poller/fake_nvml/fake_nvml_harness.py (FakeNvml, FakeGpu, PollerProcess, ...)."""
+    """harness/fake_nvml/__init__.py (FakeNvml, FakeGpu, PollerProcess, ...)."""
     return load_harness()
 
 

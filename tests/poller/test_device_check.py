@@ -12,9 +12,12 @@ from types import ModuleType
 
 import pytest
 
+# Each runs scripts/device_check.py, which starts the poller on the fake driver and reads it for seconds.
+pytestmark = pytest.mark.slow
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = REPO_ROOT / "scripts" / "device_check.py"
-LOAD = REPO_ROOT / "tests" / "poller" / "fake_nvml" / "fake_gpu_load.py"
+LOAD = REPO_ROOT / "harness" / "fake_nvml" / "fake_gpu_load.py"
 
 
 def run_check(

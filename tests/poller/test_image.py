@@ -24,7 +24,7 @@ HADOLINT = Path(sys.executable).parent / "hadolint"
 MAX_IMAGE_BYTES = 150 * 1000 * 1000  # the goal: under 150 MB uncompressed
 
 
-image_harness: ModuleType = importlib.import_module("tests.poller.image_harness")
+image_harness: ModuleType = importlib.import_module("harness.poller_image")
 
 
 def test_dockerfile_is_hadolint_clean() -> None:

@@ -1,5 +1,5 @@
 """In-process tests of the shared pass and the text writer, checked against a prometheus-client
-collector built independently (tests/poller/reference_collector.py); no NVML."""
+collector built independently (harness/reference_collector.py); no NVML."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ from prometheus_client.registry import Collector
 
 from foxhunt_trainer.contract import catalog
 from foxhunt_trainer.contract.exposition import format_value
+from harness.reference_collector import GpuCollector, build_families
 from poller.error_counters import ErrorCounters
 from poller.exported_metrics import ERROR_TYPES, FAILURE_REASONS, GPU_GAUGES
 from poller.metrics_page import TextPageWriter
 from poller.samples import DriverInfo, GpuIdentity, GpuSample, MigInfo, PassResult, unidentified_gpu
 from poller.shared_pass import SharedPass
-from tests.poller.reference_collector import GpuCollector, build_families
 
 GPU0 = GpuIdentity(0, "GPU-aaaa", "NVIDIA A100-SXM4-80GB")
 GPU1 = GpuIdentity(1, 'GPU-bb"b\\', 'Odd "name"\nwith newline')

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from harness.alertmanager import AlertmanagerServer, alertmanager_tool, running_alertmanager
 from infra.settings import available_stacks, read_stack_config, validate_stack
 from observability import alertmanager as am
 from observability.alertmanager import (
@@ -25,7 +26,8 @@ from observability.alertmanager import (
 from observability.config import ObservabilityConfig
 from observability.notifications import TEMPLATE_FILE, template_text
 from observability.rules import alert_rules
-from tests.alertmanager_server import AlertmanagerServer, alertmanager_tool, running_alertmanager
+
+pytestmark = pytest.mark.slow
 
 CFG = ObservabilityConfig()
 RECEIVERS = ReceiverUrls(

@@ -120,6 +120,7 @@ def test_critical_detection_alerts_read_only_series_recorded_before_them_in_thei
     assert set(critical) == set(CRITICAL_DETECTION_ALERTS)
 
 
+@pytest.mark.slow
 def test_the_promise_holds_in_simulated_time(promtool_run):
     """promtool fired every critical alert exactly when predicted, and the page left within the
     budget of the failure, placed at its worst moment."""

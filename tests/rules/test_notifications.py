@@ -22,12 +22,12 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import yaml
 
+from harness.alertmanager import alertmanager_tool, running_alertmanager
+from harness.webhook_sink import WebhookSink
 from observability import alertmanager as am
 from observability.config import Notifications, ObservabilityConfig
 from observability.notifications import SHOWN_ALERTS, TEMPLATE_FILE, template_text
-from tests.alertmanager_server import alertmanager_tool, running_alertmanager
 from tests.rules.promtool_harness import alert_rule_dicts, render_template
-from tests.webhook_sink import WebhookSink
 
 NOTIFY = Notifications(
     critical="pagerduty",
@@ -123,6 +123,7 @@ def _dashboard_query(url: str) -> dict[str, list[str]]:
     return parse_qs(urlsplit(url).query)
 
 
+@pytest.mark.slow
 def test_amtool_checks_the_config_with_its_templates_and_routes_to_the_native_receivers(config_dir):
     config = config_dir / "alertmanager.yml"
     proc = subprocess.run(

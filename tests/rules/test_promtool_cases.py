@@ -13,6 +13,8 @@ from tests.rules.alert_cases import CASES, RECORD_CASES
 from tests.rules.health_cases import KSM_CASES
 from tests.rules.promtool_harness import Suite, run_promtool_tests
 
+pytestmark = pytest.mark.slow
+
 
 def test_promtool_passes_every_case(promtool_run):
     assert promtool_run.result.returncode == 0, promtool_run.result.output[-20000:]

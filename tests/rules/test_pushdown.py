@@ -410,6 +410,7 @@ def _nodes(node: Any) -> list[Any]:
     return out
 
 
+@pytest.mark.slow
 def test_the_partials_of_two_shards_combine_into_the_single_server_value(tmp_path: Path) -> None:
     promtool = shutil.which("promtool")
     assert promtool, "promtool (Prometheus 2.42) is needed: run `make sysdeps`"

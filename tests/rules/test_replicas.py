@@ -151,6 +151,7 @@ SCENARIOS = {
 
 
 @pytest.mark.parametrize("missing", SCENARIOS.values(), ids=SCENARIOS.keys())
+@pytest.mark.slow
 def test_the_replicas_partials_combine_once_into_the_single_server_value(
     tmp_path: Path, missing: dict[str, tuple[str, ...]]
 ) -> None:

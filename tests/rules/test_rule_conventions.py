@@ -394,6 +394,7 @@ def _stack_configs() -> dict[str, ObservabilityConfig]:
     return stacks
 
 
+@pytest.mark.slow
 def test_promtool_check_rules_passes_for_every_stack_and_interval_variant(tmp_path):
     configs = {f"stack-{name}": cfg for name, cfg in _stack_configs().items()}
     assert {"stack-dev", "stack-staging", "stack-prod"} <= set(configs)

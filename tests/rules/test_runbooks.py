@@ -104,6 +104,7 @@ def test_the_expected_action_text_is_kept():
     assert rules["TrainingSlowdown"]["annotations"]["impact"] == "Training will take much longer than expected"
 
 
+@pytest.mark.slow
 def test_every_query_in_the_runbooks_parses(tmp_path):
     """promtool parses every PromQL block of the document (as recording rules)."""
     blocks = re.findall(r"```promql\n(.*?)\n\s*```", DOC.read_text(encoding="utf-8"), flags=re.DOTALL)

@@ -175,6 +175,7 @@ PROMTOOL_FACTORS = tuple(f for f in FACTORS if f > 1)
 
 
 @pytest.mark.parametrize("factor", PROMTOOL_FACTORS)
+@pytest.mark.slow
 def test_boundary_cases_follow_the_thresholds_and_pass_promtool(factor, tmp_path):
     cfg = _cfg(factor)
     default_names = {(c.alert, c.name) for c in alert_cases()}
@@ -185,6 +186,7 @@ def test_boundary_cases_follow_the_thresholds_and_pass_promtool(factor, tmp_path
     assert result.returncode == 0, result.output[-20000:]
 
 
+@pytest.mark.slow
 def test_old_boundary_cases_fail_against_moved_thresholds(tmp_path):
     """The cases are not vacuous: the default edges against rules with thresholds 10 % lower fail."""
     suite = Suite("stale-cases", _cfg(0.9), list(alert_cases()), [])

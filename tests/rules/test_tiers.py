@@ -215,6 +215,7 @@ def test_one_shard_keeps_the_single_rules_file() -> None:
     assert whole == rule_groups(CFG)
 
 
+@pytest.mark.slow
 def test_promtool_loads_both_tier_files(tmp_path: Path) -> None:
     files = []
     for tier, text in tier_rules_yaml(CFG).items():

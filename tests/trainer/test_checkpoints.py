@@ -20,6 +20,8 @@ from foxhunt_trainer.finite import nonfinite_entries
 
 from .test_job_lifecycle import ClientError, value
 
+pytestmark = pytest.mark.slow
+
 JOB = {"model_type": "mlp", "job_id": "run-1"}
 
 

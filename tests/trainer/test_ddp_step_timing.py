@@ -21,6 +21,8 @@ from foxhunt_trainer.collectives import ALL_REDUCE, CollectiveCounts
 from infra import REPO_ROOT
 from tests.trainer import ddp_timing_worker as worker
 
+pytestmark = pytest.mark.slow
+
 TORCHRUN = Path(sys.executable).parent / "torchrun"
 
 

@@ -14,6 +14,8 @@ from foxhunt_trainer import TrainingMetrics, render_text
 from foxhunt_trainer.contract import catalog
 from foxhunt_trainer.errors import FAILURE_ERROR_TYPES, failure_type
 
+pytestmark = pytest.mark.slow
+
 
 def value(metrics: TrainingMetrics, name: str, **labels: str) -> float | None:
     for family in text_string_to_metric_families(render_text(metrics.registry).decode()):

@@ -50,6 +50,7 @@ def _finish(process: subprocess.Popen[str]) -> tuple[int, str]:
     return process.returncode, output
 
 
+@pytest.mark.slow
 def test_a_worker_that_spent_its_rollback_budget_makes_the_pod_exit_80_where_torchrun_says_1(tmp_path):
     alone, through = tmp_path / "torchrun", tmp_path / "launcher"
     alone.mkdir(), through.mkdir()
@@ -62,6 +63,7 @@ def test_a_worker_that_spent_its_rollback_budget_makes_the_pod_exit_80_where_tor
     assert list((through / "tmp").glob("foxhunt-worker-exits-*")) == []  # the records' directory is gone
 
 
+@pytest.mark.slow
 def test_a_retriable_failure_stays_retriable_and_a_clean_run_exits_0(tmp_path):
     code, output = _finish(_launch(tmp_path, "--ranks", "1", "--ending", "retriable"))
     assert code != 0 and code not in launcher.UNFIXABLE_EXIT_CODES, output  # counts against backoffLimit
@@ -70,6 +72,7 @@ def test_a_retriable_failure_stays_retriable_and_a_clean_run_exits_0(tmp_path):
     assert code == 0, output
 
 
+@pytest.mark.slow
 def test_sigterm_reaches_every_worker_and_the_pod_exits_with_torchruns_code(tmp_path):
     process = _launch(tmp_path, "--ranks", "none", "--ending", "clean", "--others-sleep", "120")
     deadline = time.monotonic() + 120

@@ -16,6 +16,8 @@ from foxhunt_trainer.ranks import RankInfo
 
 from .test_job_lifecycle import value
 
+pytestmark = pytest.mark.slow
+
 RANKED = {"model_type": "mlp", "job_id": "run-1", "rank": "0"}
 FLOPS = catalog.TRAINING_MODEL_FLOPS_TOTAL.name
 

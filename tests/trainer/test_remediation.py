@@ -24,6 +24,8 @@ import pytest
 from foxhunt_trainer import remediation
 from infra import REPO_ROOT
 
+pytestmark = pytest.mark.slow
+
 
 def _run(directory: Path, *args: str, **env: str) -> tuple[int, str, dict[str, Any] | None]:
     environ = {**os.environ, "OTEL_TRACES_EXPORTER": "none", "PYTHONPATH": str(REPO_ROOT), **env}

@@ -18,6 +18,8 @@ from foxhunt_trainer.trainer_env import FINAL_SCRAPE_WAIT_ENV, TERMINATION_GRACE
 
 from .test_flush_on_exit import Scraper
 
+pytestmark = pytest.mark.slow
+
 # A real PyTorch loop under `watch`, endless until SIGTERM; "previous" installs a handler first
 # (as a launcher or a framework would) that says it ran and exits with its own status; "later"
 # installs one after the library's that calls the handler it found and asks the loop to stop, as

@@ -21,6 +21,8 @@ from foxhunt_trainer.integrations.torch import (
 
 from .test_job_lifecycle import value
 
+pytestmark = pytest.mark.slow
+
 JOB = {"model_type": "mlp", "job_id": "run-1"}
 RANKED = {**JOB, "rank": "0"}
 

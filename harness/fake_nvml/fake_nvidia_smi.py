@@ -2,8 +2,8 @@
 
 It reads the same file the fake libnvidia-ml.so.1 reads ($FAKE_NVML_CONFIG), so the device check
 can compare the poller with "nvidia-smi" without a GPU. Only the query mode the device check uses
-(and `-L`, the device list with MIG devices) is implemented; an unknown field fails like the real tool. $FAKE_NVIDIA_SMI_OVERRIDES
-(`GPU:field=value;...`) makes it disagree with the library on purpose.
+(and `-L`, the device list with MIG devices) is implemented; an unknown field fails like the real tool.
+$FAKE_NVIDIA_SMI_OVERRIDES (`GPU:field=value;...`) makes it disagree with the library on purpose.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Importable from any test (or benchmark) that needs GPU metrics without a GPU (the repository root
 is on the import path):
 
-    from tests.poller.fake_nvml import fake_nvml_harness as harness
+    from harness import fake_nvml as harness
 
     lib_dir = harness.build_fake_nvml(tmp_path / "lib")            # gcc; returns the directory
     config = harness.FakeNvml(gpus=[harness.FakeGpu(), harness.hot_gpu()])  # GPU 1 at 90 C
@@ -380,13 +380,21 @@ class ServedProcess(MetricsEndpoint):
     READY_TIMEOUT = 15.0
     STOP_TIMEOUT = 10.0
 
-    def __init__(self, name: str, command: Sequence[str], work_dir: Path, env: Mapping[str, str], port: int) -> None:
+    def __init__(
+        self,
+        name: str,
+        command: Sequence[str],
+        work_dir: Path,
+        env: Mapping[str, str],
+        port: int,
+        cwd: Path = REPO_ROOT,
+    ) -> None:
         super().__init__("127.0.0.1", port)
         self.name = name
         self.log_path = work_dir / f"{name}-{port}.log"
         self._log = self.log_path.open("wb")
         self.process = subprocess.Popen(
-            list(command), cwd=REPO_ROOT, stdout=self._log, stderr=subprocess.STDOUT, env=dict(env)
+            list(command), cwd=cwd, stdout=self._log, stderr=subprocess.STDOUT, env=dict(env)
         )
 
     def wait_ready(self, timeout: float | None = None) -> None:
