@@ -525,12 +525,13 @@ def run(workdir: Path, outage_seconds: float = OUTAGE_SECONDS, log: Callable[[st
 
         def global_outage() -> None:
             nonlocal outage
+            writing = _fresh_heartbeats(topology.global_tier.api)
             topology.global_tier.stop()
             stopped = time.time()
             time.sleep(outage_seconds)
             topology.global_tier.start()
             outage = (stopped, time.time())
-            figures.catch_up_seconds = _catch_up(topology, "shard:up:timestamp_max", outage)
+            figures.catch_up_seconds = _catch_up(topology, writing, outage)
             log(f"global tier down {outage[1] - outage[0]:.0f}s; remote write caught up "
                 f"{figures.catch_up_seconds:.1f}s after its restart")  # fmt: skip
 
@@ -581,17 +582,20 @@ def run(workdir: Path, outage_seconds: float = OUTAGE_SECONDS, log: Callable[[st
     return figures
 
 
-def _catch_up(topology: HaTopology, heartbeat: str, outage: tuple[float, float]) -> float:
-    """Seconds from the global tier's restart until every live shard replica's latest partial is
-    there (its remote write has sent what waited in its WAL)."""
+HEARTBEAT = "shard:up:timestamp_max"
+
+
+def _fresh_heartbeats(api: PrometheusApi) -> int:
+    """How many shard replicas' latest heartbeat the global tier holds fresh (two evaluations)."""
+    fresh = api.query(f"count(time() - timestamp({HEARTBEAT}) < {2 * INTERVAL})")
+    return int(float(fresh[0]["value"][1])) if fresh else 0
+
+
+def _catch_up(topology: HaTopology, writing: int, outage: tuple[float, float]) -> float:
+    """Seconds from the global tier's restart until the latest heartbeat of every shard replica
+    that wrote before the outage is there (its remote write has sent what waited in its WAL)."""
     api = topology.global_tier.api
-    expected = sum(len(pair) for pair in topology.shards)
-
-    def caught_up() -> bool:
-        fresh = api.query(f"count(time() - timestamp({heartbeat}) < {2 * INTERVAL})")
-        return bool(fresh) and int(float(fresh[0]["value"][1])) >= expected
-
-    return time.time() - outage[1] + _wait("remote write catching up", caught_up, 600)
+    return time.time() - outage[1] + _wait("remote write catching up", lambda: _fresh_heartbeats(api) >= writing, 600)
 
 
 def _outage_partials(api: PrometheusApi, partials: list[str], window: tuple[float, float]) -> tuple[int, float, int]:

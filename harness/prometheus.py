@@ -162,6 +162,9 @@ class PrometheusServer:
         self.config_path = workdir / "prometheus.yml"
         self.log_path = workdir / "prometheus.log"
         self.port = port or free_port()
+        self._port_given = port is not None
+        self._ran = False
+        self._api_timeout = api_timeout
         self._config_text = config_text
         self._rule_files = dict(rule_files or {})
         self._extra_args = extra_args
@@ -193,14 +196,28 @@ class PrometheusServer:
             f"--log.level={self._log_level}",
             *self._extra_args,
         ]
-        with self.log_path.open("ab") as log:
-            self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir)
-        try:
-            self.wait_ready()
-        except BaseException:
-            self.stop()  # `with` never reaches __exit__ when __enter__ fails: no orphaned server
-            raise
-        return self
+        for attempt in range(3):
+            command[3] = f"--web.listen-address=127.0.0.1:{self.port}"
+            with self.log_path.open("ab") as log:
+                self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir)
+            try:
+                self.wait_ready()
+            except PrometheusError:
+                self.stop()
+                # Another process took the free port before this one bound it: a server that has
+                # never run takes another (one that ran keeps its address: others point at it).
+                taken = "address already in use" in self.log_tail(5)
+                if not taken or self._ran or self._port_given or attempt == 2:
+                    raise
+                self.port = free_port()
+                self.api = PrometheusApi(self.port, self._api_timeout)
+                continue
+            except BaseException:
+                self.stop()  # `with` never reaches __exit__ when __enter__ fails: no orphaned server
+                raise
+            self._ran = True
+            return self
+        raise AssertionError("unreachable")
 
     def wait_ready(self) -> None:
         deadline = time.monotonic() + self._ready_timeout
@@ -210,6 +227,10 @@ class PrometheusServer:
             try:
                 status, _ = self.api.get_raw("/-/ready")
                 if status == 200:
+                    # Still ours: a process that failed to bind leaves another server answering there.
+                    time.sleep(0.3)
+                    if self._process is not None and self._process.poll() is not None:
+                        raise PrometheusError(f"prometheus exited with {self._process.returncode}:\n{self.log_tail()}")
                     return
             except OSError:
                 pass

@@ -54,6 +54,7 @@ def test_each_replica_has_its_own_config_with_its_own_replica_label_and_alerts_d
 
 
 @pytest.mark.slow
+@pytest.mark.slow
 def test_one_replica_renders_as_before_and_promtool_accepts_every_config(tmp_path: Path) -> None:
     single = _configs(ObservabilityConfig(shards=2, cluster="c"))
     assert sorted(single) == ["prometheus-global.yml", "prometheus-shard-0.yml", "prometheus-shard-1.yml"]

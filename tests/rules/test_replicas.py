@@ -150,6 +150,7 @@ SCENARIOS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("missing", SCENARIOS.values(), ids=SCENARIOS.keys())
 @pytest.mark.slow
 def test_the_replicas_partials_combine_once_into_the_single_server_value(
