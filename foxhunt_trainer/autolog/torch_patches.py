@@ -129,7 +129,12 @@ class AutoTorch:
 
     # --- optimizer steps ------------------------------------------------------------------------
     def before_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        watcher = self._watcher_for(optimizer)
+        current = self.watcher
+        if current is not None and current._optimizer() is optimizer:  # `_watcher_for`'s common case
+            self._challenger = None
+            watcher: AutoWatcher | None = current
+        else:
+            watcher = self._watcher_for(optimizer)
         self._stepping, self._stepped = watcher, optimizer
         if watcher is not None:
             watcher._before_step(optimizer, args, kwargs)
@@ -142,7 +147,8 @@ class AutoTorch:
         watcher._after_step(optimizer, args, kwargs)
         if self._step_block is None and not self._loaders:
             self._step_block = self.job.phases.block(COMPUTE)
-        self._measure_flops(watcher, optimizer)
+        if not self._flops_done:
+            self._measure_flops(watcher, optimizer)
 
     def _watcher_for(self, optimizer: torch.optim.Optimizer) -> AutoWatcher | None:
         current = self.watcher
@@ -304,20 +310,26 @@ def _auto_torch(create: bool = True) -> AutoTorch | None:
 
 
 def _torch_on() -> bool:
-    return STATE.framework_depth == 0 and STATE.on(TORCH)
+    return STATE.framework_depth == 0 and STATE.live.get(TORCH, False)
 
 
 # --- the patches ------------------------------------------------------------------------------
+# They run several times a step: `_auto_torch()` and `_torch_on()` are inlined where they are hot
+# (`_made[0] if _made and not STATE.manual`, the integration once made).
 @guarded(TORCH)
 def _before_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-    if STATE.framework_depth == 0 and (torch_job := _auto_torch()) is not None:
-        torch_job.before_step(optimizer, args, kwargs)
+    if STATE.framework_depth == 0:
+        torch_job = _made[0] if _made and not STATE.manual else _auto_torch()
+        if torch_job is not None:
+            torch_job.before_step(optimizer, args, kwargs)
 
 
 @guarded(TORCH)
 def _after_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-    if STATE.framework_depth == 0 and (torch_job := _auto_torch()) is not None:
-        torch_job.after_step(optimizer, args, kwargs)
+    if STATE.framework_depth == 0:
+        torch_job = _made[0] if _made and not STATE.manual else _auto_torch()
+        if torch_job is not None:
+            torch_job.after_step(optimizer, args, kwargs)
 
 
 def _patch_backward() -> None:
@@ -325,9 +337,9 @@ def _patch_backward() -> None:
 
     @functools.wraps(original)
     def backward(self: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-        if _torch_on():
+        if STATE.framework_depth == 0 and STATE.live.get(TORCH, False):
             try:
-                torch_job = _auto_torch()
+                torch_job = _made[0] if _made and not STATE.manual else _auto_torch()
                 if torch_job is not None:
                     torch_job.backward(self)
             except Exception as error:
@@ -342,11 +354,11 @@ def _patch_loader() -> None:
 
     @functools.wraps(original)
     def __next__(self: _BaseDataLoaderIter) -> Any:
-        if not _torch_on():
+        if STATE.framework_depth or not STATE.live.get(TORCH, False):
             return original(self)
         opened = None
         try:
-            torch_job = _auto_torch()
+            torch_job = _made[0] if _made and not STATE.manual else _auto_torch()
             if torch_job is not None:
                 opened = torch_job.next_started(self)
         except Exception as error:
@@ -362,7 +374,7 @@ def _patch_loader() -> None:
                 STATE.failed(TORCH, error)
             raise
         try:
-            if STATE.on(TORCH):
+            if STATE.live.get(TORCH, False):  # `STATE.on`, inlined: it runs at every batch
                 torch_job.next_done(*opened, batch)  # type: ignore[union-attr]
         except Exception as error:
             STATE.failed(TORCH, error)

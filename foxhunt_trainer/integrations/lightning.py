@@ -200,8 +200,8 @@ class MetricsCallback(pl.Callback):
         if loss is not None:
             self._epoch_loss.add(loss)
             self._check_loss.add(loss)
-        stepped = trainer.global_step - self._global_step
-        self._global_step = trainer.global_step
+        global_step = trainer.global_step
+        stepped, self._global_step = global_step - self._global_step, global_step
         for _ in range(stepped):
             done = self.job.record_step(samples=self._samples)
             self._samples = 0

@@ -413,9 +413,9 @@ def graphics_clock(gpus: tuple[str, ...], top: int, *, w: int) -> PanelBuilder:
 
 
 def test_adding_a_gpu_field_is_its_attribute_with_its_nvml_row_its_metric_and_its_fake_value(repo: Path) -> None:
-    edit(repo, "foxhunt_trainer/contract/catalog.py", "GPU_MEMORY_CLOCK_HERTZ = Metric(",
-         'GPU_GRAPHICS_CLOCK_HERTZ = Metric(\n    "ml_gpu_graphics_clock_hertz", MetricType.GAUGE, "hertz", '
-         '"Current graphics clock.", GPU, _G\n)\n')  # fmt: skip
+    edit(repo, "foxhunt_trainer/contract/catalog.py", "GPU_MEMORY_CLOCK_HERTZ = _metric(",
+         'GPU_GRAPHICS_CLOCK_HERTZ = _metric("ml_gpu_graphics_clock_hertz", _GAUGE, "hertz", GPU, _G, '
+         '"Current graphics clock.")\n')  # fmt: skip
     edit(repo, "poller/samples.py", "    # a bit mask: one ml_gpu_clock_throttle_active series",
          '    graphics_clock_hertz: int | None = nvml("graphics_clock", ("nvmlDeviceGetClockInfo",),\n'
          "                                            (pynvml.NVML_CLOCK_GRAPHICS,), U32,\n"
@@ -471,15 +471,10 @@ print(TextPageWriter("n").render(shared.latest(), counters.snapshot()).decode())
 
 
 # --- a trainer metric: its catalog entry, its client and method, its panel, its test ---------------
-LOSS_SCALE_METRIC = """TRAINING_LOSS_SCALE = Metric(
-    "ml_training_loss_scale",
-    MetricType.GAUGE,
-    "",
-    "Loss scale of mixed-precision training (the gradient scaler's) at the latest step.",
-    JOB,
-    _T,
+LOSS_SCALE_METRIC = (
+    'TRAINING_LOSS_SCALE = _metric("ml_training_loss_scale", _GAUGE, "", JOB, _T, '
+    '"Loss scale of mixed-precision training (the gradient scaler\'s) at the latest step.")\n'
 )
-"""
 LOSS_SCALE_METHOD = '''    def set_loss_scale(self, scale: float) -> None:
         """Mixed precision's loss scale (`ml_training_loss_scale`): it halves at every overflow."""
         self._m.loss_scale.labels(**self._job).set(scale)
@@ -516,7 +511,7 @@ OPTIMIZATION_ROW_END = "            learning.gradient_norm(job, w=8),\n"
 
 
 def test_adding_a_trainer_metric_is_its_entry_its_method_its_panel_and_its_test(repo: Path) -> None:
-    edit(repo, "foxhunt_trainer/contract/catalog.py", "TRAINING_HYPERPARAMETERS_INFO = Metric(", LOSS_SCALE_METRIC)
+    edit(repo, "foxhunt_trainer/contract/catalog.py", "TRAINING_HYPERPARAMETERS_INFO = _metric(", LOSS_SCALE_METRIC)
     edit(repo, "foxhunt_trainer/registry.py", "        self.gradient_norm = g(catalog.TRAINING_GRADIENT_NORM)\n",
          "        self.loss_scale = g(catalog.TRAINING_LOSS_SCALE)\n", before=False)  # fmt: skip
     edit(repo, "foxhunt_trainer/job_metrics.py", "    def set_learning_rates(self, rates: Mapping[str, float]) -> None:\n",
