@@ -160,6 +160,10 @@ class ObservabilityConfig:
     # The external label that tells replicas apart: the global tier deduplicates on it and every
     # alert drops it before Alertmanager sees it (the Prometheus Operator's name by default).
     replica_label: str = "prometheus_replica"
+    # The replicas' own web addresses (`host:port`), one per replica, on an unsharded replicated
+    # stack: each replica scrapes all of them, so that the survivors alert on a dead one. Empty
+    # otherwise.
+    prometheus_peers: tuple[str, ...] = ()
     # Alertmanager peers of one gossip cluster (`host:port` of each peer's web listener); every
     # Prometheus sends to all of them. Empty: the servers' alerting is configured elsewhere.
     alertmanager_peers: tuple[str, ...] = ()
@@ -191,3 +195,8 @@ class ObservabilityConfig:
     def replicated(self) -> bool:
         """Whether the global tier receives each shard's series from more than one replica."""
         return self.shards > 1 and self.prometheus_replicas > 1
+
+    @property
+    def replicated_pair(self) -> bool:
+        """Whether one Prometheus runs as replicas with no global tier: they watch each other."""
+        return self.shards == 1 and self.prometheus_replicas > 1

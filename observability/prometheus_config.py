@@ -57,6 +57,13 @@ TAKEN_LABELS = frozenset(
 )
 ALERTMANAGER_WEB_PORT = 9093
 ALERTMANAGER_CLUSTER_PORT = 9094
+PROMETHEUS_WEB_PORT = 9090
+# kube-prometheus' Prometheus resource: pods `prometheus-k8s-<i>` behind the headless Service
+# `prometheus-operated`, scraped by its ServiceMonitor `prometheus-k8s` as the job of that name. The
+# replicas of an unsharded pair read each other's `up` in that job: in operator mode kube-prometheus
+# scrapes it, in annotations mode every replica's config scrapes its peers under the same name.
+PROMETHEUS_NAME = "k8s"
+PROMETHEUS_REPLICAS_JOB = f"prometheus-{PROMETHEUS_NAME}"
 
 
 def alertmanager_peer_addresses(name: str, namespace: str, replicas: int) -> tuple[str, ...]:
@@ -64,6 +71,28 @@ def alertmanager_peer_addresses(name: str, namespace: str, replicas: int) -> tup
     behind the headless Service `alertmanager-operated`), as kube-prometheus names them."""
     host = f"alertmanager-operated.{namespace}.svc:{ALERTMANAGER_WEB_PORT}"
     return tuple(f"alertmanager-{name}-{i}.{host}" for i in range(replicas))
+
+
+def prometheus_peer_addresses(name: str, namespace: str, replicas: int) -> tuple[str, ...]:
+    """The web addresses of the operator's Prometheus `name` (pods `prometheus-<name>-<i>` behind
+    the headless Service `prometheus-operated`), as kube-prometheus names them."""
+    host = f"prometheus-operated.{namespace}.svc:{PROMETHEUS_WEB_PORT}"
+    return tuple(f"prometheus-{name}-{i}.{host}" for i in range(replicas))
+
+
+def peer_scrape_configs(cfg: ObservabilityConfig) -> list[dict[str, Any]]:
+    """On an unsharded replicated stack, the job by which each replica scrapes every replica of the
+    pair (itself included), so that a survivor sees a peer's `up` drop to 0; otherwise none."""
+    if cfg.shards > 1 or cfg.prometheus_replicas == 1 or not cfg.prometheus_peers:
+        return []
+    return [
+        {
+            "job_name": PROMETHEUS_REPLICAS_JOB,
+            "scrape_interval": f"{cfg.scrape_interval_seconds}s",
+            "scrape_timeout": f"{min(cfg.scrape_interval_seconds, 10)}s",
+            "static_configs": [{"targets": list(cfg.prometheus_peers)}],
+        }
+    ]
 
 
 def replica_value(replica: int) -> str:
@@ -162,7 +191,7 @@ def server_configs(
             document: dict[str, Any] = {"global": _global_section(cfg, replica), "rule_files": [rule_files.whole]}
             if alerting:
                 document["alerting"] = alerting
-            document["scrape_configs"] = annotation_scrape_configs(cfg, namespaces)
+            document["scrape_configs"] = annotation_scrape_configs(cfg, namespaces) + peer_scrape_configs(cfg)
             name = config_file_name(0, 1, replica, cfg.prometheus_replicas)
             files[name] = requirement_comment() + _dump(document)
         return files

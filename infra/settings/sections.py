@@ -62,9 +62,11 @@ from observability.config import (
 from observability.prometheus_config import (
     DEFAULT_REPLICA_LABEL,
     MAX_REPLICAS,
+    PROMETHEUS_NAME,
     REMOTE_WRITE_PATH,
     TAKEN_LABELS,
     alertmanager_peer_addresses,
+    prometheus_peer_addresses,
 )
 from observability.rules.detection import detection_budget
 from observability.scrape_config import MAX_SHARDS
@@ -609,14 +611,22 @@ def kubernetes_target(r: Reader, s: Parsed) -> KubernetesTarget:
 @setting(
     "cluster",
     "prometheus",
-    into=("prometheus", "shards", "cluster", "clusters", "remote_write", "prometheus_replicas", "replica_label"),
-)
-def prometheus(r: Reader, s: Parsed) -> tuple[PrometheusSettings, int, str, tuple[str, ...], RemoteWrite, int, str]:
+    into=(
+        "prometheus", "shards", "cluster", "clusters", "remote_write", "prometheus_replicas", "replica_label",
+        "prometheus_peers",
+    ),
+)  # fmt: skip
+def prometheus(
+    r: Reader, s: Parsed
+) -> tuple[PrometheusSettings, int, str, tuple[str, ...], RemoteWrite, int, str, tuple[str, ...]]:
     """`cluster` (the external label; default `foxhunt-<environment>`) and `prometheus.shards`,
     `prometheus.clusters`, `prometheus.remoteWriteUrl` (default: the remote-write receiver of the
     Prometheus at `endpoints.prometheus`, the global tier), `prometheus.remoteWrite` (`all` or
     `aggregates`: what the shards write there), `prometheus.replicas` (Prometheus replicas per shard)
-    and `prometheus.replicaLabel` (the external label telling them apart) (docs/scaling.md)."""
+    and `prometheus.replicaLabel` (the external label telling them apart) (docs/scaling.md). With one
+    shard and replicas, the replicas' addresses (kube-prometheus' `prometheus-k8s-<i>` pods behind
+    `prometheus-operated` in the monitoring namespace), which each replica scrapes to watch the others."""
+    namespaces: Namespaces = s.namespaces
     environment_name: str = s.environment
     ep: Endpoints = s.endpoints
     cluster = r.dns_name("cluster", r.raw("cluster") or f"foxhunt-{environment_name or 'dev'}")
@@ -629,19 +639,21 @@ def prometheus(r: Reader, s: Parsed) -> tuple[PrometheusSettings, int, str, tupl
     shards = r.integer("prometheus.shards", pr.get("shards", 1), 1, MAX_SHARDS)
     replicas = r.integer("prometheus.replicas", pr.get("replicas", 1), 1, MAX_REPLICAS)
     replica_label = _replica_label(r, pr.get("replicaLabel", DEFAULT_REPLICA_LABEL))
+    pair = shards == 1 and replicas > 1
+    peers = prometheus_peer_addresses(PROMETHEUS_NAME, namespaces.monitoring, replicas) if pair else ()
     default_write = f"{ep.prometheus.rstrip('/')}{REMOTE_WRITE_PATH}" if ep.prometheus else ""
     given = pr.get("remoteWriteUrl")
     remote_write = r.url("prometheus.remoteWriteUrl", given) if given is not None else default_write
     listed = pr.get("clusters", [cluster])
     if not isinstance(listed, list) or not listed:
         r.problem("prometheus.clusters", listed, "a non-empty list of cluster names (DNS-1123 labels)")
-        return PrometheusSettings(remote_write), shards, cluster, (cluster,), mode, replicas, replica_label
+        return PrometheusSettings(remote_write), shards, cluster, (cluster,), mode, replicas, replica_label, peers
     clusters = tuple(r.dns_name(f"prometheus.clusters[{i}]", name) for i, name in enumerate(listed))
     if len(set(clusters)) != len(clusters):
         r.problem("prometheus.clusters", listed, "each cluster once")
     if cluster and cluster not in clusters:
         r.problem("prometheus.clusters", listed, f"a list that includes this stack's cluster {cluster!r}")
-    return PrometheusSettings(remote_write), shards, cluster, clusters, mode, replicas, replica_label
+    return PrometheusSettings(remote_write), shards, cluster, clusters, mode, replicas, replica_label, peers
 
 
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")

@@ -12,6 +12,9 @@
   targets are unwatched). Each shard replica records `shard:up:timestamp_max`, its latest scrape
   (the partial of `fleet:up:timestamp_max`), which reaches the global tier with the shard's number
   and the replica label. They read each replica's copy on purpose (they name the replica label).
+  With one shard and replicas (no global tier) the replicas scrape each other instead, and
+  PrometheusReplicaDown fires on a survivor while a peer's `up` is 0; when all are down nothing
+  evaluates, and the Watchdog's dead man's switch pages.
 - PrometheusRemoteWriteBehind / PrometheusRemoteWriteFailing / PrometheusRemoteWriteRetrying: a
   shard's remote-write queue to the global tier lags (its oldest unsent sample), loses samples, or
   keeps resending them.
@@ -32,6 +35,7 @@ from collections.abc import Sequence
 from foxhunt_trainer.contract import catalog
 from observability.config import ObservabilityConfig
 from observability.partials import SHARD_LABEL
+from observability.prometheus_config import PROMETHEUS_REPLICAS_JOB
 from observability.promql import by, duration, on
 from observability.rules.rule_types import AlertRule, RecordingRule, RunbookQuery, Severity
 
@@ -89,8 +93,59 @@ def _replica_age(cfg: ObservabilityConfig, comparison: str) -> str:
     )
 
 
+# The replicas' own scrapes of each other (unsharded pair): kube-prometheus' ServiceMonitor also
+# scrapes each pod's config reloader in the job (endpoint `reloader-web`); the annotations-mode job
+# has no `endpoint` label.
+_PAIR_UP = f'{catalog.UP.name}{{job="{PROMETHEUS_REPLICAS_JOB}", endpoint=~"|web"}}'
+BOTH_DOWN = (
+    "When every replica is down, no Prometheus evaluates anything, this alert included: the Watchdog "
+    "heartbeat stops and the external dead man's switch pages."
+)
+
+
+def pair_replica_alert(cfg: ObservabilityConfig) -> AlertRule:
+    """An unsharded replicated Prometheus: each replica scrapes every replica of the pair (job
+    `PROMETHEUS_REPLICAS_JOB`) and alerts while a peer does not answer and another one does."""
+    return AlertRule(
+        name="PrometheusReplicaDown",
+        group=GROUP,
+        severity=Severity.WARNING,
+        expr=f"{_PAIR_UP} == 0\nand on ()\ncount({_PAIR_UP} == 1)",
+        for_seconds=REPLICA_DOWN_FOR_SECONDS,
+        summary="A Prometheus replica does not answer its peers' scrapes; another replica still does.",
+        description=(
+            "Prometheus replica {{ $labels.instance }} has not answered the other replicas' scrapes for 2m; "
+            "a replica still answers, so the targets are watched and their alerts still fire."
+        ),
+        impact=(
+            "None yet: the surviving replica scrapes and alerts alone. One more failure and nothing is watched "
+            "(the Watchdog heartbeat stops and the dead man's switch pages)"
+        ),
+        action=(
+            f"Find the silent replica: the query below lists each replica's `up` in job `{PROMETHEUS_REPLICAS_JOB}` "
+            "(`instance` names its address)",
+            "Check the replica's pod (`kubectl -n <namespace> get pods -l app.kubernetes.io/name=prometheus`): crash "
+            "loop, OOM kill, a node lost, a full volume (its WAL replay after a restart takes minutes on a large head)",
+            "While it is down its copy of the series has a hole: dashboards reading it show the gap",
+        ),
+        locating_labels=("instance",),
+        queries=(RunbookQuery("Each replica as the others scrape it (1 answers, 0 does not)", _PAIR_UP),),
+        rationale=_PAIR_RATIONALE,
+    )
+
+
+_PAIR_RATIONALE = (
+    f"On a stack with one shard and replicas there is no global tier: every replica scrapes every replica "
+    f"(job `{PROMETHEUS_REPLICAS_JOB}`) and fires while a replica's `up` is 0 and another's is 1. Each "
+    "survivor fires it; Alertmanager gets one alert, because alerts drop the replica label. " + BOTH_DOWN
+)
+
+
 def replica_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
-    """A shard's replicas as the global tier sees them write (module doc)."""
+    """A shard's replicas as the global tier sees them write (module doc); on an unsharded
+    replicated stack, the replicas as they see each other answer."""
+    if cfg.replicated_pair:
+        return (pair_replica_alert(cfg),)
     silent = cfg.thresholds.prometheus_replica_silent_seconds
     stale, fresh = _replica_age(cfg, ">"), _replica_age(cfg, "<=")
     label = cfg.replica_label
@@ -138,7 +193,7 @@ def replica_alerts(cfg: ObservabilityConfig) -> tuple[AlertRule, ...]:
                 "Each shard replica records its latest scrape as a partial, which reaches the global tier with "
                 f"the shard's number and the replica label `{label}`; a replica whose last one is older than "
                 f"{silent.short} while another's is fresh is down. The global tier remembers a replica for 1h "
-                "(then a replica gone for good is forgotten)."
+                "(then a replica gone for good is forgotten). " + _PAIR_RATIONALE
             ),
         ),
         AlertRule(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from foxhunt_trainer.contract import catalog
 from observability.config import ObservabilityConfig
+from observability.prometheus_config import PROMETHEUS_REPLICAS_JOB
 from observability.rules import health
 from observability.thresholds import DEFAULT_THRESHOLDS, Thresholds
 from tests.rules.promtool_harness import Case, Check, Firing, RecordCase, counter, join, series, values
@@ -176,3 +177,41 @@ HA_RECORD_CASES: tuple[RecordCase, ...] = (
         (({}, 300),),
     ),
 )
+
+
+# An unsharded pair: each replica scrapes both (job `PROMETHEUS_REPLICAS_JOB`); a replica down
+# from 150 s reads `up` 0 from then on, and fires 2 minutes later on the survivor.
+PAIR_CFG = ObservabilityConfig(
+    prometheus_replicas=2, prometheus_peers=("prometheus-k8s-0.p:9090", "prometheus-k8s-1.p:9090")
+)
+
+
+def _peer_up(instance: str, down_from: int | None = None) -> dict[str, str]:
+    labels = {"job": PROMETHEUS_REPLICAS_JOB, "instance": instance}
+    points = [0 if down_from is not None and 15 * i >= down_from else 1 for i in range(SAMPLES)]
+    return {series(catalog.UP, labels): join(points)}
+
+
+def pair_cases() -> tuple[Case, ...]:
+    a, b = PAIR_CFG.prometheus_peers
+    down = {"job": PROMETHEUS_REPLICAS_JOB, "instance": b}
+    return (
+        Case(
+            "PrometheusReplicaDown",
+            "a replica of the pair not answering for 2m while the other answers fires for it",
+            {**_peer_up(a), **_peer_up(b, down_from=150)},
+            (*silent(135, 150, 255), fires(270, Firing(down, 0)), fires(600, Firing(down, 0))),
+        ),
+        Case(
+            "PrometheusReplicaDown",
+            "both replicas answering stays silent",
+            {**_peer_up(a), **_peer_up(b)},
+            silent(150, 270, 600),
+        ),
+        Case(
+            "PrometheusReplicaDown",
+            "no replica answering is not this alert (then nothing evaluates: the Watchdog heartbeat stops)",
+            {**_peer_up(a, down_from=150), **_peer_up(b, down_from=150)},
+            silent(270, 600),
+        ),
+    )
