@@ -228,9 +228,11 @@ _MIG_INFO = catalog.GPU_MIG_DEVICE_INFO.name
 # A GPU in MIG mode counts as held while a job holds any of its MIG devices.
 FLEET_HELD = RecordingRule(
     f"fleet:{_INFO}:held",
-    f"count(\n  count by (uuid) ({HELD.record} unless on (uuid) {_MIG_INFO})\n  or\n  count by (uuid) (\n"
-    f'    label_replace(max by (parent_uuid) ({_MIG_INFO} and on (uuid) {HELD.record}), "uuid", "$1", '
-    f'"parent_uuid", "(.*)")\n  )\n) or vector(0)',
+    # Two counts added, not one count of a union by uuid: each composes from one number per shard,
+    # where a union would send every held GPU's uuid to the global tier. They never overlap: a job
+    # holds either a whole GPU or MIG devices of a GPU in MIG mode, never the MIG GPU itself.
+    f"(count(count by (uuid) ({HELD.record} unless on (uuid) {_MIG_INFO})) or vector(0))\n+\n"
+    f"(count(count by (node, parent_uuid) ({_MIG_INFO} and on (uuid) {HELD.record})) or vector(0))",
     "Whole GPUs of the fleet held by a training job: held themselves, or one of their MIG devices held (a GPU "
     "several jobs share counts once).",
 )
