@@ -131,6 +131,7 @@ def frameworks(args: argparse.Namespace) -> None:
     import pytorch_lightning as pl
     from stable_baselines3 import DQN, PPO
 
+    from bench.framework_overhead import Regression
     from foxhunt_trainer.autolog import autolog, lightning_patches, sb3_patches
 
     autolog()
@@ -167,18 +168,6 @@ def frameworks(args: argparse.Namespace) -> None:
         model = DQN("MlpPolicy", "CartPole-v1", learning_starts=500, seed=0, device="cpu")
         model.learn(4000)
         return model.num_timesteps, model._n_updates
-
-    class Regression(pl.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
-
-        def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
-            x, y = batch
-            return torch.nn.functional.mse_loss(self.net(x).squeeze(1), y)
-
-        def configure_optimizers(self) -> torch.optim.Optimizer:
-            return torch.optim.Adam(self.parameters(), lr=1e-3)
 
     def fit() -> tuple[int, int]:
         x = torch.randn(4096, 16, generator=torch.Generator().manual_seed(0))

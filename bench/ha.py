@@ -32,13 +32,11 @@ import itertools
 import json
 import math
 import tempfile
-import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +54,7 @@ from dashboards import build_all
 from dashboards.queries import panel_queries
 from foxhunt_trainer.contract import catalog
 from harness.prometheus import PrometheusApi, PrometheusServer
+from harness.webhook_sink import WebhookSink
 from observability import alertmanager as am
 from observability.config import Notifications, ObservabilityConfig
 from observability.notifications import TEMPLATE_FILE, template_text
@@ -103,47 +102,22 @@ ACCUMULATED = ("gpu_hours", "cost")
 ACCUMULATED_TOLERANCE = 0.15
 
 
-class EventSink:
-    """Records every POST (path, JSON body, time); answers PagerDuty's Events API 202."""
+class EventSink(WebhookSink):
+    """Records every POST with its arrival time; answers PagerDuty's Events API 202."""
 
     def __init__(self) -> None:
-        self.posts: list[tuple[str, Any, float]] = []
-        self.lock = threading.Lock()
-        sink = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"null")
-                with sink.lock:
-                    sink.posts.append((self.path, body, time.time()))
-                reply = b'{"status":"success","message":"Event processed"}'
-                self.send_response(202 if self.path.startswith("/pagerduty") else 200)
-                self.send_header("Content-Length", str(len(reply)))
-                self.end_headers()
-                self.wfile.write(reply)
-
-            def log_message(self, format: str, *args: object) -> None:
-                return
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+        super().__init__(b'{"status":"success","message":"Event processed"}', {"/pagerduty": 202})
 
     def pages(self) -> list[tuple[str, str, float]]:
         """(event_action, alert names of the event, time) of every PagerDuty event."""
         with self.lock:
-            posts = list(self.posts)
+            posts = list(zip(self.posts, self.arrivals, strict=True))
         out = []
-        for path, body, at in posts:
+        for (path, body), at in posts:
             if path.startswith("/pagerduty") and isinstance(body, dict):
                 details = body.get("payload", {}).get("custom_details", {})
                 out.append((str(body.get("event_action")), json.dumps(details, sort_keys=True), at))
         return out
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 # A peer notifies after those before it in the cluster's order had `--cluster.peer-timeout` each

@@ -21,14 +21,16 @@ class WebhookSink:
 
     def __init__(self, reply: bytes = b"", statuses: Mapping[str, int] | None = None) -> None:
         self.posts: list[tuple[str, Any]] = []
+        self.arrivals: list[float] = []  # time.time() of each post, in the order of `posts`
         self.lock = threading.Lock()
         sink, by_prefix = self, dict(statuses or {})
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"null")
                 with sink.lock:
                     sink.posts.append((self.path, body))
+                    sink.arrivals.append(time.time())
                 status = next((s for prefix, s in by_prefix.items() if self.path.startswith(prefix)), 200)
                 self.send_response(status)
                 self.send_header("Content-Length", str(len(reply)))
