@@ -9,9 +9,10 @@ Installed right after the program imports torch (`importer`); nothing happens un
   step is `watch()`'s: `record_step` with the samples of the training batches since the previous
   step, and every `check_every` steps (50) or `check_every_seconds` (5) one check: mean loss,
   gradient norm, learning rate per parameter group, NaN and inf counted;
-- the loss: the one-element tensor the program calls `backward()` on (`torch.Tensor.backward`;
-  under AMP, the loss `GradScaler.scale` was given), detached and kept on its device until the
-  check sums them (no sync in the step);
+- the loss: the one-element tensor the program calls `backward()` on (`loss.backward()` or
+  `torch.autograd.backward(loss)`; under AMP, the loss `GradScaler.scale` was given; a backward
+  run inside another, as activation checkpointing does, is no loss), detached and kept on its
+  device until the check sums them (no sync in the step);
 - data wait vs compute: every DataLoader iterator's `__next__` (`_BaseDataLoaderIter`) is
   data_wait, the time after it compute (evaluation when gradients are off: `torch.no_grad()`);
   its batches' leading dimension are the samples (training batches only); a loop without a
@@ -29,8 +30,7 @@ Installed right after the program imports torch (`importer`); nothing happens un
   timed; ranks from torchrun's environment.
 
 While Lightning's fit or SB3's learn runs, their own integrations count (`STATE.framework_depth`).
-`torch.autograd.backward(loss)` (rather than `loss.backward()`) gives no loss; for
-`scaler.scale(loss).backward()` the loss recorded is the one `GradScaler.scale` was given.
+For `scaler.scale(loss).backward()` the loss recorded is the one `GradScaler.scale` was given.
 """
 
 from __future__ import annotations
@@ -332,21 +332,51 @@ def _after_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> Non
             torch_job.after_step(optimizer, args, kwargs)
 
 
+# Depth of the program's backward calls in progress (any thread): a `torch.autograd.backward`
+# made inside one (`Tensor.backward` calls it; activation checkpointing calls it again during the
+# backward pass) is not the program's loss.
+_backward_depth = [0]
+
+
+def _record_backward(loss: object) -> None:
+    """The loss of one backward call of the program's (a one-element tensor), to the torch job."""
+    if STATE.framework_depth == 0 and STATE.live.get(TORCH, False) and isinstance(loss, torch.Tensor):
+        try:
+            torch_job = _made[0] if _made and not STATE.manual else _auto_torch()
+            if torch_job is not None:
+                torch_job.backward(loss)
+        except Exception as error:
+            STATE.failed(TORCH, error)
+
+
 def _patch_backward() -> None:
+    """`loss.backward()` and `torch.autograd.backward(loss)` (or `([loss])`) record the loss once."""
     original = torch.Tensor.backward
+    original_autograd = torch.autograd.backward
 
     @functools.wraps(original)
     def backward(self: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-        if STATE.framework_depth == 0 and STATE.live.get(TORCH, False):
-            try:
-                torch_job = _made[0] if _made and not STATE.manual else _auto_torch()
-                if torch_job is not None:
-                    torch_job.backward(self)
-            except Exception as error:
-                STATE.failed(TORCH, error)
-        original(self, *args, **kwargs)  # type: ignore[no-untyped-call]
+        if _backward_depth[0] == 0:
+            _record_backward(self)
+        _backward_depth[0] += 1
+        try:
+            original(self, *args, **kwargs)  # type: ignore[no-untyped-call]
+        finally:
+            _backward_depth[0] -= 1
+
+    @functools.wraps(original_autograd)
+    def autograd_backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+        if _backward_depth[0] == 0:
+            single = tensors[0] if isinstance(tensors, list | tuple) and len(tensors) == 1 else tensors
+            _record_backward(single)
+        _backward_depth[0] += 1
+        try:
+            return original_autograd(tensors, *args, **kwargs)
+        finally:
+            _backward_depth[0] -= 1
 
     torch.Tensor.backward = backward  # type: ignore[method-assign]
+    torch.autograd.backward = autograd_backward
 
 
 def _patch_loader() -> None:

@@ -178,3 +178,44 @@ def test_under_amp_the_loss_recorded_is_the_one_grad_scaler_scaled():
     done = _run([*RUN, "-c", probe], _env())
     assert done.returncode == 0, done.stderr.decode()
     assert done.stdout.decode().split() == ["True", "3"]
+
+
+BACKWARD_CALLS = {
+    "loss.backward()": "loss.backward()",
+    "torch.autograd.backward(loss)": "torch.autograd.backward(loss)",
+    "torch.autograd.backward([loss])": "torch.autograd.backward([loss])",
+}
+
+
+@pytest.mark.parametrize("call", BACKWARD_CALLS)
+@pytest.mark.parametrize("checkpointed", [False, True], ids=["plain", "activation-checkpointed"])
+def test_each_way_of_calling_backward_records_the_programs_loss_once(call, checkpointed):
+    # Reentrant activation checkpointing runs `torch.autograd.backward` again inside the backward
+    # pass, on the recomputed segment's output (here twice the loss): not a loss of the program's.
+    probe = textwrap.dedent(
+        f"""
+        import torch
+        from torch.utils.checkpoint import checkpoint
+        from foxhunt_trainer.autolog import job
+        torch.manual_seed(0)
+        model = torch.nn.Linear(2, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        segment = lambda x: 2 * (model(x) - 3.0).square().mean()
+        losses = []
+        for step in range(4):
+            x = torch.full((4, 2), float(step + 1), requires_grad=True)
+            loss = checkpoint(segment, x, use_reentrant=True) / 2 if {checkpointed} else segment(x) / 2
+            losses.append(float(loss))
+            {BACKWARD_CALLS[call]}
+            optimizer.step()
+            optimizer.zero_grad()
+        torch_job = job.existing().extension("torch", None)
+        counted = torch_job.watcher._losses
+        torch_job.watcher.check()
+        recorded = job.existing().metrics.step_loss.collect()[0].samples[0].value
+        print(counted, abs(recorded - sum(losses) / len(losses)) < 1e-4 * max(losses))
+        """
+    )
+    done = _run([*RUN, "-c", probe], _env())
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.decode().split() == ["4", "True"]
