@@ -8,10 +8,12 @@
         trainer.fit(model, train_loader, val_loader)
 
 What it reads:
-- steps: the trainer's optimizer steps (`trainer.global_step`), with the samples of the batches
-  since the previous step (Lightning's own `extract_batch_size`);
-- the training loss: what `training_step` returns, summed on its device every batch (no
-  synchronisation) and read once per epoch as the epoch's mean loss (`ml_training_loss`);
+- steps: the trainer's optimizer steps (what `trainer.global_step` counts: one per
+  `on_before_optimizer_step`), recorded at the end of their batch with the samples of the batches
+  since the previous step (a batch's first tensor's leading dimension, else Lightning's own
+  `extract_batch_size`);
+- the training loss: what `training_step` returns, kept on its device every batch (no
+  synchronisation, one list append) and read once per epoch as the epoch's mean loss (`ml_training_loss`);
 - every `check_every` optimizer steps (and when training ends), with one synchronisation: the mean
   loss of the steps since the previous check (`ml_training_step_loss`), the global norm of the
   gradients the optimizer stepped with (taken in `on_before_optimizer_step`, after backward), and
@@ -67,40 +69,86 @@ def _loss_of(outputs: Any) -> torch.Tensor | None:
     return loss.detach() if isinstance(loss, torch.Tensor) else None
 
 
-class LossSum:
-    """Losses kept on their device (no synchronisation, no arithmetic per step) until read: one
-    stack and sum at the read, the list folded into a partial sum every `FOLD_AT` losses."""
+def _summed(losses: list[torch.Tensor]) -> torch.Tensor:
+    """The sum of one-element losses, on their device, in float32 (no synchronisation)."""
+    try:
+        return torch.stack(losses).to(torch.float32).sum()
+    except RuntimeError:  # mixed shapes (() and (1,)) or devices
+        device = losses[0].device
+        return torch.stack([t.reshape(()).to(device=device, dtype=torch.float32) for t in losses]).sum()
+
+
+class _Partial:
+    """A running sum of losses (a device tensor) and their count."""
+
+    __slots__ = ("count", "total")
+
+    def __init__(self) -> None:
+        self.total: torch.Tensor | None = None
+        self.count = 0
+
+    def add(self, total: torch.Tensor, count: int) -> None:
+        self.total = total if self.total is None else self.total + total.to(self.total.device)
+        self.count += count
+
+    def take(self) -> float | None:
+        """The mean of the losses added since the last take (one synchronisation), then empty."""
+        total, count = self.total, self.count
+        self.total, self.count = None, 0
+        return float(total) / count if total is not None and count else None
+
+
+class LossWindows:
+    """The step losses of two overlapping windows, the steps since the last check and the epoch
+    so far, kept on their device: one list append a batch. The list is summed on the device (no
+    synchronisation) into both windows at each read and every `FOLD_AT` losses; a window's mean
+    is read with one synchronisation."""
 
     FOLD_AT = 256
 
     def __init__(self) -> None:
         self._losses: list[torch.Tensor] = []
-        self._partial: torch.Tensor | None = None
-        self.count = 0
+        self._check = _Partial()
+        self._epoch = _Partial()
 
     def add(self, loss: torch.Tensor) -> None:
-        self._losses.append(loss)
-        self.count += 1
-        if len(self._losses) >= self.FOLD_AT:
-            self._partial, self._losses = self._sum(), []
+        losses = self._losses
+        losses.append(loss)
+        if len(losses) >= self.FOLD_AT:
+            self._fold()
 
-    def _sum(self) -> torch.Tensor | None:
-        if not self._losses:
-            return self._partial
-        try:
-            total = torch.stack(self._losses).to(torch.float32).sum()
-        except RuntimeError:  # mixed shapes (() and (1,)) or devices
-            device = self._losses[0].device
-            total = torch.stack([t.reshape(()).to(device=device, dtype=torch.float32) for t in self._losses]).sum()
-        return total if self._partial is None else total + self._partial.to(total.device)
+    def _fold(self) -> None:
+        if self._losses:
+            total, count, self._losses = _summed(self._losses), len(self._losses), []
+            self._check.add(total, count)
+            self._epoch.add(total, count)
 
-    def mean(self) -> float | None:
-        total = self._sum()
-        return float(total) / self.count if total is not None else None
+    @property
+    def checked(self) -> int:
+        """Losses since the last check."""
+        return len(self._losses) + self._check.count
+
+    def check_mean(self) -> float | None:
+        self._fold()
+        return self._check.take()
+
+    def epoch_mean(self) -> float | None:
+        self._fold()
+        return self._epoch.take()
+
+    def start_epoch(self) -> None:
+        self._fold()
+        self._epoch = _Partial()
 
 
 def _batch_size(batch: Any) -> int:
-    size = batch_size_of(batch)  # the common case (a tensor, or a tuple or dict of them), cheaply
+    # The common case first (a tensor, or a tuple or list whose first item is one), at a few
+    # attribute reads: it runs every batch.
+    kind = type(batch)
+    first = batch[0] if (kind is tuple or kind is list) and batch else batch
+    if type(first) is torch.Tensor and (shape := first.shape):
+        return int(shape[0])
+    size = batch_size_of(batch)  # other tensors, dicts, nested containers
     if size is not None:
         return size
     try:
@@ -143,10 +191,9 @@ class MetricsCallback(pl.Callback):
         self.val_loss_key = val_loss_key
         self.check_every = check_every
         self._phases = PhaseBlocks(job)
-        self._global_step = 0
+        self._steps_pending = 0  # optimizer steps taken in the batch running (before its end hook)
         self._samples = 0
-        self._epoch_loss = LossSum()
-        self._check_loss = LossSum()
+        self._losses = LossWindows()
         self._grad_norm: torch.Tensor | None = None
         self._hyperparameters = Hyperparameters()
         self._epoch_started = time.monotonic()
@@ -158,7 +205,7 @@ class MetricsCallback(pl.Callback):
 
     # --- training ------------------------------------------------------------------------------
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._global_step = trainer.global_step
+        self._steps_pending = 0
         schedulers = trainer.lr_scheduler_configs
         self._hyperparameters = Hyperparameters(
             optimizer=short_name(type(trainer.optimizers[0]).__name__) if trainer.optimizers else UNKNOWN,
@@ -173,7 +220,7 @@ class MetricsCallback(pl.Callback):
         self.job.set_planned(steps=steps, epochs=epochs)
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._epoch_loss = LossSum()
+        self._losses.start_epoch()
         self._epoch_started = time.monotonic()
         self._phases.switch(DATA_WAIT)
 
@@ -188,8 +235,11 @@ class MetricsCallback(pl.Callback):
     def on_before_optimizer_step(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer
     ) -> None:
-        # After backward, before the step: the gradients the optimizer steps with (at check steps only).
-        if (self.job.steps_done + 1) % self.check_every == 0:
+        # After backward, before the step: the gradients the optimizer steps with (at check steps
+        # only). Lightning calls this once for every optimizer step it counts in `global_step`
+        # (automatic and manual optimization, each optimizer, a step AMP's scaler skips included).
+        self._steps_pending += 1
+        if (self.job.steps_done + self._steps_pending) % self.check_every == 0:
             self._grad_norm = gradient_norm([optimizer])
 
     def on_train_batch_end(
@@ -198,10 +248,8 @@ class MetricsCallback(pl.Callback):
         self._samples += _batch_size(batch)
         loss = _loss_of(outputs)
         if loss is not None:
-            self._epoch_loss.add(loss)
-            self._check_loss.add(loss)
-        global_step = trainer.global_step
-        stepped, self._global_step = global_step - self._global_step, global_step
+            self._losses.add(loss)
+        stepped, self._steps_pending = self._steps_pending, 0
         for _ in range(stepped):
             done = self.job.record_step(samples=self._samples)
             self._samples = 0
@@ -212,7 +260,7 @@ class MetricsCallback(pl.Callback):
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # Lightning calls this after the epoch's validation: its loss is in the callback metrics.
         # A non-finite loss of either kind counts as a NaN detection (record_training_iteration).
-        train_loss = self._epoch_loss.mean()
+        train_loss = self._losses.epoch_mean()
         if train_loss is None:
             return  # training_step returned no loss (manual optimization): steps and time only
         duration = time.monotonic() - self._epoch_started
@@ -221,7 +269,7 @@ class MetricsCallback(pl.Callback):
         self.job.record_training_iteration(trainer.current_epoch + 1, train_loss, val_loss, duration)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self._check_loss.count or self._grad_norm is not None:
+        if self._losses.checked or self._grad_norm is not None:
             self._check(trainer)
         self._phases.close()
 
@@ -239,7 +287,7 @@ class MetricsCallback(pl.Callback):
     def _check(self, trainer: pl.Trainer) -> None:
         """The mean loss since the previous check and the gradient norm (one device sync), the
         learning rates."""
-        loss, self._check_loss = self._check_loss.mean(), LossSum()
+        loss = self._losses.check_mean()
         norm, self._grad_norm = self._grad_norm, None
         if loss is not None:
             self.job.record_step_loss(loss)

@@ -147,3 +147,50 @@ def test_a_lightning_fit_tells_the_job_its_planned_steps_and_epochs(tmp_path):
     state = handle.run_state()
     assert (handle.steps_planned, handle.epochs_planned) == (6, 3)  # 2 batches a epoch, 3 epochs
     assert state.steps == 6 and state.steps_planned == 6
+
+
+class TwoOptimizers(pl.LightningModule):
+    """Manual optimization: two optimizers, each stepped every batch (a GAN's shape)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        self.first, self.second = torch.nn.Linear(2, 1), torch.nn.Linear(2, 1)
+
+    def training_step(self, batch: Any, batch_idx: int) -> None:
+        x, y = batch
+        for optimizer, layer in zip(self.optimizers(), (self.first, self.second), strict=True):
+            loss = torch.nn.functional.mse_loss(layer(x).squeeze(1), y)
+            optimizer.zero_grad()
+            self.manual_backward(loss)
+            optimizer.step()
+
+    def configure_optimizers(self) -> Any:
+        return [torch.optim.SGD(self.first.parameters(), lr=0.1), torch.optim.SGD(self.second.parameters(), lr=0.1)]
+
+
+@pytest.mark.parametrize(
+    ("module", "options"),
+    [(Tiny, {}), (Tiny, {"accumulate_grad_batches": 2}), (TwoOptimizers, {})],
+    ids=["one-optimizer", "gradient-accumulation", "manual-two-optimizers"],
+)
+def test_the_steps_counted_are_the_trainers_global_steps_and_every_sample_is_counted(tmp_path, module, options):
+    metrics = TrainingMetrics()
+    handle = metrics.start_job("tft", "steps", gpu_uuids=[])
+    trainer = pl.Trainer(
+        max_epochs=2,
+        callbacks=[LightningCallback(handle, check_every=3)],
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        accelerator="cpu",
+        default_root_dir=tmp_path,
+        **options,
+    )
+    # 10 samples in batches of 4: the last batch of each epoch holds 2.
+    trainer.fit(module(), DataLoader(TensorDataset(torch.randn(10, 2), torch.randn(10)), batch_size=4))
+    assert trainer.global_step > 0
+    assert handle.steps_done == trainer.global_step
+    text = render_text(metrics.registry).decode()
+    assert 'ml_training_samples_total{job_id="steps",model_type="tft",rank="0"} 20\n' in text
