@@ -22,7 +22,8 @@ What it reads, and where from (nothing is recomputed that the algorithm already 
   a rollout (with the episodes), and the Q-value of the greedy action on the latest observations, from the
   algorithm's own Q-network, every `q_value_every` environment steps (one forward pass; on a GPU
   one synchronisation) and when training ends;
-- episodes: those the environments' `Monitor` wrapper reports (`info["episode"]`), and the mean
+- episodes: an off-policy algorithm's own count of finished episodes (DQN, SAC, TD3: `_episode_num`),
+  else those the environments' `Monitor` wrapper reports (`info["episode"]`), and the mean
   reward and length of the algorithm's episode buffer (`rollout/ep_rew_mean`, `rollout/ep_len_mean`),
   after a rollout (at most once every `read_every_seconds`, and when training ends);
 - time: collecting rollouts counts as "data_wait" (the learner waits for experience), updating the
@@ -93,6 +94,9 @@ class MetricsCallback(BaseCallback):
         self._optimizer: torch.optim.Optimizer | None = None
         self._counted_timesteps = 0
         self._episodes = 0
+        # An off-policy algorithm's own count of finished episodes (`_episode_num`, every
+        # environment's): read at the rollout reads instead of each step's infos being searched.
+        self._episode_num: int | None = None
         self._q_value_at = 0
         self._updates_read: int | None = None
 
@@ -106,6 +110,8 @@ class MetricsCallback(BaseCallback):
             )
         self._counted_timesteps = self.model.num_timesteps
         self._q_value_at = self.model.num_timesteps
+        episode_num = getattr(self.model, "_episode_num", None)
+        self._episode_num = episode_num if type(episode_num) is int else None
         self._updates_read = getattr(self.model, "_n_updates", None)
         self._optimizer = optimizer
         self._hooks = [
@@ -122,6 +128,8 @@ class MetricsCallback(BaseCallback):
         self._phases.switch(DATA_WAIT)
 
     def _on_step(self) -> bool:
+        if self._episode_num is not None:
+            return True  # the algorithm counts its episodes (`_read_rollout`)
         infos: list[dict[str, Any]] | None = self.locals.get("infos")
         if infos:
             for info in infos:
@@ -193,7 +201,11 @@ class MetricsCallback(BaseCallback):
         rate = getattr(self.model, "exploration_rate", None)
         if isinstance(rate, float) and hasattr(self.model, "exploration_schedule"):
             self.job.rl.set_exploration_rate(rate)
-        finished, self._episodes = self._episodes, 0
+        if self._episode_num is not None:
+            episode_num = getattr(self.model, "_episode_num", self._episode_num)
+            finished, self._episode_num = max(episode_num - self._episode_num, 0), episode_num
+        else:
+            finished, self._episodes = self._episodes, 0
         if not finished:
             return  # the episode buffer changes only when episodes end
         buffer = self.model.ep_info_buffer
