@@ -22,10 +22,11 @@ from typing import Any
 from foxhunt_trainer.autolog import switches
 from foxhunt_trainer.autolog.state import STATE
 
-# Top-level module -> (the integration it belongs to, the module whose `install(module)` patches it).
+# Module -> (the integration it belongs to, the module whose `install(module)` patches it).
 PATCHES: dict[str, tuple[str, str]] = {
     "torch": (switches.TORCH, "foxhunt_trainer.autolog.torch_patches"),
     "pytorch_lightning": (switches.LIGHTNING, "foxhunt_trainer.autolog.lightning_patches"),
+    "lightning.pytorch": (switches.LIGHTNING, "foxhunt_trainer.autolog.lightning_unified_patches"),
     "stable_baselines3": (switches.SB3, "foxhunt_trainer.autolog.sb3_patches"),
     "optuna": (switches.OPTUNA, "foxhunt_trainer.autolog.optuna_patches"),
 }

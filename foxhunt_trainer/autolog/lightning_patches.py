@@ -1,10 +1,11 @@
 """PyTorch Lightning with no code: `MetricsCallback` added to every `Trainer`.
 
-`pytorch_lightning.Trainer(...)` gets the integration's callback after the program's own, and
-its `fit`, `validate`, `test` and `predict` leave the optimizer steps, losses and loaders to it
+`pytorch_lightning.Trainer(...)` and the `lightning` package's `lightning.pytorch.Trainer` (what
+`import lightning as L; L.Trainer(...)` makes: a second copy of the same classes, which calls a
+callback's hooks as the first does) get the integration's callback after the program's own, and
+their `fit`, `validate`, `test` and `predict` leave the optimizer steps, losses and loaders to it
 (the plain PyTorch integration steps aside while they run). Every method of the callback
-Lightning calls, and its checkpoint IO, is guarded (`state`). The `lightning` package
-(`lightning.pytorch`, a second copy of the same classes) is not patched.
+Lightning calls, and its checkpoint IO, is guarded (`state`).
 """
 
 from __future__ import annotations
@@ -73,13 +74,13 @@ AutoMetricsCallback = guarded_subclass(_Callback, LIGHTNING, dict.fromkeys(("set
 def _with_callback(callbacks: Any, added: pl.Callback) -> list[Any]:
     if callbacks is None:
         return [added]
-    if isinstance(callbacks, pl.Callback):
-        return [callbacks, added]
-    return [*callbacks, added]
+    if isinstance(callbacks, list | tuple):
+        return [*callbacks, added]
+    return [callbacks, added]  # one callback, of either package's Callback class
 
 
-def _patch_init() -> None:
-    original = pl.Trainer.__init__
+def _patch_init(trainer: type[pl.Trainer]) -> None:
+    original = trainer.__init__
 
     @functools.wraps(original)
     def __init__(self: pl.Trainer, *args: Any, **kwargs: Any) -> None:
@@ -90,7 +91,7 @@ def _patch_init() -> None:
             STATE.failed(LIGHTNING, error)
         original(self, *args, **kwargs)
 
-    pl.Trainer.__init__ = __init__  # type: ignore[method-assign]
+    trainer.__init__ = __init__  # type: ignore[method-assign]
 
 
 def _framework_run(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -105,7 +106,16 @@ def _framework_run(original: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
-def install(module: ModuleType) -> None:
-    _patch_init()
+def patch_trainer(trainer: type[pl.Trainer]) -> None:
+    """Add the callback to every `trainer(...)` and mark its runs as the framework's (once a class)."""
+    if getattr(trainer, "__foxhunt_autolog__", False):
+        return
+    _patch_init(trainer)
     for name in ("fit", "validate", "test", "predict"):
-        setattr(pl.Trainer, name, _framework_run(getattr(pl.Trainer, name)))
+        setattr(trainer, name, _framework_run(getattr(trainer, name)))
+    trainer.__foxhunt_autolog__ = True  # type: ignore[attr-defined]
+
+
+def install(module: ModuleType) -> None:
+    """Patch `pytorch_lightning` (the import hook calls this once it is imported)."""
+    patch_trainer(pl.Trainer)

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from torch.utils.hooks import RemovableHandle
 
 from foxhunt_trainer.hyperparameters import UNKNOWN, Hyperparameters
@@ -110,8 +111,10 @@ class MetricsCallback(BaseCallback):
             )
         self._counted_timesteps = self.model.num_timesteps
         self._q_value_at = self.model.num_timesteps
+        # Every algorithm has the attribute; only an off-policy one's collection counts it up.
         episode_num = getattr(self.model, "_episode_num", None)
-        self._episode_num = episode_num if type(episode_num) is int else None
+        counted = isinstance(self.model, OffPolicyAlgorithm) and type(episode_num) is int
+        self._episode_num = episode_num if counted else None
         self._updates_read = getattr(self.model, "_n_updates", None)
         self._optimizer = optimizer
         self._hooks = [

@@ -156,6 +156,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
             start(work, "ppo", [*RUN, str(PROGRAMS / "sb3_learn.py"), "OUT", "ppo"]),
             start(work, "dqn", [*RUN, str(PROGRAMS / "sb3_learn.py"), "OUT", "dqn", "--timesteps", "1500"]),
             start(work, "fit", [*RUN, str(PROGRAMS / "lightning_fit.py"), "OUT"]),
+            start(work, "fit-lightning", [*RUN, str(PROGRAMS / "lightning_fit.py"), "OUT", "--package", "lightning"]),
             start(work, "study", [*RUN, str(PROGRAMS / "optuna_study.py"), "OUT"]),
             start(work, "ddp", [*TORCHRUN, str(PROGRAMS / "ddp_program.py"), "OUT"], ranks=2),
             start(work, "ddp-slow", [*TORCHRUN, str(PROGRAMS / "ddp_program.py"), "OUT", *SLOW_RANK], ranks=2),
@@ -231,14 +232,17 @@ def test_one_learn_call_reports_the_algorithms_series_and_the_job_status(live, a
     assert live.series(catalog.TRAINING_STEP_LOSS, **labels)
 
 
-def test_a_lightning_fit_counts_the_trainers_steps_samples_and_checkpoints(live):
-    _done(live, "fit")
-    result = live.programs["fit"].result()
-    assert live.value(catalog.TRAINING_STEPS_TOTAL, job_id="fit") == result["global_step"] == 36
-    assert live.value(catalog.TRAINING_SAMPLES_TOTAL, job_id="fit") == result["samples"]
-    assert live.value(catalog.CHECKPOINT_SAVES_TOTAL, job_id="fit") >= 1
-    assert live.series(catalog.TRAINING_LOSS, job_id="fit")
-    assert live.series(catalog.TRAINING_VALIDATION_LOSS, job_id="fit")
+@pytest.mark.parametrize(("job", "package"), [("fit", "pytorch_lightning"), ("fit-lightning", "lightning.pytorch")])
+def test_a_lightning_fit_counts_the_trainers_steps_samples_and_checkpoints(live, job, package):
+    # Either package's Trainer: `pytorch_lightning`'s, or the `lightning` package's own copy.
+    _done(live, job)
+    result = live.programs[job].result()
+    assert result["trainer"].startswith(f"{package}.")
+    assert live.value(catalog.TRAINING_STEPS_TOTAL, job_id=job) == result["global_step"] == 36
+    assert live.value(catalog.TRAINING_SAMPLES_TOTAL, job_id=job) == result["samples"]
+    assert live.value(catalog.CHECKPOINT_SAVES_TOTAL, job_id=job) >= 1
+    assert live.series(catalog.TRAINING_LOSS, job_id=job)
+    assert live.series(catalog.TRAINING_VALIDATION_LOSS, job_id=job)
 
 
 def test_an_optuna_study_reports_the_studys_trials_and_best_value_and_every_trials_steps(live):

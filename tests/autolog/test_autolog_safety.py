@@ -219,3 +219,18 @@ def test_each_way_of_calling_backward_records_the_programs_loss_once(call, check
     done = _run([*RUN, "-c", probe], _env())
     assert done.returncode == 0, done.stderr.decode()
     assert done.stdout.decode().split() == ["4", "True"]
+
+
+@pytest.mark.parametrize("order", ["lightning imported first", "autolog() first"])
+def test_both_lightning_packages_trainers_are_patched_in_either_import_order(order):
+    imports = ["import lightning", "from foxhunt_trainer.autolog import autolog; autolog()"]
+    if order == "autolog() first":
+        imports.reverse()
+    probe = "; ".join(
+        [*imports, "import pytorch_lightning", "print(lightning.pytorch.Trainer is pytorch_lightning.Trainer,"
+         " getattr(lightning.pytorch.Trainer, '__foxhunt_autolog__', False),"
+         " getattr(pytorch_lightning.Trainer, '__foxhunt_autolog__', False))"]
+    )  # fmt: skip
+    done = _run([sys.executable, "-c", probe], _env())
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.decode().split() == ["False", "True", "True"]

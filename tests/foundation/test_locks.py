@@ -18,6 +18,7 @@ NOT_DEPLOY = {
     "stable-baselines3",
     "gymnasium",
     "pytorch-lightning",
+    "lightning",
     "optuna",
     "prometheus-client",
     "nvidia-ml-py",

@@ -22,7 +22,7 @@ from foxhunt_trainer.search import TRIAL_STATES
 
 pytestmark = pytest.mark.slow
 
-FRAMEWORKS = ("stable_baselines3", "pytorch_lightning", "optuna", "torch", "gymnasium")
+FRAMEWORKS = ("stable_baselines3", "pytorch_lightning", "lightning", "optuna", "torch", "gymnasium")
 
 
 def imported_frameworks(statement: str) -> list[str]:

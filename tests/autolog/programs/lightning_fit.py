@@ -1,14 +1,14 @@
 """A Lightning fit as Lightning's own tutorials write it (a LightningModule, a Trainer, fit), with
-no observability code.
+no observability code; from the `pytorch_lightning` package, or from the `lightning` package
+(`import lightning as L`, as Lightning's current documentation writes it).
 
-    python lightning_fit.py OUT_DIR [--epochs N]
+    python lightning_fit.py OUT_DIR [--epochs N] [--package lightning]
 """
 
 import argparse
 import json
 import os
 
-import pytorch_lightning as pl
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -16,7 +16,12 @@ from torch.utils.data import DataLoader, TensorDataset
 parser = argparse.ArgumentParser()
 parser.add_argument("out_dir")
 parser.add_argument("--epochs", type=int, default=3)
+parser.add_argument("--package", choices=["pytorch_lightning", "lightning"], default="pytorch_lightning")
 args = parser.parse_args()
+if args.package == "lightning":
+    import lightning as pl
+else:
+    import pytorch_lightning as pl
 
 
 class LitRegression(pl.LightningModule):
@@ -54,4 +59,6 @@ trainer = pl.Trainer(
 trainer.fit(LitRegression(), train_loader, val_loader)
 
 with open(os.path.join(args.out_dir, "result.json"), "w") as result:
-    json.dump({"global_step": trainer.global_step, "samples": args.epochs * 384}, result)
+    json.dump(
+        {"global_step": trainer.global_step, "samples": args.epochs * 384, "trainer": type(trainer).__module__}, result
+    )
