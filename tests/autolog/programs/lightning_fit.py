@@ -21,7 +21,7 @@ args = parser.parse_args()
 if args.package == "lightning":
     import lightning as pl
 else:
-    import pytorch_lightning as pl
+    import pytorch_lightning as pl  # type: ignore[no-redef]
 
 
 class LitRegression(pl.LightningModule):
