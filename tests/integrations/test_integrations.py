@@ -130,19 +130,24 @@ def test_a_lightning_checkpoint_that_cannot_be_written_counts_as_a_failed_save(t
     assert 'ml_checkpoint_saves_total{job_id="j",model_type="tft"} 0.0' in text
 
 
-def test_a_lightning_fit_tells_the_job_its_planned_steps_and_epochs(tmp_path):
-    metrics = TrainingMetrics()
-    handle = metrics.start_job("tft", "planned", gpu_uuids=[])
-    trainer = pl.Trainer(
-        max_epochs=3,
-        callbacks=[LightningCallback(handle)],
+def quiet_trainer(root: Any, callback: pl.Callback, **options: Any) -> pl.Trainer:
+    """A CPU Trainer with `callback`, no logger, progress bar, summary or checkpoints."""
+    return pl.Trainer(
+        callbacks=[callback],
         logger=False,
         enable_progress_bar=False,
         enable_model_summary=False,
         enable_checkpointing=False,
         accelerator="cpu",
-        default_root_dir=tmp_path,
+        default_root_dir=root,
+        **options,
     )
+
+
+def test_a_lightning_fit_tells_the_job_its_planned_steps_and_epochs(tmp_path):
+    metrics = TrainingMetrics()
+    handle = metrics.start_job("tft", "planned", gpu_uuids=[])
+    trainer = quiet_trainer(tmp_path, LightningCallback(handle), max_epochs=3)
     trainer.fit(Tiny(), DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8)), batch_size=4))
     state = handle.run_state()
     assert (handle.steps_planned, handle.epochs_planned) == (6, 3)  # 2 batches a epoch, 3 epochs
@@ -177,17 +182,7 @@ class TwoOptimizers(pl.LightningModule):
 def test_the_steps_counted_are_the_trainers_global_steps_and_every_sample_is_counted(tmp_path, module, options):
     metrics = TrainingMetrics()
     handle = metrics.start_job("tft", "steps", gpu_uuids=[])
-    trainer = pl.Trainer(
-        max_epochs=2,
-        callbacks=[LightningCallback(handle, check_every=3)],
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-        accelerator="cpu",
-        default_root_dir=tmp_path,
-        **options,
-    )
+    trainer = quiet_trainer(tmp_path, LightningCallback(handle, check_every=3), max_epochs=2, **options)
     # 10 samples in batches of 4: the last batch of each epoch holds 2.
     trainer.fit(module(), DataLoader(TensorDataset(torch.randn(10, 2), torch.randn(10)), batch_size=4))
     assert trainer.global_step > 0
