@@ -109,18 +109,12 @@ def _timed_methods(cls: type, names: tuple[str, ...], spent: list[float]) -> Non
         setattr(cls, name, _timer(getattr(cls, name), spent))
 
 
-def timer_overhead(calls: int = 20000) -> float:
-    """What the timer itself adds to a call (two thread-clock readings): the least of 5 runs of a
-    timed no-op, per call; subtracted from the callbacks' figures."""
-    spent = [0.0, 0]
-    noop = _timer(lambda: None, spent)
-    least = float("inf")
-    for _ in range(5):
-        spent[0] = 0.0
-        for _ in range(calls):
-            noop()
-        least = min(least, spent[0] / calls)
-    return least
+def _calibrated(calibration: list[float]) -> Any:
+    """A timed no-op (its time and calls into `calibration`): called by the framework at the same
+    kind of point as the callback's hooks, it measures the timer's own cost there, which is several
+    times that of the same no-op timed in a tight loop (a thread-clock reading is a system call,
+    and in the middle of a framework's step it runs with cold caches)."""
+    return _timer(lambda *args, **kwargs: True, calibration)
 
 
 def frameworks(args: argparse.Namespace) -> None:
@@ -129,59 +123,86 @@ def frameworks(args: argparse.Namespace) -> None:
     warnings.simplefilter("ignore")
     logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
     import pytorch_lightning as pl
+    from pytorch_lightning.trainer import call as lightning_call
     from stable_baselines3 import DQN, PPO
+    from stable_baselines3.common.callbacks import BaseCallback
 
     from bench.framework_overhead import Regression
     from foxhunt_trainer.autolog import autolog, lightning_patches, sb3_patches
 
     autolog()
-    overhead = timer_overhead()
-    spent = [0.0, 0]
+    spent, calibration, dispatch = [0.0, 0], [0.0, 0], [0.0, 0]
     _timed_methods(
         sb3_patches.AutoMetricsCallback,
-        ("_on_training_start", "_on_rollout_start", "_on_step", "_on_rollout_end", "_on_training_end",
+        ("_on_training_start", "_on_rollout_start", "on_step", "_on_rollout_end", "_on_training_end",
          "_before_optimizer_step", "_optimizer_stepped"),
         spent,
     )  # fmt: skip
     _timed_methods(lightning_patches.AutoMetricsCallback, ("setup", *lightning_patches.HOOKS), spent)
+
+    class StepCalibration(BaseCallback):  # beside the callback: SB3 calls both at every environment step
+        _on_step = _calibrated(calibration)
+
+    class BatchCalibration(pl.Callback):  # Lightning calls it once an optimizer step
+        on_before_zero_grad = _calibrated(calibration)
+
     results = []
 
     def measured(name: str, unit: str, train: Callable[[], tuple[int, int]]) -> None:
         for repeat in range(args.repeats):
-            spent[0], spent[1] = 0.0, 0
+            spent[0], spent[1], calibration[0], calibration[1] = 0.0, 0, 0.0, 0
             started = time.process_time()
             units, optimizer_steps = train()
             total = time.process_time() - started
-            callback = max(spent[0] - spent[1] * overhead, 0.0)
+            timer = calibration[0] / max(calibration[1], 1)
+            callback = max(spent[0] - spent[1] * timer, 0.0)
             results.append(
                 {"case": name, "repeat": repeat, "unit": unit, "units": units, "optimizer_steps": optimizer_steps,
-                 "total": total, "callback": callback,
-                 "calls": spent[1], "timer_overhead": overhead}
+                 "total": total, "callback": callback, "calls": spent[1], "timer_overhead": timer,
+                 # the run's time outside every timer (the timers' own cost is neither's)
+                 "rest": total - spent[0] - calibration[0]}
             )  # fmt: skip
 
     def ppo() -> tuple[int, int]:
         model = PPO("MlpPolicy", "CartPole-v1", n_steps=1024, batch_size=64, n_epochs=4, seed=0, device="cpu")
-        model.learn(4096)
+        model.learn(4096, callback=StepCalibration())
         return model.num_timesteps, model._n_updates * (1024 // 64)
 
     def dqn() -> tuple[int, int]:
         model = DQN("MlpPolicy", "CartPole-v1", learning_starts=500, seed=0, device="cpu")
-        model.learn(4000)
+        model.learn(4000, callback=StepCalibration())
         return model.num_timesteps, model._n_updates
 
-    def fit() -> tuple[int, int]:
+    def fit(extra_callbacks: int = 0) -> tuple[int, int]:
         x = torch.randn(4096, 16, generator=torch.Generator().manual_seed(0))
+        callbacks = [BatchCalibration(), *(pl.Callback() for _ in range(extra_callbacks))]
         trainer = pl.Trainer(
             max_epochs=5, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-            enable_model_summary=False, accelerator="cpu",
+            enable_model_summary=False, accelerator="cpu", callbacks=callbacks,
         )  # fmt: skip
         trainer.fit(Regression(), DataLoader(TensorDataset(x, x.sum(dim=1)), batch_size=32))
         return trainer.global_step, trainer.global_step
 
+    def dispatch_per_callback(extra: int = 10) -> float:
+        """Lightning's own price of one more callback (its hooks dispatched, each a no-op), per
+        optimizer step: the dispatch time of a fit with `extra` no-op callbacks more, minus that of
+        the same fit without, over `extra` (the least of the repeats of each)."""
+        # Lightning's dispatch of its callbacks' hooks, every callback's together (timed only here)
+        lightning_call._call_callback_hooks = _timer(lightning_call._call_callback_hooks, dispatch)
+        least = {}
+        for count in (0, extra):
+            times = []
+            for _ in range(args.repeats):
+                dispatch[0], dispatch[1] = 0.0, 0
+                steps, _ = fit(count)
+                times.append(dispatch[0] / steps)
+            least[count] = min(times)
+        return max(least[extra] - least[0], 0.0) / extra
+
     measured("Stable-Baselines3 PPO, CartPole", "environment step", ppo)
     measured("Stable-Baselines3 DQN, CartPole", "environment step", dqn)
     measured("Lightning fit, MLP regression", "optimizer step", fit)
-    print(json.dumps(results), flush=True)
+    print(json.dumps({"cases": results, "lightning_dispatch_per_callback": dispatch_per_callback()}), flush=True)
 
 
 def main() -> None:

@@ -125,12 +125,21 @@ class PhaseClock:
             return len(self._stack), self._recount_now()
 
     def _switch_block(self, depth: int, phase: str) -> float:
-        if phase not in PHASES:  # `check_phase`, inlined: a loop switches twice a step
+        # `check_phase` and `_recount_now`, inlined: a framework's hooks switch twice a step.
+        if phase not in PHASES:
             check_phase(phase)
         with self._lock:
-            if len(self._stack) >= depth:
-                self._stack[depth - 1] = phase
-            return self._recount_now()
+            stack = self._stack
+            if len(stack) >= depth:
+                stack[depth - 1] = phase
+            now = self._clock()
+            top = stack[-1]
+            counting = self._substitutes.get(top, top)
+            if counting != self._counting and self._stopped_at is None:
+                self._totals[self._counting] += now - self._since
+                self._since = now
+            self._counting = counting
+            return now
 
     def _close_block(self, depth: int) -> None:
         with self._lock:

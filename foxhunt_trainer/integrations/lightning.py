@@ -66,7 +66,10 @@ def _loss_of(outputs: Any) -> torch.Tensor | None:
     """The loss `training_step` returned (a tensor, or a mapping with "loss"); None when it returned
     nothing (manual optimization, a skipped batch)."""
     loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
-    return loss.detach() if isinstance(loss, torch.Tensor) else None
+    if not isinstance(loss, torch.Tensor):
+        return None
+    # Automatic optimization hands the batch-end hook a detached copy already.
+    return loss.detach() if loss.requires_grad else loss
 
 
 def _summed(losses: list[torch.Tensor]) -> torch.Tensor:
@@ -192,6 +195,8 @@ class MetricsCallback(pl.Callback):
         self.check_every = check_every
         self._phases = PhaseBlocks(job)
         self._steps_pending = 0  # optimizer steps taken in the batch running (before its end hook)
+        self._until_check = check_every  # optimizer steps (counted or pending) until the next check
+        self._batch_size_known = False
         self._samples = 0
         self._losses = LossWindows()
         self._grad_norm: torch.Tensor | None = None
@@ -206,6 +211,7 @@ class MetricsCallback(pl.Callback):
     # --- training ------------------------------------------------------------------------------
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._steps_pending = 0
+        self._until_check = self.check_every - self.job.steps_done % self.check_every
         schedulers = trainer.lr_scheduler_configs
         self._hyperparameters = Hyperparameters(
             optimizer=short_name(type(trainer.optimizers[0]).__name__) if trainer.optimizers else UNKNOWN,
@@ -228,7 +234,8 @@ class MetricsCallback(pl.Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
         self._phases.switch(COMPUTE)
-        if self._hyperparameters.batch_size is None and (size := _batch_size(batch)):
+        if not self._batch_size_known and (size := _batch_size(batch)):
+            self._batch_size_known = True
             self._hyperparameters = replace(self._hyperparameters, batch_size=size)
             self.job.set_hyperparameters(self._hyperparameters)
 
@@ -239,7 +246,9 @@ class MetricsCallback(pl.Callback):
         # only). Lightning calls this once for every optimizer step it counts in `global_step`
         # (automatic and manual optimization, each optimizer, a step AMP's scaler skips included).
         self._steps_pending += 1
-        if (self.job.steps_done + self._steps_pending) % self.check_every == 0:
+        self._until_check -= 1
+        if not self._until_check:
+            self._until_check = self.check_every
             self._grad_norm = gradient_norm([optimizer])
 
     def on_train_batch_end(

@@ -130,9 +130,16 @@ class MetricsCallback(BaseCallback):
             self._read_update()
         self._phases.switch(DATA_WAIT)
 
-    def _on_step(self) -> bool:
+    def on_step(self) -> bool:
+        # `BaseCallback.on_step`, calling `_on_step` only when it has episodes to count (an
+        # on-policy algorithm): SB3 calls it at every environment step.
+        self.n_calls += 1
+        self.num_timesteps = self.model.num_timesteps
         if self._episode_num is not None:
             return True  # the algorithm counts its episodes (`_read_rollout`)
+        return self._on_step()
+
+    def _on_step(self) -> bool:
         infos: list[dict[str, Any]] | None = self.locals.get("infos")
         if infos:
             for info in infos:

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import threading
 import time
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
 
 from foxhunt_trainer import TrainingMetrics
 from foxhunt_trainer.contract import catalog
+from foxhunt_trainer.integrations.phase_blocks import PhaseBlocks
+from foxhunt_trainer.job_metrics import JobMetrics
 from foxhunt_trainer.phases import PHASES, PhaseClock
 from foxhunt_trainer.ranks import RankInfo
 
@@ -113,6 +117,34 @@ def test_a_switched_block_counts_each_stretch_in_its_phase_and_returns_the_clock
         block.switch("compute")
     with pytest.raises(ValueError, match="unknown training phase 'waiting'"):
         clock.block("waiting")
+
+
+def test_a_frameworks_phase_blocks_switch_in_place_and_close_back_to_the_jobs_phase():
+    # What the Lightning and SB3 callbacks open from their start and end hooks.
+    t = FakeClock()
+    clock = PhaseClock("idle", clock=t)
+    blocks = PhaseBlocks(cast(JobMetrics, SimpleNamespace(phases=clock)))
+    blocks.switch("data_wait")
+    t.advance(2)
+    blocks.switch("compute")
+    t.advance(3)
+    blocks.switch("compute")  # the phase it is in: nothing changes
+    t.advance(1)
+    with clock.phase("checkpoint"):  # a block the job opens inside keeps counting on top
+        blocks.switch("data_wait")
+        t.advance(1)
+    t.advance(4)  # back in the switched phase
+    blocks.close()
+    blocks.close()  # idempotent
+    t.advance(0.5)
+    assert clock.current == "idle"
+    assert blocks.current is None
+    assert clock.totals() == {
+        **dict.fromkeys(PHASES, 0.0), "data_wait": 6, "compute": 4, "checkpoint": 1, "idle": 0.5
+    }  # fmt: skip
+    blocks.switch("evaluation")  # a new block after the close
+    t.advance(2)
+    assert clock.totals()["evaluation"] == 2
 
 
 def test_unknown_phase_is_refused_with_the_known_ones():

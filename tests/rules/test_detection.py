@@ -121,6 +121,7 @@ def test_critical_detection_alerts_read_only_series_recorded_before_them_in_thei
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("promtool-batch")  # on the worker that runs the batch for test_promtool_cases
 def test_the_promise_holds_in_simulated_time(promtool_run):
     """promtool fired every critical alert exactly when predicted, and the page left within the
     budget of the failure, placed at its worst moment."""
