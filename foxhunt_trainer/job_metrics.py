@@ -280,23 +280,27 @@ class JobMetrics:
         self.record_nan_detection(tensor_type)
         return False
 
-    def record_step(self, samples: int = 0, tokens: int = 0, flops: float | None = None) -> int:
+    def record_step(self, samples: int = 0, tokens: int = 0, flops: float | None = None, *, count: int = 1) -> int:
         """One optimizer step done by this rank (with the samples and tokens it consumed); returns
         the rank's step count. The first step ends the job's start-up: from then on, time in no
-        named phase counts as idle.
+        named phase counts as idle. `count` records that many steps at once, with the samples and
+        tokens of them all (a framework integration that hands its steps over in batches).
 
         The step's model FLOPs count in `ml_training_model_flops_total`: `flops` where the caller
         knows them for this step (a step whose size varies), else the job's FLOPs per step
-        (`set_model_flops` or `measure_model_flops`), else none."""
+        (`set_model_flops` or `measure_model_flops`), else none; `count` steps count `count` times
+        as many."""
         if samples < 0 or tokens < 0:
             raise ValueError(f"samples and tokens of a step are counts of at least 0, got {samples} and {tokens}")
+        if count < 1:
+            raise ValueError(f"count is a number of steps of at least 1, got {count}")
         step_flops = self.model_flops_per_step if flops is None else flops_module.check_flops(flops)
         precision = self.model_flops_precision
         if step_flops is not None and precision is None:
             raise ValueError("a step's FLOPs need the model's precision: call set_model_flops first")
-        self.tally.step(samples, tokens, step_flops, precision)
+        self.tally.step(samples, tokens, None if step_flops is None else step_flops * count, precision, count)
         with self._lock:
-            self.steps_done += 1
+            self.steps_done += count
             done = self.steps_done
             redone = self._lost_work_until is not None and done >= self._lost_work_until
             if redone:

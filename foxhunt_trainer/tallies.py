@@ -65,11 +65,11 @@ class StepTally:
         self._loading_sum = 0.0
         self.batches = 0
 
-    def step(self, samples: int, tokens: int, flops: float | None, precision: str | None) -> None:
-        """One optimizer step with the samples and tokens it consumed (checked by the caller)."""
+    def step(self, samples: int, tokens: int, flops: float | None, precision: str | None, count: int = 1) -> None:
+        """`count` optimizer steps with the samples, tokens and FLOPs they consumed (checked by the caller)."""
         now = time.time()
         with self._lock:
-            self.steps += 1
+            self.steps += count
             self.samples += samples
             self.tokens += tokens
             if flops is not None and precision is not None:

@@ -36,11 +36,12 @@ AutoMetricsCallback = guarded_subclass(
         "_on_training_end": None,
         "_before_optimizer_step": None,
         "_optimizer_stepped": None,
+        "flush": None,
     },
 )
 
 
-def _callback_for(model: BaseAlgorithm) -> BaseCallback | None:
+def _callback_for(model: BaseAlgorithm) -> MetricsCallback | None:
     if not STATE.on(SB3) or not isinstance(getattr(model.policy, "optimizer", None), torch.optim.Optimizer):
         return None
     auto = auto_job.current(hint=type(model).__name__.lower())
@@ -78,6 +79,10 @@ def _patch(cls: type[BaseAlgorithm]) -> None:
         STATE.framework_depth += 1  # the policy optimizer's steps are the callback's to count
         try:
             return original(*bound.args, **bound.kwargs)
+        except BaseException:
+            if added is not None:
+                added.flush()  # guarded: the steps taken before the error are counted
+            raise
         finally:
             STATE.framework_depth -= 1
 

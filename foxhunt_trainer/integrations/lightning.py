@@ -9,9 +9,11 @@
 
 What it reads:
 - steps: the trainer's optimizer steps (what `trainer.global_step` counts: one per
-  `on_before_optimizer_step`), recorded at the end of their batch with the samples of the batches
-  since the previous step (a batch's first tensor's leading dimension, else Lightning's own
-  `extract_batch_size`);
+  `on_before_optimizer_step`), handed to the job at the end of their batch, at most every
+  `RECORD_EVERY_SECONDS` (0.1 s) and at every check, epoch end, validation, the end of training
+  and an exception, with the samples of their batches (a batch's first tensor's leading dimension,
+  else Lightning's own `extract_batch_size`); a batch that steps no optimizer (gradient
+  accumulation) counts its samples with the next step;
 - the training loss: what `training_step` returns, kept on its device every batch (no
   synchronisation, one list append) and read once per epoch as the epoch's mean loss (`ml_training_loss`);
 - every `check_every` optimizer steps (and when training ends), with one synchronisation: the mean
@@ -50,6 +52,10 @@ from foxhunt_trainer.phases import COMPUTE, DATA_WAIT, EVALUATION
 from foxhunt_trainer.training import JobMetrics
 
 DEFAULT_CHECK_EVERY = 50
+# The callback hands its optimizer steps to the job at most this often (and at every check, epoch
+# end, validation, the end of training and an exception): a step counted at every batch would be
+# most of the callback's cost on a fast step, and a scrape sees the same counts.
+RECORD_EVERY_SECONDS = 0.1
 # Lightning's precision settings, as the hyperparameter series names them.
 PRECISIONS = {
     "32-true": "fp32",
@@ -196,6 +202,9 @@ class MetricsCallback(pl.Callback):
         self._phases = PhaseBlocks(job)
         self._steps_pending = 0  # optimizer steps taken in the batch running (before its end hook)
         self._until_check = check_every  # optimizer steps (counted or pending) until the next check
+        self._check_due = False  # the batch running took the check's step
+        self._unrecorded = 0  # optimizer steps taken and not yet handed to the job
+        self._recorded_at = -math.inf
         self._batch_size_known = False
         self._samples = 0
         self._losses = LossWindows()
@@ -249,26 +258,40 @@ class MetricsCallback(pl.Callback):
         self._until_check -= 1
         if not self._until_check:
             self._until_check = self.check_every
+            self._check_due = True
             self._grad_norm = gradient_norm([optimizer])
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        self._samples += _batch_size(batch)
-        loss = _loss_of(outputs)
+        # `_batch_size` and `_loss_of`, their common cases inlined: this runs every batch.
+        kind = type(batch)
+        first = batch[0] if (kind is tuple or kind is list) and batch else batch
+        shape = first.shape if type(first) is torch.Tensor else None
+        self._samples += int(shape[0]) if shape else _batch_size(batch)
+        loss = outputs.get("loss") if type(outputs) is dict else outputs
+        if type(loss) is not torch.Tensor:
+            loss = _loss_of(outputs)  # a tensor subclass, another mapping; None: no loss
+        elif loss.requires_grad:
+            loss = loss.detach()
         if loss is not None:
             self._losses.add(loss)
-        stepped, self._steps_pending = self._steps_pending, 0
-        for _ in range(stepped):
-            done = self.job.record_step(samples=self._samples)
-            self._samples = 0
-            if done % self.check_every == 0:
+        stepped = self._steps_pending
+        if stepped:
+            self._steps_pending = 0
+            self._unrecorded += stepped
+            if self._check_due:
+                self._check_due = False
+                self._record_steps()
                 self._check(trainer)
+            elif time.monotonic() - self._recorded_at >= RECORD_EVERY_SECONDS:
+                self._record_steps()
         self._phases.switch(DATA_WAIT)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # Lightning calls this after the epoch's validation: its loss is in the callback metrics.
         # A non-finite loss of either kind counts as a NaN detection (record_training_iteration).
+        self._record_steps()
         train_loss = self._losses.epoch_mean()
         if train_loss is None:
             return  # training_step returned no loss (manual optimization): steps and time only
@@ -278,21 +301,33 @@ class MetricsCallback(pl.Callback):
         self.job.record_training_iteration(trainer.current_epoch + 1, train_loss, val_loss, duration)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._record_steps()
         if self._losses.checked or self._grad_norm is not None:
             self._check(trainer)
         self._phases.close()
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
-        self._phases.close()
+        try:
+            self._record_steps()
+        finally:
+            self._phases.close()
 
     # --- validation ----------------------------------------------------------------------------
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._record_steps()
         self._phases.switch(EVALUATION)
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._phases.switch(DATA_WAIT)
 
     # --- internals -----------------------------------------------------------------------------
+    def _record_steps(self) -> None:
+        """Hand the steps taken since the last call to the job, with the samples of their batches."""
+        if self._unrecorded:
+            self.job.record_step(samples=self._samples, count=self._unrecorded)
+            self._samples = self._unrecorded = 0
+            self._recorded_at = time.monotonic()
+
     def _check(self, trainer: pl.Trainer) -> None:
         """The mean loss since the previous check and the gradient norm (one device sync), the
         learning rates."""

@@ -7,9 +7,10 @@
         model.learn(total_timesteps, callback=MetricsCallback(job))
 
 What it reads, and where from (nothing is recomputed that the algorithm already computed):
-- steps: every step of the policy's optimizer (a post-step hook on `model.policy.optimizer`), with
-  the environment transitions collected since the previous step as its samples
-  (`ml_training_samples_total` then follows SB3's `time/total_timesteps`);
+- steps: every step of the policy's optimizer (a post-step hook on `model.policy.optimizer`),
+  handed to the job at most every `RECORD_EVERY_SECONDS` (0.1 s; at a step or a rollout's end) and
+  when training ends, with the environment transitions collected since the previous hand-over as
+  their samples (`ml_training_samples_total` then follows SB3's `time/total_timesteps`);
 - the loss and the policy-update statistics SB3 records into its logger at each `train()`
   (`train/loss` as the step loss; PPO and A2C: `train/entropy_loss` as the policy entropy, `train/value_loss`,
   `train/approx_kl`, `train/clip_fraction`, `train/explained_variance`), read when the next rollout
@@ -64,6 +65,10 @@ DEFAULT_CHECK_EVERY = 50
 # a scrape every 15 s sees the same, and an algorithm whose rollouts are a few environment steps
 # (DQN's train_freq=4) does not pay for a read at every one.
 DEFAULT_READ_EVERY_SECONDS = 1.0
+# Optimizer steps are handed to the job at most this often (at a step or a rollout's end, and when
+# training ends): counting each step at once would be most of the callback's cost for DQN's
+# one-step updates, and a scrape sees the same counts.
+RECORD_EVERY_SECONDS = 0.1
 
 
 class MetricsCallback(BaseCallback):
@@ -94,6 +99,9 @@ class MetricsCallback(BaseCallback):
         self._hooks: list[RemovableHandle] = []
         self._optimizer: torch.optim.Optimizer | None = None
         self._counted_timesteps = 0
+        self._unrecorded = 0  # optimizer steps taken and not yet handed to the job
+        self._recorded_at = -math.inf
+        self._until_check = check_every  # optimizer steps until the next gradient-norm check
         self._episodes = 0
         # An off-policy algorithm's own count of finished episodes (`_episode_num`, every
         # environment's): read at the rollout reads instead of each step's infos being searched.
@@ -111,6 +119,7 @@ class MetricsCallback(BaseCallback):
             )
         self._counted_timesteps = self.model.num_timesteps
         self._q_value_at = self.model.num_timesteps
+        self._until_check = self.check_every - self.job.steps_done % self.check_every
         # Every algorithm has the attribute; only an off-policy one's collection counts it up.
         episode_num = getattr(self.model, "_episode_num", None)
         counted = isinstance(self.model, OffPolicyAlgorithm) and type(episode_num) is int
@@ -154,10 +163,13 @@ class MetricsCallback(BaseCallback):
             self._read_rollout()
         if self.num_timesteps - self._q_value_at >= self.q_value_every:
             self._read_q_value()
+        if self._unrecorded and now - self._recorded_at >= RECORD_EVERY_SECONDS:
+            self._record_steps()  # the last update's tail, before the next one starts
         self._phases.switch(COMPUTE)
 
     def _on_training_end(self) -> None:
         try:
+            self._record_steps()
             self._read_update()
             self._read_rollout()
             self._read_q_value()
@@ -181,15 +193,32 @@ class MetricsCallback(BaseCallback):
 
     def _before_optimizer_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         # After SB3 clipped them: the gradients the optimizer steps with (at check steps only).
-        if (self.job.steps_done + 1) % self.check_every == 0:
+        self._until_check -= 1
+        if not self._until_check:
+            self._until_check = self.check_every
             norm = gradient_norm([optimizer])
             if norm is not None:
                 self.job.record_gradient_norm(float(norm))
 
     def _optimizer_stepped(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        timesteps = self.model.num_timesteps
-        samples, self._counted_timesteps = max(timesteps - self._counted_timesteps, 0), timesteps
-        self.job.record_step(samples=samples)
+        self._unrecorded += 1
+        if time.monotonic() - self._recorded_at >= RECORD_EVERY_SECONDS:
+            self._record_steps()
+
+    def flush(self) -> None:
+        """Hand the optimizer steps not yet counted to the job: what a `learn()` that raised calls
+        (SB3 calls no callback hook then; the auto-instrumentation does it by itself)."""
+        self._record_steps()
+
+    def _record_steps(self) -> None:
+        """Hand the optimizer steps taken since the last call to the job, with the environment
+        transitions collected since then as their samples."""
+        if self._unrecorded:
+            timesteps = self.model.num_timesteps
+            samples, self._counted_timesteps = max(timesteps - self._counted_timesteps, 0), timesteps
+            self.job.record_step(samples=samples, count=self._unrecorded)
+            self._unrecorded = 0
+            self._recorded_at = time.monotonic()
 
     def _read_update(self) -> None:
         updates = getattr(self.model, "_n_updates", None)

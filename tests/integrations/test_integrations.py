@@ -11,11 +11,14 @@ import pytest
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
-from stable_baselines3 import SAC
+from stable_baselines3 import DQN, SAC
+from stable_baselines3.common.callbacks import BaseCallback
 from torch.utils.data import DataLoader, TensorDataset
 
 from foxhunt_trainer import JobMetrics, TrainingMetrics, render_text
 from foxhunt_trainer.contract import catalog
+from foxhunt_trainer.integrations import lightning as lightning_integration
+from foxhunt_trainer.integrations import sb3 as sb3_integration
 from foxhunt_trainer.integrations.lightning import MetricsCallback as LightningCallback
 from foxhunt_trainer.integrations.sb3 import MetricsCallback as Sb3Callback
 from foxhunt_trainer.search import TRIAL_STATES
@@ -130,10 +133,10 @@ def test_a_lightning_checkpoint_that_cannot_be_written_counts_as_a_failed_save(t
     assert 'ml_checkpoint_saves_total{job_id="j",model_type="tft"} 0.0' in text
 
 
-def quiet_trainer(root: Any, callback: pl.Callback, **options: Any) -> pl.Trainer:
-    """A CPU Trainer with `callback`, no logger, progress bar, summary or checkpoints."""
+def quiet_trainer(root: Any, *callbacks: pl.Callback, **options: Any) -> pl.Trainer:
+    """A CPU Trainer with `callbacks`, no logger, progress bar, summary or checkpoints."""
     return pl.Trainer(
-        callbacks=[callback],
+        callbacks=list(callbacks),
         logger=False,
         enable_progress_bar=False,
         enable_model_summary=False,
@@ -189,3 +192,80 @@ def test_the_steps_counted_are_the_trainers_global_steps_and_every_sample_is_cou
     assert handle.steps_done == trainer.global_step
     text = render_text(metrics.registry).decode()
     assert 'ml_training_samples_total{job_id="steps",model_type="tft",rank="0"} 20\n' in text
+
+
+class StepsSeen(pl.Callback):
+    """After the metrics callback: the job's step count and the trainer's at each batch's end."""
+
+    def __init__(self, job: JobMetrics) -> None:
+        self.job = job
+        self.seen: list[tuple[int, int]] = []
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+        self.seen.append((self.job.steps_done, trainer.global_step))
+
+
+@pytest.mark.parametrize(("every", "expected"), [(0.0, "each step"), (3600.0, "checks")])
+def test_steps_are_handed_to_the_job_in_batches_at_most_every_interval_and_at_every_check(
+    tmp_path, monkeypatch, every, expected
+):
+    monkeypatch.setattr(lightning_integration, "RECORD_EVERY_SECONDS", every)
+    metrics = TrainingMetrics()
+    handle = metrics.start_job("tft", "batches", gpu_uuids=[])
+    seen = StepsSeen(handle)
+    trainer = quiet_trainer(tmp_path, LightningCallback(handle, check_every=3), seen, max_epochs=1)
+    trainer.fit(Tiny(), DataLoader(TensorDataset(torch.randn(32, 2), torch.randn(32)), batch_size=4))  # 8 steps
+    if expected == "each step":
+        assert seen.seen == [(step, step) for step in range(1, 9)]
+    else:  # the first step at once, then at each check (every 3 steps); the rest at the end of training
+        assert [job for job, _ in seen.seen] == [1, 1, 3, 3, 3, 6, 6, 6]
+        assert handle.steps_done == trainer.global_step == 8
+
+
+class FailsAtStep(Tiny):
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        if self.trainer.global_step == 5:
+            raise RuntimeError("the training step failed")
+        return super().training_step(batch, batch_idx)
+
+
+def test_a_failing_fit_has_every_step_it_took_counted(tmp_path, monkeypatch):
+    monkeypatch.setattr(lightning_integration, "RECORD_EVERY_SECONDS", 3600.0)
+    metrics = TrainingMetrics()
+    handle = metrics.start_job("tft", "fails", gpu_uuids=[])
+    trainer = quiet_trainer(tmp_path, LightningCallback(handle, check_every=50), max_epochs=1)
+    with pytest.raises(RuntimeError, match="the training step failed"):
+        trainer.fit(FailsAtStep(), DataLoader(TensorDataset(torch.randn(32, 2), torch.randn(32)), batch_size=4))
+    assert handle.steps_done == trainer.global_step == 5
+    text = render_text(metrics.registry).decode()
+    assert 'ml_training_samples_total{job_id="fails",model_type="tft",rank="0"} 20\n' in text
+
+
+class StopsAt(BaseCallback):
+    """Raises once the algorithm has made `updates` policy updates."""
+
+    def __init__(self, updates: int) -> None:
+        super().__init__()
+        self.updates = updates
+
+    def _on_step(self) -> bool:
+        if self.model._n_updates >= self.updates:
+            raise RuntimeError("the environment failed")
+        return True
+
+
+@pytest.mark.parametrize("ends", ["completed", "raised"])
+def test_sb3_steps_handed_over_in_batches_are_all_counted_at_the_end_or_the_flush(monkeypatch, ends):
+    monkeypatch.setattr(sb3_integration, "RECORD_EVERY_SECONDS", 3600.0)  # only the first step at once
+    handle = job()
+    callback = Sb3Callback(handle)
+    model = DQN("MlpPolicy", "CartPole-v1", learning_starts=16, train_freq=1, device="cpu", seed=0)
+    if ends == "completed":
+        model.learn(64, callback=callback)
+    else:
+        with pytest.raises(RuntimeError, match="the environment failed"):
+            model.learn(64, callback=[callback, StopsAt(20)])
+        assert handle.steps_done == 1  # SB3 calls no hook when learn raises
+        callback.flush()
+    assert handle.steps_done == model._n_updates > 1
+    assert handle.tally.samples == model.num_timesteps  # every transition collected

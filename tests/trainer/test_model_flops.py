@@ -88,6 +88,11 @@ def test_declared_flops_and_a_steps_own_flops_count_and_ranks_stay_apart():
     ranked = {**RANKED, "rank": "1"}
     assert value(metrics, FLOPS, **ranked, precision="bf16") == 8e9
     assert value(metrics, FLOPS, **RANKED, precision="bf16") is None
+    assert job.record_step(samples=12, count=3) == 5  # steps a framework hands over together
+    assert value(metrics, FLOPS, **ranked, precision="bf16") == 8e9 + 3 * 6e9
+    assert value(metrics, catalog.TRAINING_STEPS_TOTAL.name, **ranked) == 5
+    with pytest.raises(ValueError, match=r"count is a number of steps of at least 1, got 0"):
+        job.record_step(count=0)
 
 
 def test_a_job_without_declared_flops_counts_none_and_bad_declarations_say_what_is_expected():
