@@ -258,7 +258,8 @@ def summary_records(
         evidence = (
             "on its time split alone" if gpu_busy_percent is None else f"with its GPUs {gpu_busy_percent:.0f}% busy"
         )
-        records.append((f"verdict: {verdict.name}: {verdict.meaning} (judged {evidence})", judged))
+        meaning = verdict.meaning_for(holds_gpus=bool(gpu_names))
+        records.append((f"verdict: {verdict.name}: {meaning} (judged {evidence})", judged))
         records.append((f"to change: {verdict.change}", {}))
 
     efficiency = mfu(state, gpu_names, table)

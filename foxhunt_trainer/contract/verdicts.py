@@ -30,12 +30,18 @@ GOOD_PHASE = "compute"
 @dataclass(frozen=True)
 class Verdict:
     """One verdict: its name (the rules' `verdict` label), what it means, the short hint the
-    dashboards show, and the one thing to change (the summary's advice, the alert's description)."""
+    dashboards show, and the one thing to change (the summary's advice, the alert's description).
+    `meaning_without_gpus`: what it means for a job that holds no GPU (judged on its time split
+    alone), where the meaning speaks of GPUs."""
 
     name: str
     meaning: str
     hint: str
     change: str
+    meaning_without_gpus: str = ""
+
+    def meaning_for(self, holds_gpus: bool) -> str:
+        return self.meaning if holds_gpus or not self.meaning_without_gpus else self.meaning_without_gpus
 
 
 INPUT_BOUND = Verdict(
@@ -65,6 +71,7 @@ COMPUTE_SATURATED = Verdict(
     "maxed out: only a better kernel, precision or more GPUs make it faster",
     "Nothing in the loop: the GPUs are maxed out; only faster kernels (torch.compile, fused operators), a lower "
     "precision (bf16, fp8) or more GPUs make it faster",
+    "the job computes nearly all the time; it holds no GPU",
 )
 UNDERUTILIZED = Verdict(
     "underutilized",
@@ -72,6 +79,7 @@ UNDERUTILIZED = Verdict(
     "start-up, evaluation, redone work, small kernels, host overhead",
     "Cut the largest badput cause below (start-up, evaluation, redone work, host time between steps); if the time "
     "is compute on idle GPUs, give each step more work (a larger batch, torch.compile or CUDA graphs)",
+    "much of its time is not computing, and no one cause is above its threshold; it holds no GPU",
 )
 VERDICTS: tuple[Verdict, ...] = (INPUT_BOUND, CHECKPOINT_BOUND, COMMUNICATION_BOUND, COMPUTE_SATURATED, UNDERUTILIZED)
 BY_NAME: dict[str, Verdict] = {v.name: v for v in VERDICTS}

@@ -262,6 +262,20 @@ def test_a_summary_before_any_time_is_counted_says_so() -> None:
     assert records[1][1]["verdict"] == "none"
 
 
+@pytest.mark.parametrize(
+    ("compute", "verdict", "gpu_words"),
+    [(0.3, "underutilized", "its GPUs are mostly idle"), (0.97, "compute-saturated", "its GPUs are busy")],
+)
+def test_a_job_holding_no_gpu_is_not_told_about_its_gpus(compute, verdict, gpu_words) -> None:
+    phases = {**dict.fromkeys(PHASES, 0.0), "compute": 10.0 * compute, "idle": 10.0 * (1 - compute)}
+    held = summary_records(state(phases=phases), "completed", gpu_names=["NVIDIA H100 80GB HBM3"])
+    alone = summary_records(state(phases=phases), "completed")  # a CPU-only job: no GPU held
+    assert held[1][1]["verdict"] == alone[1][1]["verdict"] == verdict
+    assert gpu_words in held[1][0]
+    assert gpu_words not in alone[1][0] and "GPUs" not in alone[1][0]
+    assert alone[1][0].endswith("; it holds no GPU (judged on its time split alone)")
+
+
 class FakeNvml:
     """The few NVML calls the summary makes, answering for the GPUs given (name, utilization)."""
 
