@@ -234,3 +234,31 @@ def test_both_lightning_packages_trainers_are_patched_in_either_import_order(ord
     done = _run([sys.executable, "-c", probe], _env())
     assert done.returncode == 0, done.stderr.decode()
     assert done.stdout.decode().split() == ["False", "True", "True"]
+
+
+def test_a_learn_call_that_raises_has_every_step_it_took_counted():
+    probe = textwrap.dedent(
+        """
+        from stable_baselines3 import DQN
+        from stable_baselines3.common.callbacks import BaseCallback
+        from foxhunt_trainer.autolog import job
+        from foxhunt_trainer.integrations import sb3
+
+        sb3.RECORD_EVERY_SECONDS = 3600.0  # only the first step is handed over at once
+
+        class Fails(BaseCallback):
+            def _on_step(self):
+                if self.model._n_updates >= 20:
+                    raise RuntimeError("the environment failed")
+                return True
+
+        model = DQN("MlpPolicy", "CartPole-v1", learning_starts=16, train_freq=1, seed=0, device="cpu")
+        try:
+            model.learn(200, callback=Fails())
+        except RuntimeError as error:
+            print(error, job.existing().job.steps_done, model._n_updates, sep=",")
+        """
+    )
+    done = _run([*RUN, "-c", probe], _env())
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.decode().strip() == "the environment failed,20,20"
