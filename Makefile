@@ -11,10 +11,10 @@ BASE ?= HEAD
 DIFF_FORMAT ?= text
 STACKS := $(shell python3 -m infra.stacks)
 # Two test processes (pytest-xdist): the suite takes about half the time on two cores. Override with
-# PYTEST_ARGS= (one process) or PYTEST_ARGS="-n 4 -k rules". Tests that share an expensive session
-# fixture carry one `xdist_group` mark and run on one worker (--dist loadgroup), the rest spread
-# as they come. The 30 slowest tests are listed at the end.
-PYTEST_ARGS ?= -n 2 --dist loadgroup --durations=30
+# PYTEST_ARGS= (one process) or PYTEST_ARGS="-n 4 -k rules". Each module's tests run on one worker
+# (--dist loadscope), so a module's fixtures (a live Prometheus, a dozen training programs, a
+# promtool batch) are made once, not once per worker. The 30 slowest tests are listed at the end.
+PYTEST_ARGS ?= -n 2 --dist loadscope --durations=30
 
 .PHONY: render render-all diff generate check test test-fast lint lock bench clean sysdeps venv device-check device-check-deps wheel
 

@@ -121,22 +121,22 @@ def test_critical_detection_alerts_read_only_series_recorded_before_them_in_thei
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("promtool-batch")  # on the worker that runs the batch for test_promtool_cases
-def test_the_promise_holds_in_simulated_time(promtool_run):
+def test_the_promise_holds_in_simulated_time(detection_run):
     """promtool fired every critical alert exactly when predicted, and the page left within the
     budget of the failure, placed at its worst moment."""
-    assert promtool_run.detections, "no detection cases were generated"
-    covered = {(d.scrape, d.evaluation, d.budget) for d in promtool_run.detections}
+    assert detection_run.detections, "no detection cases were generated"
+    covered = {(d.scrape, d.evaluation, d.budget) for d in detection_run.detections}
     assert covered == set(INTERVALS)
-    assert {d.alert for d in promtool_run.detections} == set(CRITICAL_DETECTION_ALERTS)
-    for d in promtool_run.detections:
+    assert {d.alert for d in detection_run.detections} == set(CRITICAL_DETECTION_ALERTS)
+    for d in detection_run.detections:
         bound = detection_budget(variant_cfg(d.scrape, d.evaluation, d.budget))
         for_seconds = {a.name: a.for_seconds for a in alert_rules(variant_cfg(d.scrape, d.evaluation, d.budget))}
         assert 0 <= d.page_latency <= bound.worst_event_to_page_seconds(for_seconds[d.alert]) <= d.budget, d
-    failed = {n for n in promtool_run.result.failed_groups() if "scrape " in n}
-    assert not failed, promtool_run.result.output[-20000:]
+    failed = {n for n in detection_run.result.failed_groups() if "scrape " in n}
+    assert not failed, detection_run.result.output[-20000:]
+    assert detection_run.result.returncode == 0, detection_run.result.output[-20000:]
     # the worst case (a sample just after an evaluation) is among the cases
-    assert any(d.first_bad % d.evaluation == 1 for d in promtool_run.detections)
+    assert any(d.first_bad % d.evaluation == 1 for d in detection_run.detections)
     # every suite proves a single spike does not page
-    spikes = [c for suite in promtool_run.suites for c in suite.cases if "single-sample spike" in c.name]
+    spikes = [c for suite in detection_run.suites for c in suite.cases if "single-sample spike" in c.name]
     assert len(spikes) == len(INTERVALS)

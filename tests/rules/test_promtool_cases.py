@@ -13,8 +13,7 @@ from tests.rules.alert_cases import CASES, RECORD_CASES
 from tests.rules.health_cases import KSM_CASES
 from tests.rules.promtool_harness import Suite, run_promtool_tests
 
-# One worker runs the whole promtool batch (a session fixture is per worker: two would run it twice).
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("promtool-batch")]
+pytestmark = pytest.mark.slow
 
 
 def test_promtool_passes_every_case(promtool_run):
