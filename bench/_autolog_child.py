@@ -134,7 +134,7 @@ def frameworks(args: argparse.Namespace) -> None:
     spent, calibration, dispatch = [0.0, 0], [0.0, 0], [0.0, 0]
     _timed_methods(
         sb3_patches.AutoMetricsCallback,
-        ("_on_training_start", "_on_rollout_start", "on_step", "_on_rollout_end", "_on_training_end",
+        ("_on_training_start", "_on_rollout_start", "_on_step", "_on_rollout_end", "_on_training_end",
          "_before_optimizer_step", "_optimizer_stepped"),
         spent,
     )  # fmt: skip

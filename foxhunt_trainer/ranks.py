@@ -3,12 +3,16 @@
 torchrun (`torch.distributed.run`) and most launchers built on it (Lightning, Accelerate, the
 Kubeflow training operator) set `RANK`, `LOCAL_RANK`, `WORLD_SIZE` and `GROUP_RANK` (the node's
 rank; `NODE_RANK` in Lightning and Slurm-style launchers). A process started without a launcher is
-rank 0 of a job of one.
+rank 0 of a job of one. A process group made without a launcher's environment
+(`torch.multiprocessing.spawn` and `init_process_group(rank=..., world_size=...)`, as PyTorch's DDP
+tutorial does) knows its rank and world size; the local rank is the rank there (one node) unless
+LOCAL_RANK says otherwise (`RankInfo.of_process`).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -62,6 +66,18 @@ class RankInfo:
         except ValueError as error:
             shown = ", ".join(f"{v}={env.get(v)!r}" for v in (RANK_ENV, LOCAL_RANK_ENV, WORLD_SIZE_ENV, node_var))
             raise ValueError(f"the launcher's environment is inconsistent ({shown}): {error}") from None
+
+    @classmethod
+    def of_process(cls, environ: Mapping[str, str] | None = None) -> RankInfo:
+        """The launcher's view (`from_env`) where it set RANK; else that of the process group this
+        process joined, if any (torch.distributed already imported and initialized)."""
+        env = os.environ if environ is None else environ
+        dist = sys.modules.get("torch.distributed")
+        if env.get(RANK_ENV, "").strip() or dist is None or not dist.is_available() or not dist.is_initialized():
+            return cls.from_env(env)
+        rank, world_size = int(dist.get_rank()), int(dist.get_world_size())
+        local = env.get(LOCAL_RANK_ENV, "").strip()
+        return cls(rank=rank, local_rank=int(local) if local.isdigit() else rank, world_size=world_size)
 
 
 def _integer(env: Mapping[str, str], name: str, default: int) -> int:

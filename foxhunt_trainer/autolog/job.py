@@ -6,10 +6,8 @@ optimizer step, a DataLoader batch, a DistributedDataParallel, a Lightning Train
   (`TRAINING_JOB_NAME`), else the script's name and the process's start time
   (`train-20261202T061502Z`); `model_type` from `FOXHUNT_MODEL_TYPE` (the template sets the
   stack's), else `ml.model_type` in OTEL_RESOURCE_ATTRIBUTES, else the framework's name for it
-  (SB3's algorithm: `ppo`, `dqn`), else the script's name. Ranks from torchrun's environment; a
-  process group made without one (`torch.multiprocessing.spawn` and
-  `init_process_group(rank=..., world_size=...)`, as PyTorch's DDP tutorial does) gives its rank
-  and world size, the local rank being the rank (one node) unless LOCAL_RANK says otherwise.
+  (SB3's algorithm: `ppo`, `dqn`), else the script's name. Ranks from torchrun's environment, else
+  from the process group the process joined (`RankInfo.of_process`: `torch.multiprocessing.spawn`).
 - the metrics server: base port plus local rank (`FOXHUNT_METRICS_BASE_PORT`, 9094 by default),
   on all interfaces in Kubernetes (`KUBERNETES_SERVICE_HOST` set) and on 127.0.0.1 elsewhere
   (`FOXHUNT_METRICS_ADDRESS` chooses). A port taken is reported and the program runs on.
@@ -40,7 +38,6 @@ from foxhunt_trainer.autolog.state import STATE
 from foxhunt_trainer.trainer_env import JOB_NAME_ENV, MODEL_TYPE_ENV
 
 if TYPE_CHECKING:
-    from foxhunt_trainer.ranks import RankInfo
     from foxhunt_trainer.server import MetricsServer
     from foxhunt_trainer.training import JobMetrics, TrainingMetrics
 
@@ -87,19 +84,6 @@ def job_identity(hint: str | None = None, environ: Mapping[str, str] | None = No
     return model_type, job_id
 
 
-def rank_info(environ: Mapping[str, str] | None = None) -> RankInfo:
-    """This process's place in its job (see the module docstring)."""
-    from foxhunt_trainer.ranks import LOCAL_RANK_ENV, RANK_ENV, RankInfo
-
-    env = os.environ if environ is None else environ
-    dist = sys.modules.get("torch.distributed")
-    if env.get(RANK_ENV, "").strip() or dist is None or not dist.is_available() or not dist.is_initialized():
-        return RankInfo.from_env(env)
-    rank, world_size = int(dist.get_rank()), int(dist.get_world_size())
-    local = env.get(LOCAL_RANK_ENV, "").strip()
-    return RankInfo(rank=rank, local_rank=int(local) if local.isdigit() else rank, world_size=world_size)
-
-
 def metrics_address(environ: Mapping[str, str] | None = None) -> str:
     env = os.environ if environ is None else environ
     chosen = env.get(ADDRESS_ENV, "").strip()
@@ -112,6 +96,7 @@ class AutoJob:
     """The process's auto-instrumented job, its registry and server."""
 
     def __init__(self, hint: str | None) -> None:
+        from foxhunt_trainer.ranks import RankInfo
         from foxhunt_trainer.server import MetricsServer, rank_metrics_port
         from foxhunt_trainer.training import TrainingMetrics
 
@@ -121,7 +106,7 @@ class AutoJob:
             self.metrics: TrainingMetrics = TrainingMetrics()
         finally:
             STATE.creating_metrics = False
-        self.job: JobMetrics = self.metrics.start_job(model_type, job_id, rank=rank_info())
+        self.job: JobMetrics = self.metrics.start_job(model_type, job_id, rank=RankInfo.of_process())
         self.server: MetricsServer | None = None
         self._span: Any = None
         self._extensions: dict[str, Any] = {}

@@ -31,7 +31,7 @@ AutoMetricsCallback = guarded_subclass(
     {
         "_on_training_start": None,
         "_on_rollout_start": None,
-        "on_step": True,  # keep training
+        "_on_step": True,  # keep training
         "_on_rollout_end": None,
         "_on_training_end": None,
         "_before_optimizer_step": None,

@@ -10,8 +10,8 @@
 What it reads:
 - steps: the trainer's optimizer steps (what `trainer.global_step` counts: one per
   `on_before_optimizer_step`), handed to the job at the end of their batch, at most every
-  `RECORD_EVERY_SECONDS` (0.1 s) and at every check, epoch end, validation, the end of training
-  and an exception, with the samples of their batches (a batch's first tensor's leading dimension,
+  `step_batches.RECORD_EVERY_SECONDS` (0.1 s) and at every check, epoch end, validation, the end of
+  training and an exception, with the samples of their batches (a batch's first tensor's leading dimension,
   else Lightning's own `extract_batch_size`); a batch that steps no optimizer (gradient
   accumulation) counts its samples with the next step;
 - the training loss: what `training_step` returns, kept on its device every batch (no
@@ -47,15 +47,12 @@ from pytorch_lightning.utilities.data import extract_batch_size
 from foxhunt_trainer.hyperparameters import UNKNOWN, Hyperparameters
 from foxhunt_trainer.integrations.optimizers import gradient_norm, learning_rates, short_name
 from foxhunt_trainer.integrations.phase_blocks import PhaseBlocks
+from foxhunt_trainer.integrations.step_batches import StepBatches
 from foxhunt_trainer.integrations.torch import batch_size_of
 from foxhunt_trainer.phases import COMPUTE, DATA_WAIT, EVALUATION
 from foxhunt_trainer.training import JobMetrics
 
 DEFAULT_CHECK_EVERY = 50
-# The callback hands its optimizer steps to the job at most this often (and at every check, epoch
-# end, validation, the end of training and an exception): a step counted at every batch would be
-# most of the callback's cost on a fast step, and a scrape sees the same counts.
-RECORD_EVERY_SECONDS = 0.1
 # Lightning's precision settings, as the hyperparameter series names them.
 PRECISIONS = {
     "32-true": "fp32",
@@ -200,11 +197,9 @@ class MetricsCallback(pl.Callback):
         self.val_loss_key = val_loss_key
         self.check_every = check_every
         self._phases = PhaseBlocks(job)
-        self._steps_pending = 0  # optimizer steps taken in the batch running (before its end hook)
-        self._until_check = check_every  # optimizer steps (counted or pending) until the next check
+        self._steps = StepBatches(job, check_every)
+        self._stepped = False  # the batch running stepped an optimizer
         self._check_due = False  # the batch running took the check's step
-        self._unrecorded = 0  # optimizer steps taken and not yet handed to the job
-        self._recorded_at = -math.inf
         self._batch_size_known = False
         self._samples = 0
         self._losses = LossWindows()
@@ -219,8 +214,7 @@ class MetricsCallback(pl.Callback):
 
     # --- training ------------------------------------------------------------------------------
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._steps_pending = 0
-        self._until_check = self.check_every - self.job.steps_done % self.check_every
+        self._steps.start()
         schedulers = trainer.lr_scheduler_configs
         self._hyperparameters = Hyperparameters(
             optimizer=short_name(type(trainer.optimizers[0]).__name__) if trainer.optimizers else UNKNOWN,
@@ -254,37 +248,25 @@ class MetricsCallback(pl.Callback):
         # After backward, before the step: the gradients the optimizer steps with (at check steps
         # only). Lightning calls this once for every optimizer step it counts in `global_step`
         # (automatic and manual optimization, each optimizer, a step AMP's scaler skips included).
-        self._steps_pending += 1
-        self._until_check -= 1
-        if not self._until_check:
-            self._until_check = self.check_every
+        self._stepped = True
+        if self._steps.step():
             self._check_due = True
             self._grad_norm = gradient_norm([optimizer])
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        # `_batch_size` and `_loss_of`, their common cases inlined: this runs every batch.
-        kind = type(batch)
-        first = batch[0] if (kind is tuple or kind is list) and batch else batch
-        shape = first.shape if type(first) is torch.Tensor else None
-        self._samples += int(shape[0]) if shape else _batch_size(batch)
-        loss = outputs.get("loss") if type(outputs) is dict else outputs
-        if type(loss) is not torch.Tensor:
-            loss = _loss_of(outputs)  # a tensor subclass, another mapping; None: no loss
-        elif loss.requires_grad:
-            loss = loss.detach()
+        self._samples += _batch_size(batch)
+        loss = _loss_of(outputs)
         if loss is not None:
             self._losses.add(loss)
-        stepped = self._steps_pending
-        if stepped:
-            self._steps_pending = 0
-            self._unrecorded += stepped
+        if self._stepped:  # a batch that steps no optimizer (accumulation) counts with the next
+            self._stepped = False
             if self._check_due:
                 self._check_due = False
                 self._record_steps()
                 self._check(trainer)
-            elif time.monotonic() - self._recorded_at >= RECORD_EVERY_SECONDS:
+            elif self._steps.due():
                 self._record_steps()
         self._phases.switch(DATA_WAIT)
 
@@ -323,10 +305,8 @@ class MetricsCallback(pl.Callback):
     # --- internals -----------------------------------------------------------------------------
     def _record_steps(self) -> None:
         """Hand the steps taken since the last call to the job, with the samples of their batches."""
-        if self._unrecorded:
-            self.job.record_step(samples=self._samples, count=self._unrecorded)
-            self._samples = self._unrecorded = 0
-            self._recorded_at = time.monotonic()
+        if self._steps.record(self._samples):
+            self._samples = 0
 
     def _check(self, trainer: pl.Trainer) -> None:
         """The mean loss since the previous check and the gradient norm (one device sync), the

@@ -20,13 +20,10 @@ class PhaseBlocks:
     def switch(self, phase: str) -> None:
         if phase == self.current:
             return
-        block = self._open
-        if block is None:
+        if self._open is None:
             self._open = self._job.phases.block(phase)
         else:
-            # `block.switch`, one call less (a framework's hooks switch twice a step): the block
-            # is open while it is ours.
-            block._clock._switch_block(block._depth, phase)
+            self._open.switch(phase)
         self.current = phase
 
     def close(self) -> None:

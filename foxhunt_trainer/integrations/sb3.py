@@ -7,8 +7,8 @@
         model.learn(total_timesteps, callback=MetricsCallback(job))
 
 What it reads, and where from (nothing is recomputed that the algorithm already computed):
-- steps: every step of the policy's optimizer (a post-step hook on `model.policy.optimizer`),
-  handed to the job at most every `RECORD_EVERY_SECONDS` (0.1 s; at a step or a rollout's end) and
+- steps: every step of the policy's optimizer (the step hooks of `model.policy.optimizer`),
+  handed to the job at most every `step_batches.RECORD_EVERY_SECONDS` (0.1 s; at a step or a rollout's end) and
   when training ends, with the environment transitions collected since the previous hand-over as
   their samples (`ml_training_samples_total` then follows SB3's `time/total_timesteps`);
 - the loss and the policy-update statistics SB3 records into its logger at each `train()`
@@ -46,6 +46,7 @@ from torch.utils.hooks import RemovableHandle
 from foxhunt_trainer.hyperparameters import UNKNOWN, Hyperparameters
 from foxhunt_trainer.integrations.optimizers import gradient_norm, learning_rates, short_name
 from foxhunt_trainer.integrations.phase_blocks import PhaseBlocks
+from foxhunt_trainer.integrations.step_batches import StepBatches
 from foxhunt_trainer.integrations.torch import precision_of
 from foxhunt_trainer.phases import COMPUTE, DATA_WAIT
 from foxhunt_trainer.training import JobMetrics
@@ -65,10 +66,6 @@ DEFAULT_CHECK_EVERY = 50
 # a scrape every 15 s sees the same, and an algorithm whose rollouts are a few environment steps
 # (DQN's train_freq=4) does not pay for a read at every one.
 DEFAULT_READ_EVERY_SECONDS = 1.0
-# Optimizer steps are handed to the job at most this often (at a step or a rollout's end, and when
-# training ends): counting each step at once would be most of the callback's cost for DQN's
-# one-step updates, and a scrape sees the same counts.
-RECORD_EVERY_SECONDS = 0.1
 
 
 class MetricsCallback(BaseCallback):
@@ -99,9 +96,7 @@ class MetricsCallback(BaseCallback):
         self._hooks: list[RemovableHandle] = []
         self._optimizer: torch.optim.Optimizer | None = None
         self._counted_timesteps = 0
-        self._unrecorded = 0  # optimizer steps taken and not yet handed to the job
-        self._recorded_at = -math.inf
-        self._until_check = check_every  # optimizer steps until the next gradient-norm check
+        self._steps = StepBatches(job, check_every)
         self._episodes = 0
         # An off-policy algorithm's own count of finished episodes (`_episode_num`, every
         # environment's): read at the rollout reads instead of each step's infos being searched.
@@ -119,7 +114,7 @@ class MetricsCallback(BaseCallback):
             )
         self._counted_timesteps = self.model.num_timesteps
         self._q_value_at = self.model.num_timesteps
-        self._until_check = self.check_every - self.job.steps_done % self.check_every
+        self._steps.start()
         # Every algorithm has the attribute; only an off-policy one's collection counts it up.
         episode_num = getattr(self.model, "_episode_num", None)
         counted = isinstance(self.model, OffPolicyAlgorithm) and type(episode_num) is int
@@ -139,16 +134,9 @@ class MetricsCallback(BaseCallback):
             self._read_update()
         self._phases.switch(DATA_WAIT)
 
-    def on_step(self) -> bool:
-        # `BaseCallback.on_step`, calling `_on_step` only when it has episodes to count (an
-        # on-policy algorithm): SB3 calls it at every environment step.
-        self.n_calls += 1
-        self.num_timesteps = self.model.num_timesteps
+    def _on_step(self) -> bool:
         if self._episode_num is not None:
             return True  # the algorithm counts its episodes (`_read_rollout`)
-        return self._on_step()
-
-    def _on_step(self) -> bool:
         infos: list[dict[str, Any]] | None = self.locals.get("infos")
         if infos:
             for info in infos:
@@ -163,7 +151,7 @@ class MetricsCallback(BaseCallback):
             self._read_rollout()
         if self.num_timesteps - self._q_value_at >= self.q_value_every:
             self._read_q_value()
-        if self._unrecorded and now - self._recorded_at >= RECORD_EVERY_SECONDS:
+        if self._steps.due():
             self._record_steps()  # the last update's tail, before the next one starts
         self._phases.switch(COMPUTE)
 
@@ -193,16 +181,13 @@ class MetricsCallback(BaseCallback):
 
     def _before_optimizer_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         # After SB3 clipped them: the gradients the optimizer steps with (at check steps only).
-        self._until_check -= 1
-        if not self._until_check:
-            self._until_check = self.check_every
+        if self._steps.step():
             norm = gradient_norm([optimizer])
             if norm is not None:
                 self.job.record_gradient_norm(float(norm))
 
     def _optimizer_stepped(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        self._unrecorded += 1
-        if time.monotonic() - self._recorded_at >= RECORD_EVERY_SECONDS:
+        if self._steps.due():
             self._record_steps()
 
     def flush(self) -> None:
@@ -213,12 +198,10 @@ class MetricsCallback(BaseCallback):
     def _record_steps(self) -> None:
         """Hand the optimizer steps taken since the last call to the job, with the environment
         transitions collected since then as their samples."""
-        if self._unrecorded:
+        if self._steps.unrecorded:
             timesteps = self.model.num_timesteps
-            samples, self._counted_timesteps = max(timesteps - self._counted_timesteps, 0), timesteps
-            self.job.record_step(samples=samples, count=self._unrecorded)
-            self._unrecorded = 0
-            self._recorded_at = time.monotonic()
+            self._steps.record(max(timesteps - self._counted_timesteps, 0))
+            self._counted_timesteps = timesteps
 
     def _read_update(self) -> None:
         updates = getattr(self.model, "_n_updates", None)

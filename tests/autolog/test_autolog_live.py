@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 
 from foxhunt_trainer.contract import catalog
-from harness.prometheus import PrometheusServer, free_port
+from harness.prometheus import PrometheusServer, free_port_range
 from observability.config import ObservabilityConfig
 from observability.rules import rules_file_yaml
 from tests.e2e.test_live_prometheus import annotated_pods_prometheus, pod_target, wait_until
@@ -64,29 +64,11 @@ class Program:
         return out
 
 
-def _free_ports(count: int) -> list[int]:
-    while True:
-        base = free_port()
-        ports = list(range(base, base + count))
-        if all(_is_free(p) for p in ports[1:]):
-            return ports
-
-
-def _is_free(port: int) -> bool:
-    import socket
-
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def start(work: Path, name: str, command: list[str], ranks: int = 1, **env: str) -> Program:
     out = work / name
     out.mkdir()
-    ports = _free_ports(ranks)
+    base = free_port_range(ranks)
+    ports = list(range(base, base + ranks))
     environ = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "FOXHUNT_", "PYTHONPATH"))},
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",

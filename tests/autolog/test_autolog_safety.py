@@ -242,9 +242,9 @@ def test_a_learn_call_that_raises_has_every_step_it_took_counted():
         from stable_baselines3 import DQN
         from stable_baselines3.common.callbacks import BaseCallback
         from foxhunt_trainer.autolog import job
-        from foxhunt_trainer.integrations import sb3
+        from foxhunt_trainer.integrations import step_batches
 
-        sb3.RECORD_EVERY_SECONDS = 3600.0  # only the first step is handed over at once
+        step_batches.RECORD_EVERY_SECONDS = 3600.0  # only the first step is handed over at once
 
         class Fails(BaseCallback):
             def _on_step(self):

@@ -4,10 +4,8 @@ and steps under `foxhunt-run`, each on its own port (the base port plus its rank
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -19,7 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from foxhunt_trainer.contract import catalog
-from harness.prometheus import free_port
+from harness.prometheus import free_port, free_port_range
 from infra import REPO_ROOT
 
 pytestmark = pytest.mark.slow
@@ -27,21 +25,6 @@ pytestmark = pytest.mark.slow
 WORLD, STEPS, JOB_ID = 2, 30, "spawned"
 PROGRAM = REPO_ROOT / "tests" / "autolog" / "programs" / "ddp_spawn.py"
 RUN = [sys.executable, "-m", "foxhunt_trainer.autolog", sys.executable]
-
-
-def free_ports(count: int) -> int:
-    """A port p such that p .. p+count-1 are free on 127.0.0.1 now."""
-    for _ in range(100):
-        base = free_port()
-        with contextlib.ExitStack() as stack:
-            try:
-                for port in range(base, base + count):
-                    sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-                    sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return base
-    raise RuntimeError(f"no {count} consecutive free ports found")
 
 
 def page(port: int) -> str | None:
@@ -62,7 +45,7 @@ def samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
 
 
 def test_spawned_ranks_without_a_launcher_report_their_own_rank_on_their_own_port(tmp_path: Path) -> None:
-    base = free_ports(WORLD)
+    base = free_port_range(WORLD)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "FOXHUNT_", "PYTHON"))}
     env.update(
         PYTHONPATH=str(REPO_ROOT), OMP_NUM_THREADS="1", FOXHUNT_METRICS_BASE_PORT=str(base), FOXHUNT_JOB_ID=JOB_ID,

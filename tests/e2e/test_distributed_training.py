@@ -22,7 +22,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -35,7 +34,7 @@ import pytest
 
 from foxhunt_trainer.contract import catalog
 from harness import ddp_trainer
-from harness.prometheus import PrometheusServer, config_yaml, free_port
+from harness.prometheus import PrometheusServer, config_yaml, free_port, free_port_range
 from infra import REPO_ROOT
 from infra.offline import render
 from observability.config import ObservabilityConfig
@@ -117,21 +116,6 @@ def wait_for(what: str, check: Any, run: Run, timeout: float = WAIT) -> Any:
         time.sleep(0.5)
 
 
-def free_base_port(count: int) -> int:
-    """A port p such that p .. p+count-1 are free on 127.0.0.1 now (a pod's rank ports)."""
-    for _ in range(100):
-        base = free_port()
-        with contextlib.ExitStack() as stack:
-            try:
-                for port in range(base, base + count):
-                    sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-                    sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return base
-    raise RuntimeError(f"no {count} consecutive free ports found")
-
-
 def rank_pid(control: Path, rank: int) -> int:
     return int((control / f"pid-{rank}").read_text())
 
@@ -147,7 +131,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     job_spec = next(m for m in result.manifests.values() if m["kind"] == "CronJob")["spec"]["jobTemplate"]["spec"]
     annotations = job_spec["template"]["metadata"]["annotations"]
     namespace = result.settings.namespaces.training
-    master_port, base_ports = free_port(), [free_base_port(PER_NODE) for _ in range(NODES)]
+    master_port, base_ports = free_port(), [free_port_range(PER_NODE) for _ in range(NODES)]
     pods = [
         pod_process(job_spec, job_name=K8S_JOB, namespace=namespace, index=i, master_port=master_port,
                     metrics_port=base_ports[i])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from types import SimpleNamespace
@@ -171,6 +172,43 @@ def test_totals_stay_consistent_under_concurrent_switches():
     finally:
         stop.set()
         worker.join()
+
+
+class ProcessGroup:
+    """The few torch.distributed calls `RankInfo.of_process` makes, for a group of `world_size`."""
+
+    def __init__(self, rank: int | None, world_size: int = 4) -> None:
+        self.rank, self.world_size = rank, world_size
+
+    def is_available(self) -> bool:
+        return True
+
+    def is_initialized(self) -> bool:
+        return self.rank is not None
+
+    def get_rank(self) -> int | None:
+        return self.rank
+
+    def get_world_size(self) -> int:
+        return self.world_size
+
+
+@pytest.mark.parametrize(
+    ("group", "env", "expected"),
+    [
+        (ProcessGroup(2), {}, RankInfo(2, 2, 4, 0)),  # spawned ranks: the group says, one node
+        (ProcessGroup(2), {"LOCAL_RANK": "0"}, RankInfo(2, 0, 4, 0)),
+        (ProcessGroup(2), {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4"}, RankInfo(3, 1, 4, 0)),  # launcher
+        (ProcessGroup(None), {}, RankInfo(0, 0, 1, 0)),  # torch imported, no group joined
+        (None, {}, RankInfo(0, 0, 1, 0)),  # torch.distributed never imported
+    ],
+)
+def test_a_process_group_made_without_a_launcher_gives_the_rank(monkeypatch, group, env, expected):
+    if group is None:
+        monkeypatch.delitem(sys.modules, "torch.distributed", raising=False)
+    else:
+        monkeypatch.setitem(sys.modules, "torch.distributed", group)
+    assert RankInfo.of_process(env) == expected
 
 
 @pytest.mark.parametrize(

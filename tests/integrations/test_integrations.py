@@ -17,8 +17,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from foxhunt_trainer import JobMetrics, TrainingMetrics, render_text
 from foxhunt_trainer.contract import catalog
-from foxhunt_trainer.integrations import lightning as lightning_integration
-from foxhunt_trainer.integrations import sb3 as sb3_integration
+from foxhunt_trainer.integrations import step_batches
 from foxhunt_trainer.integrations.lightning import MetricsCallback as LightningCallback
 from foxhunt_trainer.integrations.sb3 import MetricsCallback as Sb3Callback
 from foxhunt_trainer.search import TRIAL_STATES
@@ -209,7 +208,7 @@ class StepsSeen(pl.Callback):
 def test_steps_are_handed_to_the_job_in_batches_at_most_every_interval_and_at_every_check(
     tmp_path, monkeypatch, every, expected
 ):
-    monkeypatch.setattr(lightning_integration, "RECORD_EVERY_SECONDS", every)
+    monkeypatch.setattr(step_batches, "RECORD_EVERY_SECONDS", every)
     metrics = TrainingMetrics()
     handle = metrics.start_job("tft", "batches", gpu_uuids=[])
     seen = StepsSeen(handle)
@@ -230,7 +229,7 @@ class FailsAtStep(Tiny):
 
 
 def test_a_failing_fit_has_every_step_it_took_counted(tmp_path, monkeypatch):
-    monkeypatch.setattr(lightning_integration, "RECORD_EVERY_SECONDS", 3600.0)
+    monkeypatch.setattr(step_batches, "RECORD_EVERY_SECONDS", 3600.0)
     metrics = TrainingMetrics()
     handle = metrics.start_job("tft", "fails", gpu_uuids=[])
     trainer = quiet_trainer(tmp_path, LightningCallback(handle, check_every=50), max_epochs=1)
@@ -256,7 +255,7 @@ class StopsAt(BaseCallback):
 
 @pytest.mark.parametrize("ends", ["completed", "raised"])
 def test_sb3_steps_handed_over_in_batches_are_all_counted_at_the_end_or_the_flush(monkeypatch, ends):
-    monkeypatch.setattr(sb3_integration, "RECORD_EVERY_SECONDS", 3600.0)  # only the first step at once
+    monkeypatch.setattr(step_batches, "RECORD_EVERY_SECONDS", 3600.0)  # only the first step at once
     handle = job()
     callback = Sb3Callback(handle)
     model = DQN("MlpPolicy", "CartPole-v1", learning_starts=16, train_freq=1, device="cpu", seed=0)
