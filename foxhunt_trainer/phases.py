@@ -11,6 +11,13 @@ after the fact. Work that is lost is counted while it is redone instead: after a
 `clock.substitute("compute", "lost_work")` makes compute time count as lost work until
 `clock.substitute("compute", None)` (the job does this by step number: `JobMetrics.mark_lost_work`).
 
+A block that alternates phases in place (`clock.block(name)`, `block.switch(other)`: a data loader
+and its compute, a framework's batch hooks) switches without the lock: the switch is queued with
+its clock reading and applied, in order, by the clock's next reading or change from any thread, or
+by the block itself once `MAX_PENDING_SWITCHES` are queued. A switch queued after a reading that
+came later (its thread preempted between its reading and the queue) counts from that reading, so
+no total ever shrinks.
+
 Invariant: `sum(clock.totals().values()) == clock.wall()` (up to float rounding), at any moment,
 from any thread.
 """
@@ -19,6 +26,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from types import TracebackType
@@ -36,6 +44,8 @@ IDLE = "idle"
 PHASES: tuple[str, ...] = (STARTUP, DATA_WAIT, COMPUTE, COLLECTIVE, CHECKPOINT, EVALUATION, LOST_WORK, IDLE)
 # The phases a trainer names itself; the other two are the clock's base phases.
 ACTIVITY_PHASES: tuple[str, ...] = (DATA_WAIT, COMPUTE, COLLECTIVE, CHECKPOINT, EVALUATION, LOST_WORK)
+# Block switches queued before the switching block applies them itself (when no reader has).
+MAX_PENDING_SWITCHES = 256
 
 
 def check_phase(phase: str) -> str:
@@ -53,8 +63,10 @@ class PhaseClock:
         self._stack: list[str] = [check_phase(initial)]
         self._substitutes: dict[str, str] = {}
         self._totals: dict[str, float] = dict.fromkeys(PHASES, 0.0)
-        self._start = self._since = clock()
+        self._start = self._since = self._latest = clock()
         self._stopped_at: float | None = None
+        # Block switches not yet applied: (stack depth, phase, clock reading), oldest first.
+        self._pending: deque[tuple[int, str, float]] = deque()
         # The phase time is being counted in right now (the top of the stack, after substitution).
         self._counting = self._counted(self._stack[-1])
 
@@ -63,6 +75,7 @@ class PhaseClock:
     def current(self) -> str:
         """The phase time is counted in now (after substitution; the last one once stopped)."""
         with self._lock:
+            self._apply_pending()
             return self._counting
 
     @property
@@ -73,9 +86,11 @@ class PhaseClock:
     def totals(self) -> dict[str, float]:
         """Seconds per phase since the clock started, the running phase included."""
         with self._lock:
+            self._apply_pending()
             totals = dict(self._totals)
             if self._stopped_at is None:
-                totals[self._counting] += self._clock() - self._since
+                self._latest = now = self._clock()
+                totals[self._counting] += now - self._since
             return totals
 
     def wall(self) -> float:
@@ -89,6 +104,7 @@ class PhaseClock:
         """Switch the phase on top of the stack to `phase`; returns the phase it replaced."""
         check_phase(phase)
         with self._lock:
+            self._apply_pending()
             previous = self._stack[-1]
             self._stack[-1] = phase
             self._recount()
@@ -98,6 +114,7 @@ class PhaseClock:
         """Set the bottom of the stack: the phase time falls back to outside every block."""
         check_phase(phase)
         with self._lock:
+            self._apply_pending()
             self._stack[0] = phase
             self._recount()
 
@@ -121,28 +138,17 @@ class PhaseClock:
     def _push(self, phase: str) -> tuple[int, float]:
         """Push `phase` (checked by the caller); returns the stack depth and the clock reading."""
         with self._lock:
+            self._apply_pending()
             self._stack.append(phase)
             return len(self._stack), self._recount_now()
 
-    def _switch_block(self, depth: int, phase: str) -> float:
-        # `check_phase` and `_recount_now`, inlined: a framework's hooks switch twice a step.
-        if phase not in PHASES:
-            check_phase(phase)
+    def _apply_pending_now(self) -> None:
         with self._lock:
-            stack = self._stack
-            if len(stack) >= depth:
-                stack[depth - 1] = phase
-            now = self._clock()
-            top = stack[-1]
-            counting = self._substitutes.get(top, top)
-            if counting != self._counting and self._stopped_at is None:
-                self._totals[self._counting] += now - self._since
-                self._since = now
-            self._counting = counting
-            return now
+            self._apply_pending()
 
     def _close_block(self, depth: int) -> None:
         with self._lock:
+            self._apply_pending()
             # Blocks close in order; a block left open by another thread's misuse is closed too.
             del self._stack[max(depth - 1, 1) :]
             self._recount()
@@ -151,6 +157,7 @@ class PhaseClock:
         """Count time in `phase` as `instead` from now on (None: stop substituting)."""
         check_phase(phase)
         with self._lock:
+            self._apply_pending()
             if instead is None:
                 self._substitutes.pop(phase, None)
             else:
@@ -160,12 +167,30 @@ class PhaseClock:
     def stop(self) -> None:
         """Freeze the totals (a finished job); later switches are ignored."""
         with self._lock:
+            self._apply_pending()
             if self._stopped_at is None:
                 now = self._clock()
                 self._totals[self._counting] += now - self._since
                 self._stopped_at = self._since = now
 
     # --- internals (lock held) -----------------------------------------------------------------
+    def _apply_pending(self) -> None:
+        """Apply the queued block switches in order, each at its reading (or at the latest reading
+        the clock has counted to, when that came later)."""
+        pending = self._pending
+        while pending:
+            depth, phase, at = pending.popleft()
+            stack = self._stack
+            if len(stack) >= depth:
+                stack[depth - 1] = phase
+            top = stack[-1]
+            counting = self._substitutes.get(top, top)
+            if counting != self._counting and self._stopped_at is None:
+                at = max(at, self._since, self._latest)
+                self._totals[self._counting] += at - self._since
+                self._since = at
+            self._counting = counting
+
     def _counted(self, phase: str) -> str:
         return self._substitutes.get(phase, phase)
 
@@ -204,7 +229,16 @@ class PhaseBlock:
         Blocks opened inside this one stay on top of it, so their phase keeps counting."""
         if self._closed:
             raise ValueError("the phase block is closed")
-        return self._clock._switch_block(self._depth, phase)
+        if phase not in PHASES:
+            check_phase(phase)
+        # Queued without the lock (the module's docstring), at the clock's reading now.
+        clock = self._clock
+        now = clock._clock()
+        pending = clock._pending
+        pending.append((self._depth, phase, now))  # a deque: appends and pops are atomic
+        if len(pending) >= MAX_PENDING_SWITCHES:
+            clock._apply_pending_now()
+        return now
 
     def close(self) -> None:
         """End the block (and any left open inside it); the phase below resumes. Idempotent."""

@@ -75,8 +75,12 @@ def _loss_of(outputs: Any) -> torch.Tensor | None:
     return loss.detach() if loss.requires_grad else loss
 
 
-def _summed(losses: list[torch.Tensor]) -> torch.Tensor:
-    """The sum of one-element losses, on their device, in float32 (no synchronisation)."""
+def _summed(losses: list[torch.Tensor]) -> torch.Tensor | float:
+    """The sum of one-element losses: read as numbers when all are in host memory (there is no
+    device to synchronise with, and reading each costs less than stacking them), else on their
+    device in float32 (no synchronisation)."""
+    if all(t.is_cpu for t in losses):
+        return sum(map(float, losses), 0.0)
     try:
         return torch.stack(losses).to(torch.float32).sum()
     except RuntimeError:  # mixed shapes (() and (1,)) or devices
@@ -85,16 +89,21 @@ def _summed(losses: list[torch.Tensor]) -> torch.Tensor:
 
 
 class _Partial:
-    """A running sum of losses (a device tensor) and their count."""
+    """A running sum of losses (a number, or a device tensor) and their count."""
 
     __slots__ = ("count", "total")
 
     def __init__(self) -> None:
-        self.total: torch.Tensor | None = None
+        self.total: torch.Tensor | float | None = None
         self.count = 0
 
-    def add(self, total: torch.Tensor, count: int) -> None:
-        self.total = total if self.total is None else self.total + total.to(self.total.device)
+    def add(self, total: torch.Tensor | float, count: int) -> None:
+        if self.total is None:
+            self.total = total
+        elif isinstance(total, torch.Tensor) and isinstance(self.total, torch.Tensor):
+            self.total = self.total + total.to(self.total.device)
+        else:
+            self.total = self.total + total
         self.count += count
 
     def take(self) -> float | None:
@@ -106,9 +115,9 @@ class _Partial:
 
 class LossWindows:
     """The step losses of two overlapping windows, the steps since the last check and the epoch
-    so far, kept on their device: one list append a batch. The list is summed on the device (no
-    synchronisation) into both windows at each read and every `FOLD_AT` losses; a window's mean
-    is read with one synchronisation."""
+    so far, kept on their device: one list append a batch. The list is summed (`_summed`: on the
+    device, no synchronisation) into both windows at each read and every `FOLD_AT` losses; a
+    window's mean is read with one synchronisation."""
 
     FOLD_AT = 256
 

@@ -14,7 +14,7 @@ from foxhunt_trainer import TrainingMetrics
 from foxhunt_trainer.contract import catalog
 from foxhunt_trainer.integrations.phase_blocks import PhaseBlocks
 from foxhunt_trainer.job_metrics import JobMetrics
-from foxhunt_trainer.phases import PHASES, PhaseClock
+from foxhunt_trainer.phases import MAX_PENDING_SWITCHES, PHASES, PhaseClock
 from foxhunt_trainer.ranks import RankInfo
 
 from .test_instrumentation import value
@@ -118,6 +118,52 @@ def test_a_switched_block_counts_each_stretch_in_its_phase_and_returns_the_clock
         block.switch("compute")
     with pytest.raises(ValueError, match="unknown training phase 'waiting'"):
         clock.block("waiting")
+
+
+def test_a_block_switch_queued_after_a_later_reading_counts_from_that_reading():
+    # A block switches without the lock: between its clock reading and its queued switch, a
+    # scrape can read the totals at a later time. The switch then counts from the scrape's
+    # reading, so the total the scrape saw never shrinks.
+    t = FakeClock()
+    seen: list[dict[str, float]] = []
+    scrape_during_next_reading = False
+
+    def time_source() -> float:
+        nonlocal scrape_during_next_reading
+        if not scrape_during_next_reading:
+            return t.now
+        scrape_during_next_reading = False
+        reading = t.now
+        t.advance(2)  # the switching thread is preempted; a scrape reads 2 s later
+        seen.append(clock.totals())
+        return reading
+
+    clock = PhaseClock("idle", clock=time_source)
+    block = clock.block("data_wait")
+    t.advance(3)
+    scrape_during_next_reading = True
+    assert block.switch("compute") == 103  # its own reading, from before the scrape
+    assert seen[0]["data_wait"] == 5
+    t.advance(1)
+    after = clock.totals()
+    assert after["data_wait"] == 5  # not 3: the switch counts from the scrape's reading
+    assert after["compute"] == 1
+    assert sum(after.values()) == pytest.approx(clock.wall())
+
+
+def test_a_block_that_nobody_reads_applies_its_switches_itself():
+    t = FakeClock()
+    clock = PhaseClock("idle", clock=t)
+    block = clock.block("data_wait")
+    for _ in range(10 * MAX_PENDING_SWITCHES):
+        t.advance(1)
+        block.switch("compute")
+        t.advance(2)
+        block.switch("data_wait")
+        assert len(clock._pending) < MAX_PENDING_SWITCHES  # queued switches stay bounded
+    totals = clock.totals()
+    assert totals["data_wait"] == 10 * MAX_PENDING_SWITCHES  # 1 s before each switch to compute
+    assert totals["compute"] == 20 * MAX_PENDING_SWITCHES
 
 
 def test_a_frameworks_phase_blocks_switch_in_place_and_close_back_to_the_jobs_phase():

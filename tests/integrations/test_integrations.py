@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import pytorch_lightning as pl
@@ -18,7 +19,9 @@ from torch.utils.data import DataLoader, TensorDataset
 from foxhunt_trainer import JobMetrics, TrainingMetrics, render_text
 from foxhunt_trainer.contract import catalog
 from foxhunt_trainer.integrations import step_batches
+from foxhunt_trainer.integrations.lightning import LossWindows, _summed
 from foxhunt_trainer.integrations.lightning import MetricsCallback as LightningCallback
+from foxhunt_trainer.integrations.optimizers import gradient_norm
 from foxhunt_trainer.integrations.sb3 import MetricsCallback as Sb3Callback
 from foxhunt_trainer.search import TRIAL_STATES
 
@@ -268,3 +271,44 @@ def test_sb3_steps_handed_over_in_batches_are_all_counted_at_the_end_or_the_flus
         callback.flush()
     assert handle.steps_done == model._n_updates > 1
     assert handle.tally.samples == model.num_timesteps  # every transition collected
+
+
+def test_the_gradient_norm_is_the_global_norm_of_every_gradient_of_every_dtype():
+    parameters = [
+        torch.nn.Parameter(torch.zeros(3)),
+        torch.nn.Parameter(torch.zeros(2, 2, dtype=torch.float64)),
+        torch.nn.Parameter(torch.zeros(4, dtype=torch.bfloat16)),
+        torch.nn.Parameter(torch.zeros(5)),  # no gradient: not part of the norm
+    ]
+    for parameter, grad in zip(
+        parameters[:3], ([3.0, 0.0, 0.0], [[0.0, 4.0], [0.0, 0.0]], [12.0, 0, 0, 0]), strict=True
+    ):
+        parameter.grad = torch.tensor(grad, dtype=parameter.dtype)
+    first, second = torch.optim.SGD(parameters[:2], lr=1.0), torch.optim.Adam(parameters[2:], lr=1.0)
+    norm = gradient_norm([first, second])
+    assert norm is not None and norm.dtype == torch.float32
+    assert float(norm) == pytest.approx(13.0)  # sqrt(3² + 4² + 12²)
+    assert gradient_norm([torch.optim.SGD(parameters[3:], lr=1.0)]) is None
+
+
+@pytest.mark.parametrize("shapes", [(), (1,), "mixed"])
+def test_step_losses_in_host_memory_are_summed_as_numbers_and_their_window_means_are_exact(shapes):
+    values = [0.5, 1.5, 2.0, 4.0, float("nan"), 1.0]
+    windows = LossWindows()
+    windows.start_epoch()
+    for index, value in enumerate(values[:4]):
+        shape = ((), (1,))[index % 2] if shapes == "mixed" else shapes
+        windows.add(torch.full(shape, value))
+    assert windows.check_mean() == pytest.approx(2.0)
+    windows.add(torch.tensor(values[4]))
+    windows.add(torch.tensor(values[5]))
+    assert math.isnan(cast(float, windows.check_mean()))  # a NaN loss is never averaged away
+    assert math.isnan(cast(float, windows.epoch_mean()))
+
+
+def test_step_losses_on_a_device_are_summed_there_without_being_read():
+    # "meta" tensors hold no values: summing them reads none (a device's losses stay on it).
+    losses = [torch.ones((), device="meta") for _ in range(3)]
+    total = _summed(losses)
+    assert isinstance(total, torch.Tensor) and total.device.type == "meta" and total.dtype == torch.float32
+    assert isinstance(_summed([torch.tensor(1.0), torch.tensor([2.0])]), float)
