@@ -67,12 +67,10 @@ PRECISIONS = {
 
 def _loss_of(outputs: Any) -> torch.Tensor | None:
     """The loss `training_step` returned (a tensor, or a mapping with "loss"); None when it returned
-    nothing (manual optimization, a skipped batch)."""
+    nothing (manual optimization, a skipped batch). Automatic optimization hands the batch-end hook
+    a detached copy; the callback detaches any other."""
     loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
-    if not isinstance(loss, torch.Tensor):
-        return None
-    # Automatic optimization hands the batch-end hook a detached copy already.
-    return loss.detach() if loss.requires_grad else loss
+    return loss if isinstance(loss, torch.Tensor) else None
 
 
 def _summed(losses: list[torch.Tensor]) -> torch.Tensor | float:
@@ -265,10 +263,19 @@ class MetricsCallback(pl.Callback):
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        self._samples += _batch_size(batch)
-        loss = _loss_of(outputs)
+        # `_batch_size` and `_loss_of`, their common cases inlined (a tensor or a tuple or list
+        # led by one; a loss tensor or a mapping holding one): this runs every batch.
+        kind = type(batch)
+        first = batch[0] if (kind is tuple or kind is list) and batch else batch
+        if type(first) is torch.Tensor and (shape := first.shape):
+            self._samples += shape[0]
+        else:
+            self._samples += _batch_size(batch)
+        loss = outputs.get("loss") if type(outputs) is dict else outputs
+        if type(loss) is not torch.Tensor:
+            loss = _loss_of(outputs)
         if loss is not None:
-            self._losses.add(loss)
+            self._losses.add(loss.detach() if loss.requires_grad else loss)
         if self._stepped:  # a batch that steps no optimizer (accumulation) counts with the next
             self._stepped = False
             if self._check_due:
