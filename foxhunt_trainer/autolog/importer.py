@@ -6,6 +6,11 @@ module executes as it would, and its patches are applied once it has (in whateve
 program imports the frameworks, and never for one it does not import: nothing here imports a
 framework). A framework imported already when the hook is installed (`autolog()` called late) is
 patched at once. Standard library only.
+
+The patches build on the trainer library's integration modules, and those import their framework:
+a program that imports one first (`from foxhunt_trainer.integrations.torch import watch`, before
+`import torch`) imports the framework from inside it. Patches due while an integration module is
+still executing wait until it has (`_OwnModuleLoader`), so they never meet it half-initialised.
 """
 
 from __future__ import annotations
@@ -33,8 +38,13 @@ PATCHES: dict[str, tuple[str, str]] = {
 # torch's patches also carry torch.distributed's (switched by DISTRIBUTED): on when either is.
 _ALSO_ON = {switches.TORCH: (switches.DISTRIBUTED,)}
 
+# The trainer library's modules that import a framework: their loaders are wrapped too.
+OWN_MODULES = "foxhunt_trainer.integrations."
+
 _lock = threading.Lock()
 _pending: set[str] = set()
+_deferred: list[tuple[str, ModuleType]] = []  # framework imports patched once `_own_executing` is 0
+_own_executing = 0  # integration modules executing now (nested)
 
 
 def _wanted(integration: str) -> bool:
@@ -42,9 +52,13 @@ def _wanted(integration: str) -> bool:
 
 
 def apply(name: str, module: ModuleType) -> None:
-    """Patch the just-imported framework `name` (once); a failure turns its integration off."""
+    """Patch the just-imported framework `name` (once); a failure turns its integration off.
+    While one of the library's integration modules is executing, the patch waits for it."""
     with _lock:
         if name not in _pending:
+            return
+        if _own_executing:
+            _deferred.append((name, module))
             return
         _pending.discard(name)
     integration, patches = PATCHES[name]
@@ -76,11 +90,35 @@ class _PatchingLoader(importlib.abc.Loader):
         apply(self._name, module)
 
 
+class _OwnModuleLoader(_PatchingLoader):
+    """An integration module's own loader; the patches that fell due while it executed run after it."""
+
+    def exec_module(self, module: ModuleType) -> None:
+        global _own_executing
+        spec = module.__spec__
+        if spec is not None and spec.loader is self:
+            spec.loader = self._inner
+        module.__loader__ = self._inner
+        with _lock:
+            _own_executing += 1
+        try:
+            self._inner.exec_module(module)
+        finally:
+            with _lock:
+                _own_executing -= 1
+                due = list(_deferred) if not _own_executing else []
+                if due:
+                    _deferred.clear()
+            for name, framework in due:
+                apply(name, framework)
+
+
 class PatchingFinder(importlib.abc.MetaPathFinder):
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname not in _pending:
+        own = fullname.startswith(OWN_MODULES)
+        if not own and fullname not in _pending:
             return None
         for finder in sys.meta_path:
             if finder is self:
@@ -91,7 +129,7 @@ class PatchingFinder(importlib.abc.MetaPathFinder):
             spec: importlib.machinery.ModuleSpec | None = find(fullname, path, target)
             if spec is not None:
                 if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _PatchingLoader(spec.loader, fullname)
+                    spec.loader = (_OwnModuleLoader if own else _PatchingLoader)(spec.loader, fullname)
                 return spec
         return None
 

@@ -5,7 +5,8 @@
 callback's hooks as the first does) get the integration's callback after the program's own, and
 their `fit`, `validate`, `test` and `predict` leave the optimizer steps, losses and loaders to it
 (the plain PyTorch integration steps aside while they run). Every method of the callback
-Lightning calls, and its checkpoint IO, is guarded (`state`).
+Lightning calls, and its checkpoint IO, is guarded (`state`): the per-batch hooks by themselves,
+the others wrapped.
 """
 
 from __future__ import annotations
@@ -61,14 +62,27 @@ class _GuardedCheckpointIO(MonitoredCheckpointIO):
             STATE.failed(LIGHTNING, error)
 
 
+# The hooks Lightning calls every batch, which guard themselves (`MetricsCallback`).
+SELF_GUARDED = ("on_train_batch_start", "on_before_optimizer_step", "on_train_batch_end")
+
+
 class _Callback(MetricsCallback):
+    _switches = STATE.live
+    _switch = LIGHTNING
+
+    def _hook_failed(self, error: Exception) -> bool:
+        STATE.failed(LIGHTNING, error)
+        return True
+
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         io = trainer.strategy.checkpoint_io
         if not isinstance(io, MonitoredCheckpointIO):
             trainer.strategy.checkpoint_io = _GuardedCheckpointIO(self.job, io)
 
 
-AutoMetricsCallback = guarded_subclass(_Callback, LIGHTNING, dict.fromkeys(("setup", *HOOKS)))
+AutoMetricsCallback = guarded_subclass(
+    _Callback, LIGHTNING, dict.fromkeys(hook for hook in ("setup", *HOOKS) if hook not in SELF_GUARDED)
+)
 
 
 def _with_callback(callbacks: Any, added: pl.Callback) -> list[Any]:

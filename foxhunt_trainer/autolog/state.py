@@ -39,11 +39,14 @@ class State:
         return self.live.get(integration, False)
 
     def refresh(self) -> None:
-        """Recompute `live`, what `on` reads (every patched call asks it: a dictionary lookup)."""
-        self.live = {
-            name: self.installed and not self.manual and self.switches.on(name) and name not in self.off
-            for name in (*switches.INTEGRATIONS, "job", "import hook")
-        }
+        """Recompute `live`, what `on` reads (every patched call asks it: a dictionary lookup).
+        Updated in place, one key at a time: a hook may hold the dictionary itself."""
+        self.live.update(
+            {
+                name: self.installed and not self.manual and self.switches.on(name) and name not in self.off
+                for name in (*switches.INTEGRATIONS, "job", "import hook")
+            }
+        )
 
     def failed(self, integration: str, error: BaseException) -> None:
         """`integration` raised `error`: turn it off, and say so once."""

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -193,7 +194,16 @@ class MonitoredCheckpointIO(CheckpointIO):
 
 
 class MetricsCallback(pl.Callback):
-    """Exports a Lightning training run into `job`."""
+    """Exports a Lightning training run into `job`.
+
+    The three hooks Lightning calls every batch guard themselves (a wrapper around each would be
+    an extra call a batch, a tenth of their cost): they record only while `_switches[_switch]`
+    holds, and hand an exception of theirs to `_hook_failed`, which re-raises it here; the
+    auto-instrumentation's subclass points both at its integration's switch and turns the
+    integration off instead (its other hooks it wraps)."""
+
+    _switches: Mapping[str, bool] = {"": True}
+    _switch = ""
 
     def __init__(
         self, job: JobMetrics, *, val_loss_key: str = "val_loss", check_every: int = DEFAULT_CHECK_EVERY
@@ -243,11 +253,17 @@ class MetricsCallback(pl.Callback):
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        self._phases.switch(COMPUTE)
-        if not self._batch_size_known and (size := _batch_size(batch)):
-            self._batch_size_known = True
-            self._hyperparameters = replace(self._hyperparameters, batch_size=size)
-            self.job.set_hyperparameters(self._hyperparameters)
+        if not self._switches.get(self._switch, False):
+            return
+        try:
+            self._phases.switch(COMPUTE)
+            if not self._batch_size_known and (size := _batch_size(batch)):
+                self._batch_size_known = True
+                self._hyperparameters = replace(self._hyperparameters, batch_size=size)
+                self.job.set_hyperparameters(self._hyperparameters)
+        except Exception as error:
+            if not self._hook_failed(error):
+                raise
 
     def on_before_optimizer_step(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer
@@ -255,36 +271,48 @@ class MetricsCallback(pl.Callback):
         # After backward, before the step: the gradients the optimizer steps with (at check steps
         # only). Lightning calls this once for every optimizer step it counts in `global_step`
         # (automatic and manual optimization, each optimizer, a step AMP's scaler skips included).
-        self._stepped = True
-        if self._steps.step():
-            self._check_due = True
-            self._grad_norm = gradient_norm([optimizer])
+        if not self._switches.get(self._switch, False):
+            return
+        try:
+            self._stepped = True
+            if self._steps.step():
+                self._check_due = True
+                self._grad_norm = gradient_norm([optimizer])
+        except Exception as error:
+            if not self._hook_failed(error):
+                raise
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        # `_batch_size` and `_loss_of`, their common cases inlined (a tensor or a tuple or list
-        # led by one; a loss tensor or a mapping holding one): this runs every batch.
-        kind = type(batch)
-        first = batch[0] if (kind is tuple or kind is list) and batch else batch
-        if type(first) is torch.Tensor and (shape := first.shape):
-            self._samples += shape[0]
-        else:
-            self._samples += _batch_size(batch)
-        loss = outputs.get("loss") if type(outputs) is dict else outputs
-        if type(loss) is not torch.Tensor:
-            loss = _loss_of(outputs)
-        if loss is not None:
-            self._losses.add(loss.detach() if loss.requires_grad else loss)
-        if self._stepped:  # a batch that steps no optimizer (accumulation) counts with the next
-            self._stepped = False
-            if self._check_due:
-                self._check_due = False
-                self._record_steps()
-                self._check(trainer)
-            elif self._steps.due():
-                self._record_steps()
-        self._phases.switch(DATA_WAIT)
+        if not self._switches.get(self._switch, False):
+            return
+        try:
+            # `_batch_size` and `_loss_of`, their common cases inlined (a tensor or a tuple or list
+            # led by one; a loss tensor or a mapping holding one): this runs every batch.
+            kind = type(batch)
+            first = batch[0] if (kind is tuple or kind is list) and batch else batch
+            if type(first) is torch.Tensor and (shape := first.shape):
+                self._samples += shape[0]
+            else:
+                self._samples += _batch_size(batch)
+            loss = outputs.get("loss") if type(outputs) is dict else outputs
+            if type(loss) is not torch.Tensor:
+                loss = _loss_of(outputs)
+            if loss is not None:
+                self._losses.add(loss.detach() if loss.requires_grad else loss)
+            if self._stepped:  # a batch that steps no optimizer (accumulation) counts with the next
+                self._stepped = False
+                if self._check_due:
+                    self._check_due = False
+                    self._record_steps()
+                    self._check(trainer)
+                elif self._steps.due():
+                    self._record_steps()
+            self._phases.switch(DATA_WAIT)
+        except Exception as error:
+            if not self._hook_failed(error):
+                raise
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # Lightning calls this after the epoch's validation: its loss is in the callback metrics.
@@ -319,6 +347,11 @@ class MetricsCallback(pl.Callback):
         self._phases.switch(DATA_WAIT)
 
     # --- internals -----------------------------------------------------------------------------
+    def _hook_failed(self, error: Exception) -> bool:
+        """A per-batch hook raised `error`: whether it is dealt with (else it propagates, as any
+        hook's error does in a callback the program adds itself)."""
+        return False
+
     def _record_steps(self) -> None:
         """Hand the steps taken since the last call to the job, with the samples of their batches."""
         if self._steps.record(self._samples):

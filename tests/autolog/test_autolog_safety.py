@@ -70,6 +70,74 @@ def test_a_failing_hook_leaves_output_results_and_exit_code_byte_identical_and_s
     ]
 
 
+# What the Lightning callback does in its per-batch hooks only (they guard themselves, not a wrapper).
+LIGHTNING_FAULT = textwrap.dedent(
+    """
+    from foxhunt_trainer.integrations.lightning import LossWindows
+
+    def add(self, loss):
+        raise RuntimeError("forced failure of the batch hook")
+
+    LossWindows.add = add
+    """
+)
+
+
+def test_a_failing_lightning_batch_hook_leaves_the_fit_and_its_results_as_they_were(tmp_path):
+    plain, faulty = tmp_path / "plain", tmp_path / "faulty"
+    (tmp_path / "fault").mkdir()
+    (tmp_path / "fault" / "sitecustomize.py").write_text(LIGHTNING_FAULT)
+    program = [str(PROGRAMS / "lightning_fit.py"), "--epochs", "2"]
+    reference = _run([sys.executable, program[0], str(plain), *program[1:]], _env(FOXHUNT_AUTOLOG="off"))
+    broken = _run([*RUN, program[0], str(faulty), *program[1:]], _env(f"{REPO_ROOT}{os.pathsep}{tmp_path / 'fault'}"))
+    assert reference.returncode == broken.returncode == 0, broken.stderr.decode()
+    assert broken.stdout == reference.stdout
+    assert (faulty / "result.json").read_bytes() == (plain / "result.json").read_bytes()
+    checkpoints = [sorted(p.relative_to(out).as_posix() for p in out.rglob("*.ckpt")) for out in (plain, faulty)]
+    assert checkpoints[0] == checkpoints[1] != []  # (their contents name their own directories)
+    lines = [line for line in broken.stderr.decode().splitlines() if line.startswith("foxhunt-autolog")]
+    assert lines == [
+        "foxhunt-autolog: the lightning integration failed and is off (RuntimeError: forced failure of the batch hook)"
+    ]
+
+
+BY_HAND_LIBRARY_FIRST = textwrap.dedent(
+    """
+    from foxhunt_trainer.integrations.{module} import {name}  # imports the framework from inside
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+    from foxhunt_trainer import TrainingMetrics
+    from foxhunt_trainer.integrations.torch import watch
+
+    job = TrainingMetrics().start_job("mlp", "by-hand", gpu_uuids=[])
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    watcher = watch(job, model, optimizer)
+    for x, y in watcher.loader(DataLoader(TensorDataset(torch.randn(40, 4), torch.randn(40, 1)), batch_size=8)):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        watcher.record_loss(loss)
+    print(job.steps_done)
+    """
+)
+
+
+@pytest.mark.parametrize(
+    ("module", "name"), [("torch", "watch"), ("lightning", "MetricsCallback"), ("sb3", "MetricsCallback")]
+)
+def test_a_program_importing_an_integration_before_its_framework_runs_with_every_integration_on(tmp_path, module, name):
+    # Under foxhunt-run, the framework's patches fall due while the integration module that
+    # imports it is still executing; they wait for it instead of failing on it half-made.
+    program = tmp_path / "by_hand.py"
+    program.write_text(BY_HAND_LIBRARY_FIRST.format(module=module, name=name))
+    done = _run([*RUN, str(program)], _env())
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.decode().split() == ["5"]  # each step once: the program's own job
+    assert [line for line in done.stderr.decode().splitlines() if line.startswith("foxhunt-autolog")] == []
+
+
 ORDERS = {
     "framework first": "import torch\nfrom foxhunt_trainer.autolog import autolog\nautolog()\n",
     "instrumentation first": "from foxhunt_trainer.autolog import autolog\nautolog()\nimport torch\n",
