@@ -1,10 +1,11 @@
 """Stable-Baselines3 with no code: `MetricsCallback` added to every `learn()`.
 
 The algorithms' `learn` (`OnPolicyAlgorithm.learn`: PPO, A2C; `OffPolicyAlgorithm.learn`: DQN,
-SAC, TD3) gets the integration's callback next to the program's own (a callback, a list, a
-function), for an algorithm whose policy has one optimizer (`model.policy.optimizer`: DQN, PPO,
-A2C; SAC and TD3 are left alone). The job's model type, unless the environment names one, is the
-algorithm's (`ppo`, `dqn`). Every method of the callback SB3 calls is guarded (`state`).
+SAC, TD3, DDPG) gets the integration's callback next to the program's own (a callback, a list, a
+function), for an algorithm whose policy steps an optimizer the callback counts
+(`sb3.policy_optimizers`: the policy's own, or an actor-critic's critic's). The job's model type,
+unless the environment names one, is the algorithm's (`ppo`, `dqn`, `sac`). Every method of the
+callback SB3 calls is guarded (`state`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import inspect
 from types import ModuleType
 from typing import Any
 
-import torch
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList, ConvertCallback
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
@@ -23,7 +23,7 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from foxhunt_trainer.autolog import job as auto_job
 from foxhunt_trainer.autolog.state import STATE, guarded_subclass
 from foxhunt_trainer.autolog.switches import SB3
-from foxhunt_trainer.integrations.sb3 import MetricsCallback
+from foxhunt_trainer.integrations.sb3 import MetricsCallback, policy_optimizers
 
 AutoMetricsCallback = guarded_subclass(
     MetricsCallback,
@@ -42,7 +42,7 @@ AutoMetricsCallback = guarded_subclass(
 
 
 def _callback_for(model: BaseAlgorithm) -> MetricsCallback | None:
-    if not STATE.on(SB3) or not isinstance(getattr(model.policy, "optimizer", None), torch.optim.Optimizer):
+    if not STATE.on(SB3) or policy_optimizers(model) is None:
         return None
     auto = auto_job.current(hint=type(model).__name__.lower())
     return AutoMetricsCallback(auto.job) if auto is not None else None

@@ -1,4 +1,5 @@
-"""Stable-Baselines3: a callback that exports what DQN and PPO compute, as the algorithm computes it.
+"""Stable-Baselines3: a callback that exports what DQN, PPO, A2C, SAC, TD3 and DDPG compute, as the
+algorithm computes it.
 
     from foxhunt_trainer.integrations.sb3 import MetricsCallback
 
@@ -7,17 +8,21 @@
         model.learn(total_timesteps, callback=MetricsCallback(job))
 
 What it reads, and where from (nothing is recomputed that the algorithm already computed):
-- steps: every step of the policy's optimizer (the step hooks of `model.policy.optimizer`),
+- steps: every gradient step: each step of the policy's optimizer (the step hooks of
+  `model.policy.optimizer`: DQN, PPO, A2C), or of its critic's, which steps once per gradient
+  step beside the actor's (`model.policy.critic.optimizer`: SAC, TD3, DDPG),
   handed to the job at most every `step_batches.RECORD_EVERY_SECONDS` (0.1 s; at a step or a rollout's end) and
   when training ends, with the environment transitions collected since the previous hand-over as
   their samples (`ml_training_samples_total` then follows SB3's `time/total_timesteps`);
 - the loss and the policy-update statistics SB3 records into its logger at each `train()`
-  (`train/loss` as the step loss; PPO and A2C: `train/entropy_loss` as the policy entropy, `train/value_loss`,
+  (`train/loss` as the step loss, or for an actor-critic `train/critic_loss`, its actor's
+  `train/actor_loss` checked for NaN too; PPO and A2C: `train/entropy_loss` as the policy entropy, `train/value_loss`,
   `train/approx_kl`, `train/clip_fraction`, `train/explained_variance`), read when the next rollout
   starts (at most once every `read_every_seconds`, 1 s) and when training ends, before SB3's logger
   clears them at its next dump;
-- the learning rate of the policy optimizer after each update, and the global norm of the
-  gradients it steps with (after SB3's clipping) every `check_every` optimizer steps; the
+- the learning rate of every optimizer of the policy after each update (an actor-critic's as
+  `0.<group>` for the actor, `1.<group>` for the critic), and the global norm of the gradients
+  the counted optimizer steps with (after SB3's clipping) every `check_every` optimizer steps; the
   hyperparameters series (batch size, optimizer, precision, constant or scheduled learning rate);
 - DQN: the exploration rate (`model.exploration_rate`, what `rollout/exploration_rate` logs) after
   a rollout (with the episodes), and the Q-value of the greedy action on the latest observations, from the
@@ -60,12 +65,30 @@ UPDATE_KEYS: dict[str, str] = {
 }
 ENTROPY_LOSS_KEY = "train/entropy_loss"  # minus the mean entropy
 LOSS_KEY = "train/loss"
+CRITIC_LOSS_KEY = "train/critic_loss"  # an actor-critic's (SAC, TD3, DDPG), which logs no train/loss
+ACTOR_LOSS_KEY = "train/actor_loss"
 DEFAULT_Q_VALUE_EVERY = 1000
 DEFAULT_CHECK_EVERY = 50
 # The update statistics and the episode means are read at most this often (and when training ends):
 # a scrape every 15 s sees the same, and an algorithm whose rollouts are a few environment steps
 # (DQN's train_freq=4) does not pay for a read at every one.
 DEFAULT_READ_EVERY_SECONDS = 1.0
+
+
+def policy_optimizers(model: Any) -> tuple[torch.optim.Optimizer, list[torch.optim.Optimizer]] | None:
+    """The optimizer whose steps are the algorithm's gradient steps, and every optimizer of its
+    policy (for their learning rates): the policy's one (DQN, PPO, A2C), else its critic's beside
+    its actor's (SAC, TD3, DDPG; TD3's actor steps only every `policy_delay` gradient steps);
+    None for a policy with neither."""
+    policy = getattr(model, "policy", None)
+    single = getattr(policy, "optimizer", None)
+    if isinstance(single, torch.optim.Optimizer):
+        return single, [single]
+    critic = getattr(getattr(policy, "critic", None), "optimizer", None)
+    if not isinstance(critic, torch.optim.Optimizer):
+        return None
+    actor = getattr(getattr(policy, "actor", None), "optimizer", None)
+    return critic, [actor, critic] if isinstance(actor, torch.optim.Optimizer) else [critic]
 
 
 class MetricsCallback(BaseCallback):
@@ -94,7 +117,7 @@ class MetricsCallback(BaseCallback):
         self.check_every = check_every
         self._phases = PhaseBlocks(job)
         self._hooks: list[RemovableHandle] = []
-        self._optimizer: torch.optim.Optimizer | None = None
+        self._optimizers: list[torch.optim.Optimizer] = []
         self._counted_timesteps = 0
         self._steps = StepBatches(job, check_every)
         self._episodes = 0
@@ -106,12 +129,14 @@ class MetricsCallback(BaseCallback):
 
     # --- SB3's hooks --------------------------------------------------------------------------
     def _on_training_start(self) -> None:
-        optimizer = getattr(self.model.policy, "optimizer", None)
-        if not isinstance(optimizer, torch.optim.Optimizer):
+        optimizers = policy_optimizers(self.model)
+        if optimizers is None:
             raise TypeError(
                 f"{type(self.model).__name__}: MetricsCallback counts the steps of the policy's optimizer "
-                "(`model.policy.optimizer`, as DQN, PPO and A2C have); this algorithm has none"
+                "(`model.policy.optimizer`, as DQN, PPO and A2C have) or of its critic's "
+                "(`model.policy.critic.optimizer`, as SAC, TD3 and DDPG have); this algorithm has neither"
             )
+        optimizer, self._optimizers = optimizers
         self._counted_timesteps = self.model.num_timesteps
         self._q_value_at = self.model.num_timesteps
         self._steps.start()
@@ -120,7 +145,6 @@ class MetricsCallback(BaseCallback):
         counted = isinstance(self.model, OffPolicyAlgorithm) and type(episode_num) is int
         self._episode_num = episode_num if counted else None
         self._updates_read = getattr(self.model, "_n_updates", None)
-        self._optimizer = optimizer
         self._hooks = [
             optimizer.register_step_pre_hook(self._before_optimizer_step),
             optimizer.register_step_post_hook(self._optimizer_stepped),
@@ -209,10 +233,13 @@ class MetricsCallback(BaseCallback):
             return  # no policy update since the last read: SB3's logger holds the same values
         self._updates_read = updates
         logged: dict[str, Any] = self.model.logger.name_to_value
-        if LOSS_KEY in logged:
-            self.job.record_step_loss(float(logged[LOSS_KEY]))
-        if self._optimizer is not None:
-            self.job.set_learning_rates(learning_rates([self._optimizer]))
+        loss_key = LOSS_KEY if LOSS_KEY in logged else CRITIC_LOSS_KEY
+        if loss_key in logged:
+            self.job.record_step_loss(float(logged[loss_key]))
+        if ACTOR_LOSS_KEY in logged:
+            self.job.check_finite(float(logged[ACTOR_LOSS_KEY]))
+        if self._optimizers:
+            self.job.set_learning_rates(learning_rates(self._optimizers))
         update = {keyword: float(logged[key]) for key, keyword in UPDATE_KEYS.items() if key in logged}
         if ENTROPY_LOSS_KEY in logged:
             update["entropy"] = -float(logged[ENTROPY_LOSS_KEY])

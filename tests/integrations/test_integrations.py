@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 from typing import Any, cast
@@ -12,7 +13,7 @@ import pytest
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
-from stable_baselines3 import DQN, SAC
+from stable_baselines3 import DQN, SAC, TD3
 from stable_baselines3.common.callbacks import BaseCallback
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -88,11 +89,34 @@ def test_a_study_has_every_state_at_zero_from_the_start_and_one_series_per_study
     )
 
 
-def test_the_sb3_callback_refuses_an_algorithm_without_a_policy_optimizer():
-    # SAC has an actor and a critic optimizer, no policy optimizer.
-    model = SAC("MlpPolicy", "Pendulum-v1", learning_starts=10, device="cpu")
-    with pytest.raises(TypeError, match=r"SAC: MetricsCallback counts the steps of the policy's optimizer"):
+def test_the_sb3_callback_refuses_an_algorithm_without_an_optimizer_it_counts():
+    model = DQN("MlpPolicy", "CartPole-v1", learning_starts=10, device="cpu")
+    del model.policy.optimizer
+    with pytest.raises(TypeError, match=r"DQN: MetricsCallback counts the steps of the policy's optimizer .* neither"):
         model.learn(20, callback=Sb3Callback(job()))
+
+
+def _sample(text: str, name: str, labels: str) -> float:
+    match = re.search(rf"^{name}{{{re.escape(labels)}}} (\S+)$", text, re.MULTILINE)
+    assert match, f"no {name}{{{labels}}} in the page"
+    return float(match.group(1))
+
+
+@pytest.mark.parametrize("algorithm", [SAC, TD3])
+def test_an_actor_critic_counts_its_gradient_steps_its_critic_loss_and_both_learning_rates(algorithm):
+    metrics = TrainingMetrics()
+    handle = metrics.start_job("sac", "ac", gpu_uuids=[])
+    model = algorithm("MlpPolicy", "Pendulum-v1", learning_starts=40, learning_rate=3e-4, seed=0, device="cpu")
+    model.learn(120, callback=Sb3Callback(handle))
+    text = render_text(metrics.registry).decode()
+    labels = 'job_id="ac",model_type="sac",rank="0"'
+    assert handle.steps_done == model._n_updates == 80  # one critic step a gradient step
+    assert _sample(text, catalog.TRAINING_SAMPLES_TOTAL.name, labels) == 120
+    critic_loss = model.logger.name_to_value["train/critic_loss"]
+    assert _sample(text, catalog.TRAINING_STEP_LOSS.name, 'job_id="ac",model_type="sac"') == pytest.approx(critic_loss)
+    for group in ("0.0", "1.0"):  # the actor's and the critic's
+        rate = _sample(text, catalog.TRAINING_LEARNING_RATE.name, f'job_id="ac",model_type="sac",param_group="{group}"')
+        assert rate == pytest.approx(3e-4)
 
 
 def test_callback_settings_are_checked():
