@@ -316,20 +316,28 @@ def _torch_on() -> bool:
 # --- the patches ------------------------------------------------------------------------------
 # They run several times a step: `_auto_torch()` and `_torch_on()` are inlined where they are hot
 # (`_made[0] if _made and not STATE.manual`, the integration once made).
-@guarded(TORCH)
+# The two global optimizer step hooks guard themselves (`guarded`, inlined: a wrapper each was
+# an extra call at every step).
 def _before_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-    if STATE.framework_depth == 0:
+    if STATE.framework_depth or not STATE.live.get(TORCH, False):
+        return
+    try:
         torch_job = _made[0] if _made and not STATE.manual else _auto_torch()
         if torch_job is not None:
             torch_job.before_step(optimizer, args, kwargs)
+    except Exception as error:
+        STATE.failed(TORCH, error)
 
 
-@guarded(TORCH)
 def _after_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-    if STATE.framework_depth == 0:
+    if STATE.framework_depth or not STATE.live.get(TORCH, False):
+        return
+    try:
         torch_job = _made[0] if _made and not STATE.manual else _auto_torch()
         if torch_job is not None:
             torch_job.after_step(optimizer, args, kwargs)
+    except Exception as error:
+        STATE.failed(TORCH, error)
 
 
 # Depth of the program's backward calls in progress (any thread): a `torch.autograd.backward`
