@@ -20,7 +20,9 @@ class StepBatches:
         self._check_every = check_every
         self._until_check = check_every
         self.unrecorded = 0  # steps counted and not yet handed to the job
-        self._recorded_at = -math.inf
+        # When the steps waiting are due for a hand-over (`due`; a hook that already runs every
+        # batch compares the clock with it itself).
+        self.record_by = -math.inf
 
     def start(self) -> None:
         """Training starts: the checks fall on every `check_every`-th step of the job's count."""
@@ -37,7 +39,7 @@ class StepBatches:
 
     def due(self) -> bool:
         """Whether steps wait and the last hand-over is `RECORD_EVERY_SECONDS` old."""
-        return bool(self.unrecorded) and time.monotonic() - self._recorded_at >= RECORD_EVERY_SECONDS
+        return bool(self.unrecorded) and time.monotonic() >= self.record_by
 
     def record(self, samples: int) -> bool:
         """Hand the steps counted since the last call to the job, with `samples` (the samples of
@@ -46,5 +48,5 @@ class StepBatches:
             return False
         self._job.record_step(samples=samples, count=self.unrecorded)
         self.unrecorded = 0
-        self._recorded_at = time.monotonic()
+        self.record_by = time.monotonic() + RECORD_EVERY_SECONDS
         return True
