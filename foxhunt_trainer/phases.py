@@ -247,6 +247,38 @@ class PhaseBlock:
             self._clock._close_block(self._depth)
 
 
+class HookedBlock:
+    """A block a framework's start and end hooks switch (not a `with` block): opened at its first
+    switch, switched in place after that (a switch to the phase it is in changes nothing), ended
+    by `close()`, after which the phase below resumes (the next switch opens a new one). One call
+    a switch: the hooks switch twice a step."""
+
+    def __init__(self, clock: PhaseClock) -> None:
+        self._clock = clock
+        self._depth = 0  # the open block's stack depth; 0: none open
+        self.current: str | None = None
+
+    def switch(self, phase: str) -> None:
+        if phase == self.current:
+            return
+        if phase not in PHASES:
+            check_phase(phase)
+        clock = self._clock
+        if not self._depth:
+            self._depth, _ = clock._push(phase)
+        else:  # queued without the lock, as `PhaseBlock.switch`
+            pending = clock._pending
+            pending.append((self._depth, phase, clock._clock()))
+            if len(pending) >= MAX_PENDING_SWITCHES:
+                clock._apply_pending_now()
+        self.current = phase
+
+    def close(self) -> None:
+        if self._depth:
+            depth, self._depth, self.current = self._depth, 0, None
+            self._clock._close_block(depth)
+
+
 class _PhaseScope(AbstractContextManager[None]):
     """The `with clock.phase(name):` block (a class, not a generator: it runs twice a step)."""
 
