@@ -253,21 +253,21 @@ class JobMetrics:
         `val_loss` None: no validation this epoch. Called inside a span, the duration's bucket
         carries that span's trace ID as an exemplar."""
         duration_secs = _check_seconds(duration_secs, "duration_secs")
-        m, job = self._m, self._job
-        m.loss.labels(**job).set(train_loss)
+        m, child = self._m, self._child
+        child(m.loss).set(train_loss)
         self.check_finite(train_loss, LOSS)
         if val_loss is not None:
-            m.validation_loss.labels(**job).set(val_loss)
+            child(m.validation_loss).set(val_loss)
             self.check_finite(val_loss, VALIDATION_LOSS)
-        m.current_epoch.labels(**job).set(epoch)
+        child(m.current_epoch).set(epoch)
         self.epoch = epoch
-        m.iteration_seconds.labels(**job).observe(duration_secs, trace_exemplar())
+        child(m.iteration_seconds).observe(duration_secs, trace_exemplar())
         if duration_secs > 0:
-            m.epochs_per_second.labels(**job).set(1.0 / duration_secs)
+            child(m.epochs_per_second).set(1.0 / duration_secs)
         with self._lock:
             previous, self._previous_loss = self._previous_loss, train_loss
         if previous is not None and math.isfinite(previous) and math.isfinite(train_loss):
-            m.convergence_rate.labels(**job).set(train_loss - previous)
+            child(m.convergence_rate).set(train_loss - previous)
 
     def check_finite(self, value: float, tensor_type: str = LOSS) -> bool:
         """Counts a NaN or infinite `value` as a NaN detection of `tensor_type`; returns whether
