@@ -82,7 +82,7 @@ def start(work: Path, name: str, command: list[str], ranks: int = 1, **env: str)
         "FOXHUNT_PROGRESS_SECONDS": "off",
         **env,
     }
-    if name in ("ppo", "dqn", "sac"):
+    if name in ("ppo", "dqn"):
         del environ["FOXHUNT_MODEL_TYPE"]  # the algorithm names the model type
     process = subprocess.Popen(
         [part.replace("OUT", str(out)) for part in command],
@@ -137,7 +137,6 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
             start(work, "nan", [*RUN, str(PROGRAMS / "plain_loop.py"), "OUT", "--lr", "1e20", "--step-seconds", "0.2"]),
             start(work, "ppo", [*RUN, str(PROGRAMS / "sb3_learn.py"), "OUT", "ppo"]),
             start(work, "dqn", [*RUN, str(PROGRAMS / "sb3_learn.py"), "OUT", "dqn", "--timesteps", "1500"]),
-            start(work, "sac", [*RUN, str(PROGRAMS / "sb3_learn.py"), "OUT", "sac", "--timesteps", "400"]),
             start(work, "fit", [*RUN, str(PROGRAMS / "lightning_fit.py"), "OUT"]),
             start(work, "fit-lightning", [*RUN, str(PROGRAMS / "lightning_fit.py"), "OUT", "--package", "lightning"]),
             start(work, "study", [*RUN, str(PROGRAMS / "optuna_study.py"), "OUT"]),
@@ -200,7 +199,7 @@ def test_a_blown_up_learning_rate_fires_nan_detected_with_no_guard_in_the_script
     assert alert["labels"]["model_type"] == "mlp"
 
 
-@pytest.mark.parametrize("algorithm", ["ppo", "dqn", "sac"])
+@pytest.mark.parametrize("algorithm", ["ppo", "dqn"])
 def test_one_learn_call_reports_the_algorithms_series_and_the_job_status(live, algorithm):
     _done(live, algorithm)
     result = live.programs[algorithm].result()
@@ -210,14 +209,8 @@ def test_one_learn_call_reports_the_algorithms_series_and_the_job_status(live, a
     per_update = 4 if algorithm == "ppo" else 1
     assert live.value(catalog.TRAINING_STEPS_TOTAL, **labels) == result["n_updates"] * per_update
     assert live.value(catalog.TRAINING_JOBS_BY_STATUS, pod=f"train-{algorithm}-0", status="completed") == 1
-    if algorithm == "sac":  # an actor-critic: the actor's and the critic's learning rates
-        assert {s["metric"]["param_group"] for s in live.series(catalog.TRAINING_LEARNING_RATE, **labels)} == {
-            "0.0",
-            "1.0",
-        }
-    else:
-        specific = catalog.RL_POLICY_ENTROPY if algorithm == "ppo" else catalog.RL_EXPLORATION_RATE
-        assert live.series(specific, **labels)
+    specific = catalog.RL_POLICY_ENTROPY if algorithm == "ppo" else catalog.RL_EXPLORATION_RATE
+    assert live.series(specific, **labels)
     assert live.series(catalog.TRAINING_STEP_LOSS, **labels)
 
 
