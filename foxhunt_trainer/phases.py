@@ -72,6 +72,11 @@ class PhaseClock:
 
     # --- reading ----------------------------------------------------------------------------
     @property
+    def clock(self) -> Callable[[], float]:
+        """The time source (monotonic seconds) every switch reads."""
+        return self._clock
+
+    @property
     def current(self) -> str:
         """The phase time is counted in now (after substitution; the last one once stopped)."""
         with self._lock:
@@ -251,31 +256,50 @@ class HookedBlock:
     """A block a framework's start and end hooks switch (not a `with` block): opened at its first
     switch, switched in place after that (a switch to the phase it is in changes nothing), ended
     by `close()`, after which the phase below resumes (the next switch opens a new one). One call
-    a switch: the hooks switch twice a step."""
+    a switch: the hooks switch twice a step.
+
+    A hook that runs every step and cannot afford the call writes `switch` out, in the order
+    it runs (the queue is the clock's, appended to without its lock):
+
+        if block.depth and block.current is not phase:
+            block.pending.append((block.depth, phase, now))
+            block.current = phase
+            if len(block.pending) >= MAX_PENDING_SWITCHES:
+                block.flush()
+        else:
+            block.switch(phase, now)
+    """
 
     def __init__(self, clock: PhaseClock) -> None:
         self._clock = clock
-        self._depth = 0  # the open block's stack depth; 0: none open
+        self.depth = 0  # the open block's stack depth; 0: none open
         self.current: str | None = None
+        self.now = clock.clock  # the clock's time source: what a switch's reading comes from
+        self.pending = clock._pending
 
-    def switch(self, phase: str) -> None:
+    def switch(self, phase: str, now: float | None = None) -> None:
+        """Count the block's time in `phase` from `now` (a reading of `self.now` the caller just
+        took; by default the clock is read here)."""
         if phase == self.current:
             return
         if phase not in PHASES:
             check_phase(phase)
-        clock = self._clock
-        if not self._depth:
-            self._depth, _ = clock._push(phase)
+        if not self.depth:
+            self.depth, _ = self._clock._push(phase)
         else:  # queued without the lock, as `PhaseBlock.switch`
-            pending = clock._pending
-            pending.append((self._depth, phase, clock._clock()))
+            pending = self.pending
+            pending.append((self.depth, phase, self.now() if now is None else now))
             if len(pending) >= MAX_PENDING_SWITCHES:
-                clock._apply_pending_now()
+                self._clock._apply_pending_now()
         self.current = phase
 
+    def flush(self) -> None:
+        """Apply the queued switches now (the queue is full)."""
+        self._clock._apply_pending_now()
+
     def close(self) -> None:
-        if self._depth:
-            depth, self._depth, self.current = self._depth, 0, None
+        if self.depth:
+            depth, self.depth, self.current = self.depth, 0, None
             self._clock._close_block(depth)
 
 

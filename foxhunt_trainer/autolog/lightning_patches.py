@@ -22,6 +22,7 @@ from foxhunt_trainer.autolog import job as auto_job
 from foxhunt_trainer.autolog.state import STATE, guarded_subclass
 from foxhunt_trainer.autolog.switches import LIGHTNING
 from foxhunt_trainer.integrations.lightning import MetricsCallback, MonitoredCheckpointIO
+from foxhunt_trainer.training import JobMetrics
 
 HOOKS = (
     "on_train_start", "on_train_epoch_start", "on_train_batch_start", "on_before_optimizer_step",
@@ -67,8 +68,9 @@ SELF_GUARDED = ("on_train_batch_start", "on_before_optimizer_step", "on_train_ba
 
 
 class _Callback(MetricsCallback):
-    _switches = STATE.live
-    _switch = LIGHTNING
+    def __init__(self, job: JobMetrics) -> None:
+        super().__init__(job)
+        STATE.follow(LIGHTNING, self)  # `recording`: while the integration is on
 
     def _hook_failed(self, error: Exception) -> bool:
         STATE.failed(LIGHTNING, error)

@@ -11,13 +11,21 @@ from __future__ import annotations
 import functools
 import sys
 import threading
+import weakref
 from collections.abc import Callable
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 from foxhunt_trainer.autolog import switches
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+class Follower(Protocol):
+    """An object whose hooks read its own `recording` flag (one attribute read a step, where the
+    switches' dictionary would be several)."""
+
+    recording: bool
 
 
 class State:
@@ -34,19 +42,34 @@ class State:
         # integration leaves its optimizer steps, losses and loaders to it.
         self.framework_depth = 0
         self.live: dict[str, bool] = {}
+        self._followers: dict[str, weakref.WeakSet[Any]] = {}
+        self._followers_lock = threading.Lock()
 
     def on(self, integration: str) -> bool:
         return self.live.get(integration, False)
 
     def refresh(self) -> None:
-        """Recompute `live`, what `on` reads (every patched call asks it: a dictionary lookup).
-        Updated in place, one key at a time: a hook may hold the dictionary itself."""
+        """Recompute `live`, what `on` reads (every patched call asks it: a dictionary lookup),
+        and every follower's `recording`. Updated in place, one key at a time: a hook may hold
+        the dictionary itself."""
         self.live.update(
             {
                 name: self.installed and not self.manual and self.switches.on(name) and name not in self.off
                 for name in (*switches.INTEGRATIONS, "job", "import hook")
             }
         )
+        with self._followers_lock:
+            for name, followers in self._followers.items():
+                on = self.live.get(name, False)
+                for follower in list(followers):
+                    follower.recording = on
+
+    def follow(self, integration: str, follower: Follower) -> None:
+        """Keep `follower.recording` equal to whether `integration` is on, from now on (held
+        weakly: a follower the program drops is forgotten)."""
+        with self._followers_lock:
+            self._followers.setdefault(integration, weakref.WeakSet()).add(follower)
+            follower.recording = self.live.get(integration, False)
 
     def failed(self, integration: str, error: BaseException) -> None:
         """`integration` raised `error`: turn it off, and say so once."""

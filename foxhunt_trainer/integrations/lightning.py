@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -50,7 +49,7 @@ from foxhunt_trainer.integrations.optimizers import gradient_norm, learning_rate
 from foxhunt_trainer.integrations.phase_blocks import PhaseBlocks
 from foxhunt_trainer.integrations.step_batches import StepBatches
 from foxhunt_trainer.integrations.torch import batch_size_of
-from foxhunt_trainer.phases import COMPUTE, DATA_WAIT, EVALUATION
+from foxhunt_trainer.phases import COMPUTE, DATA_WAIT, EVALUATION, MAX_PENDING_SWITCHES
 from foxhunt_trainer.training import JobMetrics
 
 DEFAULT_CHECK_EVERY = 50
@@ -75,10 +74,10 @@ def _loss_of(outputs: Any) -> torch.Tensor | None:
 
 
 def _summed(losses: list[torch.Tensor]) -> torch.Tensor | float:
-    """The sum of one-element losses: read as numbers when all are in host memory (there is no
+    """The sum of one-element losses: read as numbers when they are in host memory (there is no
     device to synchronise with, and reading each costs less than stacking them), else on their
     device in float32 (no synchronisation)."""
-    if all(t.is_cpu for t in losses):
+    if losses[0].is_cpu:  # one device a run; reading one elsewhere is still right, if slower
         return sum(map(float, losses), 0.0)
     try:
         return torch.stack(losses).to(torch.float32).sum()
@@ -121,37 +120,40 @@ class LossWindows:
     FOLD_AT = 256
 
     def __init__(self) -> None:
-        self._losses: list[torch.Tensor] = []
+        # Appended to by the batch hook itself (`pending`, then `fold` when FOLD_AT are there).
+        self.pending: list[torch.Tensor] = []
         self._check = _Partial()
         self._epoch = _Partial()
 
     def add(self, loss: torch.Tensor) -> None:
-        losses = self._losses
-        losses.append(loss)
-        if len(losses) >= self.FOLD_AT:
-            self._fold()
+        pending = self.pending
+        pending.append(loss)
+        if len(pending) >= self.FOLD_AT:
+            self.fold()
 
-    def _fold(self) -> None:
-        if self._losses:
-            total, count, self._losses = _summed(self._losses), len(self._losses), []
+    def fold(self) -> None:
+        pending = self.pending
+        if pending:
+            total, count = _summed(pending), len(pending)
+            pending.clear()  # in place: the hook holds the list
             self._check.add(total, count)
             self._epoch.add(total, count)
 
     @property
     def checked(self) -> int:
         """Losses since the last check."""
-        return len(self._losses) + self._check.count
+        return len(self.pending) + self._check.count
 
     def check_mean(self) -> float | None:
-        self._fold()
+        self.fold()
         return self._check.take()
 
     def epoch_mean(self) -> float | None:
-        self._fold()
+        self.fold()
         return self._epoch.take()
 
     def start_epoch(self) -> None:
-        self._fold()
+        self.fold()
         self._epoch = _Partial()
 
 
@@ -196,14 +198,15 @@ class MonitoredCheckpointIO(CheckpointIO):
 class MetricsCallback(pl.Callback):
     """Exports a Lightning training run into `job`.
 
-    The three hooks Lightning calls every batch guard themselves (a wrapper around each would be
-    an extra call a batch, a tenth of their cost): they record only while `_switches[_switch]`
-    holds, and hand an exception of theirs to `_hook_failed`, which re-raises it here; the
-    auto-instrumentation's subclass points both at its integration's switch and turns the
-    integration off instead (its other hooks it wraps)."""
+    The three hooks Lightning calls every batch cost the most (on a short step every object they
+    touch is a cache miss, and a call is more): they keep what they count on the callback itself
+    and write the phase switches out (`HookedBlock`). They guard themselves (a wrapper around
+    each would be an extra call a batch): they record only while `recording` holds, and hand an
+    exception of theirs to `_hook_failed`, which re-raises it here; the auto-instrumentation's
+    subclass has its `recording` follow its integration's switch and turns the integration off
+    instead (its other hooks it wraps)."""
 
-    _switches: Mapping[str, bool] = {"": True}
-    _switch = ""
+    recording = True
 
     def __init__(
         self, job: JobMetrics, *, val_loss_key: str = "val_loss", check_every: int = DEFAULT_CHECK_EVERY
@@ -215,11 +218,13 @@ class MetricsCallback(pl.Callback):
         self.check_every = check_every
         self._phases = PhaseBlocks(job)
         self._steps = StepBatches(job, check_every)
-        self._stepped = False  # the batch running stepped an optimizer
+        self._stepped = 0  # optimizer steps of the batch running, not yet in `_steps.unrecorded`
+        self._until_check = check_every  # steps to the next check (`StepBatches.start`)
         self._check_due = False  # the batch running took the check's step
         self._batch_size_known = False
         self._samples = 0
         self._losses = LossWindows()
+        self._pending_losses = self._losses.pending
         self._grad_norm: torch.Tensor | None = None
         self._hyperparameters = Hyperparameters()
         self._epoch_started = time.monotonic()
@@ -231,7 +236,7 @@ class MetricsCallback(pl.Callback):
 
     # --- training ------------------------------------------------------------------------------
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._steps.start()
+        self._until_check = self._steps.start()
         schedulers = trainer.lr_scheduler_configs
         self._hyperparameters = Hyperparameters(
             optimizer=short_name(type(trainer.optimizers[0]).__name__) if trainer.optimizers else UNKNOWN,
@@ -253,10 +258,17 @@ class MetricsCallback(pl.Callback):
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        if not self._switches.get(self._switch, False):
+        if not self.recording:
             return
         try:
-            self._phases.switch(COMPUTE)
+            phases = self._phases  # `phases.switch(COMPUTE)`, written out (`HookedBlock`)
+            if phases.depth and phases.current is not COMPUTE:
+                phases.pending.append((phases.depth, COMPUTE, phases.now()))
+                phases.current = COMPUTE
+                if len(phases.pending) >= MAX_PENDING_SWITCHES:
+                    phases.flush()
+            else:
+                phases.switch(COMPUTE)
             if not self._batch_size_known and (size := _batch_size(batch)):
                 self._batch_size_known = True
                 self._hyperparameters = replace(self._hyperparameters, batch_size=size)
@@ -271,11 +283,13 @@ class MetricsCallback(pl.Callback):
         # After backward, before the step: the gradients the optimizer steps with (at check steps
         # only). Lightning calls this once for every optimizer step it counts in `global_step`
         # (automatic and manual optimization, each optimizer, a step AMP's scaler skips included).
-        if not self._switches.get(self._switch, False):
+        if not self.recording:
             return
         try:
-            self._stepped = True
-            if self._steps.step():
+            self._stepped += 1
+            self._until_check -= 1
+            if not self._until_check:
+                self._until_check = self.check_every
                 self._check_due = True
                 self._grad_norm = gradient_norm([optimizer])
         except Exception as error:
@@ -285,7 +299,7 @@ class MetricsCallback(pl.Callback):
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        if not self._switches.get(self._switch, False):
+        if not self.recording:
             return
         try:
             # `_batch_size` and `_loss_of`, their common cases inlined (a tensor or a tuple or list
@@ -299,17 +313,31 @@ class MetricsCallback(pl.Callback):
             loss = outputs.get("loss") if type(outputs) is dict else outputs
             if type(loss) is not torch.Tensor:
                 loss = _loss_of(outputs)
-            if loss is not None:
-                self._losses.add(loss.detach() if loss.requires_grad else loss)
-            if self._stepped:  # a batch that steps no optimizer (accumulation) counts with the next
-                self._stepped = False
+            if loss is not None:  # `LossWindows.add`, inlined
+                pending = self._pending_losses
+                pending.append(loss.detach() if loss.requires_grad else loss)
+                if len(pending) >= LossWindows.FOLD_AT:
+                    self._losses.fold()
+            phases = self._phases
+            now = phases.now()
+            stepped = self._stepped
+            if stepped:  # a batch that steps no optimizer (accumulation) counts with the next
+                self._stepped = 0
+                steps = self._steps
+                steps.unrecorded += stepped
                 if self._check_due:
                     self._check_due = False
                     self._record_steps()
                     self._check(trainer)
-                elif time.monotonic() >= self._steps.record_by:  # `StepBatches.due`, inlined
+                elif now >= steps.record_by:  # `StepBatches.due`, inlined
                     self._record_steps()
-            self._phases.switch(DATA_WAIT)
+            if phases.depth and phases.current is not DATA_WAIT:  # `phases.switch(DATA_WAIT, now)`
+                phases.pending.append((phases.depth, DATA_WAIT, now))
+                phases.current = DATA_WAIT
+                if len(phases.pending) >= MAX_PENDING_SWITCHES:
+                    phases.flush()
+            else:
+                phases.switch(DATA_WAIT, now)
         except Exception as error:
             if not self._hook_failed(error):
                 raise
@@ -353,7 +381,11 @@ class MetricsCallback(pl.Callback):
         return False
 
     def _record_steps(self) -> None:
-        """Hand the steps taken since the last call to the job, with the samples of their batches."""
+        """Hand the steps taken since the last call to the job, with the samples of their batches
+        (a batch's own steps too, when it ends in an exception or validation)."""
+        if self._stepped:
+            self._steps.unrecorded += self._stepped
+            self._stepped = 0
         if self._steps.record(self._samples):
             self._samples = 0
 

@@ -73,12 +73,17 @@ def test_a_failing_hook_leaves_output_results_and_exit_code_byte_identical_and_s
 # What the Lightning callback does in its per-batch hooks only (they guard themselves, not a wrapper).
 LIGHTNING_FAULT = textwrap.dedent(
     """
-    from foxhunt_trainer.integrations.lightning import LossWindows
+    import atexit, sys
+    from foxhunt_trainer.integrations import lightning
 
-    def add(self, loss):
+    calls = []
+
+    def batch_size(batch):  # what the batch-start hook calls until it knows the batch size
+        calls.append(1)
         raise RuntimeError("forced failure of the batch hook")
 
-    LossWindows.add = add
+    lightning._batch_size = batch_size
+    atexit.register(lambda: sys.stderr.write(f"fault: raised {len(calls)} times\\n"))
     """
 )
 
@@ -99,6 +104,8 @@ def test_a_failing_lightning_batch_hook_leaves_the_fit_and_its_results_as_they_w
     assert lines == [
         "foxhunt-autolog: the lightning integration failed and is off (RuntimeError: forced failure of the batch hook)"
     ]
+    # Off, not only reported: no hook of the integration ran its code after the failure.
+    assert "fault: raised 1 times" in broken.stderr.decode().splitlines()
 
 
 BY_HAND_LIBRARY_FIRST = textwrap.dedent(
