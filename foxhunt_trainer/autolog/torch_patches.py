@@ -341,50 +341,34 @@ def _after_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> Non
 
 
 # Depth of the program's backward calls in progress (any thread): a `torch.autograd.backward`
-# made inside one (`Tensor.backward` calls it; activation checkpointing calls it again during the
-# backward pass) is not the program's loss.
+# made inside one (activation checkpointing calls it again during the backward pass) is not the
+# program's loss.
 _backward_depth = [0]
 
 
-def _record_backward(loss: object) -> None:
-    """The loss of one backward call of the program's (a one-element tensor), to the torch job."""
-    if STATE.framework_depth == 0 and STATE.live.get(TORCH, False) and isinstance(loss, torch.Tensor):
-        try:
-            torch_job = _made[0] if _made and not STATE.manual else _auto_torch()
-            if torch_job is not None:
-                torch_job.backward(loss)
-        except Exception as error:
-            STATE.failed(TORCH, error)
-
-
 def _patch_backward() -> None:
-    """`loss.backward()` and `torch.autograd.backward(loss)` (or `([loss])`) record the loss once."""
-    original = torch.Tensor.backward
-    original_autograd = torch.autograd.backward
+    """`loss.backward()` and `torch.autograd.backward(loss)` (or `([loss])`) record the loss once:
+    `Tensor.backward` calls `torch.autograd.backward(self, ...)`, so that one function is patched."""
+    original = torch.autograd.backward
 
     @functools.wraps(original)
-    def backward(self: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-        if _backward_depth[0] == 0:
-            _record_backward(self)
+    def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+        if not _backward_depth[0] and not STATE.framework_depth and STATE.live.get(TORCH, False):
+            try:
+                loss = tensors[0] if isinstance(tensors, list | tuple) and len(tensors) == 1 else tensors
+                if isinstance(loss, torch.Tensor):
+                    torch_job = _made[0] if _made and not STATE.manual else _auto_torch()
+                    if torch_job is not None:
+                        torch_job.backward(loss)
+            except Exception as error:
+                STATE.failed(TORCH, error)
         _backward_depth[0] += 1
         try:
-            original(self, *args, **kwargs)  # type: ignore[no-untyped-call]
+            return original(tensors, *args, **kwargs)
         finally:
             _backward_depth[0] -= 1
 
-    @functools.wraps(original_autograd)
-    def autograd_backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
-        if _backward_depth[0] == 0:
-            single = tensors[0] if isinstance(tensors, list | tuple) and len(tensors) == 1 else tensors
-            _record_backward(single)
-        _backward_depth[0] += 1
-        try:
-            return original_autograd(tensors, *args, **kwargs)
-        finally:
-            _backward_depth[0] -= 1
-
-    torch.Tensor.backward = backward  # type: ignore[method-assign]
-    torch.autograd.backward = autograd_backward
+    torch.autograd.backward = backward
 
 
 def _patch_loader() -> None:
