@@ -20,7 +20,7 @@ Installed right after the program imports torch (`importer`); nothing happens un
 - hyperparameters: batch size (the first training batch), optimizer class, parameter precision,
   the class of the LR scheduler made for the optimizer (`LRScheduler.__init__`);
 - model FLOPs: the second optimizer step of the process runs under PyTorch's FlopCounterMode
-  (forward, backward and the optimizer step), once; not in a distributed job;
+  (forward, backward and the optimizer step), once, on every rank of a distributed job;
 - checkpoints: `torch.save` of a module, an optimizer or a state dict (or a dict holding them)
   goes through `job.checkpoint` (timed, errors classified and re-raised as they were, non-finite
   state refused as a good save), once the job exists;
@@ -179,9 +179,8 @@ class AutoTorch:
         if self._flops_done:
             return
         if self._flops is None:
-            if dist.is_available() and dist.is_initialized():
-                self._flops_done = True
-                return
+            # (In a distributed job too: every rank counts its own step, the collectives of
+            # DistributedDataParallel count no FLOPs.)
             from torch.utils.flop_counter import FlopCounterMode
 
             self._flops_dtype = _first_float_dtype(optimizer)

@@ -248,6 +248,24 @@ def test_a_ddp_job_under_foxhunt_torchrun_reports_every_rank(live):
         operations = catalog.TRAINING_COLLECTIVE_OPERATIONS_TOTAL
         # DDP's gradient buckets every step, and the script's own all_reduce once an epoch
         assert live.value(operations, collective="all_reduce", **labels) >= result["steps"] + 2
+        # Each rank's model FLOPs: its second step counted, as the same step of the same model
+        # counts outside DDP, for every step after it.
+        per_step = _ddp_program_step_flops()
+        assert live.value(catalog.TRAINING_MODEL_FLOPS_TOTAL, **labels) == per_step * (result["steps"] - 2)
+
+
+def _ddp_program_step_flops() -> int:
+    """FLOPs of one step of `ddp_program.py`'s model and batch, counted by hand outside DDP."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model = torch.nn.Sequential(torch.nn.Linear(10, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    with FlopCounterMode(display=False) as counter:
+        optimizer.zero_grad()
+        torch.nn.MSELoss()(model(torch.randn(16, 10)), torch.randn(16, 1)).backward()
+        optimizer.step()
+    return int(counter.get_total_flops())
 
 
 def test_a_slowed_ddp_rank_is_named_by_training_rank_straggler(live):
