@@ -317,12 +317,22 @@ def _torch_on() -> bool:
 # (`_made[0] if _made and not STATE.manual`, the integration once made).
 # The two global optimizer step hooks guard themselves (`guarded`, inlined: a wrapper each was
 # an extra call at every step).
+# Each also writes out the common case of the `AutoTorch` method it calls: the job's watcher's
+# optimizer stepping (the pre-step hook) and that step ending with the FLOPs measured and the
+# phase block in place (the post-step hook).
 def _before_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
     if STATE.framework_depth or not STATE.live.get(TORCH, False):
         return
     try:
         torch_job = _made[0] if _made and not STATE.manual else _auto_torch()
-        if torch_job is not None:
+        if torch_job is None:
+            return
+        current = torch_job.watcher
+        if current is not None and current._optimizer() is optimizer:
+            torch_job._challenger = None
+            torch_job._stepping, torch_job._stepped = current, optimizer
+            current._before_step(optimizer, args, kwargs)
+        else:
             torch_job.before_step(optimizer, args, kwargs)
     except Exception as error:
         STATE.failed(TORCH, error)
@@ -333,7 +343,18 @@ def _after_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> Non
         return
     try:
         torch_job = _made[0] if _made and not STATE.manual else _auto_torch()
-        if torch_job is not None:
+        if torch_job is None:
+            return
+        watcher = torch_job._stepping
+        if (
+            watcher is not None
+            and torch_job._stepped is optimizer
+            and torch_job._flops_done
+            and (torch_job._loaders or torch_job._step_block is not None)
+        ):
+            torch_job._stepping = torch_job._stepped = None
+            watcher._after_step(optimizer, args, kwargs)
+        else:
             torch_job.after_step(optimizer, args, kwargs)
     except Exception as error:
         STATE.failed(TORCH, error)
