@@ -398,11 +398,18 @@ def _patch_loader() -> None:
     def __next__(self: _BaseDataLoaderIter) -> Any:
         if STATE.framework_depth or not STATE.live.get(TORCH, False):
             return original(self)
+        # `next_started` and `next_done` have their common case written out here (the innermost
+        # loop's iterator again; a training batch with the job's watcher in place).
         opened = None
         try:
             torch_job = _made[0] if _made and not STATE.manual else _auto_torch()
             if torch_job is not None:
-                opened = torch_job.next_started(self)
+                loaders = torch_job._loaders
+                if loaders and loaders[-1][0]() is self:
+                    block = loaders[-1][1]
+                    opened = block, block.switch(DATA_WAIT)
+                else:
+                    opened = torch_job.next_started(self)
         except Exception as error:
             STATE.failed(TORCH, error)
         if opened is None:
@@ -417,7 +424,12 @@ def _patch_loader() -> None:
             raise
         try:
             if STATE.live.get(TORCH, False):  # `STATE.on`, inlined: it runs at every batch
-                torch_job.next_done(*opened, batch)  # type: ignore[union-attr]
+                watcher = torch_job.watcher  # type: ignore[union-attr]
+                if watcher is not None and torch.is_grad_enabled():
+                    block, waiting_since = opened
+                    watcher._batch_loaded(batch, block.switch(COMPUTE) - waiting_since)
+                else:
+                    torch_job.next_done(*opened, batch)  # type: ignore[union-attr]
         except Exception as error:
             STATE.failed(TORCH, error)
         return batch
