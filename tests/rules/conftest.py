@@ -22,7 +22,7 @@ class PromtoolRun:
 
 
 def _run(directory: Path, suites: tuple[Suite, ...], detections: tuple[Detection, ...] = ()) -> PromtoolRun:
-    files = [suite.write(directory) for suite in suites]
+    files = [path for suite in suites for path in suite.write_parts(directory)]
     return PromtoolRun(suites, detections, run_promtool_tests(files, cwd=directory))
 
 

@@ -196,7 +196,7 @@ def test_boundary_cases_follow_the_thresholds_and_pass_promtool(factor, tmp_path
     records = moved(record_cases(cfg.thresholds), record_cases())
     assert records, "no record case moved with the thresholds"
     suites = split_suites(f"thresholds-x{factor:g}", cfg, cases, records)
-    result = run_promtool_tests([suite.write(tmp_path) for suite in suites], cwd=tmp_path)
+    result = run_promtool_tests([path for suite in suites for path in suite.write_parts(tmp_path)], cwd=tmp_path)
     assert result.returncode == 0, result.output[-20000:]
 
 
@@ -205,7 +205,7 @@ def test_old_boundary_cases_fail_against_moved_thresholds(tmp_path):
     """The cases are not vacuous: the default edges against rules with thresholds 10 % lower fail."""
     stale = moved(alert_cases(), alert_cases(_cfg(0.9).thresholds))  # the committed edges thresholds decide
     suite = Suite("stale-cases", _cfg(0.9), stale, [])
-    result = run_promtool_tests([suite.write(tmp_path)], cwd=tmp_path)
+    result = run_promtool_tests(suite.write_parts(tmp_path), cwd=tmp_path)
     assert result.returncode != 0
     failed = {name.split(":", 1)[0] for name in result.failed_groups()}
     assert {"GPUTemperatureHigh", "GPUUtilizationLow", "ModelStorageUsageHigh"} <= failed, failed
