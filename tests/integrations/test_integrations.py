@@ -7,6 +7,7 @@ import math
 import re
 import subprocess
 import sys
+import time
 from typing import Any, cast
 
 import pytest
@@ -181,6 +182,44 @@ def test_a_lightning_fit_tells_the_job_its_planned_steps_and_epochs(tmp_path):
     state = handle.run_state()
     assert (handle.steps_planned, handle.epochs_planned) == (6, 3)  # 2 batches a epoch, 3 epochs
     assert state.steps == 6 and state.steps_planned == 6
+
+
+class SlowData(torch.utils.data.Dataset[tuple[torch.Tensor, torch.Tensor]]):
+    """Each batch of one sample takes `seconds` to load."""
+
+    def __init__(self, batches: int, seconds: float) -> None:
+        self.batches, self.seconds = batches, seconds
+
+    def __len__(self) -> int:
+        return self.batches
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        time.sleep(self.seconds)
+        return torch.ones(2), torch.ones(())
+
+
+class SlowStep(Tiny):
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        time.sleep(COMPUTE_SECONDS)
+        return super().training_step(batch, batch_idx)
+
+
+COMPUTE_SECONDS, LOAD_SECONDS, BATCHES = 0.01, 0.03, 10
+
+
+def test_a_lightning_fit_counts_loading_as_data_wait_and_the_batch_as_compute(tmp_path):
+    # The batch hooks switch the phases themselves: the time between batches (the loader's) is
+    # data wait, a batch's training step compute; each at least what it slept.
+    handle = TrainingMetrics().start_job("tft", "phases", gpu_uuids=[])
+    trainer = quiet_trainer(tmp_path, LightningCallback(handle), max_epochs=1)
+    started = time.monotonic()
+    trainer.fit(SlowStep(), DataLoader(SlowData(BATCHES, LOAD_SECONDS), batch_size=1))
+    wall = time.monotonic() - started
+    totals = handle.phases.totals()
+    assert totals["data_wait"] >= BATCHES * LOAD_SECONDS
+    assert totals["compute"] >= BATCHES * COMPUTE_SECONDS
+    assert totals["data_wait"] + totals["compute"] <= wall
+    assert handle.steps_done == BATCHES
 
 
 class TwoOptimizers(pl.LightningModule):
