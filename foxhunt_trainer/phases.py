@@ -258,16 +258,10 @@ class HookedBlock:
     by `close()`, after which the phase below resumes (the next switch opens a new one). One call
     a switch: the hooks switch twice a step.
 
-    A hook that runs every step and cannot afford the call writes `switch` out, in the order
-    it runs (the queue is the clock's, appended to without its lock):
-
-        if block.depth and block.current is not phase:
-            block.pending.append((block.depth, phase, now))
-            block.current = phase
-            if len(block.pending) >= MAX_PENDING_SWITCHES:
-                block.flush()
-        else:
-            block.switch(phase, now)
+    A hook that runs every step and cannot afford the call writes `switch`'s common case out
+    itself: with a block open (`depth`) and a new phase, it appends `(depth, phase, now)` to
+    `pending` (the clock's queue, appended to without its lock), sets `current`, and calls
+    `flush()` once `MAX_PENDING_SWITCHES` wait; every other case goes through `switch`.
     """
 
     def __init__(self, clock: PhaseClock) -> None:
@@ -290,7 +284,7 @@ class HookedBlock:
             pending = self.pending
             pending.append((self.depth, phase, self.now() if now is None else now))
             if len(pending) >= MAX_PENDING_SWITCHES:
-                self._clock._apply_pending_now()
+                self.flush()
         self.current = phase
 
     def flush(self) -> None:
