@@ -29,7 +29,13 @@ What it reads:
   goes through `job.checkpoint`: timed, its errors classified and counted, a state with NaN or
   infinite weights refused as a good save (the callback wraps the strategy's `checkpoint_io`);
 - time: each training batch counts as "compute", the time between batches (the data loader) as
-  "data_wait", validation as "evaluation", checkpoint writes as "checkpoint".
+  "data_wait", validation as "evaluation", checkpoint writes as "checkpoint";
+- model FLOPs (`measure_flops`, on by default, unless the job already has them declared): the
+  batches of the fit's second optimizer step (forward, backward and the step; every batch of a
+  gradient accumulation window) run once under PyTorch's `FlopCounterMode`, and what it counts is
+  the job's FLOPs per step, in the precision of the trainer's `precision` setting. The hooks that
+  measure are the callback's for those batches only (instance attributes, removed once done): the
+  other batches pay nothing for it.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ import torch
 from pytorch_lightning.plugins.io import CheckpointIO
 from pytorch_lightning.utilities.data import extract_batch_size
 
+from foxhunt_trainer import flops as flops_module
 from foxhunt_trainer.hyperparameters import UNKNOWN, Hyperparameters
 from foxhunt_trainer.integrations.optimizers import gradient_norm, learning_rates, short_name
 from foxhunt_trainer.integrations.phase_blocks import PhaseBlocks
@@ -62,6 +69,17 @@ PRECISIONS = {
     "16-mixed": "mixed-fp16",
     "bf16-mixed": "mixed-bf16",
     "transformer-engine": "fp8",
+}
+# The dtype a precision setting multiplies in (model FLOPs are counted in it); "64-true" has none.
+FLOPS_DTYPES = {
+    "32-true": torch.float32,
+    "32": torch.float32,
+    "16-true": torch.float16,
+    "16-mixed": torch.float16,
+    "16": torch.float16,
+    "bf16-true": torch.bfloat16,
+    "bf16-mixed": torch.bfloat16,
+    "bf16": torch.bfloat16,
 }
 
 
@@ -209,13 +227,21 @@ class MetricsCallback(pl.Callback):
     recording = True
 
     def __init__(
-        self, job: JobMetrics, *, val_loss_key: str = "val_loss", check_every: int = DEFAULT_CHECK_EVERY
+        self,
+        job: JobMetrics,
+        *,
+        val_loss_key: str = "val_loss",
+        check_every: int = DEFAULT_CHECK_EVERY,
+        measure_flops: bool = True,
     ) -> None:
         if check_every < 1:
             raise ValueError(f"check_every is a number of optimizer steps of at least 1, got {check_every}")
         self.job = job
         self.val_loss_key = val_loss_key
         self.check_every = check_every
+        self.measure_flops = measure_flops
+        self._flops: Any = None  # the FlopCounterMode of the step being measured
+        self._flops_steps = 0
         self._phases = PhaseBlocks(job)
         self._steps = StepBatches(job, check_every)
         self._stepped = 0  # optimizer steps of the batch running, not yet in `_steps.unrecorded`
@@ -249,6 +275,9 @@ class MetricsCallback(pl.Callback):
         steps = int(planned) if isinstance(planned, int | float) and math.isfinite(planned) and planned > 0 else None
         epochs = trainer.max_epochs if trainer.max_epochs is not None and trainer.max_epochs > 0 else None
         self.job.set_planned(steps=steps, epochs=epochs)
+        if self.measure_flops and self.job.model_flops_per_step is None:
+            # From the end of a batch that stepped, the next step's batches are measured.
+            self.on_train_batch_end = self._flops_after_step  # type: ignore[method-assign]
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._losses.start_epoch()
@@ -355,6 +384,7 @@ class MetricsCallback(pl.Callback):
         self.job.record_training_iteration(trainer.current_epoch + 1, train_loss, val_loss, duration)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._stop_measuring_flops()
         self._record_steps()
         if self._losses.checked or self._grad_norm is not None:
             self._check(trainer)
@@ -362,9 +392,79 @@ class MetricsCallback(pl.Callback):
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         try:
+            self._stop_measuring_flops()
             self._record_steps()
         finally:
             self._phases.close()
+
+    # --- model FLOPs: the hooks of the measured step's batches (instance attributes) -------------
+    def _flops_after_step(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        stepped = self._stepped  # (the batch-end hook hands them to the job)
+        type(self).on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx)
+        if stepped or not self.recording:
+            del self.on_train_batch_end
+            if self.recording:
+                self.on_train_batch_start = self._flops_batch_start  # type: ignore[method-assign]
+
+    def _flops_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        del self.on_train_batch_start
+        type(self).on_train_batch_start(self, trainer, pl_module, batch, batch_idx)
+        if not self.recording:
+            return
+        try:
+            from torch.utils.flop_counter import FlopCounterMode
+
+            counter = FlopCounterMode(display=False)
+            counter.__enter__()  # type: ignore[no-untyped-call]
+            self._flops, self._flops_steps = counter, 0
+            self.on_train_batch_end = self._flops_batch_end  # type: ignore[method-assign]
+        except Exception as error:
+            if not self._hook_failed(error):
+                raise
+
+    def _flops_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        self._flops_steps += self._stepped
+        if self._flops_steps or not self.recording:  # (a batch that steps no optimizer: its window goes on)
+            try:
+                counted, steps = self._stop_measuring_flops()
+                if counted > 0 and steps and self.recording:
+                    precision = self._flops_precision(trainer, pl_module)
+                    if precision is not None:
+                        self.job.set_model_flops(counted // steps, precision)
+            except Exception as error:
+                if not self._hook_failed(error):
+                    raise
+        type(self).on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx)
+
+    def _stop_measuring_flops(self) -> tuple[int, int]:
+        """Leave the FLOP counter (if a step is being measured) and the measuring hooks: what it
+        counted and the optimizer steps it counted them over."""
+        for hook in ("on_train_batch_start", "on_train_batch_end"):
+            self.__dict__.pop(hook, None)
+        counter, self._flops = self._flops, None
+        if counter is None:
+            return 0, 0
+        counter.__exit__(None, None, None)
+        return int(counter.get_total_flops()), self._flops_steps
+
+    @staticmethod
+    def _flops_precision(trainer: pl.Trainer, pl_module: pl.LightningModule) -> str | None:
+        """The precision the fit multiplies in, from the trainer's setting (else the module's
+        parameters); None for one model FLOPs are not counted in (fp64)."""
+        setting = str(trainer.precision)
+        if setting == "transformer-engine":
+            return "fp8"
+        dtype = FLOPS_DTYPES.get(setting)
+        try:
+            return flops_module.precision_of(dtype) if dtype is not None else flops_module.model_precision(pl_module)
+        except ValueError:
+            return None
 
     # --- validation ----------------------------------------------------------------------------
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

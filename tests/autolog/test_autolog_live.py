@@ -9,7 +9,8 @@ one real Prometheus evaluating the rendered rules, every program at once:
 - the same loop with a blown-up learning rate fires TrainingNaNDetected with no guard in it;
 - Stable-Baselines3 PPO and DQN, each script's whole training one `model.learn(...)` call:
   samples equal SB3's `num_timesteps`, steps its optimizer steps, the PPO and DQN series present;
-- a Lightning fit: steps equal the trainer's `global_step`, samples the batches', checkpoints;
+- a Lightning fit: steps equal the trainer's `global_step`, samples the batches', checkpoints,
+  model FLOPs its step's as PyTorch's FLOP counter counts the same step by hand;
 - an Optuna study of PyTorch trials: trial counts and best value equal the study's, every trial's
   steps counted;
 - a 2-rank DDP script under `foxhunt-torchrun` (gloo): each rank's steps and samples, its rank
@@ -225,6 +226,24 @@ def test_a_lightning_fit_counts_the_trainers_steps_samples_and_checkpoints(live,
     assert live.value(catalog.CHECKPOINT_SAVES_TOTAL, job_id=job) >= 1
     assert live.series(catalog.TRAINING_LOSS, job_id=job)
     assert live.series(catalog.TRAINING_VALIDATION_LOSS, job_id=job)
+    # The fit's second optimizer step measured (the step after it on, with or without the first)
+    per_step = _lightning_program_step_flops()
+    flops = live.value(catalog.TRAINING_MODEL_FLOPS_TOTAL, job_id=job, precision="fp32")
+    assert flops in (per_step * (result["global_step"] - 1), per_step * result["global_step"]), (flops, per_step)
+
+
+def _lightning_program_step_flops() -> int:
+    """FLOPs of one training step of `lightning_fit.py`'s module and batch (32), counted by hand."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    net = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    optimizer = torch.optim.Adam(net.parameters(), lr=0.02)
+    with FlopCounterMode(display=False) as counter:
+        loss = torch.nn.functional.mse_loss(net(torch.randn(32, 4)).squeeze(1), torch.randn(32))
+        loss.backward()  # type: ignore[no-untyped-call]
+        optimizer.step()
+    return int(counter.get_total_flops())
 
 
 def test_an_optuna_study_reports_the_studys_trials_and_best_value_and_every_trials_steps(live):

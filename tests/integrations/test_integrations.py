@@ -306,6 +306,84 @@ def test_a_failing_fit_has_every_step_it_took_counted(tmp_path, monkeypatch):
     assert 'ml_training_samples_total{job_id="fails",model_type="tft",rank="0"} 20\n' in text
 
 
+class Regression(pl.LightningModule):
+    """Two layers and Adam: a step with matrix multiplies in its forward and backward."""
+
+    def __init__(self, fail_at_step: int | None = None) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+        self.fail_at_step = fail_at_step
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        if self.fail_at_step is not None and self.trainer.global_step == self.fail_at_step:
+            raise RuntimeError("the training step failed")
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.net(x).squeeze(1), y)
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.Adam(self.parameters(), lr=0.01)
+
+
+def _step_flops_by_hand(batches: int) -> int:
+    """PyTorch's FLOP count of one optimizer step of `Regression` over `batches` batches of 32."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model = Regression()
+    optimizer = torch.optim.Adam(model.parameters())
+    with FlopCounterMode(display=False) as counter:
+        for _ in range(batches):
+            model.training_step((torch.randn(32, 4), torch.randn(32)), 0).backward()  # type: ignore[no-untyped-call]
+        optimizer.step()
+    return int(counter.get_total_flops())
+
+
+def _dispatch_modes() -> list[Any]:
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    return list(_get_current_dispatch_mode_stack())
+
+
+@pytest.mark.parametrize("accumulate", [1, 2], ids=["one-batch-a-step", "two-batches-a-step"])
+def test_a_lightning_fit_measures_its_model_flops_once_for_every_optimizer_step(tmp_path, accumulate):
+    # One optimizer step is measured (every batch of its accumulation window): what PyTorch's
+    # FLOP counter counts for the same step by hand; every step after it counts them.
+    metrics = TrainingMetrics()
+    handle = metrics.start_job("tft", "flops", gpu_uuids=[])
+    trainer = quiet_trainer(tmp_path, LightningCallback(handle), max_epochs=1, accumulate_grad_batches=accumulate)
+    trainer.fit(Regression(), DataLoader(TensorDataset(torch.randn(512, 4), torch.randn(512)), batch_size=32))
+    per_step = _step_flops_by_hand(accumulate)
+    assert (handle.model_flops_per_step, handle.model_flops_precision) == (per_step, "fp32")
+    assert not _dispatch_modes()  # the counter is left
+    text = render_text(metrics.registry).decode()
+    total = _sample(
+        text, catalog.TRAINING_MODEL_FLOPS_TOTAL.name, 'job_id="flops",model_type="tft",precision="fp32",rank="0"'
+    )
+    steps = trainer.global_step  # the first one or two were recorded before the FLOPs were known
+    assert total in (per_step * (steps - 1), per_step * steps), (total, per_step, steps)
+
+
+def test_a_fit_that_fails_in_its_measured_step_leaves_no_flop_counter_behind(tmp_path):
+    handle = TrainingMetrics().start_job("tft", "fails", gpu_uuids=[])
+    trainer = quiet_trainer(tmp_path, LightningCallback(handle), max_epochs=1)
+    with pytest.raises(RuntimeError, match="the training step failed"):
+        trainer.fit(
+            Regression(fail_at_step=1), DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64)), batch_size=32)
+        )
+    assert not _dispatch_modes()
+    assert handle.model_flops_per_step is None
+
+
+def test_model_flops_the_program_declared_are_left_as_they_are(tmp_path):
+    handle = TrainingMetrics().start_job("tft", "declared", gpu_uuids=[])
+    handle.set_model_flops(1000, "bf16")
+    callback = LightningCallback(handle)
+    quiet_trainer(tmp_path, callback, max_epochs=1).fit(
+        Regression(), DataLoader(TensorDataset(torch.randn(128, 4), torch.randn(128)), batch_size=32)
+    )
+    assert (handle.model_flops_per_step, handle.model_flops_precision) == (1000, "bf16")
+    assert "on_train_batch_end" not in vars(callback)  # the class's hooks, nothing measuring
+
+
 class StopsAt(BaseCallback):
     """Raises once the algorithm has made `updates` policy updates."""
 
