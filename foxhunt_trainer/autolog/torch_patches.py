@@ -55,7 +55,7 @@ from foxhunt_trainer.autolog.switches import DISTRIBUTED, TORCH
 from foxhunt_trainer.checkpoints import CheckpointSave
 from foxhunt_trainer.hyperparameters import UNKNOWN
 from foxhunt_trainer.integrations.optimizers import learning_rates
-from foxhunt_trainer.integrations.torch import Watcher, batch_size_of
+from foxhunt_trainer.integrations.torch import _FOLD_LOSSES_AT, Watcher, batch_size_of
 from foxhunt_trainer.phases import COLLECTIVE, COMPUTE, DATA_WAIT, EVALUATION, PhaseBlock
 from foxhunt_trainer.training import JobMetrics
 
@@ -202,7 +202,8 @@ class AutoTorch:
     def backward(self, loss: torch.Tensor) -> None:
         if loss.numel() != 1:
             return
-        loss = getattr(loss, _UNSCALED, loss)  # GradScaler's scaled loss: the loss it scaled
+        if _scaled[0]:
+            loss = getattr(loss, _UNSCALED, loss)  # GradScaler's scaled loss: the loss it scaled
         watcher = self.watcher
         if watcher is not None:
             watcher.record_loss(loss)
@@ -317,9 +318,11 @@ def _torch_on() -> bool:
 # (`_made[0] if _made and not STATE.manual`, the integration once made).
 # The two global optimizer step hooks guard themselves (`guarded`, inlined: a wrapper each was
 # an extra call at every step).
-# Each also writes out the common case of the `AutoTorch` method it calls: the job's watcher's
-# optimizer stepping (the pre-step hook) and that step ending with the FLOPs measured and the
-# phase block in place (the post-step hook).
+# Each also writes out the common case of the `AutoTorch` and `Watcher` methods it calls, so a
+# step makes no more Python calls than `watch()`'s own hooks do: the job's watcher's optimizer
+# stepping with no check due (the pre-step hook: `Watcher._before_step`), that step ending with
+# the FLOPs measured and the phase block in place (the post-step hook: `Watcher._after_step`),
+# the loss of a program without GradScaler (`backward`: `AutoTorch.backward`, `record_loss`).
 def _before_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
     if STATE.framework_depth or not STATE.live.get(TORCH, False):
         return
@@ -331,7 +334,13 @@ def _before_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> No
         if current is not None and current._optimizer() is optimizer:
             torch_job._challenger = None
             torch_job._stepping, torch_job._stepped = current, optimizer
-            current._before_step(optimizer, args, kwargs)
+            # `current._before_step`: whether the step ends with a check (`_check_due`)
+            due = current._steps_since_check + 1 >= current.check_every or (
+                current._clock() - current._last_check >= current.check_every_seconds
+            )
+            current._due = due
+            if due:
+                current._take_gradient_norm(optimizer)
         else:
             torch_job.before_step(optimizer, args, kwargs)
     except Exception as error:
@@ -353,13 +362,20 @@ def _after_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> Non
             and (torch_job._loaders or torch_job._step_block is not None)
         ):
             torch_job._stepping = torch_job._stepped = None
-            watcher._after_step(optimizer, args, kwargs)
+            # `watcher._after_step`
+            samples, watcher._samples = watcher._samples, 0
+            watcher.job.record_step(samples=samples)
+            watcher.steps += 1
+            watcher._steps_since_check += 1
+            if watcher._due:
+                watcher.check()
         else:
             torch_job.after_step(optimizer, args, kwargs)
     except Exception as error:
         STATE.failed(TORCH, error)
 
 
+_SEQUENCES = (list, tuple)
 # Depth of the program's backward calls in progress (any thread): a `torch.autograd.backward`
 # made inside one (activation checkpointing calls it again during the backward pass) is not the
 # program's loss.
@@ -375,11 +391,20 @@ def _patch_backward() -> None:
     def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
         if not _backward_depth[0] and not STATE.framework_depth and STATE.live.get(TORCH, False):
             try:
-                loss = tensors[0] if isinstance(tensors, list | tuple) and len(tensors) == 1 else tensors
+                loss = tensors[0] if isinstance(tensors, _SEQUENCES) and len(tensors) == 1 else tensors
                 if isinstance(loss, torch.Tensor):
                     torch_job = _made[0] if _made and not STATE.manual else _auto_torch()
                     if torch_job is not None:
-                        torch_job.backward(loss)
+                        watcher = torch_job.watcher
+                        if watcher is not None and not _scaled[0] and loss.numel() == 1:
+                            # `torch_job.backward(loss)`: `watcher.record_loss(loss)`
+                            kept = watcher._loss_tensors
+                            kept.append(loss.detach())
+                            if len(kept) >= _FOLD_LOSSES_AT:
+                                watcher._fold_losses()
+                            watcher._losses += 1
+                        else:
+                            torch_job.backward(loss)
             except Exception as error:
                 STATE.failed(TORCH, error)
         _backward_depth[0] += 1
@@ -469,6 +494,7 @@ def _patch_save() -> None:
 
 
 _UNSCALED = "_foxhunt_unscaled_loss"
+_scaled = [False]  # whether GradScaler has scaled a loss in this process (its losses carry _UNSCALED)
 
 
 def _patch_grad_scaler() -> None:
@@ -482,6 +508,7 @@ def _patch_grad_scaler() -> None:
         if scaled is not outputs and isinstance(outputs, torch.Tensor) and _torch_on():
             try:
                 setattr(scaled, _UNSCALED, outputs.detach())
+                _scaled[0] = True
             except Exception as error:
                 STATE.failed(TORCH, error)
         return scaled

@@ -134,11 +134,15 @@ class Watcher:
                 raise ValueError(f"record_loss takes the step's loss, one value; got a tensor of shape {shape}")
             self._loss_tensors.append(loss.detach())
             if len(self._loss_tensors) >= _FOLD_LOSSES_AT:
-                self._loss_sum = self._summed_losses()
-                self._loss_tensors = []
+                self._fold_losses()
         else:
             self._loss_floats += float(loss)
         self._losses += 1
+
+    def _fold_losses(self) -> None:
+        """Sum the kept loss tensors into one (on their device, no sync): the list stays short."""
+        self._loss_sum = self._summed_losses()
+        self._loss_tensors = []
 
     def _summed_losses(self) -> torch.Tensor | None:
         """The sum of the tensor losses since the previous check, on the first one's device (no sync)."""
@@ -200,8 +204,12 @@ class Watcher:
 
     def _before_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         self._due = self._check_due()
-        if not self._due:
-            return
+        if self._due:
+            self._take_gradient_norm(optimizer)
+
+    def _take_gradient_norm(self, optimizer: torch.optim.Optimizer) -> None:
+        """The global norm of the gradients the optimizer is about to step with, kept on their
+        device until the check reads it."""
         grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
         if grads:
             self._grad_norm = torch.nn.utils.get_total_norm(grads).detach().to(torch.float32)
