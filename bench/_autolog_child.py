@@ -1,10 +1,12 @@
 """One variant's process for `bench.autolog_overhead`: a PyTorch loop run block by block on
-request (stdin "block" -> stdout its CPU seconds per step), or the framework callbacks timed from
-inside (`--framework`).
+request (stdin "block" -> stdout its CPU seconds per step), the three variants in one process
+(`--in-process`), or the framework callbacks timed from inside (`--framework`).
 
     python -m bench._autolog_child --variant plain|auto|watch --model real|tiny --steps N [--port P]
+    python -m bench._autolog_child --in-process --model real|tiny --steps N --rounds R
 
-`auto` is started by the parent through `foxhunt-run`: this loop has no instrumentation of its own.
+`auto` and `--in-process` are started by the parent through `foxhunt-run`: this loop has no
+instrumentation of its own.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -87,6 +89,94 @@ def loop(args: argparse.Namespace) -> None:
         started = time.process_time()
         body()
         print((time.process_time() - started) / args.steps, flush=True)
+
+
+# --- the three variants in one process ---------------------------------------------------------
+class Patches:
+    """The auto layer's torch patches, taken out and put back between blocks: what `foxhunt-run`
+    installed when torch was imported (the patched `torch.autograd.backward` and DataLoader
+    `__next__`, the two global optimizer step hooks) against PyTorch's own functions."""
+
+    def __init__(self) -> None:
+        from torch.optim import optimizer as optimizer_module
+        from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+        self._iterator, self._optimizer_module = _BaseDataLoaderIter, optimizer_module
+        self.backward: Any = torch.autograd.backward
+        self.next: Any = _BaseDataLoaderIter.__next__
+        self.hooks: list[tuple[dict[int, Any], dict[int, Any]]] = [
+            (cast(dict[int, Any], hooks), dict(hooks))
+            for hooks in (optimizer_module._global_optimizer_pre_hooks, optimizer_module._global_optimizer_post_hooks)
+        ]
+        originals = getattr(self.backward, "__wrapped__", None), getattr(self.next, "__wrapped__", None)
+        if None in originals or not all(mine for _, mine in self.hooks):
+            raise SystemExit("--in-process runs under foxhunt-run, with the torch integration on")
+        self.original_backward, self.original_next = originals
+
+    def put(self, on: bool) -> None:
+        setattr(torch.autograd, "backward", self.backward if on else self.original_backward)  # noqa: B010
+        setattr(self._iterator, "__next__", self.next if on else self.original_next)  # noqa: B010
+        for hooks, mine in self.hooks:
+            hooks.clear()
+            if on:
+                hooks.update(mine)
+
+
+def in_process(args: argparse.Namespace) -> None:
+    """Plain, auto and watch() blocks of the same loop in one process, the order rotating every
+    round: each block's cost is the training thread's CPU time per step (the metrics server's
+    thread, scraped by the parent, runs through every block alike and is not in it). Plain takes
+    the patches out; watch() takes them out and watches the loop by hand, into the auto job's
+    `JobMetrics`, with a watcher made before and closed after its block (so its hooks never run in
+    another variant's block). Prints one JSON object: the variants' seconds per step, block by block."""
+    from foxhunt_trainer.autolog import job as auto_job
+    from foxhunt_trainer.integrations.torch import watch
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    patches = Patches()
+    model = _model(args.model)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    loss_fn = torch.nn.MSELoss()
+    loader = _loader(args.model, args.steps)
+    parameter = next(model.parameters()) if args.model == "tiny" else None
+    steps: int = args.steps
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        loss: torch.Tensor = parameter * 2.0 if parameter is not None else loss_fn(model(x), y)
+        loss.backward()  # type: ignore[no-untyped-call]
+        optimizer.step()
+        optimizer.zero_grad()
+        return loss
+
+    def block(variant: str) -> float:
+        patches.put(variant == "auto")
+        if variant != "watch":
+            started = time.thread_time()
+            for x, y in loader:
+                step(x, y)
+            return (time.thread_time() - started) / steps
+        made = auto_job.existing()
+        if made is None:
+            raise SystemExit("the auto job was not made by the first auto block")
+        watcher = watch(made.job, model, optimizer)
+        started = time.thread_time()
+        for x, y in watcher.loader(loader):
+            watcher.record_loss(step(x, y))
+        spent = time.thread_time() - started
+        watcher.close()
+        return spent / steps
+
+    variants = ("auto", "plain", "watch")  # auto first: its job is made in the first block
+    for variant in variants * 2:  # warm-up
+        block(variant)
+    blocks: dict[str, list[float]] = {v: [] for v in variants}
+    for round_ in range(args.rounds):
+        order = variants[round_ % 3 :] + variants[: round_ % 3]
+        for variant in order if round_ % 6 < 3 else tuple(reversed(order)):
+            blocks[variant].append(block(variant))
+    patches.put(True)
+    print(json.dumps(blocks), flush=True)
 
 
 # --- the framework callbacks, timed from inside ---------------------------------------------------
@@ -212,10 +302,14 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--framework", action="store_true")
+    parser.add_argument("--in-process", action="store_true")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()
     if args.framework:
         frameworks(args)
+    elif args.in_process:
+        in_process(args)
     else:
         loop(args)
 

@@ -1,22 +1,31 @@
 """What the auto-instrumentation costs a PyTorch loop, against the same loop plain and with
-`watch()` by hand, side by side in one run; and the framework callbacks' fixed cost per step.
+`watch()` by hand, side by side in one process; and the framework callbacks' fixed cost per step.
 
-`python -m bench autolog` (defaults), or `python -m bench.autolog_overhead [--rounds 15] [--steps 150]
-[--repeats 3]`; take the bench lock: `flock /tmp/foxhunt-bench.lock ...`.
+`python -m bench autolog` (defaults), or `python -m bench.autolog_overhead [--rounds 30] [--steps 50]
+[--fixed-rounds 200] [--fixed-steps 100] [--repeats 3]`; take the bench lock:
+`flock /tmp/foxhunt-bench.lock ...`.
 
-Loop: `bench._autolog_child`, the MLP regression of `bench.trainer_overhead` (256 inputs, 3 x 512
+Loop: `bench._autolog_child --in-process`, started through `foxhunt-run` (the loop has no
+instrumentation of its own): the MLP regression of `bench.trainer_overhead` (256 inputs, 3 x 512
 hidden, batch 128, Adam, one PyTorch thread, about 13 ms of CPU a step on this machine) from a
-DataLoader. Each variant is its own warm process, so the plain one has no patch at all: plain (the
-loop alone), auto (the same unchanged loop started by `foxhunt-run`), watch (the loop with
-`watch()`, its loader wrapper and `record_loss`, as docs/trainer.md shows it). The parent asks the
-three processes for one block of `--steps` steps in turn, `--rounds` rounds, the order alternating
-every round; each block's cost is its process's CPU time per step (every thread: the metrics
-server, scraped once a second by another process, included). Per round each variant's ratio to that
-round's plain block; the report gives the median and the spread. The fixed cost per step, the
-sharper figure, comes from the same three variants around a one-parameter model (steps of
-microseconds): variant minus plain, the least of `FIXED_RUNS` interleaved blocks of 1,000 steps,
-set against the plain step of the real model. Goals: auto at most 1 % of the step at the default
-check interval, and no more than watch().
+DataLoader. In that one process the three variants take turns, block by block, the order rotating
+every round: plain (the auto layer's torch patches taken out: PyTorch's own `backward`, DataLoader
+`__next__` and no global optimizer hooks), auto (the patches in, as `foxhunt-run` installed them),
+watch (the patches out, the loop with `watch()`, its loader wrapper and `record_loss`, as
+docs/trainer.md shows it, into the same job). A block's cost is the training thread's CPU time per
+step; the job's metrics server, scraped once a second by another process, runs beside every block
+alike. Between processes a process-wide slowdown moves all of one variant's blocks and is larger
+than the cost measured; within one process the variants' neighbouring blocks share it. The child
+runs with glibc's allocator thresholds fixed (`_env`): left to move, they made the real model's
+blocks differ by several per cent from one process to the next, whichever variant.
+
+Two figures: the real model's per-round ratio of each variant to that round's plain block, and the
+fixed cost per step, measured around a one-parameter model (steps of about half a millisecond,
+where the instrumentation's share is about 25 times that on the real step): the median of the
+per-round differences to plain, set against the real model's plain step. Auto against watch(): the
+per-round difference of the two on the one-parameter model, its median with a bootstrap 95 %
+interval. Goals: auto at most 1 % of the step at the default check interval, and no more than
+watch().
 
 Framework callbacks (`--framework` child): PPO and DQN on CartPole and a Lightning fit trained under
 the auto-instrumentation; the CPU time of the training thread inside the callback's methods (every
@@ -30,10 +39,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
-from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,7 +59,7 @@ NAMES = {
     "watch": "`watch()` by hand (default check)",
 }
 GOAL = 0.01
-FIXED_STEPS, FIXED_RUNS = 1000, 15
+BOOTSTRAP = 2000
 
 
 def _scraper(port: int) -> subprocess.Popen[bytes]:
@@ -77,59 +86,43 @@ def _env(port: int, job_id: str) -> dict[str, str]:
         "FOXHUNT_JOB_ID": job_id,
         "FOXHUNT_PROGRESS_SECONDS": "off",
         "FOXHUNT_METRICS_FINAL_SCRAPE_WAIT_SECONDS": "0",
+        # glibc's allocator with fixed thresholds: by default it moves them as the process runs,
+        # and whether a step's activations are mapped and unmapped afresh (page faults every
+        # step) then differs from one block to the next by more than the cost measured.
+        "MALLOC_MMAP_THRESHOLD_": str(256 << 20),
+        "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
     }
 
 
-class Child:
-    def __init__(self, stack: ExitStack, variant: str, model: str, steps: int) -> None:
-        port = free_port()
-        child = [sys.executable, "-m", "bench._autolog_child", "--variant", variant, "--model", model]
-        command = [*child, "--steps", str(steps), "--port", str(port)]
-        if variant == "auto":
-            command = [sys.executable, "-m", "foxhunt_trainer.autolog", *command]
-        self.process = subprocess.Popen(
-            command, cwd=REPO_ROOT, env=_env(port, f"bench-{variant}-{model}"), text=True,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+def in_process(model: str, steps: int, rounds: int) -> dict[str, list[float]]:
+    """Seconds per step of each variant's blocks, round by round, from one process under
+    `foxhunt-run` whose metrics server is scraped once a second."""
+    port = free_port()
+    child = [sys.executable, "-m", "bench._autolog_child", "--in-process", "--model", model]
+    command = [sys.executable, "-m", "foxhunt_trainer.autolog", *child, "--steps", str(steps), "--rounds", str(rounds)]
+    scraper = _scraper(port)
+    try:
+        done = subprocess.run(
+            command, cwd=REPO_ROOT, env=_env(port, f"bench-{model}"), capture_output=True, text=True, check=True,
+            timeout=3600,
         )  # fmt: skip
-        stack.callback(self.close)
-        assert self._read() == "ready"
-        if variant != "plain":
-            scraper = _scraper(port)
-            stack.callback(scraper.wait, 10)
-            stack.callback(scraper.terminate)
-
-    def _read(self) -> str:
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        if not line:
-            raise RuntimeError(f"the benchmark's child exited ({self.process.poll()})")
-        return line.strip()
-
-    def block(self) -> float:
-        assert self.process.stdin is not None
-        self.process.stdin.write("block\n")
-        self.process.stdin.flush()
-        return float(self._read())
-
-    def close(self) -> None:
-        if self.process.poll() is None:
-            assert self.process.stdin is not None
-            self.process.stdin.close()
-            self.process.wait(timeout=60)
-
-
-def interleaved(model: str, steps: int, rounds: int, warmup: int = 2) -> dict[str, list[float]]:
-    """CPU seconds per step of each variant's blocks, round by round, the order alternating."""
-    blocks: dict[str, list[float]] = {v: [] for v in VARIANTS}
-    with ExitStack() as stack:
-        children = {v: Child(stack, v, model, steps) for v in VARIANTS}
-        for _ in range(warmup):
-            for child in children.values():
-                child.block()
-        for r in range(rounds):
-            for variant in VARIANTS if r % 2 == 0 else tuple(reversed(VARIANTS)):
-                blocks[variant].append(children[variant].block())
+    finally:
+        scraper.terminate()
+        scraper.wait(10)
+    blocks: dict[str, list[float]] = json.loads(done.stdout.strip().splitlines()[-1])
     return blocks
+
+
+def quartiles(values: list[float]) -> tuple[float, float, float]:
+    first, median, third = statistics.quantiles(values, n=4)
+    return first, median, third
+
+
+def median_interval(values: list[float], seed: int = 0) -> tuple[float, float]:
+    """A bootstrap 95 % interval of the median of `values` (resampled `BOOTSTRAP` times)."""
+    chooser = random.Random(seed)
+    medians = sorted(statistics.median(chooser.choices(values, k=len(values))) for _ in range(BOOTSTRAP))
+    return medians[int(0.025 * BOOTSTRAP)], medians[int(0.975 * BOOTSTRAP) - 1]
 
 
 def frameworks(repeats: int) -> dict[str, Any]:
@@ -145,30 +138,48 @@ def frameworks(repeats: int) -> dict[str, Any]:
 @dataclass(frozen=True)
 class LoopRow:
     variant: str
-    step: float
-    ratios: list[float]
-    fixed: float
+    step: float  # the real model's median block, seconds per step
+    ratios: list[float]  # to the round's plain block, real model
+    fixed: list[float]  # minus the round's plain block, one-parameter model, seconds per step
 
 
 def report(
-    rows: list[LoopRow], framework: dict[str, Any], args: argparse.Namespace, load: str
+    rows: list[LoopRow], paired: list[float], framework: dict[str, Any], args: argparse.Namespace, load: str
 ) -> tuple[str, list[str]]:
     plain = rows[0].step
     table, verdicts = [], []
     for row in rows:
-        ratio = statistics.median(row.ratios)
-        fixed = "" if row.variant == "plain" else f"{row.fixed * 1e6:.1f} µs = {100 * row.fixed / plain:.2f} %"
-        spread = f"{100 * (min(row.ratios) - 1):+.2f} % to {100 * (max(row.ratios) - 1):+.2f} %"
-        median = f"{ratio:.4f} ({100 * (ratio - 1):+.2f} %)"
-        table.append(f"| {NAMES[row.variant]} | {row.step * 1e3:.2f} | {median} | {spread} | {fixed} |")
+        if row.variant == "plain":
+            table.append(f"| {NAMES[row.variant]} | {row.step * 1e3:.2f} | 1 | | |")
+            continue
+        low, ratio, high = quartiles(row.ratios)
+        fixed_low, fixed, fixed_high = quartiles(row.fixed)
+        table.append(
+            f"| {NAMES[row.variant]} | {row.step * 1e3:.2f} | {ratio:.4f} ({100 * (ratio - 1):+.2f} %; "
+            f"{100 * (low - 1):+.2f} to {100 * (high - 1):+.2f} %) | {fixed * 1e6:.1f} µs ({fixed_low * 1e6:.1f} to "
+            f"{fixed_high * 1e6:.1f}) | {100 * fixed / plain:.2f} % |"
+        )
     auto, by_hand = rows[1], rows[2]
-    share = auto.fixed / plain
-    medians = [100 * (statistics.median(r.ratios) - 1) for r in (auto, by_hand)]
+    share = statistics.median(auto.fixed) / plain
+    whole = statistics.median(auto.ratios) - 1
     verdicts.append(
-        f"auto: goal at most {100 * GOAL:g} % of the step, fixed cost {100 * share:.2f} %: "
-        f"{'met' if share <= GOAL else 'NOT met'}; against watch() ({100 * by_hand.fixed / plain:.2f} %): "
-        f"{'no more' if auto.fixed <= by_hand.fixed else 'more'} (whole-loop medians "
-        f"{medians[0]:+.2f} % and {medians[1]:+.2f} %)"
+        f"auto: goal at most {100 * GOAL:g} % of the step; fixed cost {100 * share:.2f} % of the plain step, the real "
+        f"model's median ratio {100 * whole:+.2f} %: {'met' if max(share, whole) <= GOAL else 'NOT met'}"
+    )
+    low, high = median_interval(paired)
+    difference = statistics.median(paired)
+    below = sum(1 for d in paired if d < 0)
+    if high < 0:
+        against = "less: met"
+    elif low > 0:
+        against = "more: NOT met"
+    else:
+        against = "no more within the measurement's resolution (the interval holds 0): met"
+    verdicts.append(
+        f"auto against watch(): goal no more; auto minus watch() per round {difference * 1e6:+.2f} µs (median; 95 % "
+        f"interval {low * 1e6:+.2f} to {high * 1e6:+.2f} µs, {100 * max(abs(low), abs(high)) / plain:.3f} % of the "
+        f"plain step at most), auto below watch() in {below} of {len(paired)} rounds, watch()'s own fixed cost "
+        f"{statistics.median(by_hand.fixed) * 1e6:.1f} µs: {against}"
     )
     cases: dict[str, list[dict[str, Any]]] = {}
     for result in framework["cases"]:
@@ -197,29 +208,32 @@ def report(
                 f"holds from steps of {cost / GOAL * 1e3:.1f} ms"
             )
         verdicts.append(verdict)
-    command = f"python -m bench.autolog_overhead --rounds {args.rounds} --steps {args.steps} --repeats {args.repeats}"
+    command = (
+        f"python -m bench.autolog_overhead --rounds {args.rounds} --steps {args.steps} --fixed-rounds "
+        f"{args.fixed_rounds} --fixed-steps {args.fixed_steps} --repeats {args.repeats}"
+    )
     section = "\n".join(
         [
             BEGIN,
             "## Auto-instrumentation overhead (`foxhunt-run`) and the framework callbacks' fixed cost",
             "",
-            f"`{command}` (under `flock /tmp/foxhunt-bench.lock`; {load}). The MLP regression of the trainer "
-            "overhead section (256 inputs, 3 x 512 hidden, batch 128, Adam, one CPU thread) from a DataLoader; "
-            "each variant its own warm process (the plain one without any patch), the parent asking each for one "
-            f"block of {args.steps} steps in turn, {args.rounds} rounds, the order alternating; an instrumented "
-            "process's metrics server is scraped once a second by another process. Cost: the process's CPU time "
-            "per step (its server thread included).",
+            f"`{command}` (under `flock /tmp/foxhunt-bench.lock`; {load}). One process started by `foxhunt-run`, "
+            "the three variants taking turns block by block, the order rotating every round: plain (the auto "
+            "layer's torch patches taken out), auto (the patches in), `watch()` by hand (patches out, a watcher "
+            "made before and closed after its block, into the same job). Cost: the training thread's CPU time "
+            "per step; the job's metrics server is scraped once a second by another process. Real model: the MLP "
+            "regression of the trainer overhead section (256 inputs, 3 x 512 hidden, batch 128, Adam, one CPU "
+            f"thread) from a DataLoader, blocks of {args.steps} steps, {args.rounds} rounds. Fixed cost: the same "
+            f"around a one-parameter model, blocks of {args.fixed_steps:,} steps, {args.fixed_rounds} rounds, the "
+            "median of each round's difference to plain (quartiles in brackets), set against the real model's "
+            "plain step: what each variant adds to a step whatever the model (auto: PyTorch's global optimizer "
+            "hooks, the patched `backward()` and DataLoader `__next__`, the phase switches, the tallies, the "
+            "loss kept on its device; a check every 50 steps adds one sync and a gradient norm, as watch()'s).",
             "",
-            "| variant | median step (ms CPU) | median ratio to the round's plain block | spread over rounds "
-            "| fixed cost per step (one-parameter model) and its share of the plain step |",
+            "| variant | median step (ms CPU) | median ratio to the round's plain block (quartiles) "
+            "| fixed cost per step (quartiles) | share of the plain step |",
             "| --- | --- | --- | --- | --- |",
             *table,
-            "",
-            f"Fixed cost: the same three processes around a one-parameter model, variant minus plain, the least "
-            f"of {FIXED_RUNS} interleaved blocks of {FIXED_STEPS:,} steps: what each adds to a step whatever the "
-            "model (auto: PyTorch's global optimizer hooks, the patched `backward()` and DataLoader `__next__`, "
-            "the phase switches, the tallies, the loss kept on its device; a check every 50 steps adds one "
-            "sync and a gradient norm, as watch()'s).",
             "",
             "Framework callbacks under `foxhunt-run` (each case run "
             f"{args.repeats} times in one process): the training thread's CPU time inside the callback's methods "
@@ -250,28 +264,30 @@ def report(
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench autolog")
-    parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--steps", type=int, default=150)
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--fixed-rounds", type=int, default=200)
+    parser.add_argument("--fixed-steps", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-write", action="store_true", help="print the section, leave BENCHMARKS.md")
     args = parser.parse_args([] if argv is None else argv)
     load_before = os.getloadavg()
-    blocks = interleaved("real", args.steps, args.rounds)
-    fixed_blocks = interleaved("tiny", FIXED_STEPS, FIXED_RUNS)
+    blocks = in_process("real", args.steps, args.rounds)
+    fixed_blocks = in_process("tiny", args.fixed_steps, args.fixed_rounds)
     framework = frameworks(args.repeats)
     load_after = os.getloadavg()
-    plain_fixed = min(fixed_blocks["plain"])
     rows = [
         LoopRow(
             v,
             statistics.median(blocks[v]),
             [b / p for b, p in zip(blocks[v], blocks["plain"], strict=True)],
-            min(fixed_blocks[v]) - plain_fixed,
+            [b - p for b, p in zip(fixed_blocks[v], fixed_blocks["plain"], strict=True)],
         )
         for v in VARIANTS
     ]
+    paired = [a - w for a, w in zip(fixed_blocks["auto"], fixed_blocks["watch"], strict=True)]
     load = f"load average {load_before[0]:.1f} at the start, {load_after[0]:.1f} at the end, {os.cpu_count()} CPU cores"
-    section, _ = report(rows, framework, args, load)
+    section, _ = report(rows, paired, framework, args, load)
     print(section)
     if not args.no_write:
         write_section(section, BEGIN, END)

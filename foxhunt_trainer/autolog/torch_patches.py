@@ -315,7 +315,8 @@ def _torch_on() -> bool:
 
 # --- the patches ------------------------------------------------------------------------------
 # They run several times a step: `_auto_torch()` and `_torch_on()` are inlined where they are hot
-# (`_made[0] if _made and not STATE.manual`, the integration once made).
+# (`_made[0] if _made`, the integration once made: each runs after `STATE.live[TORCH]` was read,
+# which is off once the program instruments itself).
 # The two global optimizer step hooks guard themselves (`guarded`, inlined: a wrapper each was
 # an extra call at every step).
 # Each also writes out the common case of the `AutoTorch` and `Watcher` methods it calls, so a
@@ -327,7 +328,7 @@ def _before_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> No
     if STATE.framework_depth or not STATE.live.get(TORCH, False):
         return
     try:
-        torch_job = _made[0] if _made and not STATE.manual else _auto_torch()
+        torch_job = _made[0] if _made else _auto_torch()
         if torch_job is None:
             return
         current = torch_job.watcher
@@ -351,7 +352,7 @@ def _after_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> Non
     if STATE.framework_depth or not STATE.live.get(TORCH, False):
         return
     try:
-        torch_job = _made[0] if _made and not STATE.manual else _auto_torch()
+        torch_job = _made[0] if _made else _auto_torch()
         if torch_job is None:
             return
         watcher = torch_job._stepping
@@ -393,7 +394,7 @@ def _patch_backward() -> None:
             try:
                 loss = tensors[0] if isinstance(tensors, _SEQUENCES) and len(tensors) == 1 else tensors
                 if isinstance(loss, torch.Tensor):
-                    torch_job = _made[0] if _made and not STATE.manual else _auto_torch()
+                    torch_job = _made[0] if _made else _auto_torch()
                     if torch_job is not None:
                         watcher = torch_job.watcher
                         if watcher is not None and not _scaled[0] and loss.numel() == 1:
@@ -427,7 +428,7 @@ def _patch_loader() -> None:
         # loop's iterator again; a training batch with the job's watcher in place).
         opened = None
         try:
-            torch_job = _made[0] if _made and not STATE.manual else _auto_torch()
+            torch_job = _made[0] if _made else _auto_torch()
             if torch_job is not None:
                 loaders = torch_job._loaders
                 if loaders and loaders[-1][0]() is self:
@@ -448,13 +449,12 @@ def _patch_loader() -> None:
                 STATE.failed(TORCH, error)
             raise
         try:
-            if STATE.live.get(TORCH, False):  # `STATE.on`, inlined: it runs at every batch
-                watcher = torch_job.watcher  # type: ignore[union-attr]
-                if watcher is not None and torch.is_grad_enabled():
-                    block, waiting_since = opened
-                    watcher._batch_loaded(batch, block.switch(COMPUTE) - waiting_since)
-                else:
-                    torch_job.next_done(*opened, batch)  # type: ignore[union-attr]
+            watcher = torch_job.watcher  # type: ignore[union-attr]
+            if watcher is not None and torch.is_grad_enabled():
+                block, waiting_since = opened
+                watcher._batch_loaded(batch, block.switch(COMPUTE) - waiting_since)
+            else:
+                torch_job.next_done(*opened, batch)  # type: ignore[union-attr]
         except Exception as error:
             STATE.failed(TORCH, error)
         return batch

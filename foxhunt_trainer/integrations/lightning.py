@@ -33,9 +33,8 @@ What it reads:
 - model FLOPs (`measure_flops`, on by default, unless the job already has them declared): the
   batches of the fit's second optimizer step (forward, backward and the step; every batch of a
   gradient accumulation window) run once under PyTorch's `FlopCounterMode`, and what it counts is
-  the job's FLOPs per step, in the precision of the trainer's `precision` setting. The hooks that
-  measure are the callback's for those batches only (instance attributes, removed once done): the
-  other batches pay nothing for it.
+  the job's FLOPs per step, in the precision of the trainer's `precision` setting. Until that is
+  done the batch hooks read one flag more (`_measuring`), then nothing.
 """
 
 from __future__ import annotations
@@ -240,6 +239,10 @@ class MetricsCallback(pl.Callback):
         self.val_loss_key = val_loss_key
         self.check_every = check_every
         self.measure_flops = measure_flops
+        # Model FLOPs: `_measuring` while the batch hooks take part; the stage: 0 waiting for the
+        # first optimizer step, 1 the next batch starts the measure, 2 measuring (`_flops` counts).
+        self._measuring = False
+        self._flops_stage = 0
         self._flops: Any = None  # the FlopCounterMode of the step being measured
         self._flops_steps = 0
         self._phases = PhaseBlocks(job)
@@ -275,9 +278,8 @@ class MetricsCallback(pl.Callback):
         steps = int(planned) if isinstance(planned, int | float) and math.isfinite(planned) and planned > 0 else None
         epochs = trainer.max_epochs if trainer.max_epochs is not None and trainer.max_epochs > 0 else None
         self.job.set_planned(steps=steps, epochs=epochs)
-        if self.measure_flops and self.job.model_flops_per_step is None:
-            # From the end of a batch that stepped, the next step's batches are measured.
-            self.on_train_batch_end = self._flops_after_step  # type: ignore[method-assign]
+        self._measuring = self.measure_flops and self.job.model_flops_per_step is None
+        self._flops_stage = 0
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._losses.start_epoch()
@@ -288,6 +290,8 @@ class MetricsCallback(pl.Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
         if not self.recording:
+            if self._flops is not None:
+                self._stop_measuring_flops()
             return
         try:
             phases = self._phases  # `phases.switch(COMPUTE)`, written out (`HookedBlock`)
@@ -302,6 +306,8 @@ class MetricsCallback(pl.Callback):
                 self._batch_size_known = True
                 self._hyperparameters = replace(self._hyperparameters, batch_size=size)
                 self.job.set_hyperparameters(self._hyperparameters)
+            if self._measuring and self._flops_stage == 1:
+                self._start_measuring_flops()
         except Exception as error:
             if not self._hook_failed(error):
                 raise
@@ -329,8 +335,12 @@ class MetricsCallback(pl.Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         if not self.recording:
+            if self._flops is not None:
+                self._stop_measuring_flops()
             return
         try:
+            if self._measuring:  # (before the batch's steps are handed over)
+                self._flops_batch_end(trainer, pl_module)
             # `_batch_size` and `_loss_of`, their common cases inlined (a tensor or a tuple or list
             # led by one; a loss tensor or a mapping holding one): this runs every batch.
             kind = type(batch)
@@ -397,56 +407,37 @@ class MetricsCallback(pl.Callback):
         finally:
             self._phases.close()
 
-    # --- model FLOPs: the hooks of the measured step's batches (instance attributes) -------------
-    def _flops_after_step(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
-        stepped = self._stepped  # (the batch-end hook hands them to the job)
-        type(self).on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx)
-        if stepped or not self.recording:
-            del self.on_train_batch_end
-            if self.recording:
-                self.on_train_batch_start = self._flops_batch_start  # type: ignore[method-assign]
+    # --- model FLOPs ------------------------------------------------------------------------------
+    def _start_measuring_flops(self) -> None:
+        from torch.utils.flop_counter import FlopCounterMode
 
-    def _flops_batch_start(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
-    ) -> None:
-        del self.on_train_batch_start
-        type(self).on_train_batch_start(self, trainer, pl_module, batch, batch_idx)
-        if not self.recording:
+        counter = FlopCounterMode(display=False)
+        counter.__enter__()  # type: ignore[no-untyped-call]
+        self._flops, self._flops_steps, self._flops_stage = counter, 0, 2
+
+    def _flops_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """A batch ended while the FLOPs are to be measured: after the first step the next batch
+        starts the measure; a measured batch that stepped ends it (one that did not, in gradient
+        accumulation, goes on to the next)."""
+        if self._flops_stage == 0:
+            if self._stepped:
+                self._flops_stage = 1
             return
-        try:
-            from torch.utils.flop_counter import FlopCounterMode
-
-            counter = FlopCounterMode(display=False)
-            counter.__enter__()  # type: ignore[no-untyped-call]
-            self._flops, self._flops_steps = counter, 0
-            self.on_train_batch_end = self._flops_batch_end  # type: ignore[method-assign]
-        except Exception as error:
-            if not self._hook_failed(error):
-                raise
-
-    def _flops_batch_end(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
+        if self._flops_stage != 2:
+            return
         self._flops_steps += self._stepped
-        if self._flops_steps or not self.recording:  # (a batch that steps no optimizer: its window goes on)
-            try:
-                counted, steps = self._stop_measuring_flops()
-                if counted > 0 and steps and self.recording:
-                    precision = self._flops_precision(trainer, pl_module)
-                    if precision is not None:
-                        self.job.set_model_flops(counted // steps, precision)
-            except Exception as error:
-                if not self._hook_failed(error):
-                    raise
-        type(self).on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx)
+        if not self._flops_steps:
+            return
+        counted, steps = self._stop_measuring_flops()
+        if counted > 0:
+            precision = self._flops_precision(trainer, pl_module)
+            if precision is not None:
+                self.job.set_model_flops(counted // steps, precision)
 
     def _stop_measuring_flops(self) -> tuple[int, int]:
-        """Leave the FLOP counter (if a step is being measured) and the measuring hooks: what it
-        counted and the optimizer steps it counted them over."""
-        for hook in ("on_train_batch_start", "on_train_batch_end"):
-            self.__dict__.pop(hook, None)
+        """Leave the FLOP counter (if a step is being measured), measure no more: what it counted
+        and the optimizer steps it counted them over."""
+        self._measuring = False
         counter, self._flops = self._flops, None
         if counter is None:
             return 0, 0
