@@ -452,7 +452,17 @@ def _patch_loader() -> None:
             watcher = torch_job.watcher  # type: ignore[union-attr]
             if watcher is not None and torch.is_grad_enabled():
                 block, waiting_since = opened
-                watcher._batch_loaded(batch, block.switch(COMPUTE) - waiting_since)
+                waited = block.switch(COMPUTE) - waiting_since
+                # `watcher._batch_loaded`, its common case written out (the batch size known, a
+                # tensor or a tuple or list led by one): the auto watcher sizes batches with
+                # `batch_size_of`, where `watch()` calls the `samples_of` it was given.
+                kind = type(batch)
+                first = batch[0] if (kind is tuple or kind is list) and batch else batch
+                if type(first) is torch.Tensor and (shape := first.shape) and watcher._hyperparameters.batch_size:
+                    watcher.job.record_data_load(waited, batches=1)
+                    watcher._samples += shape[0]
+                else:
+                    watcher._batch_loaded(batch, waited)
             else:
                 torch_job.next_done(*opened, batch)  # type: ignore[union-attr]
         except Exception as error:
