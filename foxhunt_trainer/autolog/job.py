@@ -7,7 +7,8 @@ optimizer step, a DataLoader batch, a DistributedDataParallel, a Lightning Train
   (`train-20261202T061502Z`); `model_type` from `FOXHUNT_MODEL_TYPE` (the template sets the
   stack's), else `ml.model_type` in OTEL_RESOURCE_ATTRIBUTES, else the framework's name for it
   (SB3's algorithm: `ppo`, `dqn`), else the script's name. Ranks from torchrun's environment, else
-  from the process group the process joined (`RankInfo.of_process`: `torch.multiprocessing.spawn`).
+  from the process group the process joined (`RankInfo.of_process`: `torch.multiprocessing.spawn`),
+  else from a Lightning trainer made before either (its own launcher: `lightning_patches`).
 - the metrics server: base port plus local rank (`FOXHUNT_METRICS_BASE_PORT`, 9094 by default),
   on all interfaces in Kubernetes (`KUBERNETES_SERVICE_HOST` set) and on 127.0.0.1 elsewhere
   (`FOXHUNT_METRICS_ADDRESS` chooses). A port taken is reported and the program runs on.
@@ -38,6 +39,7 @@ from foxhunt_trainer.autolog.state import STATE
 from foxhunt_trainer.trainer_env import JOB_NAME_ENV, MODEL_TYPE_ENV
 
 if TYPE_CHECKING:
+    from foxhunt_trainer.ranks import RankInfo
     from foxhunt_trainer.server import MetricsServer
     from foxhunt_trainer.training import JobMetrics, TrainingMetrics
 
@@ -95,7 +97,7 @@ def metrics_address(environ: Mapping[str, str] | None = None) -> str:
 class AutoJob:
     """The process's auto-instrumented job, its registry and server."""
 
-    def __init__(self, hint: str | None) -> None:
+    def __init__(self, hint: str | None, rank: RankInfo | None = None) -> None:
         from foxhunt_trainer.ranks import RankInfo
         from foxhunt_trainer.server import MetricsServer, rank_metrics_port
         from foxhunt_trainer.training import TrainingMetrics
@@ -106,7 +108,8 @@ class AutoJob:
             self.metrics: TrainingMetrics = TrainingMetrics()
         finally:
             STATE.creating_metrics = False
-        self.job: JobMetrics = self.metrics.start_job(model_type, job_id, rank=RankInfo.of_process())
+        rank = RankInfo.of_process() if rank is None else rank
+        self.job: JobMetrics = self.metrics.start_job(model_type, job_id, rank=rank)
         self.server: MetricsServer | None = None
         self._span: Any = None
         self._extensions: dict[str, Any] = {}
@@ -177,9 +180,10 @@ class AutoJob:
             self.server.close(final_scrape_wait=0)
 
 
-def current(hint: str | None = None) -> AutoJob | None:
-    """The auto job, made now if this is the first sign of training; None while the program
-    instruments itself or the job could not be made (reported once)."""
+def current(hint: str | None = None, rank: RankInfo | None = None) -> AutoJob | None:
+    """The auto job, made now if this is the first sign of training (`rank`: the process's, where
+    the framework knows it and nothing else does); None while the program instruments itself or
+    the job could not be made (reported once)."""
     global _auto
     if _auto is not None:
         return _auto if not STATE.manual else None
@@ -188,7 +192,7 @@ def current(hint: str | None = None) -> AutoJob | None:
     with _lock:
         if _auto is None:
             try:
-                _auto = AutoJob(hint)
+                _auto = AutoJob(hint, rank)
             except Exception as error:
                 STATE.failed("job", error)
                 return None

@@ -2,16 +2,25 @@
 
 `pytorch_lightning.Trainer(...)` and the `lightning` package's `lightning.pytorch.Trainer` (what
 `import lightning as L; L.Trainer(...)` makes: a second copy of the same classes, which calls a
-callback's hooks as the first does) get the integration's callback after the program's own, and
+callback's hooks as the first does) get the integration's callback after the program's own (added
+once the trainer is made: it knows the ranks by then), and
 their `fit`, `validate`, `test` and `predict` leave the optimizer steps, losses and loaders to it
 (the plain PyTorch integration steps aside while they run). Every method of the callback
 Lightning calls, and its checkpoint IO, is guarded (`state`): the per-batch hooks by themselves,
 the others wrapped.
+
+Ranks: a fit started with Lightning's own launcher (`Trainer(strategy="ddp", devices=N)` run with
+plain `python`: Lightning starts the other processes itself) has no RANK in its environment and no
+process group when the trainer is made, but the trainer knows each process's rank and the world
+size from then on; the job made with the trainer takes them (a launcher's RANK, or a process group
+already made, still wins: `RankInfo.of_process`).
 """
 
 from __future__ import annotations
 
 import functools
+import os
+import sys
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -22,6 +31,7 @@ from foxhunt_trainer.autolog import job as auto_job
 from foxhunt_trainer.autolog.state import STATE, guarded_subclass
 from foxhunt_trainer.autolog.switches import LIGHTNING
 from foxhunt_trainer.integrations.lightning import MetricsCallback, MonitoredCheckpointIO
+from foxhunt_trainer.ranks import RANK_ENV, RankInfo
 from foxhunt_trainer.training import JobMetrics
 
 HOOKS = (
@@ -87,12 +97,22 @@ AutoMetricsCallback = guarded_subclass(
 )
 
 
-def _with_callback(callbacks: Any, added: pl.Callback) -> list[Any]:
-    if callbacks is None:
-        return [added]
-    if isinstance(callbacks, list | tuple):
-        return [*callbacks, added]
-    return [callbacks, added]  # one callback, of either package's Callback class
+def trainer_rank(trainer: Any, environ: Any = None) -> RankInfo | None:
+    """The rank the trainer gave this process, where nothing else tells it: several processes, no
+    launcher's RANK, no process group yet (Lightning's own launcher); else None."""
+    env = os.environ if environ is None else environ
+    dist = sys.modules.get("torch.distributed")
+    if env.get(RANK_ENV, "").strip() or (dist is not None and dist.is_available() and dist.is_initialized()):
+        return None
+    world_size = int(trainer.world_size)
+    if world_size <= 1:
+        return None
+    return RankInfo(
+        rank=int(trainer.global_rank),
+        local_rank=int(trainer.local_rank),
+        world_size=world_size,
+        node_rank=int(trainer.node_rank),
+    )
 
 
 def _patch_init(trainer: type[pl.Trainer]) -> None:
@@ -100,12 +120,13 @@ def _patch_init(trainer: type[pl.Trainer]) -> None:
 
     @functools.wraps(original)
     def __init__(self: pl.Trainer, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
         try:
-            if STATE.on(LIGHTNING) and (auto := auto_job.current()) is not None:
-                kwargs["callbacks"] = _with_callback(kwargs.get("callbacks"), AutoMetricsCallback(auto.job))
+            if STATE.on(LIGHTNING) and (auto := auto_job.current(rank=trainer_rank(self))) is not None:
+                # After the program's own (Lightning puts checkpoint callbacks last when it fits).
+                self.callbacks.append(AutoMetricsCallback(auto.job))  # type: ignore[attr-defined]
         except Exception as error:
             STATE.failed(LIGHTNING, error)
-        original(self, *args, **kwargs)
 
     trainer.__init__ = __init__  # type: ignore[method-assign]
 

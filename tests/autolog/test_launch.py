@@ -97,3 +97,26 @@ def test_the_ranks_of_a_launch_share_one_job_id_unless_the_environment_names_one
     assert launch.shared_job_id(["--nproc-per-node=2", "train.py", "--lr", "1"], {}, 0) == "train-19700101T000000Z"
     assert launch.shared_job_id(["--standalone", "-m", "pkg.trainer"], {}, 0) == "trainer-19700101T000000Z"
     assert launch.shared_job_id(["train.py"], {JOB_NAME_ENV: "dqn-abc12"}) is None
+
+
+class _Trainer:
+    """What `trainer_rank` reads of a Lightning trainer."""
+
+    def __init__(self, world_size: int, global_rank: int, local_rank: int, node_rank: int = 0) -> None:
+        self.world_size, self.global_rank, self.local_rank, self.node_rank = (
+            world_size,
+            global_rank,
+            local_rank,
+            node_rank,
+        )
+
+
+@pytest.mark.slow  # imports Lightning
+def test_a_lightning_trainers_ranks_are_taken_only_where_nothing_else_tells_them():
+    from foxhunt_trainer.autolog.lightning_patches import trainer_rank
+    from foxhunt_trainer.ranks import RankInfo
+
+    # Lightning's own launcher: no RANK; the trainer's view of a 4-process job on 2 nodes
+    assert trainer_rank(_Trainer(4, 3, 1, node_rank=1), environ={}) == RankInfo(3, 1, 4, 1)
+    assert trainer_rank(_Trainer(4, 3, 1), environ={"RANK": "3"}) is None  # a launcher's environment wins
+    assert trainer_rank(_Trainer(1, 0, 0), environ={}) is None  # one process: nothing to take

@@ -1,6 +1,9 @@
-"""Ranks started by `torch.multiprocessing.spawn`, the way PyTorch's DDP tutorial starts them (no
-launcher, so no RANK or WORLD_SIZE in their environment), each report their own rank, world size
-and steps under `foxhunt-run`, each on its own port (the base port plus its rank)."""
+"""Ranks started without torchrun each report their own rank, world size and steps under
+`foxhunt-run`, each on its own port (the base port plus its local rank): ranks started by
+`torch.multiprocessing.spawn`, the way PyTorch's DDP tutorial starts them (no launcher, so no RANK
+or WORLD_SIZE in their environment), and a Lightning fit whose second process Lightning's own
+launcher starts (`Trainer(strategy="ddp", devices=2)` run with plain `python`: no RANK, and no
+process group yet when the trainer is made)."""
 
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ pytestmark = pytest.mark.slow
 
 WORLD, STEPS, JOB_ID = 2, 30, "spawned"
 PROGRAM = REPO_ROOT / "tests" / "autolog" / "programs" / "ddp_spawn.py"
+LIGHTNING_PROGRAM = REPO_ROOT / "tests" / "autolog" / "programs" / "lightning_ddp.py"
 RUN = [sys.executable, "-m", "foxhunt_trainer.autolog", sys.executable]
 
 
@@ -44,20 +48,20 @@ def samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
     ]
 
 
-def test_spawned_ranks_without_a_launcher_report_their_own_rank_on_their_own_port(tmp_path: Path) -> None:
-    base = free_port_range(WORLD)
+def run_to_the_end(command: list[str], base: int) -> tuple[dict[int, str], str]:
+    """Run `command` under `foxhunt-run` with its ranks served from `base`: each rank's last page
+    (every rank waits at exit for a scrape of its final page: this loop's), and the output."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "FOXHUNT_", "PYTHON"))}
     env.update(
         PYTHONPATH=str(REPO_ROOT), OMP_NUM_THREADS="1", FOXHUNT_METRICS_BASE_PORT=str(base), FOXHUNT_JOB_ID=JOB_ID,
         FOXHUNT_PROGRESS_SECONDS="off", FOXHUNT_METRICS_FINAL_SCRAPE_WAIT_SECONDS="120",
     )  # fmt: skip
-    command = [*RUN, str(PROGRAM), str(tmp_path), "--master-port", str(free_port()), "--steps", str(STEPS)]
-    proc = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen([*RUN, *command], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     last: dict[int, str] = {}
     deadline = time.monotonic() + 300
     try:
-        while proc.poll() is None:  # each rank waits at exit for a scrape of its final page: this loop's
-            assert time.monotonic() < deadline, "the spawned job did not end in 300 s"
+        while proc.poll() is None:
+            assert time.monotonic() < deadline, "the job did not end in 300 s"
             for rank in range(WORLD):
                 if (text := page(base + rank)) is not None:
                     last[rank] = text
@@ -67,11 +71,33 @@ def test_spawned_ranks_without_a_launcher_report_their_own_rank_on_their_own_por
             proc.kill()
         output = proc.communicate()[0].decode(errors="replace")
     assert proc.returncode == 0, output
+    return last, output
+
+
+def assert_each_rank_reported(last: dict[int, str], output: str, base: int, model_type: str, steps: int) -> None:
     for rank in range(WORLD):
-        assert json.loads((tmp_path / f"result-{rank}.json").read_text())["steps"] == STEPS
         assert rank in last, f"rank {rank} served nothing on port {base + rank}\n{output}"
         (info,) = samples(last[rank], catalog.TRAINING_RANK_INFO.name)
         assert info[0]["job_id"] == JOB_ID
         assert (info[0]["rank"], info[0]["local_rank"], info[0]["world_size"]) == (str(rank), str(rank), str(WORLD))
-        (steps,) = samples(last[rank], catalog.TRAINING_STEPS_TOTAL.name)
-        assert steps == ({"job_id": JOB_ID, "model_type": "ddp_spawn", "rank": str(rank)}, float(STEPS))
+        (counted,) = samples(last[rank], catalog.TRAINING_STEPS_TOTAL.name)
+        assert counted == ({"job_id": JOB_ID, "model_type": model_type, "rank": str(rank)}, float(steps))
+
+
+def test_spawned_ranks_without_a_launcher_report_their_own_rank_on_their_own_port(tmp_path: Path) -> None:
+    base = free_port_range(WORLD)
+    command = [str(PROGRAM), str(tmp_path), "--master-port", str(free_port()), "--steps", str(STEPS)]
+    last, output = run_to_the_end(command, base)
+    for rank in range(WORLD):
+        assert json.loads((tmp_path / f"result-{rank}.json").read_text())["steps"] == STEPS
+    assert_each_rank_reported(last, output, base, "ddp_spawn", STEPS)
+
+
+def test_a_lightning_fit_whose_launcher_is_lightnings_own_reports_each_rank_on_its_own_port(tmp_path: Path) -> None:
+    base = free_port_range(WORLD)
+    last, output = run_to_the_end([str(LIGHTNING_PROGRAM), str(tmp_path)], base)
+    results = [json.loads((tmp_path / f"result-{rank}.json").read_text()) for rank in range(WORLD)]
+    assert [r["world_size"] for r in results] == [WORLD, WORLD]
+    steps = results[0]["global_step"]
+    assert steps > 0 and results[1]["global_step"] == steps
+    assert_each_rank_reported(last, output, base, "lightning_ddp", steps)
