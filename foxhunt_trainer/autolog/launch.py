@@ -3,7 +3,9 @@
     foxhunt-run python train.py --epochs 10
     foxhunt-run python -m my_project.train
 
-puts `BOOTSTRAP` (a directory holding a `sitecustomize`) first on PYTHONPATH and replaces itself
+puts `BOOTSTRAP` (a directory holding a `sitecustomize`) first on PYTHONPATH, names the job for
+every process of the program (FOXHUNT_JOB_ID, unless the environment names it: the script's name
+and the start time, `train-20261202T061502Z`), and replaces itself
 with the command (exec: the program's exit code and signals are its own, it keeps the PID). Every
 Python process of the program, its subprocesses, `multiprocessing` spawns and torchrun's workers
 included, then installs the import hook of `foxhunt_trainer.autolog.importer`, which instruments
@@ -51,16 +53,19 @@ def instrumented_env(environ: Mapping[str, str] | None = None) -> dict[str, str]
     return env
 
 
-def shared_job_id(args: Sequence[str], environ: Mapping[str, str], started: float | None = None) -> str | None:
+def shared_job_id(
+    args: Sequence[str], environ: Mapping[str, str], started: float | None = None, fallback: str = "torchrun"
+) -> str | None:
     """The job ID the processes a launcher starts share: None when the environment names one
-    (FOXHUNT_JOB_ID, or the Kubernetes Job's name), else the program's name and the start time."""
+    (FOXHUNT_JOB_ID, or the Kubernetes Job's name), else the program's name (its script's, its
+    module's, else `fallback`) and the start time."""
     if environ.get(JOB_ID_ENV, "").strip() or environ.get(JOB_NAME_ENV, "").strip():
         return None
     program = next((Path(arg).stem for arg in args if arg.endswith(".py")), None)
     if program is None and "-m" in args[:-1]:
         program = args[list(args).index("-m") + 1].rsplit(".", 1)[-1]
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if started is None else started))
-    return f"{program or 'torchrun'}-{stamp}"
+    return f"{program or fallback}-{stamp}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -72,6 +77,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(USAGE + "\n\n" + (__doc__ or "").split("\n\n", 1)[1])
         return 0
     env = instrumented_env()
+    job_id = shared_job_id(args, env, fallback=Path(args[0]).stem or "python")
+    if job_id is not None and env.get(PYTHONPATH, "").startswith(str(BOOTSTRAP)):
+        # One job for every process of the program, whatever second each starts in (the ranks a
+        # framework's own launcher starts, a multiprocessing spawn).
+        env[JOB_ID_ENV] = job_id
     sys.stdout.flush()
     sys.stderr.flush()
     try:

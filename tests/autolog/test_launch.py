@@ -5,6 +5,7 @@ program runs uninstrumented, and nothing imports a framework the program does no
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -84,6 +85,17 @@ def test_the_bootstrap_goes_first_on_pythonpath_once():
     env = launch.instrumented_env({"PYTHONPATH": f"/a{os.pathsep}{launch.BOOTSTRAP}{os.pathsep}/b"})
     assert env["PYTHONPATH"].split(os.pathsep) == [str(launch.BOOTSTRAP), "/a", "/b"]
     assert launch.instrumented_env({AUTOLOG_ENV: "off"}).get("PYTHONPATH") is None
+
+
+JOB_ID_PROBE = "import os; print(os.environ.get('FOXHUNT_JOB_ID'))"
+
+
+def test_the_programs_processes_are_given_one_job_id_unless_the_environment_names_one():
+    named = _run([*RUN, sys.executable, "-c", JOB_ID_PROBE], _env())
+    assert re.fullmatch(rf"{Path(sys.executable).stem}-\d{{8}}T\d{{6}}Z\n", named.stdout), named.stdout
+    assert _run([*RUN, sys.executable, "-c", JOB_ID_PROBE], _env(FOXHUNT_JOB_ID="mine")).stdout == "mine\n"
+    assert _run([*RUN, sys.executable, "-c", JOB_ID_PROBE], _env(**{JOB_NAME_ENV: "dqn-abc12"})).stdout == "None\n"
+    assert _run([*RUN, sys.executable, "-c", JOB_ID_PROBE], _env(**{AUTOLOG_ENV: "off"})).stdout == "None\n"
 
 
 def test_a_missing_command_exits_127_and_no_command_shows_the_usage():

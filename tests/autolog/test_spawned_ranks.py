@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -48,14 +49,17 @@ def samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
     ]
 
 
-def run_to_the_end(command: list[str], base: int) -> tuple[dict[int, str], str]:
-    """Run `command` under `foxhunt-run` with its ranks served from `base`: each rank's last page
-    (every rank waits at exit for a scrape of its final page: this loop's), and the output."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "FOXHUNT_", "PYTHON"))}
+def run_to_the_end(command: list[str], base: int, job_id: str | None = JOB_ID) -> tuple[dict[int, str], str]:
+    """Run `command` under `foxhunt-run` with its ranks served from `base` (and `job_id` in the
+    environment, if given): each rank's last page (every rank waits at exit for a scrape of its
+    final page: this loop's), and the output."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "FOXHUNT_", "PYTHON", "TRAINING_JOB"))}
     env.update(
-        PYTHONPATH=str(REPO_ROOT), OMP_NUM_THREADS="1", FOXHUNT_METRICS_BASE_PORT=str(base), FOXHUNT_JOB_ID=JOB_ID,
+        PYTHONPATH=str(REPO_ROOT), OMP_NUM_THREADS="1", FOXHUNT_METRICS_BASE_PORT=str(base),
         FOXHUNT_PROGRESS_SECONDS="off", FOXHUNT_METRICS_FINAL_SCRAPE_WAIT_SECONDS="120",
     )  # fmt: skip
+    if job_id is not None:
+        env["FOXHUNT_JOB_ID"] = job_id
     proc = subprocess.Popen([*RUN, *command], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     last: dict[int, str] = {}
     deadline = time.monotonic() + 300
@@ -74,14 +78,16 @@ def run_to_the_end(command: list[str], base: int) -> tuple[dict[int, str], str]:
     return last, output
 
 
-def assert_each_rank_reported(last: dict[int, str], output: str, base: int, model_type: str, steps: int) -> None:
+def assert_each_rank_reported(
+    last: dict[int, str], output: str, base: int, model_type: str, steps: int, job_id: str = JOB_ID
+) -> None:
     for rank in range(WORLD):
         assert rank in last, f"rank {rank} served nothing on port {base + rank}\n{output}"
         (info,) = samples(last[rank], catalog.TRAINING_RANK_INFO.name)
-        assert info[0]["job_id"] == JOB_ID
+        assert info[0]["job_id"] == job_id
         assert (info[0]["rank"], info[0]["local_rank"], info[0]["world_size"]) == (str(rank), str(rank), str(WORLD))
         (counted,) = samples(last[rank], catalog.TRAINING_STEPS_TOTAL.name)
-        assert counted == ({"job_id": JOB_ID, "model_type": model_type, "rank": str(rank)}, float(steps))
+        assert counted == ({"job_id": job_id, "model_type": model_type, "rank": str(rank)}, float(steps))
 
 
 def test_spawned_ranks_without_a_launcher_report_their_own_rank_on_their_own_port(tmp_path: Path) -> None:
@@ -94,10 +100,14 @@ def test_spawned_ranks_without_a_launcher_report_their_own_rank_on_their_own_por
 
 
 def test_a_lightning_fit_whose_launcher_is_lightnings_own_reports_each_rank_on_its_own_port(tmp_path: Path) -> None:
+    # No job ID in the environment: the two processes (started seconds apart) share the one
+    # `foxhunt-run` names the program's job with.
     base = free_port_range(WORLD)
-    last, output = run_to_the_end([str(LIGHTNING_PROGRAM), str(tmp_path)], base)
+    last, output = run_to_the_end([str(LIGHTNING_PROGRAM), str(tmp_path)], base, job_id=None)
     results = [json.loads((tmp_path / f"result-{rank}.json").read_text()) for rank in range(WORLD)]
     assert [r["world_size"] for r in results] == [WORLD, WORLD]
     steps = results[0]["global_step"]
     assert steps > 0 and results[1]["global_step"] == steps
-    assert_each_rank_reported(last, output, base, "lightning_ddp", steps)
+    (info,) = samples(last[0], catalog.TRAINING_RANK_INFO.name)
+    assert re.fullmatch(r"lightning_ddp-\d{8}T\d{6}Z", info[0]["job_id"]), info
+    assert_each_rank_reported(last, output, base, "lightning_ddp", steps, job_id=info[0]["job_id"])
