@@ -25,7 +25,8 @@ Installed right after the program imports torch (`importer`); nothing happens un
   goes through `job.checkpoint` (timed, errors classified and re-raised as they were, non-finite
   state refused as a good save), once the job exists;
 - torch.distributed (switch `distributed`): every `DistributedDataParallel` made is registered
-  for per-step timing (`CollectiveTimer.register_ddp`), `torch.distributed.all_reduce`,
+  for per-step timing (`CollectiveTimer.register_ddp`; inside a Lightning fit too, whose callback
+  times no collective), `torch.distributed.all_reduce`,
   `broadcast`, `all_gather_into_tensor` and `reduce_scatter_tensor` called by the program are
   timed; ranks from torchrun's environment.
 
@@ -573,8 +574,9 @@ def _patch_ddp() -> None:
 
 @guarded(DISTRIBUTED)
 def _register_ddp(ddp: Any) -> None:
-    if STATE.framework_depth:
-        return
+    # Inside a framework's fit too: Lightning's DDP strategy wraps the model, and its callback
+    # times no collective (without this a rank waiting for the all-reduce counts it as compute,
+    # and the straggler alert cannot tell the slow rank).
     timer = _timer()
     if timer is not None:
         timer.register_ddp(ddp)

@@ -3,7 +3,7 @@
 `torch.multiprocessing.spawn`, the way PyTorch's DDP tutorial starts them (no launcher, so no RANK
 or WORLD_SIZE in their environment), and a Lightning fit whose second process Lightning's own
 launcher starts (`Trainer(strategy="ddp", devices=2)` run with plain `python`: no RANK, and no
-process group yet when the trainer is made)."""
+process group yet when the trainer is made), whose DDP module is timed as torchrun's ranks' are."""
 
 from __future__ import annotations
 
@@ -111,3 +111,15 @@ def test_a_lightning_fit_whose_launcher_is_lightnings_own_reports_each_rank_on_i
     (info,) = samples(last[0], catalog.TRAINING_RANK_INFO.name)
     assert re.fullmatch(r"lightning_ddp-\d{8}T\d{6}Z", info[0]["job_id"]), info
     assert_each_rank_reported(last, output, base, "lightning_ddp", steps, job_id=info[0]["job_id"])
+    # The DDP module Lightning's strategy made is timed: one gradient bucket a step, and the wait
+    # for it in the collective phase (what the straggler and hang alerts read).
+    for rank in range(WORLD):
+        reduced = dict(
+            (labels["collective"], value)
+            for labels, value in samples(last[rank], catalog.TRAINING_COLLECTIVE_OPERATIONS_TOTAL.name)
+        )
+        assert reduced["all_reduce"] == steps, reduced
+        phases = {
+            labels["phase"]: value for labels, value in samples(last[rank], catalog.TRAINING_PHASE_SECONDS_TOTAL.name)
+        }
+        assert phases["collective"] > 0 and phases["compute"] > 0, phases
