@@ -104,15 +104,18 @@ def trainer_rank(trainer: Any, environ: Any = None) -> RankInfo | None:
     dist = sys.modules.get("torch.distributed")
     if env.get(RANK_ENV, "").strip() or (dist is not None and dist.is_available() and dist.is_initialized()):
         return None
-    world_size = int(trainer.world_size)
-    if world_size <= 1:
+    try:
+        world_size = int(trainer.world_size)
+        if world_size <= 1:
+            return None
+        return RankInfo(
+            rank=int(trainer.global_rank),
+            local_rank=int(trainer.local_rank),
+            world_size=world_size,
+            node_rank=int(trainer.node_rank),
+        )
+    except (AttributeError, TypeError, ValueError):  # a trainer that does not tell: the process's own view
         return None
-    return RankInfo(
-        rank=int(trainer.global_rank),
-        local_rank=int(trainer.local_rank),
-        world_size=world_size,
-        node_rank=int(trainer.node_rank),
-    )
 
 
 def _patch_init(trainer: type[pl.Trainer]) -> None:

@@ -132,3 +132,5 @@ def test_a_lightning_trainers_ranks_are_taken_only_where_nothing_else_tells_them
     assert trainer_rank(_Trainer(4, 3, 1, node_rank=1), environ={}) == RankInfo(3, 1, 4, 1)
     assert trainer_rank(_Trainer(4, 3, 1), environ={"RANK": "3"}) is None  # a launcher's environment wins
     assert trainer_rank(_Trainer(1, 0, 0), environ={}) is None  # one process: nothing to take
+    assert trainer_rank(_Trainer(2, 5, 0), environ={}) is None  # a rank outside the world: not taken
+    assert trainer_rank(object(), environ={}) is None  # a trainer that does not tell
