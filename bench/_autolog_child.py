@@ -1,12 +1,11 @@
-"""One variant's process for `bench.autolog_overhead`: a PyTorch loop run block by block on
-request (stdin "block" -> stdout its CPU seconds per step), the three variants in one process
+"""The processes of `bench.autolog_overhead`: the three variants of a PyTorch loop in one process
 (`--in-process`), or the framework callbacks timed from inside (`--framework`).
 
-    python -m bench._autolog_child --variant plain|auto|watch --model real|tiny --steps N [--port P]
     python -m bench._autolog_child --in-process --model real|tiny --steps N --rounds R
+    python -m bench._autolog_child --framework [--repeats N]
 
-`auto` and `--in-process` are started by the parent through `foxhunt-run`: this loop has no
-instrumentation of its own.
+`--in-process` is started by the parent through `foxhunt-run`: the loop has no instrumentation of
+its own.
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -43,52 +41,6 @@ def _loader(kind: str, steps: int) -> DataLoader[tuple[torch.Tensor, ...]]:
     x = torch.randn(steps * BATCH, features, generator=generator)
     y = x[:, :1] if kind == "tiny" else x[:, :8].sum(dim=1, keepdim=True)
     return DataLoader(TensorDataset(x, y), batch_size=BATCH, shuffle=False)
-
-
-def loop(args: argparse.Namespace) -> None:
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    model = _model(args.model)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    loss_fn = torch.nn.MSELoss()
-    loader = _loader(args.model, args.steps)
-    parameter = next(model.parameters()) if args.model == "tiny" else None
-
-    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        loss: torch.Tensor = parameter * 2.0 if parameter is not None else loss_fn(model(x), y)
-        loss.backward()  # type: ignore[no-untyped-call]
-        optimizer.step()
-        optimizer.zero_grad()
-        return loss
-
-    body: Callable[[], None]
-    if args.variant == "watch":
-        from foxhunt_trainer import TrainingMetrics
-        from foxhunt_trainer.integrations.torch import watch
-
-        metrics = TrainingMetrics()
-        server = metrics.serve(args.port, "127.0.0.1")
-        job = metrics.start_job("mlp", "bench-watch", gpu_uuids=[])
-        watcher = watch(job, model, optimizer)
-
-        def body() -> None:
-            for x, y in watcher.loader(loader):
-                watcher.record_loss(step(x, y))
-
-        del server
-    else:
-
-        def body() -> None:
-            for x, y in loader:
-                step(x, y)
-
-    print("ready", flush=True)
-    for line in sys.stdin:
-        if line.strip() != "block":
-            return
-        started = time.process_time()
-        body()
-        print((time.process_time() - started) / args.steps, flush=True)
 
 
 # --- the three variants in one process ---------------------------------------------------------
@@ -297,10 +249,8 @@ def frameworks(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--variant", choices=["plain", "auto", "watch"], default="plain")
     parser.add_argument("--model", choices=["real", "tiny"], default="real")
     parser.add_argument("--steps", type=int, default=150)
-    parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--framework", action="store_true")
     parser.add_argument("--in-process", action="store_true")
     parser.add_argument("--repeats", type=int, default=3)
@@ -311,7 +261,7 @@ def main() -> None:
     elif args.in_process:
         in_process(args)
     else:
-        loop(args)
+        parser.error("choose --in-process or --framework")
 
 
 if __name__ == "__main__":

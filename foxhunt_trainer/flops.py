@@ -44,6 +44,22 @@ def check_flops(flops: float) -> int:
     return int(flops)
 
 
+class FlopCount:
+    """PyTorch's FlopCounterMode entered now and left by `stop()`: a step measured from hooks
+    that start and end it in different calls (the autolog torch hooks, the Lightning callback)."""
+
+    def __init__(self) -> None:
+        from torch.utils.flop_counter import FlopCounterMode
+
+        self._mode = FlopCounterMode(display=False)
+        self._mode.__enter__()  # type: ignore[no-untyped-call]
+
+    def stop(self) -> int:
+        """Leave the counter: the FLOPs it counted."""
+        self._mode.__exit__(None, None, None)  # type: ignore[no-untyped-call]
+        return int(self._mode.get_total_flops())
+
+
 def measure_step_flops(step: Callable[..., T], *args: Any, **kwargs: Any) -> tuple[T, StepFlops]:
     """Run `step(*args, **kwargs)` once under FlopCounterMode: (its result, the FLOPs it counted)."""
     from torch.utils.flop_counter import FlopCounterMode

@@ -122,7 +122,7 @@ class AutoTorch:
         self._pending_samples = 0
         self._batch_size: int | None = None
         self._loaders: list[tuple[weakref.ref[Any], PhaseBlock]] = []
-        self._flops: Any = None  # the FlopCounterMode of the measured step
+        self._flops: flops_module.FlopCount | None = None  # counting the measured step
         self._flops_dtype: torch.dtype | None = None
         self._flops_done = False
         # Without a DataLoader to tell data wait from compute, the time from the first step on is compute.
@@ -182,16 +182,12 @@ class AutoTorch:
         if self._flops is None:
             # (In a distributed job too: every rank counts its own step, the collectives of
             # DistributedDataParallel count no FLOPs.)
-            from torch.utils.flop_counter import FlopCounterMode
-
             self._flops_dtype = _first_float_dtype(optimizer)
-            self._flops = FlopCounterMode(display=False)
-            self._flops.__enter__()
+            self._flops = flops_module.FlopCount()
             return
         self._flops_done = True
         counter, self._flops = self._flops, None
-        counter.__exit__(None, None, None)
-        counted = int(counter.get_total_flops())
+        counted = counter.stop()
         if counted > 0 and self._flops_dtype is not None:
             try:
                 precision = flops_module.precision_of(self._flops_dtype)
@@ -271,7 +267,7 @@ class AutoTorch:
         """At the job's end: the last check, open loader blocks closed."""
         if self._flops is not None:
             counter, self._flops = self._flops, None
-            counter.__exit__(None, None, None)
+            counter.stop()
         if self.watcher is not None:
             self.watcher.close()
         for _, block in reversed(self._loaders):
@@ -453,17 +449,7 @@ def _patch_loader() -> None:
             watcher = torch_job.watcher  # type: ignore[union-attr]
             if watcher is not None and torch.is_grad_enabled():
                 block, waiting_since = opened
-                waited = block.switch(COMPUTE) - waiting_since
-                # `watcher._batch_loaded`, its common case written out (the batch size known, a
-                # tensor or a tuple or list led by one): the auto watcher sizes batches with
-                # `batch_size_of`, where `watch()` calls the `samples_of` it was given.
-                kind = type(batch)
-                first = batch[0] if (kind is tuple or kind is list) and batch else batch
-                if type(first) is torch.Tensor and (shape := first.shape) and watcher._hyperparameters.batch_size:
-                    watcher.job.record_data_load(waited, batches=1)
-                    watcher._samples += shape[0]
-                else:
-                    watcher._batch_loaded(batch, waited)
+                watcher._batch_loaded(batch, block.switch(COMPUTE) - waiting_since)
             else:
                 torch_job.next_done(*opened, batch)  # type: ignore[union-attr]
         except Exception as error:

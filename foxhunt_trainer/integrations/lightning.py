@@ -34,7 +34,7 @@ What it reads:
   batches of the fit's second optimizer step (forward, backward and the step; every batch of a
   gradient accumulation window) run once under PyTorch's `FlopCounterMode`, and what it counts is
   the job's FLOPs per step, in the precision of the trainer's `precision` setting. Until that is
-  done the batch hooks read one flag more (`_measuring`), then nothing.
+  done the batch hooks read one attribute more (`_flops_stage`), then nothing.
 """
 
 from __future__ import annotations
@@ -69,17 +69,16 @@ PRECISIONS = {
     "bf16-mixed": "mixed-bf16",
     "transformer-engine": "fp8",
 }
-# The dtype a precision setting multiplies in (model FLOPs are counted in it); "64-true" has none.
+# The dtype each of those multiplies in (model FLOPs are counted in it); fp64 has none.
 FLOPS_DTYPES = {
-    "32-true": torch.float32,
-    "32": torch.float32,
-    "16-true": torch.float16,
-    "16-mixed": torch.float16,
-    "16": torch.float16,
-    "bf16-true": torch.bfloat16,
-    "bf16-mixed": torch.bfloat16,
+    "fp32": torch.float32,
+    "fp16": torch.float16,
+    "mixed-fp16": torch.float16,
     "bf16": torch.bfloat16,
+    "mixed-bf16": torch.bfloat16,
 }
+# Model FLOPs: stages of the measure (`_flops_stage`; None: nothing to measure, or measured)
+_FLOPS_AFTER_FIRST_STEP, _FLOPS_NEXT_BATCH, _FLOPS_COUNTING = 0, 1, 2
 
 
 def _loss_of(outputs: Any) -> torch.Tensor | None:
@@ -175,13 +174,7 @@ class LossWindows:
 
 
 def _batch_size(batch: Any) -> int:
-    # The common case first (a tensor, or a tuple or list whose first item is one), at a few
-    # attribute reads: it runs every batch.
-    kind = type(batch)
-    first = batch[0] if (kind is tuple or kind is list) and batch else batch
-    if type(first) is torch.Tensor and (shape := first.shape):
-        return int(shape[0])
-    size = batch_size_of(batch)  # other tensors, dicts, nested containers
+    size = batch_size_of(batch)  # tensors, tuples and lists led by one, dicts, nested containers
     if size is not None:
         return size
     try:
@@ -239,11 +232,10 @@ class MetricsCallback(pl.Callback):
         self.val_loss_key = val_loss_key
         self.check_every = check_every
         self.measure_flops = measure_flops
-        # Model FLOPs: `_measuring` while the batch hooks take part; the stage: 0 waiting for the
-        # first optimizer step, 1 the next batch starts the measure, 2 measuring (`_flops` counts).
-        self._measuring = False
-        self._flops_stage = 0
-        self._flops: Any = None  # the FlopCounterMode of the step being measured
+        # Model FLOPs: the measure's stage while the batch hooks take part in it, else None; the
+        # counter of the step being measured and the optimizer steps it has counted.
+        self._flops_stage: int | None = None
+        self._flops: flops_module.FlopCount | None = None
         self._flops_steps = 0
         self._phases = PhaseBlocks(job)
         self._steps = StepBatches(job, check_every)
@@ -278,8 +270,8 @@ class MetricsCallback(pl.Callback):
         steps = int(planned) if isinstance(planned, int | float) and math.isfinite(planned) and planned > 0 else None
         epochs = trainer.max_epochs if trainer.max_epochs is not None and trainer.max_epochs > 0 else None
         self.job.set_planned(steps=steps, epochs=epochs)
-        self._measuring = self.measure_flops and self.job.model_flops_per_step is None
-        self._flops_stage = 0
+        wanted = self.measure_flops and self.job.model_flops_per_step is None
+        self._flops_stage = _FLOPS_AFTER_FIRST_STEP if wanted else None
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._losses.start_epoch()
@@ -306,8 +298,9 @@ class MetricsCallback(pl.Callback):
                 self._batch_size_known = True
                 self._hyperparameters = replace(self._hyperparameters, batch_size=size)
                 self.job.set_hyperparameters(self._hyperparameters)
-            if self._measuring and self._flops_stage == 1:
-                self._start_measuring_flops()
+            if self._flops_stage == _FLOPS_NEXT_BATCH:
+                self._flops, self._flops_steps = flops_module.FlopCount(), 0
+                self._flops_stage = _FLOPS_COUNTING
         except Exception as error:
             if not self._hook_failed(error):
                 raise
@@ -339,7 +332,7 @@ class MetricsCallback(pl.Callback):
                 self._stop_measuring_flops()
             return
         try:
-            if self._measuring:  # (before the batch's steps are handed over)
+            if self._flops_stage is not None:  # (before the batch's steps are handed over)
                 self._flops_batch_end(trainer, pl_module)
             # `_batch_size` and `_loss_of`, their common cases inlined (a tensor or a tuple or list
             # led by one; a loss tensor or a mapping holding one): this runs every batch.
@@ -408,22 +401,15 @@ class MetricsCallback(pl.Callback):
             self._phases.close()
 
     # --- model FLOPs ------------------------------------------------------------------------------
-    def _start_measuring_flops(self) -> None:
-        from torch.utils.flop_counter import FlopCounterMode
-
-        counter = FlopCounterMode(display=False)
-        counter.__enter__()  # type: ignore[no-untyped-call]
-        self._flops, self._flops_steps, self._flops_stage = counter, 0, 2
-
     def _flops_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """A batch ended while the FLOPs are to be measured: after the first step the next batch
         starts the measure; a measured batch that stepped ends it (one that did not, in gradient
         accumulation, goes on to the next)."""
-        if self._flops_stage == 0:
+        if self._flops_stage == _FLOPS_AFTER_FIRST_STEP:
             if self._stepped:
-                self._flops_stage = 1
+                self._flops_stage = _FLOPS_NEXT_BATCH
             return
-        if self._flops_stage != 2:
+        if self._flops_stage != _FLOPS_COUNTING:
             return
         self._flops_steps += self._stepped
         if not self._flops_steps:
@@ -437,21 +423,20 @@ class MetricsCallback(pl.Callback):
     def _stop_measuring_flops(self) -> tuple[int, int]:
         """Leave the FLOP counter (if a step is being measured), measure no more: what it counted
         and the optimizer steps it counted them over."""
-        self._measuring = False
+        self._flops_stage = None
         counter, self._flops = self._flops, None
         if counter is None:
             return 0, 0
-        counter.__exit__(None, None, None)
-        return int(counter.get_total_flops()), self._flops_steps
+        return counter.stop(), self._flops_steps
 
     @staticmethod
     def _flops_precision(trainer: pl.Trainer, pl_module: pl.LightningModule) -> str | None:
         """The precision the fit multiplies in, from the trainer's setting (else the module's
         parameters); None for one model FLOPs are not counted in (fp64)."""
-        setting = str(trainer.precision)
-        if setting == "transformer-engine":
-            return "fp8"
-        dtype = FLOPS_DTYPES.get(setting)
+        name = PRECISIONS.get(str(trainer.precision))
+        if name == "fp8":
+            return name
+        dtype = FLOPS_DTYPES.get(name or "")
         try:
             return flops_module.precision_of(dtype) if dtype is not None else flops_module.model_precision(pl_module)
         except ValueError:

@@ -56,6 +56,12 @@ T = TypeVar("T")
 
 def batch_size_of(batch: object) -> int | None:
     """The leading dimension of the batch's first tensor (a tensor, a tuple or list, a dict)."""
+    # The common case first, at a few attribute reads (it runs every batch): a tensor, or a tuple
+    # or list led by one.
+    kind = type(batch)
+    first = batch[0] if (kind is tuple or kind is list) and batch else batch  # type: ignore[index]
+    if type(first) is torch.Tensor and (shape := first.shape):
+        return int(shape[0])
     if isinstance(batch, torch.Tensor):
         return int(batch.shape[0]) if batch.dim() > 0 else None
     if isinstance(batch, list | tuple) and batch:

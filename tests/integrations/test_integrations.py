@@ -381,7 +381,7 @@ def test_model_flops_the_program_declared_are_left_as_they_are(tmp_path):
         Regression(), DataLoader(TensorDataset(torch.randn(128, 4), torch.randn(128)), batch_size=32)
     )
     assert (handle.model_flops_per_step, handle.model_flops_precision) == (1000, "bf16")
-    assert not callback._measuring
+    assert callback._flops_stage is None  # nothing measuring
 
 
 class StopsAt(BaseCallback):
