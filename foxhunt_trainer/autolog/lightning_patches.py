@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
 
@@ -97,7 +97,7 @@ AutoMetricsCallback = guarded_subclass(
 )
 
 
-def trainer_rank(trainer: Any, environ: Any = None) -> RankInfo | None:
+def trainer_rank(trainer: Any, environ: Mapping[str, str] | None = None) -> RankInfo | None:
     """The rank the trainer gave this process, where nothing else tells it: several processes, no
     launcher's RANK, no process group yet (Lightning's own launcher); else None."""
     env = os.environ if environ is None else environ
