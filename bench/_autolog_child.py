@@ -171,6 +171,7 @@ def frameworks(args: argparse.Namespace) -> None:
 
     from bench.framework_overhead import Regression
     from foxhunt_trainer.autolog import autolog, lightning_patches, sb3_patches
+    from foxhunt_trainer.integrations.lightning import skip_unused_batch_hooks
 
     autolog()
     spent, calibration, dispatch = [0.0, 0], [0.0, 0], [0.0, 0]
@@ -215,9 +216,9 @@ def frameworks(args: argparse.Namespace) -> None:
         model.learn(4000, callback=StepCalibration())
         return model.num_timesteps, model._n_updates
 
-    def fit(extra_callbacks: int = 0) -> tuple[int, int]:
+    def fit(extra_callbacks: list[pl.Callback] | None = None) -> tuple[int, int]:
         x = torch.randn(4096, 16, generator=torch.Generator().manual_seed(0))
-        callbacks = [BatchCalibration(), *(pl.Callback() for _ in range(extra_callbacks))]
+        callbacks = [BatchCalibration(), *(extra_callbacks or [])]
         trainer = pl.Trainer(
             max_epochs=5, logger=False, enable_checkpointing=False, enable_progress_bar=False,
             enable_model_summary=False, accelerator="cpu", callbacks=callbacks,
@@ -225,21 +226,32 @@ def frameworks(args: argparse.Namespace) -> None:
         trainer.fit(Regression(), DataLoader(TensorDataset(x, x.sum(dim=1)), batch_size=32))
         return trainer.global_step, trainer.global_step
 
-    def dispatch_per_callback(extra: int = 10) -> float:
+    class AutoHooks(pl.Callback):
+        """The auto callback's hooks with no-op bodies, the per-batch ones it leaves out skipped as it
+        skips them: what Lightning's dispatch of that callback costs."""
+
+        def __init__(self) -> None:
+            skip_unused_batch_hooks(self)
+
+    for hook in ("setup", *lightning_patches.HOOKS):
+        setattr(AutoHooks, hook, lambda self, *args, **kwargs: None)
+
+    def dispatch_per_callback(extra: int = 10) -> dict[str, float]:
         """Lightning's own price of one more callback (its hooks dispatched, each a no-op), per
-        optimizer step: the dispatch time of a fit with `extra` no-op callbacks more, minus that of
-        the same fit without, over `extra` (the least of the repeats of each)."""
+        optimizer step: the dispatch time of a fit with `extra` callbacks more, minus that of the
+        same fit without, over `extra` (the least of the repeats of each): a callback that leaves
+        every hook to `pl.Callback`, and one with the auto callback's hooks."""
         # Lightning's dispatch of its callbacks' hooks, every callback's together (timed only here)
         lightning_call._call_callback_hooks = _timer(lightning_call._call_callback_hooks, dispatch)
-        least = {}
-        for count in (0, extra):
+        least: dict[str, float] = {}
+        for name, factory in (("none", None), ("noop", pl.Callback), ("auto_hooks", AutoHooks)):
             times = []
             for _ in range(args.repeats):
                 dispatch[0], dispatch[1] = 0.0, 0
-                steps, _ = fit(count)
+                steps, _ = fit([factory() for _ in range(extra)] if factory is not None else [])
                 times.append(dispatch[0] / steps)
-            least[count] = min(times)
-        return max(least[extra] - least[0], 0.0) / extra
+            least[name] = min(times)
+        return {name: max(least[name] - least["none"], 0.0) / extra for name in ("noop", "auto_hooks")}
 
     measured("Stable-Baselines3 PPO, CartPole", "environment step", ppo)
     measured("Stable-Baselines3 DQN, CartPole", "environment step", dqn)

@@ -14,12 +14,15 @@ import pytest
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
+from pytorch_lightning.profilers import SimpleProfiler
+from pytorch_lightning.trainer import call as lightning_call
 from stable_baselines3 import DQN, SAC, TD3
 from stable_baselines3.common.callbacks import BaseCallback
 from torch.utils.data import DataLoader, TensorDataset
 
 from foxhunt_trainer import JobMetrics, TrainingMetrics, render_text
 from foxhunt_trainer.contract import catalog
+from foxhunt_trainer.integrations import lightning as lightning_integration
 from foxhunt_trainer.integrations import step_batches
 from foxhunt_trainer.integrations.lightning import LossWindows, _summed
 from foxhunt_trainer.integrations.lightning import MetricsCallback as LightningCallback
@@ -182,6 +185,42 @@ def test_a_lightning_fit_tells_the_job_its_planned_steps_and_epochs(tmp_path):
     state = handle.run_state()
     assert (handle.steps_planned, handle.epochs_planned) == (6, 3)  # 2 batches a epoch, 3 epochs
     assert state.steps == 6 and state.steps_planned == 6
+
+
+def test_lightning_dispatches_only_the_per_batch_hooks_the_callback_implements(tmp_path):
+    # Lightning's profiler records every callback hook it dispatches: the callback's own per-batch
+    # hooks are there each batch, the no-ops it leaves to `pl.Callback` are not (a hook set to
+    # None is passed over); a program's subclass that implements one of them gets it called.
+    class WithBackward(LightningCallback):
+        def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+            self.backwards = getattr(self, "backwards", 0) + 1
+
+    profiler = SimpleProfiler()
+    plain = LightningCallback(TrainingMetrics().start_job("tft", "dispatch", gpu_uuids=[]))
+    own = WithBackward(TrainingMetrics().start_job("tft", "own-hook", gpu_uuids=[]))
+    trainer = quiet_trainer(tmp_path, plain, own, max_epochs=1, profiler=profiler)
+    trainer.fit(Tiny(), DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8)), batch_size=4))
+    calls = {action: len(durations) for action, durations in profiler.recorded_durations.items()}
+    for hook in ("on_train_batch_start", "on_before_optimizer_step", "on_train_batch_end"):
+        assert calls[f"[Callback]{plain.state_key}.{hook}"] == 2  # 2 batches
+    for hook in ("on_before_backward", "on_after_backward", "on_before_zero_grad"):
+        assert f"[Callback]{plain.state_key}.{hook}" not in calls
+    assert calls[f"[Callback]{own.state_key}.on_after_backward"] == 2 and own.backwards == 2
+    assert plain.job.steps_done == own.job.steps_done == 2
+
+
+def test_a_dispatcher_that_would_call_a_hook_set_to_none_keeps_every_hook(monkeypatch):
+    # A Lightning whose dispatcher calls every hook it finds would fail the fit on a None: the
+    # callback sees that on a stand-in trainer and leaves its hooks as they are.
+    def calls_everything(trainer: Any, hook_name: str, *args: Any, **kwargs: Any) -> None:
+        for callback in trainer.callbacks:
+            with trainer.profiler.profile(hook_name):
+                getattr(callback, hook_name)(trainer, trainer.lightning_module, *args, **kwargs)
+
+    monkeypatch.setattr(lightning_call, "_call_callback_hooks", calls_everything)
+    assert not lightning_integration._dispatcher_skips_non_callables()
+    monkeypatch.undo()
+    assert lightning_integration._dispatcher_skips_non_callables()
 
 
 class SlowData(torch.utils.data.Dataset[tuple[torch.Tensor, torch.Tensor]]):
