@@ -13,8 +13,9 @@ optimizer step, a DataLoader batch, a DistributedDataParallel, a Lightning Train
   on all interfaces in Kubernetes (`KUBERNETES_SERVICE_HOST` set) and on 127.0.0.1 elsewhere
   (`FOXHUNT_METRICS_ADDRESS` chooses). A port taken is reported and the program runs on.
 - the end: at interpreter exit the job finishes "failed" after an unhandled exception (by its type,
-  `errors.failure_type`) or a non-zero `sys.exit` (the remediation's exit codes count as "nan",
-  any other code as "exception"), "stopped" after SIGTERM or Ctrl-C, else "completed"; the server
+  `errors.failure_type`) or a non-zero exit code (`exits`: `sys.exit`, and on Python 3.12 and later
+  any SystemExit that leaves the main module; the remediation's exit codes count as "nan", any
+  other code as "exception"), "stopped" after SIGTERM or Ctrl-C, else "completed"; the server
   then waits for the final scrape (`MetricsServer.close`). SIGTERM with no handler of the
   program's finishes the job "stopped" as the library does (`foxhunt_trainer.termination`).
 - a program that makes its own `TrainingMetrics` (the manual API) is left to it: the auto job's
@@ -31,9 +32,9 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
-from foxhunt_trainer.autolog import switches
+from foxhunt_trainer.autolog import exits, switches
 from foxhunt_trainer.autolog.launch import JOB_ID_ENV
 from foxhunt_trainer.autolog.state import STATE
 from foxhunt_trainer.trainer_env import JOB_NAME_ENV, MODEL_TYPE_ENV
@@ -53,7 +54,6 @@ STARTED = time.time()
 
 _lock = threading.RLock()
 _auto: AutoJob | None = None
-_exit_code: list[object] = []  # the code of the program's last sys.exit
 
 
 def script_name(argv: list[str] | None = None) -> str:
@@ -118,7 +118,7 @@ class AutoJob:
             self.server = MetricsServer(self.metrics.registry, port, metrics_address())
         except OSError as error:
             sys.stderr.write(f"{switches.PREFIX}: no metrics server on port {port} ({error}): the job is not scraped\n")
-        _watch_exit()
+        exits.watch()
         # After the server's own exit hook, so this runs first (atexit is last in, first out).
         atexit.register(self.finish_at_exit)
         STATE.on_manual = self.hand_over
@@ -161,7 +161,7 @@ class AutoJob:
                     STATE.failed("job", error)
         if not job.finished and not STATE.manual:
             unhandled = getattr(sys, "last_value", None)  # what the interpreter printed a traceback of
-            code = _exit_code[-1] if _exit_code else None
+            code = exits.exit_code()
             if HANDLER.received or isinstance(unhandled, KeyboardInterrupt):
                 job.finish("stopped")
             elif unhandled is not None:
@@ -202,19 +202,3 @@ def current(hint: str | None = None, rank: RankInfo | None = None) -> AutoJob | 
 def existing() -> AutoJob | None:
     """The auto job if it was made (and the program does not instrument itself), else None."""
     return _auto if _auto is not None and not STATE.manual else None
-
-
-def _watch_exit() -> None:
-    """Remember the code the program exits with through `sys.exit` (argparse's errors too; a
-    `raise SystemExit(code)` of its own is not seen, and ends the job "completed")."""
-    original = sys.exit
-    if getattr(original, "__foxhunt_autolog__", False):
-        return
-
-    def exit(status: str | int | None = None) -> NoReturn:
-        _exit_code.append(status)
-        original(status)
-
-    exit.__foxhunt_autolog__ = True  # type: ignore[attr-defined]
-    exit.__doc__ = original.__doc__
-    sys.exit = exit
