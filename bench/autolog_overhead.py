@@ -166,8 +166,13 @@ def report(
         f"auto: goal at most {100 * GOAL:g} % of the step; fixed cost {100 * share:.2f} % of the plain step: "
         f"{'met' if share <= GOAL else 'NOT met'}. The real model's median ratio, "
         f"{100 * (statistics.median(auto.ratios) - 1):+.2f} % (95 % interval {100 * (whole_low - 1):+.2f} to "
-        f"{100 * (whole_high - 1):+.2f} %), agrees{'' if whole_low <= 1 + share <= whole_high else ' NOT'}: its "
-        "blocks differ by a few per cent round to round, so it resolves no less than that"
+        f"{100 * (whole_high - 1):+.2f} %), "
+        + (
+            "holds the fixed cost"
+            if whole_low <= 1 + share <= whole_high
+            else f"does not hold the fixed cost's {100 * share:+.2f} %"
+        )
+        + ": its blocks differ by a few per cent round to round, so it resolves no less than that"
     )
     low, high = median_interval(paired)
     difference = statistics.median(paired)
