@@ -28,7 +28,9 @@ Installed right after the program imports torch (`importer`); nothing happens un
   for per-step timing (`CollectiveTimer.register_ddp`; inside a Lightning fit too, whose callback
   times no collective), `torch.distributed.all_reduce`,
   `broadcast`, `all_gather_into_tensor` and `reduce_scatter_tensor` called by the program are
-  timed; ranks from torchrun's environment.
+  timed; ranks from torchrun's environment, else from the process group made before the job
+  (`init_process_group` made after the job's first training call: one line on stderr says the
+  series keep the rank they started with, and what to do).
 
 While Lightning's fit or SB3's learn runs, their own integrations count (`STATE.framework_depth`).
 For `scaler.scale(loss).backward()` the loss recorded is the one `GradScaler.scale` was given.
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -52,7 +55,7 @@ from torch.utils.data.dataloader import _BaseDataLoaderIter
 from foxhunt_trainer import flops as flops_module
 from foxhunt_trainer.autolog import job as auto_job
 from foxhunt_trainer.autolog.state import STATE, guarded
-from foxhunt_trainer.autolog.switches import DISTRIBUTED, TORCH
+from foxhunt_trainer.autolog.switches import DISTRIBUTED, PREFIX, TORCH
 from foxhunt_trainer.checkpoints import CheckpointSave
 from foxhunt_trainer.hyperparameters import UNKNOWN
 from foxhunt_trainer.integrations.optimizers import learning_rates
@@ -568,6 +571,40 @@ def _register_ddp(ddp: Any) -> None:
         timer.register_ddp(ddp)
 
 
+def _patch_init_process_group() -> None:
+    original = dist.init_process_group
+
+    @functools.wraps(original)
+    def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        made = original(*args, **kwargs)
+        _process_group_made()
+        return made
+
+    dist.init_process_group = init_process_group
+
+
+@guarded(DISTRIBUTED)
+def _process_group_made() -> None:
+    """The process joined a process group: a job made before (its first training call came first,
+    with no launcher's RANK to tell the rank) already labels its series rank 0 of 1, and they
+    cannot change; say so once, with what to do, rather than serve the wrong rank in silence."""
+    auto = auto_job.existing()
+    if auto is None:
+        return
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    labelled = auto.job.rank
+    if (labelled.rank, labelled.world_size) == (rank, world_size):
+        return
+    sys.stderr.write(
+        f"{PREFIX}: this process joined its process group as rank {rank} of {world_size} after its "
+        f"job had started (at its first training call), so the job's series say rank {labelled.rank} "
+        f"of {labelled.world_size}; call init_process_group before the first DataLoader batch or "
+        "optimizer step, or start the ranks with torchrun (foxhunt-torchrun), which sets RANK and "
+        "WORLD_SIZE\n"
+    )
+    sys.stderr.flush()
+
+
 # name -> (the kind counted, the parameter whose tensor's bytes count)
 _COLLECTIVES: dict[str, tuple[str, str]] = {
     "all_reduce": ("all_reduce", "tensor"),
@@ -647,3 +684,4 @@ def install(module: ModuleType) -> None:
     if STATE.switches.on(DISTRIBUTED) and dist.is_available():
         _patch_ddp()
         _patch_collectives()
+        _patch_init_process_group()

@@ -123,3 +123,48 @@ def test_a_lightning_fit_whose_launcher_is_lightnings_own_reports_each_rank_on_i
             labels["phase"]: value for labels, value in samples(last[rank], catalog.TRAINING_PHASE_SECONDS_TOTAL.name)
         }
         assert phases["collective"] > 0 and phases["compute"] > 0, phases
+
+
+LATE_GROUP = '''
+import os, sys
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def worker(rank, world_size, port, late):
+    loader = DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=4)
+    if late:
+        next(iter(loader))  # a first look at the data: the job starts here
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    for (batch,) in loader:
+        dist.all_reduce(batch)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    mp.spawn(worker, args=(2, int(sys.argv[1]), sys.argv[2] == "late"), nprocs=2, join=True)
+'''
+
+
+@pytest.mark.parametrize("order", ["late", "first"])
+def test_a_process_group_made_after_the_job_started_is_named_on_stderr_with_what_to_do(tmp_path: Path, order: str):
+    # The job's series are labelled when its first training call makes it; a process group made
+    # after that cannot relabel them, so each rank says so once, naming its true rank.
+    program = tmp_path / "late_group.py"
+    program.write_text(LATE_GROUP)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "FOXHUNT_", "PYTHON", "TRAINING_JOB"))}
+    env.update(
+        PYTHONPATH=str(REPO_ROOT), OMP_NUM_THREADS="1", FOXHUNT_METRICS_BASE_PORT=str(free_port_range(WORLD)),
+        FOXHUNT_PROGRESS_SECONDS="off", FOXHUNT_METRICS_FINAL_SCRAPE_WAIT_SECONDS="0",
+    )  # fmt: skip
+    command = [*RUN, str(program), str(free_port()), order]
+    done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, timeout=180)
+    stderr = done.stderr.decode(errors="replace")
+    assert done.returncode == 0, stderr
+    said = sorted(re.findall(r"joined its process group as rank (\d) of 2 after its job had started", stderr))
+    assert said == (["0", "1"] if order == "late" else []), stderr
+    if order == "late":
+        assert "start the ranks with torchrun (foxhunt-torchrun)" in stderr
