@@ -39,12 +39,14 @@ What it reads:
 Lightning calls every callback's per-batch hooks, a no-op's too, each with a lookup, its
 profiler's context and the call (about 1.5 µs each on a 1 ms CPU step). The callback sets the
 per-batch hooks it does not implement to None on itself, which Lightning's dispatcher skips
-(`skip_unused_batch_hooks`: only where this Lightning's dispatcher is seen to skip them).
+(`skip_unused_batch_hooks`: only where the dispatchers of the Lightning packages imported are
+seen to skip them).
 """
 
 from __future__ import annotations
 
 import math
+import sys
 import time
 from dataclasses import replace
 from typing import Any
@@ -99,7 +101,13 @@ BATCH_HOOKS = tuple(
 )
 
 
-def _dispatcher_skips_non_callables() -> bool:
+# The hook dispatchers of the two packages Lightning ships as (`lightning.pytorch` is a copy of
+# `pytorch_lightning`, and calls a `pytorch_lightning` callback's hooks as its own).
+DISPATCHER_MODULES = ("pytorch_lightning.trainer.call", "lightning.pytorch.trainer.call")
+_probed: dict[str, bool] = {}  # module -> whether its dispatcher skips a hook that is not callable
+
+
+def _dispatcher_skips_non_callables(dispatcher: Any = lightning_call) -> bool:
     """Whether this Lightning's hook dispatcher passes over a callback's hook that is not callable
     (tried on a stand-in trainer: a dispatcher that does not would break the fit)."""
 
@@ -113,19 +121,27 @@ def _dispatcher_skips_non_callables() -> bool:
             self.profiler = None  # a dispatcher that would call the hook enters the profiler first
 
     try:
-        lightning_call._call_callback_hooks(Trainer(), "on_train_batch_start", None, 0)  # type: ignore[arg-type]
+        dispatcher._call_callback_hooks(Trainer(), "on_train_batch_start", None, 0)
     except Exception:
         return False
     return True
 
 
-_SKIPS_NON_CALLABLES = _dispatcher_skips_non_callables()
+def _dispatchers_skip_non_callables() -> bool:
+    """Whether the dispatcher of every Lightning package imported so far skips a hook that is not
+    callable (each probed once)."""
+    for name in DISPATCHER_MODULES:
+        module = sys.modules.get(name)
+        if module is not None and name not in _probed:
+            _probed[name] = _dispatcher_skips_non_callables(module)
+    return all(_probed.values())
 
 
 def skip_unused_batch_hooks(callback: pl.Callback) -> None:
     """Set the per-batch hooks `callback`'s class leaves as `pl.Callback`'s no-ops to None on the
-    instance: Lightning's dispatcher then skips them instead of calling them every batch."""
-    if not _SKIPS_NON_CALLABLES:
+    instance: Lightning's dispatcher then skips them instead of calling them every batch (where
+    the dispatchers of the Lightning packages imported by then are seen to)."""
+    if not _dispatchers_skip_non_callables():
         return
     for name in BATCH_HOOKS:
         if getattr(type(callback), name) is getattr(pl.Callback, name):

@@ -218,9 +218,12 @@ def test_a_dispatcher_that_would_call_a_hook_set_to_none_keeps_every_hook(monkey
                 getattr(callback, hook_name)(trainer, trainer.lightning_module, *args, **kwargs)
 
     monkeypatch.setattr(lightning_call, "_call_callback_hooks", calls_everything)
-    assert not lightning_integration._dispatcher_skips_non_callables()
+    monkeypatch.setattr(lightning_integration, "_probed", {})
+    callback = LightningCallback(job())
+    assert callback.on_before_backward is not None and callback.on_before_zero_grad is not None
     monkeypatch.undo()
     assert lightning_integration._dispatcher_skips_non_callables()
+    assert LightningCallback(job()).on_before_backward is None
 
 
 class SlowData(torch.utils.data.Dataset[tuple[torch.Tensor, torch.Tensor]]):
