@@ -77,7 +77,10 @@ class _GuardedCheckpointIO(MonitoredCheckpointIO):
 SELF_GUARDED = ("on_train_batch_start", "on_before_optimizer_step", "on_train_batch_end")
 
 
-class _Callback(MetricsCallback):
+class FoxhuntMetricsCallback(MetricsCallback):
+    """The callback added to every Trainer; Lightning's profiler report names it by its guarded
+    subclass, `AutoFoxhuntMetricsCallback`."""
+
     def __init__(self, job: JobMetrics) -> None:
         super().__init__(job)
         STATE.follow(LIGHTNING, self)  # `recording`: while the integration is on
@@ -93,7 +96,7 @@ class _Callback(MetricsCallback):
 
 
 AutoMetricsCallback = guarded_subclass(
-    _Callback, LIGHTNING, dict.fromkeys(hook for hook in ("setup", *HOOKS) if hook not in SELF_GUARDED)
+    FoxhuntMetricsCallback, LIGHTNING, dict.fromkeys(hook for hook in ("setup", *HOOKS) if hook not in SELF_GUARDED)
 )
 
 
