@@ -125,7 +125,7 @@ def test_a_lightning_fit_whose_launcher_is_lightnings_own_reports_each_rank_on_i
         assert phases["collective"] > 0 and phases["compute"] > 0, phases
 
 
-LATE_GROUP = '''
+LATE_GROUP = """
 import os, sys
 import torch
 import torch.distributed as dist
@@ -146,7 +146,7 @@ def worker(rank, world_size, port, late):
 
 if __name__ == "__main__":
     mp.spawn(worker, args=(2, int(sys.argv[1]), sys.argv[2] == "late"), nprocs=2, join=True)
-'''
+"""
 
 
 @pytest.mark.parametrize("order", ["late", "first"])
