@@ -18,7 +18,7 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from harness.prometheus import free_port
+from harness.ports import free_port
 
 GOSSIP_FLAGS = (
     "--cluster.gossip-interval=200ms",

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench import write_section
-from harness.prometheus import free_port
+from harness.ports import free_port
 from infra import REPO_ROOT
 
 BEGIN = "<!-- autolog-overhead:begin (written by `python -m bench autolog`) -->"

@@ -41,7 +41,8 @@ from typing import Any
 
 from bench import write_section
 from foxhunt_trainer.trainer_env import METRICS_BASE_PORT_ENV
-from harness.prometheus import PrometheusServer, config_yaml, free_port
+from harness.ports import free_port
+from harness.prometheus import PrometheusServer, config_yaml
 from infra import REPO_ROOT
 from infra.settings import read_stack_config, validate_stack
 from observability.config import ObservabilityConfig

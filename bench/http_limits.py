@@ -27,6 +27,7 @@ from pathlib import Path
 from bench import half_open, write_section
 from bench.poller import CONCURRENT_SCRAPERS, CONCURRENT_SECONDS, GPUS, Distribution, _scrape_loop
 from harness import fake_nvml as harness
+from harness.ports import free_port
 from harness.revision import revision_tree
 from harness.trainer_process import TrainerProcess
 from infra import REPO_ROOT
@@ -53,7 +54,7 @@ def poller(work: Path, lib_dir: Path, previous: Path | None, *args: str) -> harn
     """The poller of this checkout, or (previous: that revision's tree) the one before its server was bounded."""
     config = work / "nvml.conf"
     harness.FakeNvml(gpus=[harness.FakeGpu() for _ in range(GPUS)]).write(config)
-    port = harness.free_port()
+    port = free_port()
     command = [sys.executable, "-m", "poller", "--listen", f"127.0.0.1:{port}", "--min-interval", "0", *args]
     env = harness.poller_env(lib_dir, config, {"NODE_NAME": "bench", "FAKE_NVML_RELOAD_MS": "1000"})
     name = "poller-previous" if previous else "poller"

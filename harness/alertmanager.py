@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from harness.prometheus import free_port
+from harness.ports import free_port
 
 READY_TIMEOUT_SECONDS = 30.0
 

@@ -8,12 +8,10 @@ text otherwise. The leading underscore keeps `python -m bench` from taking this 
 
 from __future__ import annotations
 
-import contextlib
 import http.client
 import json
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -24,31 +22,11 @@ from typing import Any
 
 import yaml
 
+from harness.ports import free_port
+
 
 class PrometheusError(RuntimeError):
     pass
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def free_port_range(count: int) -> int:
-    """A port p such that p .. p+count-1 are free on 127.0.0.1 right now (a pod's rank ports)."""
-    for _ in range(100):
-        base = free_port()
-        with contextlib.ExitStack() as stack:
-            try:
-                for port in range(base, base + count):
-                    sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-                    sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return base
-    raise RuntimeError(f"no {count} consecutive free ports found")
 
 
 def binary(name: str) -> str:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from harness.fake_nvml import ServedProcess
-from harness.prometheus import free_port
+from harness.ports import free_port
 
 
 class TrainerProcess(ServedProcess):

@@ -32,7 +32,8 @@ from bench.fleet.report import BEGIN, END, GROUPS_BEGIN, GROUPS_END, ScaleResult
 from bench.fleet.values import Patterns
 from dashboards import build_all
 from dashboards.queries import PanelQuery, panel_queries
-from harness.prometheus import PrometheusApi, PrometheusError, PrometheusServer, binary, config_yaml, free_port
+from harness.ports import free_port
+from harness.prometheus import PrometheusApi, PrometheusError, PrometheusServer, binary, config_yaml
 from observability.config import ObservabilityConfig
 from observability.rules import health, rule_groups
 from observability.rules.render import dump_groups

@@ -24,7 +24,6 @@ from __future__ import annotations
 import http.client
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -35,6 +34,7 @@ from types import TracebackType
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from harness.ports import free_port
 from infra import REPO_ROOT
 
 HERE = Path(__file__).resolve().parent
@@ -291,12 +291,6 @@ def install_fake_nvidia_smi(directory: Path) -> Path:
     tool.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{HERE / "fake_nvidia_smi.py"}" "$@"\n')
     tool.chmod(0o755)
     return tool
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def http_get(host: str, port: int, path: str, timeout: float = 10.0) -> tuple[int, bytes, str]:

@@ -33,7 +33,8 @@ from typing import Any
 import pytest
 
 from foxhunt_trainer.contract import catalog
-from harness.prometheus import PrometheusServer, free_port_range
+from harness.ports import free_port_range
+from harness.prometheus import PrometheusServer
 from observability.config import ObservabilityConfig
 from observability.rules import rules_file_yaml
 from tests.e2e.test_live_prometheus import annotated_pods_prometheus, pod_target, wait_until

@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from harness.prometheus import free_port
+from harness.ports import free_port
 from infra import REPO_ROOT
 
 pytestmark = pytest.mark.slow

@@ -19,7 +19,7 @@ import prometheus_client
 import pytest
 import typing_extensions
 
-from harness.prometheus import free_port
+from harness.ports import free_port
 from infra import REPO_ROOT
 
 PYENV_VERSIONS = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"

@@ -21,7 +21,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from foxhunt_trainer.contract import catalog
-from harness.prometheus import free_port, free_port_range
+from harness.ports import free_port, free_port_range
 from infra import REPO_ROOT
 
 pytestmark = pytest.mark.slow

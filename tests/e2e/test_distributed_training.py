@@ -34,7 +34,8 @@ import pytest
 
 from foxhunt_trainer.contract import catalog
 from harness import ddp_trainer
-from harness.prometheus import PrometheusServer, config_yaml, free_port, free_port_range
+from harness.ports import free_port, free_port_range
+from harness.prometheus import PrometheusServer, config_yaml
 from infra import REPO_ROOT
 from infra.offline import render
 from observability.config import ObservabilityConfig

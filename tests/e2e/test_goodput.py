@@ -30,7 +30,8 @@ import pytest
 import yaml
 
 from foxhunt_trainer.contract import catalog
-from harness.prometheus import PrometheusServer, free_port
+from harness.ports import free_port
+from harness.prometheus import PrometheusServer
 from harness.webhook_sink import WebhookSink
 from observability.alertmanager import ReceiverUrls, alertmanager_config_yaml
 from observability.config import ObservabilityConfig

@@ -43,7 +43,8 @@ from dashboards.training_cockpit import UID as COCKPIT
 from foxhunt_trainer import remediation
 from foxhunt_trainer.contract import catalog
 from foxhunt_trainer.finite import nonfinite_entries
-from harness.prometheus import PrometheusServer, free_port
+from harness.ports import free_port
+from harness.prometheus import PrometheusServer
 from observability.config import ObservabilityConfig
 from observability.rules import efficiency, rules_file_yaml
 

@@ -44,7 +44,8 @@ from foxhunt_trainer.contract import catalog, records, verdicts
 from foxhunt_trainer.contract.peak_flops import DEFAULT_PEAK_FLOPS
 from foxhunt_trainer.phases import PHASES
 from foxhunt_trainer.trainer_env import GPU_MODEL_ENV, PROGRESS_SECONDS_ENV
-from harness.prometheus import PrometheusServer, free_port
+from harness.ports import free_port
+from harness.prometheus import PrometheusServer
 from tests.tls_material import make_certificates
 
 from .conftest import load_harness

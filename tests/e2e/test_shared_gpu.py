@@ -17,6 +17,7 @@ import yaml
 from dashboards import build_all
 from dashboards.queries import panel_queries, substitute_variables
 from foxhunt_trainer.contract import catalog
+from harness.ports import free_port
 from harness.prometheus import PrometheusServer
 from observability.config import ObservabilityConfig
 from observability.rules import goodput, jobs, rule_groups
@@ -64,7 +65,7 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shared]:
         stoppers.append(poller.stop)
         targets = []
         for name, (reserved, share) in JOBS.items():
-            port = harness.free_port()
+            port = free_port()
             command = [sys.executable, "-m", "tests.e2e.shared_gpu_job", "--port", str(port), "--job-id", name]
             command += ["--uuid", SHARED, "--reserved-bytes", str(reserved), "--compute-share", str(share)]
             trainer = harness.ServedProcess(name, command, work, {"LD_LIBRARY_PATH": "", **_env()}, port)

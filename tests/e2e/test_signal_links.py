@@ -36,7 +36,8 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
 from dashboards.queries import builtin_values, substitute_variables
 from foxhunt_trainer.contract import catalog
-from harness.prometheus import PrometheusServer, config_yaml, free_port
+from harness.ports import free_port
+from harness.prometheus import PrometheusServer, config_yaml
 from infra import REPO_ROOT
 from infra.offline import render
 from observability.datasources import TRACE_ID_REGEX

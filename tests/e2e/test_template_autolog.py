@@ -23,11 +23,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from foxhunt_trainer import trainer_env
 from foxhunt_trainer.contract import catalog
+from harness.ports import free_port
 from infra import REPO_ROOT
 from infra.offline import render
 from infra.settings import read_stack_config
 from tests.e2e.torchrun_pods import as_installed, container_env
-from tests.infra.conftest import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
+from harness.ports import free_port
 from infra.offline import render
 from infra.offline.result import RenderResult
 from tests.infra.support import STACKS
@@ -30,13 +31,6 @@ from tests.infra.support import STACKS
 def rendered() -> dict[str, RenderResult]:
     """Every stack rendered once under the mock engine (renders are deterministic)."""
     return {stack: render.render_stack(stack) for stack in STACKS}
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

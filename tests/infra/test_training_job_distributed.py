@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from foxhunt_trainer import launcher, trainer_env
+from harness.ports import free_port
 from infra import REPO_ROOT
 from infra.components import training_job
 from infra.offline import render
@@ -23,7 +24,6 @@ from infra.offline.result import RenderResult
 from infra.settings import SettingsError, read_stack_config
 from observability import scrape_config
 from tests.e2e.torchrun_pods import as_installed, console_scripts
-from tests.infra.conftest import free_port
 from tests.infra.support import STACKS, one
 
 

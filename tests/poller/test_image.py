@@ -18,6 +18,7 @@ from types import ModuleType
 
 import pytest
 
+from harness.ports import free_port
 from infra import REPO_ROOT
 
 HADOLINT = Path(sys.executable).parent / "hadolint"
@@ -85,7 +86,7 @@ def test_image_builds_offline_runs_as_non_root_and_serves_metrics(
         "65532 65532"
     )
 
-    port = harness.free_port()
+    port = free_port()
     listen = f"127.0.0.1:{port}"
     run = subprocess.Popen(
         buildah.command(
