@@ -10,13 +10,11 @@ STACK ?= dev
 BASE ?= HEAD
 DIFF_FORMAT ?= text
 STACKS := $(shell python3 -m infra.stacks)
-# Three test processes (pytest-xdist) on two cores: the live tests spend much of their time waiting
-# on real servers (the HA fixture alone about six minutes of real-time waits), so a third process
-# keeps both cores busy meanwhile (on 2 cores: 14 min, against 16 with two processes). Override with
+# Two test processes (pytest-xdist): the suite takes about half the time on two cores. Override with
 # PYTEST_ARGS= (one process) or PYTEST_ARGS="-n 4 -k rules". Each module's tests run on one worker
 # (--dist loadscope), so a module's fixtures (a live Prometheus, a dozen training programs, a
 # promtool batch) are made once, not once per worker. The 30 slowest tests are listed at the end.
-PYTEST_ARGS ?= -n 3 --dist loadscope --durations=30
+PYTEST_ARGS ?= -n 2 --dist loadscope --durations=30
 
 .PHONY: render render-all diff generate check test test-fast lint lock bench clean sysdeps venv device-check device-check-deps wheel
 
