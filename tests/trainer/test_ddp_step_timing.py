@@ -32,8 +32,18 @@ def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OTEL_TRACES_EXPORTER": "none"}
     command = [str(TORCHRUN), "--standalone", "--nnodes=1", "--nproc-per-node=2", "-m",
                "tests.trainer.ddp_timing_worker", "--out", str(out)]  # fmt: skip
-    done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    # Once more if a rank died by SIGABRT ("terminate called without an active exception": seen
+    # once in CI from gloo inside a rank, not from the code under test); any other failure, or a
+    # second one, fails with both runs' output.
+    failures = ""
+    for _ in range(2):
+        done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+        if done.returncode == 0:
+            break
+        failures += done.stdout[-3000:] + done.stderr[-3000:]
+        if "(SIGABRT)" not in done.stderr:
+            break
+    assert done.returncode == 0, failures
     return [json.loads((out / f"rank-{r}.json").read_text()) for r in range(2)]
 
 
