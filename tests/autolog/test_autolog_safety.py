@@ -172,6 +172,22 @@ def test_autolog_in_code_instruments_torch_imported_before_or_after_it(order):
     assert done.stdout.decode().split()[0] == "5"
 
 
+# Prints how the job ended (status, failure types counted) after the job's own exit hook: a probe
+# program's first lines (registered before the job exists, so it runs after the job's hook).
+END_REPORT = textwrap.dedent(
+    """
+    import atexit
+    from foxhunt_trainer.autolog import job
+
+    def report():
+        auto = job.existing()
+        failures = auto.metrics.failures.collect()[0].samples
+        failed = sorted(s.labels["error_type"] for s in failures if s.name.endswith("_total") and s.value)
+        print(auto.job.status, failed, flush=True)
+
+    atexit.register(report)
+    """
+)
 ENDINGS = {
     "an exception": ("raise KeyError('missing column')", 1, "failed", "config"),
     "a non-zero sys.exit": ("import sys; sys.exit(3)", 3, "failed", "exception"),
@@ -184,16 +200,7 @@ def test_the_job_ends_by_what_ended_the_program(ending):
     code, expected_code, status, error_type = ENDINGS[ending]
     probe = textwrap.dedent(
         f"""
-        import atexit, torch
-        from foxhunt_trainer.autolog import job
-
-        def report():
-            auto = job.existing()
-            failures = auto.metrics.failures.collect()[0].samples
-            failed = sorted(s.labels["error_type"] for s in failures if s.name.endswith("_total") and s.value)
-            print(auto.job.status, failed, flush=True)
-
-        atexit.register(report)  # before the job exists: runs after the job's own exit hook
+        import torch
         model = torch.nn.Linear(2, 1)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         model(torch.ones(1, 2)).sum().backward()
@@ -201,7 +208,7 @@ def test_the_job_ends_by_what_ended_the_program(ending):
         {code}
         """
     )
-    done = _run([*RUN, "-c", probe], _env())
+    done = _run([*RUN, "-c", END_REPORT + probe], _env())
     assert done.returncode == expected_code, done.stderr.decode()
     assert done.stdout.decode().strip() == f"{status} {[error_type] if error_type else []}"
 

@@ -11,7 +11,6 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import opentelemetry
@@ -21,6 +20,7 @@ import typing_extensions
 
 from harness.ports import free_port
 from infra import REPO_ROOT
+from tests.autolog.test_autolog_safety import END_REPORT
 
 PYENV_VERSIONS = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
 
@@ -74,21 +74,7 @@ ENDINGS = {
 def test_on_python_3_12_the_job_ends_by_the_system_exit_that_leaves_the_program(newer_python, ending):
     python, packages = newer_python
     code, expected_code, status, failures = ENDINGS[ending]
-    probe = textwrap.dedent(
-        """
-        import atexit
-        from foxhunt_trainer.autolog import job
-
-        def report():
-            auto = job.existing()
-            counted = auto.metrics.failures.collect()[0].samples
-            failed = sorted(s.labels["error_type"] for s in counted if s.name.endswith("_total") and s.value)
-            print(auto.job.status, failed, flush=True)
-
-        atexit.register(report)  # before the job exists: runs after the job's own exit hook
-        assert job.current() is not None
-        """
-    )
+    probe = END_REPORT + "assert job.current() is not None\n"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "FOXHUNT_", "PYTHON"))}
     env |= {
         "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(packages)]),
