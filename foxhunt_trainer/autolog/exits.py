@@ -10,12 +10,14 @@ caught on its way out:
   what ends the program: a program's own `raise SystemExit(code)` wherever it is raised, `sys.exit`
   and argparse's errors; a `SystemExit` the program catches, or one that ends a thread, is not;
 - on Python 3.11, and where the main module is not running when the job is made, `sys.exit(code)`
-  is patched to note the code (argparse's errors too). A program's own `raise SystemExit(code)` is
-  not seen there (only tracing every call would see it) and the job ends "completed".
+  and the interactive builtins `exit(code)` and `quit(code)` are wrapped to note the code
+  (argparse's errors too). A program's own `raise SystemExit(code)` is not seen there (only tracing
+  every call would see it) and the job ends "completed".
 """
 
 from __future__ import annotations
 
+import builtins
 import sys
 import threading
 import types
@@ -43,6 +45,7 @@ def exit_code() -> object:
 def watch() -> None:
     """Start noting how the program exits (idempotent)."""
     _patch_sys_exit()
+    _wrap_builtin_quitters()
     try:
         _monitor_main_module()
     except Exception as error:  # `sys.exit` is still seen
@@ -61,6 +64,30 @@ def _patch_sys_exit() -> None:
     exit.__foxhunt_autolog__ = True  # type: ignore[attr-defined]
     exit.__doc__ = original.__doc__
     sys.exit = exit
+
+
+class _NotedQuitter:
+    """The builtin `exit` or `quit` (site's), noting the code it is called with first."""
+
+    __foxhunt_autolog__ = True
+
+    def __init__(self, quitter: Any) -> None:
+        self._quitter = quitter
+
+    def __repr__(self) -> str:
+        return repr(self._quitter)
+
+    def __call__(self, code: object = None) -> NoReturn:
+        _called.append(code)
+        self._quitter(code)
+        raise SystemExit(code)  # (site's quitter raises it; this only if a replacement did not)
+
+
+def _wrap_builtin_quitters() -> None:
+    for name in ("exit", "quit"):
+        quitter = getattr(builtins, name, None)  # absent under `python -S`
+        if callable(quitter) and not getattr(quitter, "__foxhunt_autolog__", False):
+            setattr(builtins, name, _NotedQuitter(quitter))
 
 
 def main_module_code() -> types.CodeType | None:

@@ -13,9 +13,9 @@ optimizer step, a DataLoader batch, a DistributedDataParallel, a Lightning Train
   on all interfaces in Kubernetes (`KUBERNETES_SERVICE_HOST` set) and on 127.0.0.1 elsewhere
   (`FOXHUNT_METRICS_ADDRESS` chooses). A port taken is reported and the program runs on.
 - the end: at interpreter exit the job finishes "failed" after an unhandled exception (by its type,
-  `errors.failure_type`) or a non-zero exit code (`exits`: `sys.exit`, and on Python 3.12 and later
-  any SystemExit that leaves the main module; the remediation's exit codes count as "nan", any
-  other code as "exception"), "stopped" after SIGTERM or Ctrl-C, else "completed"; the server
+  `errors.failure_type`) or a non-zero exit code (`exits`: `sys.exit` and the builtin `exit`, and
+  on Python 3.12 and later any SystemExit that leaves the main module; the remediation's exit codes
+  count as "nan", any other code as "exception"), "stopped" after SIGTERM or Ctrl-C, else "completed"; the server
   then waits for the final scrape (`MetricsServer.close`). SIGTERM with no handler of the
   program's finishes the job "stopped" as the library does (`foxhunt_trainer.termination`).
 - a program that makes its own `TrainingMetrics` (the manual API) is left to it: the auto job's

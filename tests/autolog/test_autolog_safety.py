@@ -191,6 +191,8 @@ END_REPORT = textwrap.dedent(
 ENDINGS = {
     "an exception": ("raise KeyError('missing column')", 1, "failed", "config"),
     "a non-zero sys.exit": ("import sys; sys.exit(3)", 3, "failed", "exception"),
+    "the builtin exit(4)": ("exit(4)", 4, "failed", "exception"),
+    "the builtin quit(0)": ("quit(0)", 0, "completed", None),
     "a clean end": ("pass", 0, "completed", None),
 }
 

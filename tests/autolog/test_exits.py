@@ -55,6 +55,7 @@ ENDINGS = {
     "raise SystemExit(3) in a function": ("def main():\n    raise SystemExit(3)\nmain()", 3, "failed", ["exception"]),
     "a bare raise SystemExit": ("raise SystemExit", 0, "completed", []),
     "sys.exit(2)": ("import sys\nsys.exit(2)", 2, "failed", ["exception"]),
+    "the builtin exit(4)": ("exit(4)", 4, "failed", ["exception"]),
     "a SystemExit the program catches": (
         "try:\n    raise SystemExit(5)\nexcept SystemExit:\n    pass",
         0,
@@ -87,3 +88,17 @@ def test_on_python_3_12_the_job_ends_by_the_system_exit_that_leaves_the_program(
     assert done.returncode == expected_code, done.stderr.decode()
     assert done.stdout.decode().strip() == f"{status} {failures}", done.stderr.decode()
     assert "foxhunt-autolog:" not in done.stderr.decode()  # nothing of the instrumentation failed
+
+
+def test_the_wrapped_builtin_exit_reads_as_the_interpreter_s_own():
+    probe = (
+        "import builtins\n"
+        "from foxhunt_trainer.autolog import exits\n"
+        "before = repr(builtins.exit), repr(builtins.quit)\n"
+        "exits.watch(); exits.watch()\n"
+        "print(before == (repr(builtins.exit), repr(builtins.quit)), builtins.exit._quitter.__class__.__name__)\n"
+        "exit(7)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO_ROOT, capture_output=True, timeout=60)
+    assert done.returncode == 7, done.stderr.decode()
+    assert done.stdout.decode().split() == ["True", "Quitter"]  # wrapped once, not twice
