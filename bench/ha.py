@@ -93,13 +93,14 @@ OUTAGE_SECONDS = 180
 REL_TOLERANCE = 1e-9
 # Values each Prometheus measures itself: only the series they answer with are compared.
 SERVER_MEASURED = (catalog.SCRAPE_DURATION_SECONDS.name, catalog.PROMETHEUS_RULE_GROUP_LAST_DURATION_SECONDS.name)
-# Records that add up a record's own history (GPU-hours and cost so far: a sum over the samples the
-# rule stored): each server has stored as many as it has evaluated since it started, so the global
-# tier and the reference may differ by one evaluation's increment (1 in the 12 or more evaluations
-# before the first comparison). Compared within ACCUMULATED_TOLERANCE: a copy counted twice (+100 %)
-# is still caught.
+# Records that add up a record's own history (GPU-hours and cost so far: from the time the server
+# first recorded the job, latched): each server latches that time at its own evaluation, so the
+# global tier and the reference may differ by an evaluation's growth of the record (more than a
+# tenth of it for a job first seen a few evaluations before the comparison). Compared within
+# ACCUMULATED_EVALUATIONS evaluations' growth, read on the reference: a copy counted twice is still
+# caught once a job is older than that.
 ACCUMULATED = ("gpu_hours", "cost")
-ACCUMULATED_TOLERANCE = 0.15
+ACCUMULATED_EVALUATIONS = 2
 
 
 class EventSink(WebhookSink):
@@ -314,10 +315,11 @@ def _answers(api: PrometheusApi, expr: str, at: float) -> dict[tuple[tuple[str, 
     return out
 
 
-def _same(a: float, b: float, rel_tol: float = REL_TOLERANCE) -> bool:
+def _same(a: float, b: float, allowed: float = 0.0) -> bool:
+    """Equal within REL_TOLERANCE, or within `allowed` (an absolute difference)."""
     if math.isnan(a) or math.isnan(b):
         return math.isnan(a) and math.isnan(b)
-    return math.isclose(a, b, rel_tol=rel_tol, abs_tol=1e-9)
+    return math.isclose(a, b, rel_tol=REL_TOLERANCE, abs_tol=max(allowed, 1e-9))
 
 
 def compare_dashboards(
@@ -343,8 +345,13 @@ def compare_dashboards(
             compared += 1
             answered += bool(want)
             measured = any(name in expr for name in SERVER_MEASURED)
-            tolerance = ACCUMULATED_TOLERANCE if any(part in expr for part in ACCUMULATED) else REL_TOLERANCE
-            if want.keys() != got.keys() or (not measured and not all(_same(want[k], got[k], tolerance) for k in want)):
+            allowed: dict[tuple[tuple[str, str], ...], float] = {}
+            if any(part in expr for part in ACCUMULATED):
+                earlier = _answers(reference, expr, at - cfg.evaluation_interval_seconds)
+                allowed = {k: ACCUMULATED_EVALUATIONS * abs(v - earlier.get(k, v)) for k, v in want.items()}
+            if want.keys() != got.keys() or (
+                not measured and not all(_same(want[k], got[k], allowed.get(k, 0.0)) for k in want)
+            ):
                 shown = (dict(list(want.items())[:3]), dict(list(got.items())[:3]))
                 mismatches.append(f"{query.dashboard_uid}/{query.panel_title}: {expr[:300]}\n  one server: {shown[0]}"
                                   f"\n  global: {shown[1]}")  # fmt: skip

@@ -626,9 +626,11 @@ class BoundedHTTPServer:
                 self._selector.unregister(conn.sock)
             conn.events = 0
         if conn.state != _HANDLING:  # a worker still holds it: closed when it hands it back
+            # Counted out before the peer can see the close, so a client that has read EOF never
+            # finds its connection still counted.
+            self._open -= 1
             with contextlib.suppress(OSError):
                 conn.sock.close()
-            self._open -= 1
         conn.state = _CLOSED
         self._release(conn)
         conn.response = None
@@ -641,9 +643,9 @@ class BoundedHTTPServer:
             except queue.Empty:
                 return
             if conn.state == _CLOSED:  # closed while the handler ran (server stopping)
+                self._open -= 1
                 with contextlib.suppress(OSError):
                     conn.sock.close()
-                self._open -= 1
                 continue
             self._send(conn, response)
 
