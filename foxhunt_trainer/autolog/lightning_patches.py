@@ -140,11 +140,11 @@ def _patch_init(trainer: type[pl.Trainer]) -> None:
 def _framework_run(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def run(self: pl.Trainer, *args: Any, **kwargs: Any) -> Any:
-        STATE.framework_depth += 1
+        STATE.framework_started()
         try:
             return original(self, *args, **kwargs)
         finally:
-            STATE.framework_depth -= 1
+            STATE.framework_ended()
 
     return run
 

@@ -76,7 +76,7 @@ def _patch(cls: type[BaseAlgorithm]) -> None:
         except Exception as error:
             STATE.failed(SB3, error)
             return original(self, *args, **kwargs)
-        STATE.framework_depth += 1  # the policy optimizer's steps are the callback's to count
+        STATE.framework_started()  # the policy optimizer's steps are the callback's to count
         try:
             return original(*bound.args, **bound.kwargs)
         except BaseException:
@@ -84,7 +84,7 @@ def _patch(cls: type[BaseAlgorithm]) -> None:
                 added.flush()  # guarded: the steps taken before the error are counted
             raise
         finally:
-            STATE.framework_depth -= 1
+            STATE.framework_ended()
 
     cls.learn = learn  # type: ignore[method-assign]
 

@@ -42,6 +42,9 @@ class State:
         # integration leaves its optimizer steps, losses and loaders to it.
         self.framework_depth = 0
         self.live: dict[str, bool] = {}
+        # What the plain PyTorch patches read at every call: the torch integration is on and no
+        # framework's fit or learn is running (kept by `refresh` and the framework's start and end).
+        self.plain_torch = False
         self._followers: dict[str, weakref.WeakSet[Any]] = {}
         self._followers_lock = threading.Lock()
 
@@ -58,11 +61,21 @@ class State:
                 for name in (*switches.INTEGRATIONS, "job", "import hook")
             }
         )
+        self.plain_torch = self.framework_depth == 0 and self.live[switches.TORCH]
         with self._followers_lock:
             for name, followers in self._followers.items():
                 on = self.live.get(name, False)
                 for follower in list(followers):
                     follower.recording = on
+
+    def framework_started(self) -> None:
+        """A framework's fit or learn began: its own integration counts, the plain PyTorch one waits."""
+        self.framework_depth += 1
+        self.plain_torch = False
+
+    def framework_ended(self) -> None:
+        self.framework_depth -= 1
+        self.plain_torch = self.framework_depth == 0 and self.live.get(switches.TORCH, False)
 
     def follow(self, integration: str, follower: Follower) -> None:
         """Keep `follower.recording` equal to whether `integration` is on, from now on (held

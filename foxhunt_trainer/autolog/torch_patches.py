@@ -310,12 +310,12 @@ def _auto_torch(create: bool = True) -> AutoTorch | None:
 
 
 def _torch_on() -> bool:
-    return STATE.framework_depth == 0 and STATE.live.get(TORCH, False)
+    return STATE.plain_torch
 
 
 # --- the patches ------------------------------------------------------------------------------
 # They run several times a step: `_auto_torch()` and `_torch_on()` are inlined where they are hot
-# (`_made[0] if _made`, the integration once made: each runs after `STATE.live[TORCH]` was read,
+# (`_made[0] if _made`, the integration once made: each runs after `STATE.plain_torch` was read,
 # which is off once the program instruments itself).
 # The two global optimizer step hooks guard themselves (`guarded`, inlined: a wrapper each was
 # an extra call at every step).
@@ -325,7 +325,7 @@ def _torch_on() -> bool:
 # the FLOPs measured and the phase block in place (the post-step hook: `Watcher._after_step`),
 # the loss of a program without GradScaler (`backward`: `AutoTorch.backward`, `record_loss`).
 def _before_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-    if STATE.framework_depth or not STATE.live.get(TORCH, False):
+    if not STATE.plain_torch:
         return
     try:
         torch_job = _made[0] if _made else _auto_torch()
@@ -349,7 +349,7 @@ def _before_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> No
 
 
 def _after_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-    if STATE.framework_depth or not STATE.live.get(TORCH, False):
+    if not STATE.plain_torch:
         return
     try:
         torch_job = _made[0] if _made else _auto_torch()
@@ -377,10 +377,12 @@ def _after_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> Non
 
 
 _SEQUENCES = (list, tuple)
-# Depth of the program's backward calls in progress (any thread): a `torch.autograd.backward`
-# made inside one (activation checkpointing calls it again during the backward pass) is not the
+_Tensor = torch.Tensor
+_grad_enabled = torch.is_grad_enabled
+# The autograd graph task running on this thread (-1: none): a `torch.autograd.backward` made
+# inside a backward pass (activation checkpointing's recomputation calls it again) is not the
 # program's loss.
-_backward_depth = [0]
+_graph_task = torch._C._current_graph_task_id
 
 
 def _patch_backward() -> None:
@@ -390,10 +392,10 @@ def _patch_backward() -> None:
 
     @functools.wraps(original)
     def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
-        if not _backward_depth[0] and not STATE.framework_depth and STATE.live.get(TORCH, False):
+        if STATE.plain_torch and _graph_task() == -1:
             try:
                 loss = tensors[0] if isinstance(tensors, _SEQUENCES) and len(tensors) == 1 else tensors
-                if isinstance(loss, torch.Tensor):
+                if isinstance(loss, _Tensor):
                     torch_job = _made[0] if _made else _auto_torch()
                     if torch_job is not None:
                         watcher = torch_job.watcher
@@ -408,11 +410,7 @@ def _patch_backward() -> None:
                             torch_job.backward(loss)
             except Exception as error:
                 STATE.failed(TORCH, error)
-        _backward_depth[0] += 1
-        try:
-            return original(tensors, *args, **kwargs)
-        finally:
-            _backward_depth[0] -= 1
+        return original(tensors, *args, **kwargs)
 
     torch.autograd.backward = backward
 
@@ -422,23 +420,25 @@ def _patch_loader() -> None:
 
     @functools.wraps(original)
     def __next__(self: _BaseDataLoaderIter) -> Any:
-        if STATE.framework_depth or not STATE.live.get(TORCH, False):
+        if not STATE.plain_torch:
             return original(self)
         # `next_started` and `next_done` have their common case written out here (the innermost
         # loop's iterator again; a training batch with the job's watcher in place).
-        opened = None
+        block: PhaseBlock | None = None
+        waiting_since = 0.0
         try:
             torch_job = _made[0] if _made else _auto_torch()
             if torch_job is not None:
                 loaders = torch_job._loaders
                 if loaders and loaders[-1][0]() is self:
+                    waiting_since = loaders[-1][1].switch(DATA_WAIT)
                     block = loaders[-1][1]
-                    opened = block, block.switch(DATA_WAIT)
                 else:
-                    opened = torch_job.next_started(self)
+                    block, waiting_since = torch_job.next_started(self)
         except Exception as error:
             STATE.failed(TORCH, error)
-        if opened is None:
+            block = None
+        if block is None:
             return original(self)
         try:
             batch = original(self)
@@ -450,11 +450,10 @@ def _patch_loader() -> None:
             raise
         try:
             watcher = torch_job.watcher  # type: ignore[union-attr]
-            if watcher is not None and torch.is_grad_enabled():
-                block, waiting_since = opened
+            if watcher is not None and _grad_enabled():
                 watcher._batch_loaded(batch, block.switch(COMPUTE) - waiting_since)
             else:
-                torch_job.next_done(*opened, batch)  # type: ignore[union-attr]
+                torch_job.next_done(block, waiting_since, batch)  # type: ignore[union-attr]
         except Exception as error:
             STATE.failed(TORCH, error)
         return batch
