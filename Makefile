@@ -10,11 +10,13 @@ STACK ?= dev
 BASE ?= HEAD
 DIFF_FORMAT ?= text
 STACKS := $(shell python3 -m infra.stacks)
-# Two test processes (pytest-xdist): the suite takes about half the time on two cores. Override with
-# PYTEST_ARGS= (one process) or PYTEST_ARGS="-n 4 -k rules". Each module's tests run on one worker
-# (--dist loadscope), so a module's fixtures (a live Prometheus, a dozen training programs, a
-# promtool batch) are made once, not once per worker. The 30 slowest tests are listed at the end.
-PYTEST_ARGS ?= -n 2 --dist loadscope --durations=30
+# Three test processes (pytest-xdist) on two cores: two share the suite, a module to one of them
+# (--dist loadscope, so a module's fixtures, a live Prometheus, a dozen training programs, a promtool
+# batch, are made once), and the third runs only the modules that mostly wait on real servers' clocks
+# (the HA scenario, six minutes at a tenth of a core), which would otherwise hold a core idle
+# (harness/waiting_apart.py). Override with PYTEST_ARGS= (one process) or PYTEST_ARGS="-n 4 -k rules".
+# The 30 slowest tests are listed at the end.
+PYTEST_ARGS ?= -n 3 --dist loadscope --durations=30
 
 .PHONY: render render-all diff generate check test test-fast lint lock bench clean sysdeps venv device-check device-check-deps wheel
 

@@ -13,6 +13,8 @@ except those reading the global tier's own records over a window reaching into i
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,11 +25,22 @@ from bench.ha import INTERVAL, Figures, run
 pytestmark = pytest.mark.slow
 
 OUTAGE_SECONDS = 40
+# The scenario's servers and its fleet of targets run before the rest of the suite on the shared
+# cores (as root, where a nice value below 0 is allowed; else as they are): their timing is what is
+# under test, and in a cluster they would not share two cores with a test suite.
+NICENESS = -5
 
 
 @pytest.fixture(scope="module")
 def figures(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Figures]:
-    yield run(Path(tmp_path_factory.mktemp("ha")), OUTAGE_SECONDS, log=lambda line: print(line, flush=True))
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    with contextlib.suppress(PermissionError):
+        os.setpriority(os.PRIO_PROCESS, 0, NICENESS)  # inherited by every server it starts
+    try:
+        yield run(Path(tmp_path_factory.mktemp("ha")), OUTAGE_SECONDS, log=lambda line: print(line, flush=True))
+    finally:
+        with contextlib.suppress(PermissionError):
+            os.setpriority(os.PRIO_PROCESS, 0, before)
 
 
 def test_one_trigger_and_one_resolve_per_incident_and_no_other_page(figures: Figures) -> None:
