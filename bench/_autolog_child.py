@@ -2,10 +2,11 @@
 (`--in-process`), or the framework callbacks timed from inside (`--framework`).
 
     python -m bench._autolog_child --in-process --model real|tiny --steps N --rounds R
+    python -m bench._autolog_child --bytecodes --model tiny --steps N
     python -m bench._autolog_child --framework [--repeats N]
 
-`--in-process` is started by the parent through `foxhunt-run`: the loop has no instrumentation of
-its own.
+`--in-process` and `--bytecodes` are started by the parent through `foxhunt-run`: the loop has no
+instrumentation of its own.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -22,6 +25,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 WIDTH, BATCH, FEATURES = 512, 128, 256
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _model(kind: str) -> torch.nn.Module:
@@ -74,61 +78,117 @@ class Patches:
                 hooks.update(mine)
 
 
-def in_process(args: argparse.Namespace) -> None:
-    """Plain, auto and watch() blocks of the same loop in one process, the order rotating every
-    round: each block's cost is the training thread's CPU time per step (the metrics server's
-    thread, scraped by the parent, runs through every block alike and is not in it). Plain takes
-    the patches out; watch() takes them out and watches the loop by hand, into the auto job's
-    `JobMetrics`, with a watcher made before and closed after its block (so its hooks never run in
-    another variant's block). Prints one JSON object: the variants' seconds per step, block by block."""
-    from foxhunt_trainer.autolog import job as auto_job
-    from foxhunt_trainer.integrations.torch import watch
+class Loop:
+    """The loop of the three variants in this process (`foxhunt-run` made the auto layer's patches):
+    plain takes the patches out; watch() takes them out and watches the loop by hand, into the auto
+    job's `JobMetrics`, with a watcher made before and closed after its block (so its hooks never run
+    in another variant's block)."""
 
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    patches = Patches()
-    model = _model(args.model)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    loss_fn = torch.nn.MSELoss()
-    loader = _loader(args.model, args.steps)
-    parameter = next(model.parameters()) if args.model == "tiny" else None
-    steps: int = args.steps
+    def __init__(self, args: argparse.Namespace) -> None:
+        torch.set_num_threads(1)
+        torch.manual_seed(0)
+        self.patches = Patches()
+        self.model = _model(args.model)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-3)
+        self.loss_fn = torch.nn.MSELoss()
+        self.loader = _loader(args.model, args.steps)
+        self.parameter = next(self.model.parameters()) if args.model == "tiny" else None
+        self.steps: int = args.steps
 
-    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        loss: torch.Tensor = parameter * 2.0 if parameter is not None else loss_fn(model(x), y)
+    def step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        parameter = self.parameter
+        loss: torch.Tensor = parameter * 2.0 if parameter is not None else self.loss_fn(self.model(x), y)
         loss.backward()  # type: ignore[no-untyped-call]
-        optimizer.step()
-        optimizer.zero_grad()
+        self.optimizer.step()
+        self.optimizer.zero_grad()
         return loss
 
-    def block(variant: str) -> float:
-        patches.put(variant == "auto")
+    def block(self, variant: str, around: Callable[[Callable[[], None]], float]) -> float:
+        """One block of `variant`: its loop run by `around` (which measures it), per step."""
+        from foxhunt_trainer.autolog import job as auto_job
+        from foxhunt_trainer.integrations.torch import watch
+
+        self.patches.put(variant == "auto")
         if variant != "watch":
-            started = time.thread_time()
-            for x, y in loader:
-                step(x, y)
-            return (time.thread_time() - started) / steps
+
+            def loop() -> None:
+                for x, y in self.loader:
+                    self.step(x, y)
+
+            return around(loop) / self.steps
         made = auto_job.existing()
         if made is None:
             raise SystemExit("the auto job was not made by the first auto block")
-        watcher = watch(made.job, model, optimizer)
-        started = time.thread_time()
-        for x, y in watcher.loader(loader):
-            watcher.record_loss(step(x, y))
-        spent = time.thread_time() - started
-        watcher.close()
-        return spent / steps
+        watcher = watch(made.job, self.model, self.optimizer)
 
-    variants = ("auto", "plain", "watch")  # auto first: its job is made in the first block
-    for variant in variants * 2:  # warm-up
-        block(variant)
-    blocks: dict[str, list[float]] = {v: [] for v in variants}
+        def watched() -> None:
+            for x, y in watcher.loader(self.loader):
+                watcher.record_loss(self.step(x, y))
+
+        spent = around(watched)
+        watcher.close()
+        return spent / self.steps
+
+
+VARIANTS = ("auto", "plain", "watch")  # auto first: its job is made in the first block
+
+
+def _thread_time(loop: Callable[[], None]) -> float:
+    started = time.thread_time()
+    loop()
+    return time.thread_time() - started
+
+
+def in_process(args: argparse.Namespace) -> None:
+    """Plain, auto and watch() blocks of the same loop in one process, the order rotating every
+    round: each block's cost is the training thread's CPU time per step (the metrics server's
+    thread, scraped by the parent, runs through every block alike and is not in it). Prints one
+    JSON object: the variants' seconds per step, block by block."""
+    loop = Loop(args)
+    for variant in VARIANTS * 2:  # warm-up
+        loop.block(variant, _thread_time)
+    blocks: dict[str, list[float]] = {v: [] for v in VARIANTS}
     for round_ in range(args.rounds):
-        order = variants[round_ % 3 :] + variants[: round_ % 3]
+        order = VARIANTS[round_ % 3 :] + VARIANTS[: round_ % 3]
         for variant in order if round_ % 6 < 3 else tuple(reversed(order)):
-            blocks[variant].append(block(variant))
-    patches.put(True)
+            blocks[variant].append(loop.block(variant, _thread_time))
+    loop.patches.put(True)
     print(json.dumps(blocks), flush=True)
+
+
+def bytecodes(args: argparse.Namespace) -> None:
+    """The bytecodes each variant's block executes per step, by function (`sys.settrace`'s opcode
+    events): what the interpreter does, counted, where timing a few microseconds is noisy. Prints one
+    JSON object: variant -> {"file:function": bytecodes per step}."""
+    loop = Loop(args)
+    for variant in VARIANTS * 2:  # warm-up: the watcher made, the FLOPs measured, caches filled
+        loop.block(variant, _thread_time)
+    counts: dict[str, int] = {}
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        frame.f_trace_opcodes = True
+        if event == "opcode":
+            code = frame.f_code
+            name = code.co_filename.rpartition("site-packages/")[2].rpartition(f"{REPO}/")[2]
+            key = f"{name}:{code.co_name}"
+            counts[key] = counts.get(key, 0) + 1
+        return tracer
+
+    def traced(run: Callable[[], None]) -> float:
+        sys.settrace(tracer)
+        try:
+            run()
+        finally:
+            sys.settrace(None)
+        return 0.0
+
+    out: dict[str, dict[str, float]] = {}
+    for variant in VARIANTS:
+        counts.clear()
+        loop.block(variant, traced)
+        out[variant] = {key: n / loop.steps for key, n in counts.items()}
+    loop.patches.put(True)
+    print(json.dumps(out), flush=True)
 
 
 # --- the framework callbacks, timed from inside ---------------------------------------------------
@@ -265,6 +325,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--framework", action="store_true")
     parser.add_argument("--in-process", action="store_true")
+    parser.add_argument("--bytecodes", action="store_true")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()
@@ -272,8 +333,10 @@ def main() -> None:
         frameworks(args)
     elif args.in_process:
         in_process(args)
+    elif args.bytecodes:
+        bytecodes(args)
     else:
-        parser.error("choose --in-process or --framework")
+        parser.error("choose --in-process, --bytecodes or --framework")
 
 
 if __name__ == "__main__":

@@ -94,11 +94,12 @@ def _env(port: int, job_id: str) -> dict[str, str]:
     }
 
 
-def in_process(model: str, steps: int, rounds: int) -> dict[str, list[float]]:
+def in_process(model: str, steps: int, rounds: int, mode: str = "--in-process") -> Any:
     """Seconds per step of each variant's blocks, round by round, from one process under
-    `foxhunt-run` whose metrics server is scraped once a second."""
+    `foxhunt-run` whose metrics server is scraped once a second (`--bytecodes`: the bytecodes per
+    step of each variant's block, by function)."""
     port = free_port()
-    child = [sys.executable, "-m", "bench._autolog_child", "--in-process", "--model", model]
+    child = [sys.executable, "-m", "bench._autolog_child", mode, "--model", model]
     command = [sys.executable, "-m", "foxhunt_trainer.autolog", *child, "--steps", str(steps), "--rounds", str(rounds)]
     scraper = _scraper(port)
     try:
@@ -109,8 +110,7 @@ def in_process(model: str, steps: int, rounds: int) -> dict[str, list[float]]:
     finally:
         scraper.terminate()
         scraper.wait(10)
-    blocks: dict[str, list[float]] = json.loads(done.stdout.strip().splitlines()[-1])
-    return blocks
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def quartiles(values: list[float]) -> tuple[float, float, float]:
@@ -143,11 +143,30 @@ class LoopRow:
     fixed: list[float]  # minus the round's plain block, one-parameter model, seconds per step
 
 
+def bytecode_rows(counts: dict[str, dict[str, float]], top: int = 6) -> tuple[list[str], str]:
+    """The bytecodes table (each variant a step, and beyond plain) and the split of auto minus
+    watch() by function, its largest terms."""
+    totals = {v: sum(by.values()) for v, by in counts.items()}
+    rows = [f"| {NAMES[v]} | {totals[v]:,.0f} | {totals[v] - totals['plain']:+,.0f} |" for v in VARIANTS if v in totals]
+    auto, by_hand = counts["auto"], counts["watch"]
+    difference = {k: auto.get(k, 0.0) - by_hand.get(k, 0.0) for k in set(auto) | set(by_hand)}
+    largest = sorted(difference.items(), key=lambda item: -abs(item[1]))[:top]
+    split = ", ".join(f"`{k.rpartition('/')[2]}` {v:+.0f}" for k, v in largest if round(v))
+    return rows, split
+
+
 def report(
-    rows: list[LoopRow], paired: list[float], framework: dict[str, Any], args: argparse.Namespace, load: str
+    rows: list[LoopRow],
+    paired: list[float],
+    framework: dict[str, Any],
+    counts: dict[str, dict[str, float]],
+    args: argparse.Namespace,
+    load: str,
 ) -> tuple[str, list[str]]:
     plain = rows[0].step
     table, verdicts = [], []
+    code_rows, code_split = bytecode_rows(counts)
+    code_gap = sum(counts["auto"].values()) - sum(counts["watch"].values())
     for row in rows:
         if row.variant == "plain":
             table.append(f"| {NAMES[row.variant]} | {row.step * 1e3:.2f} | 1 | | |")
@@ -187,7 +206,8 @@ def report(
         f"auto against watch(): goal no more; auto minus watch() per round {difference * 1e6:+.2f} µs (median; 95 % "
         f"interval {low * 1e6:+.2f} to {high * 1e6:+.2f} µs, {100 * max(abs(low), abs(high)) / plain:.3f} % of the "
         f"plain step at most), auto below watch() in {below} of {len(paired)} rounds, watch()'s own fixed cost "
-        f"{statistics.median(by_hand.fixed) * 1e6:.1f} µs: {against}"
+        f"{statistics.median(by_hand.fixed) * 1e6:.1f} µs: {against}; counted, auto executes {code_gap:+,.0f} "
+        "bytecodes a step against watch() (the table below)"
     )
     cases: dict[str, list[dict[str, Any]]] = {}
     for result in framework["cases"]:
@@ -249,6 +269,15 @@ def report(
             "| --- | --- | --- | --- | --- |",
             *table,
             "",
+            f"Bytecodes the interpreter executes per step of the one-parameter loop ({args.fixed_steps:,} "
+            "steps of each variant, counted by `sys.settrace`'s opcode events in the same kind of process, "
+            "`--bytecodes`): a count, the same from run to run, where a few microseconds of time are not. "
+            f"Auto minus watch() by function, its largest terms: {code_split}.",
+            "",
+            "| variant | bytecodes a step | beyond the plain loop |",
+            "| --- | --- | --- |",
+            *code_rows,
+            "",
             "Framework callbacks under `foxhunt-run` (each case run "
             f"{args.repeats} times in one process): the training thread's CPU time inside the callback's methods "
             "(every hook SB3 or Lightning calls, the optimizer hooks the callback registers), per unit of work, "
@@ -291,6 +320,7 @@ def main(argv: list[str] | None = None) -> None:
     load_before = os.getloadavg()
     blocks = in_process("real", args.steps, args.rounds)
     fixed_blocks = in_process("tiny", args.fixed_steps, args.fixed_rounds)
+    counts = in_process("tiny", args.fixed_steps, 1, mode="--bytecodes")
     framework = frameworks(args.repeats)
     load_after = os.getloadavg()
     rows = [
@@ -304,7 +334,7 @@ def main(argv: list[str] | None = None) -> None:
     ]
     paired = [a - w for a, w in zip(fixed_blocks["auto"], fixed_blocks["watch"], strict=True)]
     load = f"load average {load_before[0]:.1f} at the start, {load_after[0]:.1f} at the end, {os.cpu_count()} CPU cores"
-    section, _ = report(rows, paired, framework, args, load)
+    section, _ = report(rows, paired, framework, counts, args, load)
     print(section)
     if not args.no_write:
         write_section(section, BEGIN, END)

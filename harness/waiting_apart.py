@@ -4,11 +4,12 @@ Some modules spend minutes waiting on real servers' clocks (the high-availabilit
 faults, each held and resolved through Prometheus and Alertmanager's own intervals, about six
 minutes at a tenth of a core). With `--dist loadscope` such a module takes a worker like any other,
 and the core that worker would use sits idle while it waits. Here, with three or more workers, the
-last one (by number: gw2 of three) runs only the modules in `WAITING` (and stops once they are
-done, or at once when none was collected), and the others share every other module, a module to
-one worker as `loadscope` does. With fewer workers, or another `--dist`, scheduling is xdist's own.
+last one (by number: gw2 of three) runs only the modules named by the `waiting_modules` ini
+setting (and stops once they are done, or at once when none was collected), and the others share
+every other module, a module to one worker as `loadscope` does. With fewer workers, or another
+`--dist`, scheduling is xdist's own.
 
-Loaded by `-p harness.waiting_apart` (pyproject's addopts).
+Loaded by `-p harness.waiting_apart` (pyproject's addopts, beside `waiting_modules`).
 """
 
 from __future__ import annotations
@@ -19,8 +20,7 @@ import pytest
 from xdist.scheduler import LoadScopeScheduling
 from xdist.workermanage import WorkerController
 
-# Modules whose tests wait on servers' clocks far more than they compute.
-WAITING = frozenset({"tests/e2e/test_ha_prometheus.py"})
+INI = "waiting_modules"
 # Workers needed before one is kept apart: the waiting modules' own, and two for everything else.
 MIN_WORKERS = 3
 
@@ -31,10 +31,11 @@ def _number(node: WorkerController) -> int:
 
 
 class WaitingApartScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist has no type information
-    """`loadscope`, with the last worker kept for the `WAITING` modules (see the module docstring)."""
+    """`loadscope`, with the last worker kept for the waiting modules (see the module docstring)."""
 
     def __init__(self, config: pytest.Config, log: Any = None) -> None:
         super().__init__(config, log)
+        self.waiting = frozenset(str(path) for path in config.getini(INI))
         self.apart: WorkerController | None = None
 
     def schedule(self) -> None:
@@ -54,7 +55,7 @@ class WaitingApartScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdis
         """The first queued scope this worker takes: the waiting ones for the worker kept apart,
         every other for the rest."""
         for scope in self.workqueue:
-            if (scope.split("::", 1)[0] in WAITING) == (node is self.apart):
+            if (scope.split("::", 1)[0] in self.waiting) == (node is self.apart):
                 return str(scope)
         return None
 
@@ -82,6 +83,16 @@ class WaitingApartScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdis
         if self._pending_of(self.assigned_work.get(node, {})) > 2:
             return
         self._assign_work_unit(node)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addini(
+        INI,
+        "test modules (paths from the root directory) that wait on servers' clocks far more than they compute: "
+        "with three or more xdist workers under --dist loadscope, the last worker runs them alone",
+        type="linelist",
+        default=[],
+    )
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -13,10 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.waiting_apart import WAITING
-
 REPO = Path(__file__).resolve().parents[2]
-WAITING_MODULE = sorted(WAITING)[0]
+WAITING_MODULE = "tests/e2e/test_waits.py"
 OTHERS = [f"tests/unit/test_module_{i}.py" for i in range(6)]
 TEST = """
 import os
@@ -30,7 +28,7 @@ def _ran(name):
 
 
 def project(root: Path, modules: list[str]) -> None:
-    (root / "pytest.ini").write_text("[pytest]\n")
+    (root / "pytest.ini").write_text(f"[pytest]\nwaiting_modules =\n    {WAITING_MODULE}\n")
     for module in modules:
         path = root / module
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -75,3 +73,12 @@ def test_without_a_waiting_module_or_a_third_worker_two_workers_share_everything
     used = set().union(*ran.values())
     assert used == {"gw0", "gw1"}, ran
     assert all(len(workers_of) == 1 for workers_of in ran.values()), ran
+
+
+def test_every_waiting_module_the_project_names_exists() -> None:
+    import tomllib
+
+    named = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["waiting_modules"]
+    assert named, "pyproject names no waiting module"
+    missing = [path for path in named if not (REPO / path).is_file()]
+    assert not missing, f"waiting_modules names modules that do not exist: {missing}"
