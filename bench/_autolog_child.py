@@ -158,8 +158,10 @@ def in_process(args: argparse.Namespace) -> None:
 
 def bytecodes(args: argparse.Namespace) -> None:
     """The bytecodes each variant's block executes per step, by function (`sys.settrace`'s opcode
-    events): what the interpreter does, counted, where timing a few microseconds is noisy. Prints one
-    JSON object: variant -> {"file:function": bytecodes per step}."""
+    events): what the interpreter does, counted, where timing a few microseconds is noisy. The work
+    done every N steps or switches (checks, the phase queue's flush) is in it, amortized: each block
+    starts with the phase queue empty. Prints one JSON object: variant -> {"file:function":
+    bytecodes per step}."""
     loop = Loop(args)
     for variant in VARIANTS * 2:  # warm-up: the watcher made, the FLOPs measured, caches filled
         loop.block(variant, _thread_time)
@@ -174,7 +176,12 @@ def bytecodes(args: argparse.Namespace) -> None:
             counts[key] = counts.get(key, 0) + 1
         return tracer
 
+    from foxhunt_trainer.autolog import job as auto_job
+
     def traced(run: Callable[[], None]) -> float:
+        made = auto_job.existing()
+        if made is not None:  # each block starts with no phase switch queued (reading the totals applies them)
+            made.job.phases.totals()
         sys.settrace(tracer)
         try:
             run()
