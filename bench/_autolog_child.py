@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 import time
 import warnings
@@ -24,8 +23,9 @@ from typing import Any, cast
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from infra import REPO_ROOT
+
 WIDTH, BATCH, FEATURES = 512, 128, 256
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _model(kind: str) -> torch.nn.Module:
@@ -162,6 +162,8 @@ def bytecodes(args: argparse.Namespace) -> None:
     done every N steps or switches (checks, the phase queue's flush) is in it, amortized: each block
     starts with the phase queue empty. Prints one JSON object: variant -> {"file:function":
     bytecodes per step}."""
+    from foxhunt_trainer.autolog import job as auto_job
+
     loop = Loop(args)
     for variant in VARIANTS * 2:  # warm-up: the watcher made, the FLOPs measured, caches filled
         loop.block(variant, _thread_time)
@@ -171,12 +173,10 @@ def bytecodes(args: argparse.Namespace) -> None:
         frame.f_trace_opcodes = True
         if event == "opcode":
             code = frame.f_code
-            name = code.co_filename.rpartition("site-packages/")[2].rpartition(f"{REPO}/")[2]
+            name = code.co_filename.rpartition("site-packages/")[2].rpartition(f"{REPO_ROOT}/")[2]
             key = f"{name}:{code.co_name}"
             counts[key] = counts.get(key, 0) + 1
         return tracer
-
-    from foxhunt_trainer.autolog import job as auto_job
 
     def traced(run: Callable[[], None]) -> float:
         made = auto_job.existing()

@@ -144,16 +144,16 @@ class LoopRow:
     fixed: list[float]  # minus the round's plain block, one-parameter model, seconds per step
 
 
-def bytecode_rows(counts: dict[str, dict[str, float]], top: int = 6) -> tuple[list[str], str]:
-    """The bytecodes table (each variant a step, and beyond plain) and the split of auto minus
-    watch() by function, its largest terms."""
+def bytecode_rows(counts: dict[str, dict[str, float]], top: int = 6) -> tuple[list[str], str, float]:
+    """The bytecodes table (each variant a step, and beyond plain), the split of auto minus watch()
+    by function (its largest terms) and auto minus watch() in all."""
     totals = {v: sum(by.values()) for v, by in counts.items()}
     rows = [f"| {NAMES[v]} | {totals[v]:,.0f} | {totals[v] - totals['plain']:+,.0f} |" for v in VARIANTS if v in totals]
     auto, by_hand = counts["auto"], counts["watch"]
     difference = {k: auto.get(k, 0.0) - by_hand.get(k, 0.0) for k in set(auto) | set(by_hand)}
     largest = sorted(difference.items(), key=lambda item: -abs(item[1]))[:top]
     split = ", ".join(f"`{k.rpartition('/')[2]}` {v:+.0f}" for k, v in largest if round(v))
-    return rows, split
+    return rows, split, totals["auto"] - totals["watch"]
 
 
 def report(
@@ -166,8 +166,7 @@ def report(
 ) -> tuple[str, list[str]]:
     plain = rows[0].step
     table, verdicts = [], []
-    code_rows, code_split = bytecode_rows(counts)
-    code_gap = sum(counts["auto"].values()) - sum(counts["watch"].values())
+    code_rows, code_split, code_gap = bytecode_rows(counts)
     for row in rows:
         if row.variant == "plain":
             table.append(f"| {NAMES[row.variant]} | {row.step * 1e3:.2f} | 1 | | |")

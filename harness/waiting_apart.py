@@ -60,16 +60,12 @@ class WaitingApartScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdis
         return None
 
     def _assign_work_unit(self, node: WorkerController) -> None:
-        if self.apart is None:
-            super()._assign_work_unit(node)
-            return
-        scope = self._next_scope(node)
-        if scope is None:
-            return
-        work_unit = self.workqueue.pop(scope)
-        self.assigned_work.setdefault(node, {})[scope] = work_unit
-        collection = self.registered_collections[node]
-        node.send_runtest_some([collection.index(nodeid) for nodeid, done in work_unit.items() if not done])
+        if self.apart is not None:
+            scope = self._next_scope(node)
+            if scope is None:
+                return
+            self.workqueue.move_to_end(scope, last=False)  # `loadscope` hands out the first in the queue
+        super()._assign_work_unit(node)
 
     def _reschedule(self, node: WorkerController) -> None:
         if self.apart is None:

@@ -61,7 +61,7 @@ class State:
                 for name in (*switches.INTEGRATIONS, "job", "import hook")
             }
         )
-        self.plain_torch = self.framework_depth == 0 and self.live[switches.TORCH]
+        self._update_plain_torch()
         with self._followers_lock:
             for name, followers in self._followers.items():
                 on = self.live.get(name, False)
@@ -71,10 +71,13 @@ class State:
     def framework_started(self) -> None:
         """A framework's fit or learn began: its own integration counts, the plain PyTorch one waits."""
         self.framework_depth += 1
-        self.plain_torch = False
+        self._update_plain_torch()
 
     def framework_ended(self) -> None:
         self.framework_depth -= 1
+        self._update_plain_torch()
+
+    def _update_plain_torch(self) -> None:
         self.plain_torch = self.framework_depth == 0 and self.live.get(switches.TORCH, False)
 
     def follow(self, integration: str, follower: Follower) -> None:

@@ -309,14 +309,10 @@ def _auto_torch(create: bool = True) -> AutoTorch | None:
     return made
 
 
-def _torch_on() -> bool:
-    return STATE.plain_torch
-
-
 # --- the patches ------------------------------------------------------------------------------
-# They run several times a step: `_auto_torch()` and `_torch_on()` are inlined where they are hot
-# (`_made[0] if _made`, the integration once made: each runs after `STATE.plain_torch` was read,
-# which is off once the program instruments itself).
+# Each first reads `STATE.plain_torch` (the torch integration on, no framework's fit running; off
+# once the program instruments itself). They run several times a step: `_auto_torch()` is inlined
+# where they are hot (`_made[0] if _made`, the integration once made).
 # The two global optimizer step hooks guard themselves (`guarded`, inlined: a wrapper each was
 # an extra call at every step).
 # Each also writes out the common case of the `AutoTorch` and `Watcher` methods it calls, so a
@@ -467,7 +463,7 @@ def _patch_save() -> None:
     @functools.wraps(original)
     def save(obj: object, f: Any, *args: Any, **kwargs: Any) -> None:
         saving = None
-        if _torch_on():
+        if STATE.plain_torch:
             try:
                 torch_job = _auto_torch(create=False)
                 if torch_job is not None:
@@ -504,7 +500,7 @@ def _patch_grad_scaler() -> None:
     @functools.wraps(original)
     def scale(self: GradScaler, outputs: Any) -> Any:
         scaled = original(self, outputs)
-        if scaled is not outputs and isinstance(outputs, torch.Tensor) and _torch_on():
+        if scaled is not outputs and isinstance(outputs, torch.Tensor) and STATE.plain_torch:
             try:
                 setattr(scaled, _UNSCALED, outputs.detach())
                 _scaled[0] = True

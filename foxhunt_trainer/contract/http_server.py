@@ -626,15 +626,18 @@ class BoundedHTTPServer:
                 self._selector.unregister(conn.sock)
             conn.events = 0
         if conn.state != _HANDLING:  # a worker still holds it: closed when it hands it back
-            # Counted out before the peer can see the close, so a client that has read EOF never
-            # finds its connection still counted.
-            self._open -= 1
-            with contextlib.suppress(OSError):
-                conn.sock.close()
+            self._close_socket(conn)
         conn.state = _CLOSED
         self._release(conn)
         conn.response = None
         conn.inbuf = conn.out = b""
+
+    def _close_socket(self, conn: _Connection) -> None:
+        """Count the connection out, then close its socket: counted out before the peer can see the
+        close, so a client that has read EOF never finds its connection still counted."""
+        self._open -= 1
+        with contextlib.suppress(OSError):
+            conn.sock.close()
 
     def _collect_done(self) -> None:
         while True:
@@ -643,9 +646,7 @@ class BoundedHTTPServer:
             except queue.Empty:
                 return
             if conn.state == _CLOSED:  # closed while the handler ran (server stopping)
-                self._open -= 1
-                with contextlib.suppress(OSError):
-                    conn.sock.close()
+                self._close_socket(conn)
                 continue
             self._send(conn, response)
 

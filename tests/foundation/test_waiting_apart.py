@@ -1,8 +1,8 @@
 """The xdist scheduler of `harness.waiting_apart`: with three workers the waiting modules run on the
 last one alone, every other module on the other two, a module to one worker; with none of the
 waiting modules collected the last worker stops at once, and with two workers the suite is shared
-as `loadscope` shares it. Each case
-runs pytest with xdist on a small project of its own and reads which worker ran each test."""
+as `loadscope` shares it. Each case runs pytest with xdist on a small project of its own and reads
+which worker ran each test."""
 
 from __future__ import annotations
 
