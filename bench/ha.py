@@ -127,7 +127,7 @@ class EventSink(WebhookSink):
 # (seen: a resolved incident paged again 2 s later with 1 s). The rendered page route's 60 s is
 # above the default 15 s x 2 peers; here 15 s is above 5 s x 2.
 GROUP_INTERVAL = "15s"
-GOSSIP_SETTLE_SECONDS = 2.0
+GOSSIP_SETTLE_SECONDS = 2.0  # and at least this long after the page
 
 
 def _fast(route: dict[str, Any]) -> None:
@@ -388,14 +388,22 @@ def reads_the_outage(global_rules: dict[str, str], since_seconds: float) -> Call
     return reads
 
 
-def _metric(server: PrometheusServer, name: str) -> float:
-    """The sum of a metric's samples on a server's own /metrics (0 when it has none)."""
+def _metric(url: str, name: str, having: str = "") -> float:
+    """The sum of a metric's samples on a server's own /metrics at `url`, those whose labels hold
+    `having` (0 when it has none)."""
     try:
-        with urllib.request.urlopen(f"{server.url}/metrics", timeout=10) as response:
+        with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
             text = response.read().decode()
     except OSError:
         return 0.0
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
+    return sum(
+        float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{") and having in line
+    )
+
+
+def _gossip_updates(peer: AlertmanagerPeer) -> float:
+    """Gossip updates an Alertmanager peer has received (notification log entries and silences)."""
+    return _metric(peer.url, "alertmanager_cluster_messages_received_total", 'msg_type="update"')
 
 
 def _wait(what: str, condition: Callable[[], bool], timeout: float) -> float:
@@ -503,10 +511,21 @@ def run(workdir: Path, outage_seconds: float = OUTAGE_SECONDS, log: Callable[[st
         for server in killed:
             server.start()  # its WAL replayed
 
+        survivors = topology.peers[1:]
+        # Taken with no incident open (the previous one's notifications long gossiped): what each
+        # peer that stays up had received before this incident's page.
+        updates_before = [_gossip_updates(peer) for peer in survivors]
+
         def kill_peer() -> None:
-            # After the notifying peer's notification log has been gossiped (every 200 ms): a peer
-            # killed within that of notifying leaves the next peer to notify again after its peer
-            # timeout (seen: a second trigger 5 s later), Alertmanager's at-least-once delivery.
+            # After the notifying peer's notification log has reached the others (gossiped every
+            # 200 ms, later on a loaded machine): a peer killed before that leaves the next peer to
+            # notify again after its peer timeout (seen: a second trigger 5 s later, and with a
+            # fixed 2 s wait under load), Alertmanager's at-least-once delivery.
+            _wait(
+                "the page's notification log entry gossiped to the other peers",
+                lambda: all(_gossip_updates(p) > n for p, n in zip(survivors, updates_before, strict=True)),
+                PAGE_TIMEOUT_SECONDS,
+            )
             time.sleep(GOSSIP_SETTLE_SECONDS)
             topology.peers[0].kill()
 
@@ -566,8 +585,12 @@ def run(workdir: Path, outage_seconds: float = OUTAGE_SECONDS, log: Callable[[st
         figures.outage_partial_series, figures.outage_samples_missing = series_count, missing
         figures.outage_longest_partial_gap_seconds = longest
         live = [s for pair in topology.shards for s in pair]
-        figures.remote_write_failed = sum(_metric(s, "prometheus_remote_storage_samples_failed_total") for s in live)
-        figures.remote_write_retried = sum(_metric(s, "prometheus_remote_storage_samples_retried_total") for s in live)
+        figures.remote_write_failed = sum(
+            _metric(s.url, "prometheus_remote_storage_samples_failed_total") for s in live
+        )
+        figures.remote_write_retried = sum(
+            _metric(s.url, "prometheus_remote_storage_samples_retried_total") for s in live
+        )
     return figures
 
 
